@@ -1,0 +1,53 @@
+#include "common/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+
+namespace psrt {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  return "[" + absl::StrJoin(shape, ",") + "]";
+}
+
+void Tensor::AlignedFree::operator()(float* p) const { std::free(p); }
+
+Tensor::Tensor(Shape shape) {
+  Resize(std::move(shape));
+  SetZero();
+}
+
+Tensor Tensor::Clone() const {
+  Tensor copy;
+  copy.Resize(shape_);
+  if (num_elements_ > 0) std::memcpy(copy.data(), data(), num_bytes());
+  return copy;
+}
+
+void Tensor::Resize(Shape shape) {
+  for (int64_t d : shape) CHECK_GE(d, 0) << "negative dimension";
+  const int64_t n = NumElements(shape);
+  shape_ = std::move(shape);
+  num_elements_ = n;
+  if (n <= capacity_) return;
+  constexpr size_t kAlignment = 64;
+  size_t bytes = (n * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, bytes);
+  CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+  data_.reset(static_cast<float*>(p));
+  capacity_ = n;
+}
+
+void Tensor::SetZero() {
+  if (num_elements_ > 0) std::memset(data(), 0, num_bytes());
+}
+
+}  // namespace psrt

@@ -1,0 +1,72 @@
+// Tensor: a dense float32 tensor in host memory.
+//
+// A Tensor owns 64-byte-aligned storage and a shape (row-major, the last
+// dimension varies fastest). Resize() keeps the storage when it is large
+// enough, so a Tensor reused across training steps never touches fresh pages
+// after the first step. On the wire and on disk a tensor is its shape plus
+// num_elements() little-endian float32 values, nothing else.
+//
+// Thread safety: a const Tensor may be read from several threads; mutation
+// needs external synchronization.
+#ifndef PSRT_COMMON_TENSOR_H_
+#define PSRT_COMMON_TENSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace psrt {
+
+using Shape = std::vector<int64_t>;
+
+// Number of elements of a shape (1 for a scalar shape {}).
+int64_t NumElements(const Shape& shape);
+// "[2,3]" for {2, 3}.
+std::string ShapeToString(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A zero-filled tensor of the given shape.
+  explicit Tensor(Shape shape);
+
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  // Deep copy, explicitly, so that copies on hot paths are visible.
+  Tensor Clone() const;
+
+  // Changes the shape. Reuses the storage when it holds enough elements;
+  // contents are unspecified afterwards.
+  void Resize(Shape shape);
+  void SetZero();
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t num_elements() const { return num_elements_; }
+  size_t num_bytes() const { return num_elements_ * sizeof(float); }
+
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  absl::Span<float> flat() { return {data_.get(), size_t(num_elements_)}; }
+  absl::Span<const float> flat() const {
+    return {data_.get(), size_t(num_elements_)};
+  }
+
+ private:
+  struct AlignedFree {
+    void operator()(float* p) const;
+  };
+  Shape shape_;
+  int64_t num_elements_ = 0;
+  int64_t capacity_ = 0;
+  std::unique_ptr<float[], AlignedFree> data_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TENSOR_H_

@@ -1,0 +1,69 @@
+// Model: a trainable network as the worker sees it.
+//
+// A model declares its variables (name + shape, in a fixed order that every
+// worker agrees on), fills initial values from a seed, and computes the mean
+// loss and the gradients of a batch. Parameters and gradients are passed in
+// as plain Tensors, one per variable, in variables() order; the model keeps
+// only scratch buffers (activations), which it reuses from step to step.
+//
+// Thread safety: not thread-safe (the scratch buffers); use one Model per
+// thread.
+#ifndef PSRT_MODELS_MODEL_H_
+#define PSRT_MODELS_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+
+namespace psrt {
+
+struct VariableDef {
+  std::string name;  // e.g. "hidden1/weights"
+  Shape shape;
+};
+
+struct ModelOptions {
+  int input_height = 28;
+  int input_width = 28;
+  int num_classes = 10;
+  std::vector<int> hidden_units = {512};  // MLP hidden layer sizes.
+  int intra_op_threads = 0;               // 0: number of cores.
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const std::vector<VariableDef>& variables() const = 0;
+
+  // Resizes `params` to one tensor per variable and fills initial values,
+  // deterministically from `seed`.
+  virtual void Initialize(uint64_t seed, std::vector<Tensor>* params) const = 0;
+
+  // Forward and backward pass on one batch. `images` is [B, H*W] with pixels
+  // in [0, 1]; labels are class ids. Overwrites `grads` (resized to match
+  // params) with d(mean loss)/d(param); returns the mean loss.
+  virtual float ComputeGradients(const std::vector<Tensor>& params,
+                                 const Tensor& images,
+                                 absl::Span<const int32_t> labels,
+                                 std::vector<Tensor>* grads) = 0;
+
+  // Number of examples of the batch whose arg-max prediction is the label.
+  virtual int64_t CountCorrect(const std::vector<Tensor>& params,
+                               const Tensor& images,
+                               absl::Span<const int32_t> labels) = 0;
+};
+
+// The registry: {"mlp", ...}. An unknown name is InvalidArgument listing the
+// known ones.
+absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
+                                                const ModelOptions& options);
+
+}  // namespace psrt
+
+#endif  // PSRT_MODELS_MODEL_H_

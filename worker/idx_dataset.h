@@ -1,0 +1,65 @@
+// IDX input (the MNIST / Fashion-MNIST file format) and per-worker batching.
+//
+// IDX layout (big-endian): magic 0x00000803 (images) or 0x00000801 (labels),
+// then the dimension sizes (N, rows, cols for images; N for labels) as
+// uint32, then N*rows*cols (or N) unsigned bytes. Files may be gzip-compressed
+// (".gz"). Anything that does not match, a short file, trailing bytes,
+// mismatched counts or a label >= num_classes, is an InvalidArgument that
+// names the file and what is wrong.
+#ifndef PSRT_WORKER_IDX_DATASET_H_
+#define PSRT_WORKER_IDX_DATASET_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+
+namespace psrt {
+
+// A labelled image set held in memory.
+struct Dataset {
+  Tensor images;                // [N, rows*cols], pixels scaled to [0, 1].
+  std::vector<int32_t> labels;  // N class ids.
+  int rows = 0;
+  int cols = 0;
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+};
+
+absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
+                                       const std::string& labels_path,
+                                       int num_classes = 10);
+
+// Loads "train" or "t10k" from a directory holding the standard file names
+// (train-images-idx3-ubyte[.gz], ...), preferring the plain file.
+absl::StatusOr<Dataset> LoadMnistSplit(const std::string& data_dir,
+                                       const std::string& split);
+
+// BatchIterator: this worker's shard of a Dataset, batched.
+//
+// Shard s of n holds the examples i with i % n == s, in index order, or in a
+// fresh pseudo-random order each epoch when `shuffle` (seeded by `seed`, so
+// runs repeat). Batches run across epoch boundaries without gaps.
+// Thread safety: not thread-safe.
+class BatchIterator {
+ public:
+  // REQUIRES: 0 <= shard < num_shards; the shard is non-empty.
+  BatchIterator(const Dataset* data, int shard, int num_shards, bool shuffle,
+                uint64_t seed);
+  // Fills `images` ([batch, rows*cols], storage reused) and `labels`.
+  void NextBatch(int batch_size, Tensor* images, std::vector<int32_t>* labels);
+
+ private:
+  void StartEpoch();
+  const Dataset* data_;
+  std::vector<int64_t> order_;
+  size_t next_ = 0;
+  bool shuffle_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_IDX_DATASET_H_
