@@ -28,6 +28,12 @@ int64_t NumElements(const Shape& shape);
 // "[2,3]" for {2, 3}.
 std::string ShapeToString(const Shape& shape);
 
+// A named variable shape, e.g. {"hidden1/weights", {784, 512}}.
+struct VariableDef {
+  std::string name;
+  Shape shape;
+};
+
 class Tensor {
  public:
   Tensor() = default;

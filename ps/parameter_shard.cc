@@ -1,1 +1,411 @@
-// placeholder
+#include "ps/parameter_shard.h"
+
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+int64_t NewIncarnation() {
+  std::random_device device;
+  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());
+  return static_cast<int64_t>(rng() >> 1) | 1;  // Positive, never 0.
+}
+
+Shape MetaShape(const proto::VariableMeta& meta) {
+  return Shape(meta.shape().begin(), meta.shape().end());
+}
+
+absl::Status ValidateConfig(const proto::TrainingConfig& config) {
+  if (config.mode() != proto::SYNC && config.mode() != proto::ASYNC) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init: unknown sync mode ", proto::SyncMode_Name(config.mode())));
+  }
+  if (config.num_replicas() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init: num_replicas must be >= 1, got ", config.num_replicas()));
+  }
+  if (config.mode() == proto::SYNC &&
+      (config.replicas_to_aggregate() < 1 ||
+       config.replicas_to_aggregate() > config.num_replicas())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init: replicas_to_aggregate must be in 1..", config.num_replicas(),
+        " (the number of replicas), got ", config.replicas_to_aggregate()));
+  }
+  return absl::OkStatus();
+}
+
+bool SameVariables(const std::vector<proto::VariableMeta>& held,
+                   const google::protobuf::RepeatedPtrField<proto::VariableMeta>& asked) {
+  if (static_cast<int>(held.size()) != asked.size()) return false;
+  for (int i = 0; i < asked.size(); ++i) {
+    if (held[i].name() != asked[i].name() ||
+        MetaShape(held[i]) != MetaShape(asked[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// Recycles snapshot buffers, so that serving a pull never touches fresh
+// pages after the first few pulls.
+class ParameterShard::SnapshotPool
+    : public std::enable_shared_from_this<SnapshotPool> {
+ public:
+  std::shared_ptr<const Snapshot> Make(int64_t version, const Tensor& values) {
+    std::unique_ptr<Snapshot> snapshot;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        snapshot = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (snapshot == nullptr) snapshot = std::make_unique<Snapshot>();
+    snapshot->version = version;
+    snapshot->values.Resize(values.shape());
+    std::memcpy(snapshot->values.data(), values.data(), values.num_bytes());
+    std::shared_ptr<SnapshotPool> self = shared_from_this();
+    return std::shared_ptr<const Snapshot>(
+        snapshot.release(),
+        [self](const Snapshot* s) { self->Return(const_cast<Snapshot*>(s)); });
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 8;
+  void Return(Snapshot* snapshot) {
+    absl::MutexLock lock(&mu_);
+    if (free_.size() < kMaxFree) {
+      free_.emplace_back(snapshot);
+    } else {
+      delete snapshot;
+    }
+  }
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Snapshot>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+ParameterShard::ParameterShard(const Options& options)
+    : options_(options),
+      incarnation_(NewIncarnation()),
+      pool_(std::make_shared<SnapshotPool>()) {
+  deadline_thread_ = std::thread([this] { DeadlineLoop(); });
+}
+
+ParameterShard::~ParameterShard() {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    waiters.swap(waiters_);
+    changed_.SignalAll();
+  }
+  deadline_thread_.join();
+  for (Waiter& w : waiters) {
+    w.done(absl::CancelledError("parameter server is shutting down"));
+  }
+}
+
+absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
+                                          absl::Span<const char> data) {
+  RETURN_IF_ERROR(ValidateConfig(header.config()));
+  if (header.variables().empty()) {
+    return absl::InvalidArgumentError("init: no variables");
+  }
+  int64_t total = 0;
+  std::set<std::string> names;
+  for (const proto::VariableMeta& meta : header.variables()) {
+    if (meta.name().empty() || !names.insert(meta.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init: empty or duplicate variable name \"", meta.name(), "\""));
+    }
+    if (meta.dtype() != proto::DT_FLOAT) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("init: variable \"", meta.name(), "\" has dtype ",
+                       proto::DataType_Name(meta.dtype()), ", want DT_FLOAT"));
+    }
+    for (int64_t d : meta.shape()) {
+      if (d < 0 || d > (int64_t{1} << 40)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "init: variable \"", meta.name(), "\" has a bad dimension ", d));
+      }
+    }
+    total += NumElements(MetaShape(meta));
+  }
+  if (static_cast<int64_t>(data.size()) != total * int64_t{sizeof(float)}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init: tensor_data has ", data.size(), " bytes, the ",
+                     header.variables_size(), " variables need ",
+                     total * sizeof(float)));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (initialized_) {
+    if (!SameVariables(variables_, header.variables())) {
+      return absl::FailedPreconditionError(
+          "init: this parameter server already holds a different model "
+          "(variable names or shapes differ); restart it to train another");
+    }
+    return false;
+  }
+  ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
+  config_ = header.config();
+  variables_.assign(header.variables().begin(), header.variables().end());
+  total_elements_ = total;
+  values_.Resize({total});
+  if (total > 0) std::memcpy(values_.data(), data.data(), data.size());
+  sum_.Resize({total});
+  version_ = 0;
+  initialized_ = true;
+  changed_.SignalAll();
+  return true;
+}
+
+absl::Status ParameterShard::ValidateTensors(
+    const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
+    size_t data_size, absl::string_view what) const {
+  if (metas.size() != static_cast<int>(variables_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": carries ", metas.size(), " tensors, this shard holds ",
+        variables_.size(), " variables"));
+  }
+  for (int i = 0; i < metas.size(); ++i) {
+    const proto::VariableMeta& got = metas[i];
+    const proto::VariableMeta& want = variables_[i];
+    if (got.name() != want.name()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": tensor ", i, " is \"", got.name(),
+                       "\", this shard expects \"", want.name(), "\""));
+    }
+    if (got.dtype() != proto::DT_FLOAT) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": variable \"", got.name(), "\" has dtype ",
+          proto::DataType_Name(got.dtype()), ", want DT_FLOAT"));
+    }
+    if (MetaShape(got) != MetaShape(want)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": variable \"", got.name(), "\" has shape ",
+          ShapeToString(MetaShape(got)), ", want ",
+          ShapeToString(MetaShape(want))));
+    }
+  }
+  if (data_size != static_cast<size_t>(total_elements_) * sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": tensor_data has ", data_size, " bytes, want ",
+                     total_elements_ * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+void ParameterShard::ApplyUpdate(absl::Span<const float> grad) {
+  optimizer_->Apply(grad, values_.flat());
+  cached_.reset();
+}
+
+absl::StatusOr<proto::PushResponse> ParameterShard::Push(
+    const proto::PushHeader& header, absl::Span<const char> data) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  proto::PushResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!initialized_) {
+      return absl::FailedPreconditionError(
+          "push: this parameter server has not been initialized by the chief");
+    }
+    RETURN_IF_ERROR(ValidateTensors(header.variables(), data.size(), "push"));
+    const int replica = header.replica();
+    if (replica < 0 || replica >= config_.num_replicas()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push: replica ", replica, " is not in 0..",
+                       config_.num_replicas() - 1));
+    }
+    // Tensor data is float-aligned: the service decodes it into a Tensor.
+    CHECK_EQ(reinterpret_cast<uintptr_t>(data.data()) % alignof(float), 0u);
+    absl::Span<const float> grad(reinterpret_cast<const float*>(data.data()),
+                                 total_elements_);
+    response.set_training_done(training_done_);
+    if (training_done_) {
+      response.set_accepted(false);
+    } else if (config_.mode() == proto::ASYNC) {
+      ApplyUpdate(grad);
+      ++version_;
+      ++pushes_applied_;
+      response.set_accepted(true);
+    } else if (header.version() < version_) {
+      ++stale_dropped_;
+      response.set_accepted(false);
+    } else if (header.version() > version_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push: gradients computed from version ", header.version(),
+          " but this shard is at version ", version_,
+          " (did the parameter server restart?)"));
+    } else if (pushed_.count(replica) > 0) {
+      response.set_accepted(true);  // A retry of an accepted push.
+    } else {
+      float* sum = sum_.data();
+      if (pushed_.empty()) {
+        std::memcpy(sum, grad.data(), grad.size() * sizeof(float));
+      } else {
+        for (size_t i = 0; i < grad.size(); ++i) sum[i] += grad[i];
+      }
+      pushed_.insert(replica);
+      ++pushes_applied_;
+      response.set_accepted(true);
+      const int needed = config_.replicas_to_aggregate();
+      if (static_cast<int>(pushed_.size()) == needed) {
+        const float scale = 1.0f / needed;
+        if (needed > 1) {
+          for (int64_t i = 0; i < total_elements_; ++i) sum[i] *= scale;
+        }
+        ApplyUpdate(sum_.flat());
+        ++version_;
+        pushed_.clear();
+      }
+    }
+    response.set_version(version_);
+    TakeReadyWaiters(&ready);
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+  return response;
+}
+
+ParameterShard::PullReply ParameterShard::MakeReplyLocked() {
+  if (cached_ == nullptr || cached_->version != version_) {
+    cached_ = pool_->Make(version_, values_);
+  }
+  PullReply reply;
+  reply.header.set_version(version_);
+  reply.header.set_training_done(training_done_);
+  reply.header.set_incarnation(incarnation_);
+  for (const proto::VariableMeta& meta : variables_) {
+    *reply.header.add_variables() = meta;
+  }
+  reply.snapshot = cached_;
+  return reply;
+}
+
+void ParameterShard::TakeReadyWaiters(
+    std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out) {
+  std::vector<Waiter> still_waiting;
+  for (Waiter& w : waiters_) {
+    if (training_done_ || version_ >= w.min_version) {
+      out->emplace_back(std::move(w.done), MakeReplyLocked());
+    } else {
+      still_waiting.push_back(std::move(w));
+    }
+  }
+  waiters_.swap(still_waiting);
+}
+
+void ParameterShard::Pull(int64_t min_version, absl::Time deadline,
+                          PullCallback done) {
+  absl::StatusOr<PullReply> reply;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!initialized_) {
+      reply = absl::FailedPreconditionError(
+          "pull: this parameter server has not been initialized by the chief");
+    } else if (training_done_ || version_ >= min_version) {
+      reply = MakeReplyLocked();
+    } else {
+      waiters_.push_back({min_version, deadline, std::move(done)});
+      changed_.SignalAll();  // The deadline thread may need to wake earlier.
+      return;
+    }
+  }
+  done(std::move(reply));
+}
+
+void ParameterShard::DeadlineLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const Waiter& w : waiters_) next = std::min(next, w.deadline);
+    changed_.WaitWithDeadline(&mu_, next);
+    const absl::Time now = absl::Now();
+    std::vector<Waiter> expired;
+    std::vector<Waiter> still_waiting;
+    for (Waiter& w : waiters_) {
+      (w.deadline <= now ? expired : still_waiting).push_back(std::move(w));
+    }
+    waiters_.swap(still_waiting);
+    if (expired.empty()) continue;
+    const std::string state = absl::StrCat(
+        "shard at version ", version_, " with gradients from ", pushed_.size(),
+        " of ", config_.replicas_to_aggregate(), " replicas");
+    mu_.Unlock();
+    for (Waiter& w : expired) {
+      w.done(absl::DeadlineExceededError(absl::StrCat(
+          "pull: version ", w.min_version, " not reached in time (", state,
+          "; is a worker down?)")));
+    }
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+proto::StatusResponse ParameterShard::GetStatus() const {
+  absl::MutexLock lock(&mu_);
+  proto::StatusResponse status;
+  status.set_initialized(initialized_);
+  status.set_version(version_);
+  *status.mutable_config() = config_;
+  for (const proto::VariableMeta& meta : variables_) {
+    *status.add_variables() = meta;
+  }
+  status.set_incarnation(incarnation_);
+  status.set_pushes_applied(pushes_applied_);
+  status.set_stale_pushes_dropped(stale_dropped_);
+  status.set_training_done(training_done_);
+  return status;
+}
+
+void ParameterShard::Shutdown(int replica) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  std::vector<Waiter> uninitialized_waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    finished_replicas_.insert(replica);
+    if (replica <= 0 && !training_done_) {
+      LOG(INFO) << (replica == 0 ? "the chief" : "an operator")
+                << " ended training at version " << version_;
+      training_done_ = true;
+      training_done_time_ = absl::Now();
+      if (initialized_) TakeReadyWaiters(&ready);
+    }
+    changed_.SignalAll();
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+}
+
+void ParameterShard::WaitUntilFinished(absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (training_done_) {
+      std::vector<int> missing;
+      for (int r = 0; r < config_.num_replicas(); ++r) {
+        if (finished_replicas_.count(r) == 0) missing.push_back(r);
+      }
+      if (initialized_ && missing.empty()) return;
+      if (absl::Now() >= training_done_time_ + grace) {
+        LOG(WARNING) << "exiting " << grace << " after the end of training; "
+                     << "replicas that never said goodbye: "
+                     << absl::StrJoin(missing, ", ");
+        return;
+      }
+      changed_.WaitWithDeadline(&mu_, training_done_time_ + grace);
+    } else {
+      changed_.Wait(&mu_);
+    }
+  }
+}
+
+}  // namespace psrt

@@ -1,1 +1,92 @@
-int main() { return 0; }
+// psrt_ps: one parameter-server task.
+//
+//   psrt_ps --cluster_spec=cluster.json --job_name=ps --task_index=0
+//
+// Serves its shard until the chief ends training and every worker has said
+// goodbye (or --shutdown_grace_secs have passed), then exits 0.
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
+#include "common/rpc_util.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "ps/parameter_shard.h"
+#include "ps/ps_service.h"
+
+DEFINE_string(cluster_spec, "",
+              "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
+              "Empty: read the TF_CONFIG environment variable.");
+DEFINE_string(job_name, "", "This task's job; must be \"ps\". Empty: from TF_CONFIG.");
+DEFINE_int32(task_index, 0, "This task's index within its job.");
+DEFINE_string(bind_host, "0.0.0.0",
+              "Interface to listen on; the port comes from the cluster spec.");
+DEFINE_double(shutdown_grace_secs, 30,
+              "After the chief ends training, wait at most this long for the "
+              "other workers to say goodbye before exiting.");
+DEFINE_double(pull_timeout_secs, 300,
+              "How long a pull may wait for the next version when the worker "
+              "names no timeout.");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("psrt parameter-server task");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  const char* tf_config = std::getenv("TF_CONFIG");
+  absl::StatusOr<psrt::ClusterConfig> cluster = psrt::ResolveClusterConfig(
+      FLAGS_cluster_spec, tf_config ? tf_config : "", FLAGS_job_name,
+      FLAGS_task_index);
+  if (!cluster.ok()) {
+    LOG(ERROR) << cluster.status().message();
+    return 2;
+  }
+  if (cluster->task.job != "ps") {
+    LOG(ERROR) << "psrt_ps runs ps tasks, but this task is "
+               << cluster->task.ToString() << " (use psrt_worker)";
+    return 2;
+  }
+  const std::string& address = cluster->spec.address("ps", cluster->task.index);
+  std::string host;
+  int port = 0;
+  if (absl::Status s = psrt::SplitHostPort(address, &host, &port); !s.ok()) {
+    LOG(ERROR) << s.message();
+    return 2;
+  }
+
+  psrt::ParameterShard::Options options;
+  options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
+  psrt::ParameterShard shard(options);
+  psrt::PsService service(&shard);
+
+  grpc::ServerBuilder builder;
+  psrt::ConfigurePsServer(&builder);
+  const std::string listen = absl::StrCat(
+      FLAGS_bind_host.find(':') != std::string::npos ? "[" + FLAGS_bind_host + "]"
+                                                      : FLAGS_bind_host,
+      ":", port);
+  int bound_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    LOG(ERROR) << cluster->task.ToString() << ": cannot listen on " << listen
+               << " (port in use?)";
+    return 1;
+  }
+  LOG(INFO) << cluster->task.ToString() << " serving on " << listen
+            << " (incarnation " << shard.incarnation() << ")";
+
+  shard.WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  LOG(INFO) << cluster->task.ToString() << " done: " << shard.GetStatus().version()
+            << " versions";
+  return 0;
+}

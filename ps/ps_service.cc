@@ -1,1 +1,161 @@
-// placeholder
+#include "ps/ps_service.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_util.h"
+#include "common/status_macros.h"
+#include "common/tensor_frame.h"
+#include "glog/logging.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace psrt {
+namespace {
+
+constexpr size_t kMaxFreeBuffers = 8;
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status ParseSmallMessage(const grpc::ByteBuffer& buffer,
+                               google::protobuf::MessageLite* message) {
+  grpc::Slice flat;
+  if (!buffer.TrySingleSlice(&flat).ok() && !buffer.DumpToSingleSlice(&flat).ok()) {
+    return absl::InvalidArgumentError("unreadable request");
+  }
+  if (!message->ParseFromArray(flat.begin(), flat.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", message->GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
+void SerializeSmallMessage(const google::protobuf::MessageLite& message,
+                           grpc::ByteBuffer* out) {
+  grpc::Slice slice(message.SerializeAsString());
+  *out = grpc::ByteBuffer(&slice, 1);
+}
+
+// Reads a frame's header and copies its tensor data into `buffer`.
+absl::Status ReadFrame(const grpc::ByteBuffer& request,
+                       google::protobuf::MessageLite* header, Tensor* buffer) {
+  TensorFrameReader reader;
+  RETURN_IF_ERROR(reader.Open(request, header));
+  if (reader.data_size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor_data has ", reader.data_size(),
+        " bytes, not a whole number of float32 values"));
+  }
+  buffer->Resize({static_cast<int64_t>(reader.data_size() / sizeof(float))});
+  reader.CopyData({reinterpret_cast<char*>(buffer->data()), reader.data_size()});
+  return absl::OkStatus();
+}
+
+absl::Span<const char> Bytes(const Tensor& t) {
+  return {reinterpret_cast<const char*>(t.data()), t.num_bytes()};
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> PsService::AcquireBuffer() {
+  absl::MutexLock lock(&pool_mu_);
+  if (free_buffers_.empty()) return std::make_unique<Tensor>();
+  std::unique_ptr<Tensor> buffer = std::move(free_buffers_.back());
+  free_buffers_.pop_back();
+  return buffer;
+}
+
+void PsService::ReleaseBuffer(std::unique_ptr<Tensor> buffer) {
+  absl::MutexLock lock(&pool_mu_);
+  if (free_buffers_.size() < kMaxFreeBuffers) {
+    free_buffers_.push_back(std::move(buffer));
+  }
+}
+
+grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) {
+  proto::InitHeader header;
+  std::unique_ptr<Tensor> buffer = AcquireBuffer();
+  absl::Status status = ReadFrame(*request, &header, buffer.get());
+  if (status.ok()) {
+    absl::StatusOr<bool> initialized = shard_->Init(header, Bytes(*buffer));
+    status = initialized.status();
+    if (initialized.ok()) {
+      proto::InitResponse reply;
+      reply.set_initialized_now(*initialized);
+      SerializeSmallMessage(reply, response);
+      LOG(INFO) << (*initialized ? "initialized " : "already held ")
+                << header.variables_size() << " variables ("
+                << buffer->num_bytes() << " bytes)";
+    }
+  }
+  ReleaseBuffer(std::move(buffer));
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) {
+  proto::PullRequest pull;
+  absl::Status status = ParseSmallMessage(*request, &pull);
+  if (!status.ok()) return FinishNow(context, status);
+  const absl::Duration timeout = pull.timeout_ms() > 0
+                                     ? absl::Milliseconds(pull.timeout_ms())
+                                     : shard_->default_pull_timeout();
+  const absl::Time deadline =
+      std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  shard_->Pull(pull.min_version(), deadline,
+               [reactor, response](absl::StatusOr<ParameterShard::PullReply> reply) {
+                 if (!reply.ok()) {
+                   reactor->Finish(ToGrpcStatus(reply.status()));
+                   return;
+                 }
+                 // The frame references the snapshot until gRPC has sent it.
+                 auto snapshot = std::move(reply->snapshot);
+                 const Tensor& values = snapshot->values;
+                 *response = EncodeTensorFrame(
+                     reply->header, {Bytes(values)},
+                     [snapshot]() mutable { snapshot.reset(); });
+                 reactor->Finish(grpc::Status::OK);
+               });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) {
+  proto::PushHeader header;
+  std::unique_ptr<Tensor> buffer = AcquireBuffer();
+  absl::Status status = ReadFrame(*request, &header, buffer.get());
+  if (status.ok()) {
+    absl::StatusOr<proto::PushResponse> reply =
+        shard_->Push(header, Bytes(*buffer));
+    status = reply.status();
+    if (reply.ok()) SerializeSmallMessage(*reply, response);
+  }
+  ReleaseBuffer(std::move(buffer));
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* PsService::GetStatus(
+    grpc::CallbackServerContext* context, const proto::StatusRequest* /*request*/,
+    proto::StatusResponse* response) {
+  *response = shard_->GetStatus();
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PsService::Shutdown(
+    grpc::CallbackServerContext* context, const proto::ShutdownRequest* request,
+    proto::ShutdownResponse* /*response*/) {
+  shard_->Shutdown(request->replica());
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace psrt

@@ -1,1 +1,305 @@
-// placeholder
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc_util.h"
+#include "common/status_macros.h"
+#include "common/tensor_frame.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kInit[] = "/psrt.proto.ParameterServer/Init";
+constexpr char kPull[] = "/psrt.proto.ParameterServer/Pull";
+constexpr char kPush[] = "/psrt.proto.ParameterServer/Push";
+constexpr char kGetStatus[] = "/psrt.proto.ParameterServer/GetStatus";
+constexpr char kShutdown[] = "/psrt.proto.ParameterServer/Shutdown";
+
+grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status ParseSmall(const grpc::ByteBuffer& buffer,
+                        google::protobuf::MessageLite* message) {
+  grpc::Slice flat;
+  if (!buffer.DumpToSingleSlice(&flat).ok() ||
+      !message->ParseFromArray(flat.begin(), flat.size())) {
+    return absl::InternalError(
+        absl::StrCat("malformed ", message->GetTypeName(), " reply"));
+  }
+  return absl::OkStatus();
+}
+
+proto::VariableMeta MetaOf(const VariableSlice& slice) {
+  proto::VariableMeta meta;
+  meta.set_name(slice.name);
+  meta.set_dtype(proto::DT_FLOAT);
+  for (int64_t d : slice.shape) meta.add_shape(d);
+  return meta;
+}
+
+}  // namespace
+
+PsClient::PsClient(Options options, Placement placement,
+                   std::vector<VariableDef> variables)
+    : options_(std::move(options)),
+      placement_(std::move(placement)),
+      variables_(std::move(variables)) {
+  CHECK_EQ(placement_.num_shards,
+           static_cast<int>(options_.ps_addresses.size()));
+  for (const std::string& address : options_.ps_addresses) {
+    stubs_.push_back(std::make_unique<grpc::GenericStub>(NewPsChannel(address)));
+  }
+  push_headers_.resize(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    push_headers_[k].set_replica(options_.replica);
+    for (int s : placement_.shard_slices[k]) {
+      *push_headers_[k].add_variables() = MetaOf(placement_.slices[s]);
+    }
+  }
+  versions_.assign(num_shards(), 0);
+}
+
+PsClient::~PsClient() = default;
+
+std::string PsClient::ShardName(int shard) const {
+  return absl::StrCat("ps/", shard, " (", options_.ps_addresses[shard], ")");
+}
+
+absl::Status PsClient::CallAll(
+    const std::string& method, absl::Duration timeout,
+    const std::vector<grpc::ByteBuffer>& requests,
+    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response) {
+  const int n = num_shards();
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<grpc::ByteBuffer> responses(n);
+  std::vector<absl::Status> statuses(n);
+  absl::BlockingCounter pending(n);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (int k = 0; k < n; ++k) {
+    contexts[k].set_deadline(deadline);
+    stubs_[k]->UnaryCall(
+        &contexts[k], method, grpc::StubOptions(), &requests[k], &responses[k],
+        [&, k](grpc::Status status) {
+          statuses[k] = status.ok() ? on_response(k, responses[k])
+                                    : FromGrpcStatus(status);
+          pending.DecrementCount();
+        });
+  }
+  pending.Wait();
+  for (int k = 0; k < n; ++k) {
+    if (!statuses[k].ok()) {
+      return absl::Status(statuses[k].code(),
+                          absl::StrCat(ShardName(k), ": ", statuses[k].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::WaitForServers(absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  std::vector<bool> up(num_shards(), false);
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (true) {
+    std::vector<std::string> waiting;
+    for (int k = 0; k < num_shards(); ++k) {
+      if (up[k]) continue;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      context.set_wait_for_ready(false);
+      grpc::ByteBuffer request = SerializeSmall(proto::StatusRequest());
+      grpc::ByteBuffer response;
+      absl::Notification done;
+      grpc::Status status;
+      stubs_[k]->UnaryCall(&context, kGetStatus, grpc::StubOptions(), &request,
+                           &response, [&](grpc::Status s) {
+                             status = std::move(s);
+                             done.Notify();
+                           });
+      done.WaitForNotification();
+      if (status.ok()) {
+        up[k] = true;
+      } else {
+        waiting.push_back(ShardName(k));
+      }
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("parameter servers not reachable after ", 
+                       absl::FormatDuration(timeout), ": ",
+                       absl::StrJoin(waiting, ", ")));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for " << absl::StrJoin(waiting, ", ");
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::Status PsClient::Init(const proto::TrainingConfig& config,
+                            const std::vector<Tensor>& params) {
+  CHECK_EQ(params.size(), variables_.size());
+  std::vector<grpc::ByteBuffer> requests;
+  for (int k = 0; k < num_shards(); ++k) {
+    proto::InitHeader header;
+    *header.mutable_config() = config;
+    std::vector<absl::Span<const char>> chunks;
+    for (int s : placement_.shard_slices[k]) {
+      const VariableSlice& slice = placement_.slices[s];
+      *header.add_variables() = MetaOf(slice);
+      const char* base = reinterpret_cast<const char*>(params[slice.variable].data());
+      chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
+    }
+    requests.push_back(EncodeTensorFrame(header, chunks));
+  }
+  return CallAll(kInit, options_.rpc_timeout, requests,
+                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
+  std::vector<grpc::ByteBuffer> requests(num_shards(),
+                                         SerializeSmall(proto::StatusRequest()));
+  std::vector<proto::StatusResponse> statuses(num_shards());
+  RETURN_IF_ERROR(CallAll(kGetStatus, options_.rpc_timeout, requests,
+                          [&](int k, const grpc::ByteBuffer& response) {
+                            return ParseSmall(response, &statuses[k]);
+                          }));
+  return statuses;
+}
+
+absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
+    absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (true) {
+    ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> statuses, GetStatus());
+    std::vector<std::string> waiting;
+    for (int k = 0; k < num_shards(); ++k) {
+      if (!statuses[k].initialized()) waiting.push_back(ShardName(k));
+    }
+    if (waiting.empty()) {
+      for (int k = 0; k < num_shards(); ++k) {
+        const auto& held = statuses[k].variables();
+        const auto& mine = push_headers_[k].variables();
+        bool same = held.size() == mine.size();
+        for (int i = 0; same && i < held.size(); ++i) {
+          same = held[i].name() == mine[i].name() &&
+                 std::equal(held[i].shape().begin(), held[i].shape().end(),
+                            mine[i].shape().begin(), mine[i].shape().end());
+        }
+        if (!same) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " holds a model other than this worker's (check that "
+              "every worker has the same --model, layer sizes, "
+              "--placement and --partition_threshold_bytes)"));
+        }
+      }
+      return statuses[0].config();
+    }
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the chief did not initialize the model within ",
+          absl::FormatDuration(timeout), ": waiting for ",
+          absl::StrJoin(waiting, ", ")));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for the chief to initialize "
+                << absl::StrJoin(waiting, ", ");
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+absl::StatusOr<PsClient::PullResult> PsClient::Pull(
+    int64_t min_version, std::vector<Tensor>* params) {
+  CHECK_EQ(params->size(), variables_.size());
+  proto::PullRequest request;
+  request.set_min_version(min_version);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  std::vector<proto::PullHeader> headers(num_shards());
+  RETURN_IF_ERROR(CallAll(
+      kPull, options_.pull_timeout + absl::Seconds(10), requests,
+      [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
+        TensorFrameReader reader;
+        RETURN_IF_ERROR(reader.Open(response, &headers[k]));
+        const std::vector<int>& slices = placement_.shard_slices[k];
+        int64_t expected = 0;
+        for (int s : slices) expected += placement_.slices[s].num_bytes;
+        if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
+            static_cast<int64_t>(reader.data_size()) != expected) {
+          return absl::InternalError(absl::StrCat(
+              "pull reply carries ", headers[k].variables_size(),
+              " tensors and ", reader.data_size(), " bytes, want ",
+              slices.size(), " tensors and ", expected, " bytes"));
+        }
+        for (int s : slices) {
+          const VariableSlice& slice = placement_.slices[s];
+          char* base = reinterpret_cast<char*>((*params)[slice.variable].data());
+          reader.CopyData({base + slice.byte_offset, size_t(slice.num_bytes)});
+        }
+        return absl::OkStatus();
+      }));
+  PullResult result;
+  result.version = headers[0].version();
+  for (int k = 0; k < num_shards(); ++k) {
+    versions_[k] = headers[k].version();
+    result.version = std::min(result.version, headers[k].version());
+    result.training_done |= headers[k].training_done();
+  }
+  return result;
+}
+
+absl::StatusOr<PsClient::PushResult> PsClient::Push(
+    const std::vector<Tensor>& grads) {
+  CHECK_EQ(grads.size(), variables_.size());
+  std::vector<grpc::ByteBuffer> requests;
+  requests.reserve(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    push_headers_[k].set_version(versions_[k]);
+    std::vector<absl::Span<const char>> chunks;
+    for (int s : placement_.shard_slices[k]) {
+      const VariableSlice& slice = placement_.slices[s];
+      const char* base = reinterpret_cast<const char*>(grads[slice.variable].data());
+      chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
+    }
+    requests.push_back(EncodeTensorFrame(push_headers_[k], chunks));
+  }
+  std::vector<proto::PushResponse> responses(num_shards());
+  RETURN_IF_ERROR(CallAll(kPush, options_.rpc_timeout, requests,
+                          [&](int k, const grpc::ByteBuffer& response) {
+                            return ParseSmall(response, &responses[k]);
+                          }));
+  PushResult result;
+  for (const proto::PushResponse& r : responses) {
+    result.accepted &= r.accepted();
+    result.training_done |= r.training_done();
+  }
+  return result;
+}
+
+void PsClient::Shutdown() {
+  proto::ShutdownRequest request;
+  request.set_replica(options_.replica);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  absl::Status status = CallAll(kShutdown, absl::Seconds(10), requests,
+                                [](int, const grpc::ByteBuffer&) {
+                                  return absl::OkStatus();
+                                });
+  if (!status.ok()) VLOG(1) << "shutdown: " << status;
+}
+
+}  // namespace psrt

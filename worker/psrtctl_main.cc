@@ -1,1 +1,188 @@
-int main() { return 0; }
+// psrtctl: operate a psrt cluster from the command line.
+//
+//   psrtctl tasks --cluster_spec=FILE      one line per task: job index address
+//   psrtctl make_spec --ps=N --workers=M [--hosts=h1,h2] [--out=FILE]
+//   psrtctl status --cluster_spec=FILE     version, mode and counters of each ps
+//   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
+//
+// The cluster spec is validated exactly as the ps and worker binaries do it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
+#include "common/placement.h"
+#include "common/status_macros.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "worker/ps_client.h"
+
+DEFINE_string(cluster_spec, "", "ClusterSpec JSON file; empty: TF_CONFIG.");
+DEFINE_int32(ps, 1, "make_spec: number of ps tasks.");
+DEFINE_int32(workers, 1, "make_spec: number of worker tasks.");
+DEFINE_string(hosts, "127.0.0.1",
+              "make_spec: comma-separated hosts; tasks are spread over them in "
+              "turn. Ports are free ports on 127.0.0.1/localhost, and "
+              "--base_port + n on other hosts.");
+DEFINE_int32(base_port, 2222, "make_spec: first port on hosts other than this one.");
+DEFINE_string(out, "", "make_spec: output file; empty: stdout.");
+
+namespace {
+
+bool IsLocalHost(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1";
+}
+
+// Asks the kernel for a free port on the loopback interface.
+absl::StatusOr<int> FreeLocalPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return absl::InternalError("cannot bind a free port on 127.0.0.1");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<psrt::ClusterSpec> LoadSpec() {
+  if (!FLAGS_cluster_spec.empty()) return psrt::ClusterSpec::FromFile(FLAGS_cluster_spec);
+  const char* tf_config = std::getenv("TF_CONFIG");
+  if (tf_config == nullptr) {
+    return absl::InvalidArgumentError("no cluster: pass --cluster_spec=FILE or set TF_CONFIG");
+  }
+  return psrt::ClusterSpec::Parse(tf_config, "TF_CONFIG");
+}
+
+absl::Status Tasks() {
+  ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
+  for (const auto& [job, addresses] : spec.jobs()) {
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      std::printf("%s %zu %s\n", job.c_str(), i, addresses[i].c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeSpec() {
+  if (FLAGS_ps < 1 || FLAGS_workers < 1) {
+    return absl::InvalidArgumentError("--ps and --workers must be at least 1");
+  }
+  std::vector<std::string> hosts = absl::StrSplit(FLAGS_hosts, ',', absl::SkipEmpty());
+  if (hosts.empty()) return absl::InvalidArgumentError("--hosts is empty");
+  std::vector<int> next_port(hosts.size(), FLAGS_base_port);
+  size_t next_host = 0;
+  auto make_job = [&](int n) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      const size_t h = next_host++ % hosts.size();
+      int port = 0;
+      if (IsLocalHost(hosts[h])) {
+        ASSIGN_OR_RETURN(port, FreeLocalPort());
+      } else {
+        port = next_port[h]++;
+      }
+      const std::string host =
+          hosts[h].find(':') != std::string::npos ? "[" + hosts[h] + "]" : hosts[h];
+      out.push_back(absl::StrCat("\"", host, ":", port, "\""));
+    }
+    return out;
+  };
+  ASSIGN_OR_RETURN(std::vector<std::string> ps, make_job(FLAGS_ps));
+  ASSIGN_OR_RETURN(std::vector<std::string> workers, make_job(FLAGS_workers));
+  const std::string json = absl::StrCat(
+      "{\n  \"ps\": [", absl::StrJoin(ps, ", "), "],\n  \"worker\": [",
+      absl::StrJoin(workers, ", "), "]\n}\n");
+  RETURN_IF_ERROR(psrt::ClusterSpec::Parse(json, "generated spec").status());
+  if (FLAGS_out.empty()) {
+    std::fputs(json.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  std::ofstream out(FLAGS_out);
+  out << json;
+  if (!out.good()) return absl::InternalError("cannot write " + FLAGS_out);
+  return absl::OkStatus();
+}
+
+// A client that only talks to the shards (no variables).
+absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
+  ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
+  psrt::PsClient::Options options;
+  for (int k = 0; k < spec.num_ps(); ++k) options.ps_addresses.push_back(spec.address("ps", k));
+  options.replica = -1;
+  options.rpc_timeout = absl::Seconds(5);
+  ASSIGN_OR_RETURN(psrt::Placement placement,
+                   psrt::ComputePlacement({}, spec.num_ps(), psrt::PlacementOptions()));
+  return std::make_unique<psrt::PsClient>(options, std::move(placement),
+                                          std::vector<psrt::VariableDef>());
+}
+
+absl::Status Status() {
+  ASSIGN_OR_RETURN(auto client, OperatorClient());
+  ASSIGN_OR_RETURN(auto statuses, client->GetStatus());
+  for (size_t k = 0; k < statuses.size(); ++k) {
+    const auto& s = statuses[k];
+    std::printf(
+        "ps/%zu initialized=%d mode=%s version=%lld variables=%d pushes=%lld "
+        "stale_dropped=%lld done=%d\n",
+        k, s.initialized(), psrt::proto::SyncMode_Name(s.config().mode()).c_str(),
+        static_cast<long long>(s.version()), s.variables_size(),
+        static_cast<long long>(s.pushes_applied()),
+        static_cast<long long>(s.stale_pushes_dropped()), s.training_done());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shutdown() {
+  ASSIGN_OR_RETURN(auto client, OperatorClient());
+  RETURN_IF_ERROR(client->WaitForServers(absl::Seconds(5)));
+  client->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "psrtctl tasks|make_spec|status|shutdown [flags]; see --help");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  const std::string command = argc > 1 ? argv[1] : "";
+  absl::Status status;
+  if (command == "tasks") {
+    status = Tasks();
+  } else if (command == "make_spec") {
+    status = MakeSpec();
+  } else if (command == "status") {
+    status = Status();
+  } else if (command == "shutdown") {
+    status = Shutdown();
+  } else {
+    std::fprintf(stderr, "usage: psrtctl tasks|make_spec|status|shutdown [flags]\n");
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "psrtctl %s: %s\n", command.c_str(),
+                 std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,29 @@
+// gRPC plumbing shared by the PS service and the PS client, the only two
+// modules that see gRPC types: the one place that converts between
+// absl::Status and grpc::Status, and the channel/server settings every psrt
+// endpoint uses (no 4 MB message cap, one TCP connection per shard).
+#ifndef PSRT_COMMON_RPC_UTIL_H_
+#define PSRT_COMMON_RPC_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/status.h"
+
+namespace psrt {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// An insecure channel to "host:port" with psrt's settings.
+std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address);
+
+// Applies psrt's settings to a server builder.
+void ConfigurePsServer(grpc::ServerBuilder* builder);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_RPC_UTIL_H_

@@ -1,0 +1,186 @@
+#include "common/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace psrt {
+namespace {
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(
+          absl::StrCat("write ", path, ": ", std::strerror(errno)));
+    }
+    data += w;
+    n -= w;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> entries;
+  size_t offset = 0;
+  for (const NamedTensor& t : tensors) {
+    const size_t end = offset + t.tensor->num_bytes();
+    entries.push_back(absl::StrCat(
+        JsonQuote(t.name), ":{\"dtype\":\"F32\",\"shape\":[",
+        absl::StrJoin(t.tensor->shape(), ","), "],\"data_offsets\":[", offset,
+        ",", end, "]}"));
+    offset = end;
+  }
+  if (!metadata.empty()) {
+    std::vector<std::string> items;
+    for (const auto& [k, v] : metadata) {
+      items.push_back(absl::StrCat(JsonQuote(k), ":", JsonQuote(v)));
+    }
+    entries.push_back(
+        absl::StrCat("\"__metadata__\":{", absl::StrJoin(items, ","), "}"));
+  }
+  std::string header = absl::StrCat("{", absl::StrJoin(entries, ","), "}");
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  char length[8];
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  }
+  absl::Status status = WriteAll(fd, length, 8, tmp);
+  if (status.ok()) status = WriteAll(fd, header.data(), header.size(), tmp);
+  for (const NamedTensor& t : tensors) {
+    if (!status.ok()) break;
+    status = WriteAll(fd, reinterpret_cast<const char*>(t.tensor->data()),
+                      t.tensor->num_bytes(), tmp);
+  }
+  if (status.ok() && ::fsync(fd) != 0) {
+    status = absl::InternalError(absl::StrCat("fsync ", tmp, ": ", std::strerror(errno)));
+  }
+  ::close(fd);
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = absl::InternalError(
+        absl::StrCat("rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors file ", path, ": ", what));
+  };
+  if (bytes.size() < 8) return bad("shorter than its 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  if (n > bytes.size() - 8) {
+    return bad(absl::StrCat("header length ", n, " exceeds the file size ", bytes.size()));
+  }
+  google::protobuf::Struct header;
+  auto parsed = google::protobuf::util::JsonStringToMessage(bytes.substr(8, n), &header);
+  if (!parsed.ok()) return bad(absl::StrCat("malformed JSON header: ", parsed.ToString()));
+  const size_t data_start = 8 + n;
+  const size_t data_size = bytes.size() - data_start;
+
+  SafetensorsFile file;
+  struct Entry { size_t begin; std::string name; Shape shape; size_t end; };
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.fields()) {
+    if (name == "__metadata__") {
+      for (const auto& [k, v] : value.struct_value().fields()) {
+        file.metadata[k] = v.string_value();
+      }
+      continue;
+    }
+    const auto& fields = value.struct_value().fields();
+    auto field = [&](const char* key) -> const google::protobuf::Value* {
+      auto it = fields.find(key);
+      return it == fields.end() ? nullptr : &it->second;
+    };
+    const auto* dtype = field("dtype");
+    const auto* shape = field("shape");
+    const auto* offsets = field("data_offsets");
+    if (dtype == nullptr || shape == nullptr || offsets == nullptr) {
+      return bad(absl::StrCat("tensor \"", name, "\" lacks dtype, shape or data_offsets"));
+    }
+    if (dtype->string_value() != "F32") {
+      return bad(absl::StrCat("tensor \"", name, "\" has dtype \"",
+                              dtype->string_value(), "\"; psrt reads F32"));
+    }
+    Entry e;
+    e.name = name;
+    for (const auto& d : shape->list_value().values()) {
+      if (d.number_value() < 0) return bad(absl::StrCat("tensor \"", name, "\" has a negative dimension"));
+      e.shape.push_back(static_cast<int64_t>(d.number_value()));
+    }
+    if (offsets->list_value().values_size() != 2) {
+      return bad(absl::StrCat("tensor \"", name, "\": data_offsets must be [begin, end]"));
+    }
+    e.begin = static_cast<size_t>(offsets->list_value().values(0).number_value());
+    e.end = static_cast<size_t>(offsets->list_value().values(1).number_value());
+    if (e.begin > e.end || e.end > data_size ||
+        e.end - e.begin != NumElements(e.shape) * sizeof(float)) {
+      return bad(absl::StrCat("tensor \"", name, "\": data_offsets [", e.begin, ", ",
+                              e.end, ") do not fit shape ", ShapeToString(e.shape),
+                              " within ", data_size, " data bytes"));
+    }
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  size_t expect = 0;
+  for (Entry& e : entries) {
+    if (e.begin != expect) return bad(absl::StrCat("tensor \"", e.name, "\" overlaps or leaves a gap"));
+    expect = e.end;
+    Tensor t(e.shape);
+    if (t.num_bytes() > 0) std::memcpy(t.data(), bytes.data() + data_start + e.begin, t.num_bytes());
+    file.tensors.emplace_back(e.name, std::move(t));
+  }
+  if (expect != data_size) return bad("trailing bytes after the last tensor");
+  return file;
+}
+
+}  // namespace psrt

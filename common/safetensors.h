@@ -1,0 +1,47 @@
+// Safetensors files: named float32 tensors in the format of Hugging Face's
+// `safetensors` package, so Python users load psrt's files with ordinary
+// tools (safetensors.numpy.load_file).
+//
+// Layout: an unsigned little-endian 64-bit header length N; N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [784, 512], "data_offsets": [b, e]},
+//    ..., "__metadata__": {"key": "value"}}
+// padded with spaces to a multiple of 8; then the tensor bytes, where tensor
+// "name" occupies [8 + N + b, 8 + N + e). Offsets are contiguous and
+// non-overlapping; psrt writes the tensors in the order given.
+#ifndef PSRT_COMMON_SAFETENSORS_H_
+#define PSRT_COMMON_SAFETENSORS_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+
+namespace psrt {
+
+struct NamedTensor {
+  std::string name;
+  const Tensor* tensor;
+};
+
+// Writes to `path` + ".tmp", fsyncs, and renames over `path`, so a reader
+// never sees a partial file.
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // File order.
+  std::map<std::string, std::string> metadata;
+};
+
+// Errors (InvalidArgument naming the file): short file, bad header length,
+// malformed JSON, unknown dtype, offsets out of range or inconsistent with
+// the shape.
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_SAFETENSORS_H_

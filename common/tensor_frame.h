@@ -1,0 +1,64 @@
+// Tensor frames: the encoding of InitRequest, PullResponse and PushRequest
+// (see proto/psrt.proto) as gRPC byte buffers, without copying tensor bytes
+// through protobuf.
+//
+// A frame is the protobuf encoding of a message with a header (field 1) and a
+// tensor_data bytes field (field 2), written in that order:
+//   0x0A varint(len(header)) header-bytes 0x12 varint(len(data)) data
+// Encoding references the caller's tensor memory directly (no copy); decoding
+// parses the small header and copies the data straight into its destination.
+// Both ends therefore move tensor bytes once, into memory that is reused from
+// step to step, never into a fresh per-message allocation.
+#ifndef PSRT_COMMON_TENSOR_FRAME_H_
+#define PSRT_COMMON_TENSOR_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+
+namespace psrt {
+
+// Builds a frame from `header` and the concatenation of `chunks`. The chunk
+// memory is referenced, not copied: it must stay unchanged until gRPC has
+// sent the message, i.e. until the call completes, or until `release` runs
+// when one is given (gRPC calls it once it drops its last reference).
+grpc::ByteBuffer EncodeTensorFrame(
+    const google::protobuf::MessageLite& header,
+    const std::vector<absl::Span<const char>>& chunks,
+    std::function<void()> release = nullptr);
+
+// Reads a frame. Open() parses the header; the data is then consumed in
+// order by CopyData (or Skip) calls.
+class TensorFrameReader {
+ public:
+  // Errors: InvalidArgument when the bytes are not a frame of this shape.
+  absl::Status Open(const grpc::ByteBuffer& buffer,
+                    google::protobuf::MessageLite* header);
+  size_t data_size() const { return data_size_; }
+  size_t data_remaining() const { return data_size_ - data_consumed_; }
+  // Copies the next dst.size() bytes of tensor_data into dst.
+  // REQUIRES: dst.size() <= data_remaining().
+  void CopyData(absl::Span<char> dst);
+
+ private:
+  bool ReadByte(uint8_t* b);
+  bool ReadVarint(uint64_t* v);
+  void CopyBytes(char* dst, size_t n);
+
+  std::vector<grpc::Slice> slices_;
+  size_t slice_ = 0;   // Current slice.
+  size_t offset_ = 0;  // Offset within it.
+  size_t data_size_ = 0;
+  size_t data_consumed_ = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TENSOR_FRAME_H_

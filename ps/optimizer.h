@@ -1,0 +1,37 @@
+// Optimizer: the update rule a parameter-server shard applies to its values.
+//
+// A shard keeps all its variables in one flat float buffer; every optimizer
+// here is element-wise, so it updates that buffer as a whole and keeps its
+// slots (e.g. momentum accumulators) in buffers of the same layout. The math
+// is the kernels' shared functors (kernels/elementwise.h), the same code the
+// CUDA path runs.
+//
+// Thread safety: not thread-safe; the shard calls it under its lock.
+#ifndef PSRT_PS_OPTIMIZER_H_
+#define PSRT_PS_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/psrt.pb.h"
+
+namespace psrt {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one (already averaged) gradient to `values`.
+  // REQUIRES: grad.size() == values.size() == the size given at creation.
+  virtual void Apply(absl::Span<const float> grad, absl::Span<float> values) = 0;
+};
+
+// Errors: InvalidArgument for an unknown optimizer or a bad hyperparameter
+// (non-positive learning rate, momentum outside [0, 1)).
+absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
+    const proto::TrainingConfig& config, int64_t num_elements);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_OPTIMIZER_H_

@@ -1,0 +1,151 @@
+// ParameterShard: the state of one parameter-server task, free of any
+// transport: its slice of the model's variables, the optimizer, the version
+// counter and synchronous aggregation. ps_service.cc is a thin gRPC adapter
+// around it.
+//
+// Protocol. The chief calls Init once with the variable list, the initial
+// values and the TrainingConfig (a later Init with the same variables is a
+// no-op; with different ones, an error). Then:
+//  - Sync mode (SyncReplicas): the shard is at version t. A push tagged t
+//    from a replica that has not pushed at t is summed in; when R such pushes
+//    have arrived, their mean is applied once by the optimizer and the
+//    version becomes t+1. A push tagged < t is stale: dropped and counted. A
+//    second push from the same replica at t is a retry: acknowledged, not
+//    applied again. A push tagged > t is FailedPrecondition.
+//  - Async mode: every push is applied on arrival; the version counts the
+//    pushes applied.
+//  - Pull(min_version) is answered with the values as soon as the version is
+//    >= min_version (or training is over), or fails with DeadlineExceeded at
+//    its deadline. All pulls at one version share one copy of the values.
+//  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
+//    an operator (-1) it ends training: waiting pulls return at once with
+//    training_done, pushes are no longer applied.
+//
+// Thread safety: every method is thread-safe. Pull callbacks never run under
+// the shard's lock; they run on the thread of Pull, of the Push or Shutdown
+// that satisfied them, or of the shard's deadline thread.
+//
+// Invariants: values_ holds the variables back to back in variables_ order;
+// sum_ holds the sum of the gradients of the replicas in pushed_ at version_.
+#ifndef PSRT_PS_PARAMETER_SHARD_H_
+#define PSRT_PS_PARAMETER_SHARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "proto/psrt.pb.h"
+#include "ps/optimizer.h"
+
+namespace psrt {
+
+class ParameterShard {
+ public:
+  struct Options {
+    // Used for a pull whose request names no timeout.
+    absl::Duration default_pull_timeout = absl::Seconds(60);
+  };
+
+  // The values of every variable of the shard at one version, back to back.
+  struct Snapshot {
+    int64_t version = 0;
+    Tensor values;
+  };
+  struct PullReply {
+    proto::PullHeader header;
+    std::shared_ptr<const Snapshot> snapshot;
+  };
+  using PullCallback = std::function<void(absl::StatusOr<PullReply>)>;
+
+  explicit ParameterShard(const Options& options);
+  ~ParameterShard();  // Fails waiting pulls with Cancelled.
+
+  ParameterShard(const ParameterShard&) = delete;
+  ParameterShard& operator=(const ParameterShard&) = delete;
+
+  // Returns true when this call initialized the shard, false when it already
+  // held the same variables. `data` holds the initial values.
+  absl::StatusOr<bool> Init(const proto::InitHeader& header,
+                            absl::Span<const char> data);
+
+  // `data` holds the gradients of every variable, in the shard's order.
+  // Invalid input (unknown variable, wrong shape, dtype or byte length)
+  // is InvalidArgument and leaves the state untouched.
+  absl::StatusOr<proto::PushResponse> Push(const proto::PushHeader& header,
+                                           absl::Span<const char> data);
+
+  // Calls `done` exactly once (see the header comment).
+  void Pull(int64_t min_version, absl::Time deadline, PullCallback done);
+  absl::Duration default_pull_timeout() const {
+    return options_.default_pull_timeout;
+  }
+
+  proto::StatusResponse GetStatus() const;
+  void Shutdown(int replica);
+
+  // Blocks until training is over and every replica has said Shutdown, or
+  // until `grace` has passed since training ended.
+  void WaitUntilFinished(absl::Duration grace);
+
+  int64_t incarnation() const { return incarnation_; }
+
+ private:
+  struct Waiter {
+    int64_t min_version;
+    absl::Time deadline;
+    PullCallback done;
+  };
+  class SnapshotPool;
+
+  absl::Status ValidateTensors(
+      const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
+      size_t data_size, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ApplyUpdate(absl::Span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Builds the reply for the current state; REQUIRES initialized_.
+  PullReply MakeReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the waiters that can be answered now and pairs them with replies.
+  void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeadlineLoop();
+
+  const Options options_;
+  const int64_t incarnation_;
+  std::shared_ptr<SnapshotPool> pool_;
+
+  mutable absl::Mutex mu_;
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  proto::TrainingConfig config_ ABSL_GUARDED_BY(mu_);
+  std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
+  int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
+  Tensor values_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
+  std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
+  std::shared_ptr<const Snapshot> cached_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  bool training_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
+  std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar changed_;  // Signalled on any state change waiters care for.
+
+  std::thread deadline_thread_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_PARAMETER_SHARD_H_

@@ -1,0 +1,121 @@
+#include "common/placement.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+std::vector<VariableDef> MlpVariables() {
+  return {{"hidden1/weights", {784, 512}},
+          {"hidden1/biases", {512}},
+          {"softmax_linear/weights", {512, 10}},
+          {"softmax_linear/biases", {10}}};
+}
+
+TEST(PlacementTest, RoundRobinWithoutPartitioning) {
+  PlacementOptions options;
+  options.partition_threshold_bytes = 64 << 20;
+  auto placement = ComputePlacement(MlpVariables(), 2, options);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  ASSERT_EQ(placement->slices.size(), 4u);
+  EXPECT_EQ(placement->slices[0].shard, 0);
+  EXPECT_EQ(placement->slices[1].shard, 1);
+  EXPECT_EQ(placement->slices[2].shard, 0);
+  EXPECT_EQ(placement->slices[3].shard, 1);
+  EXPECT_EQ(placement->shard_slices[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(placement->shard_slices[1], (std::vector<int>{1, 3}));
+  EXPECT_EQ(placement->slices[0].name, "hidden1/weights");
+  EXPECT_EQ(placement->slices[0].num_bytes, 784 * 512 * 4);
+}
+
+TEST(PlacementTest, GreedyBalancesBytes) {
+  PlacementOptions options;
+  options.strategy = PlacementStrategy::kGreedyByBytes;
+  options.partition_threshold_bytes = 64 << 20;
+  // 400, 300, 200, 100 floats: greedy gives {400, 100} and {300, 200}.
+  std::vector<VariableDef> vars = {{"a", {400}}, {"b", {300}}, {"c", {200}}, {"d", {100}}};
+  auto placement = ComputePlacement(vars, 2, options);
+  ASSERT_TRUE(placement.ok());
+  EXPECT_EQ(placement->slices[0].shard, 0);
+  EXPECT_EQ(placement->slices[1].shard, 1);
+  EXPECT_EQ(placement->slices[2].shard, 1);
+  EXPECT_EQ(placement->slices[3].shard, 0);
+}
+
+TEST(PlacementTest, PartitionsLargeVariablesIntoContiguousRowSlices) {
+  PlacementOptions options;
+  options.partition_threshold_bytes = 1 << 20;
+  // 784x512 floats = 1.53 MiB -> 2 parts on 3 shards.
+  auto placement = ComputePlacement(MlpVariables(), 3, options);
+  ASSERT_TRUE(placement.ok());
+  ASSERT_EQ(placement->slices.size(), 5u);
+  const VariableSlice& p0 = placement->slices[0];
+  const VariableSlice& p1 = placement->slices[1];
+  EXPECT_EQ(p0.name, "hidden1/weights/part_0");
+  EXPECT_EQ(p1.name, "hidden1/weights/part_1");
+  EXPECT_EQ(p0.shape, (Shape{392, 512}));
+  EXPECT_EQ(p1.shape, (Shape{392, 512}));
+  EXPECT_EQ(p0.byte_offset, 0);
+  EXPECT_EQ(p1.byte_offset, p0.num_bytes);
+  EXPECT_EQ(p0.num_bytes + p1.num_bytes, 784 * 512 * 4);
+  EXPECT_NE(p0.shard, p1.shard);
+}
+
+TEST(PlacementTest, UnevenRowsAndPartsOnDistinctShardsForBothStrategies) {
+  for (PlacementStrategy strategy :
+       {PlacementStrategy::kRoundRobin, PlacementStrategy::kGreedyByBytes}) {
+    PlacementOptions options;
+    options.strategy = strategy;
+    options.partition_threshold_bytes = 100;
+    std::vector<VariableDef> vars = {{"small", {3}}, {"big", {10, 7}}};
+    auto placement = ComputePlacement(vars, 4, options);
+    ASSERT_TRUE(placement.ok());
+    // big: 280 bytes -> ceil(280/100) = 3 parts of 4, 3, 3 rows.
+    std::vector<int64_t> rows;
+    std::set<int> shards;
+    int64_t bytes = 0;
+    for (const VariableSlice& s : placement->slices) {
+      if (s.variable != 1) continue;
+      rows.push_back(s.shape[0]);
+      shards.insert(s.shard);
+      EXPECT_EQ(s.byte_offset, bytes);
+      bytes += s.num_bytes;
+    }
+    EXPECT_EQ(rows, (std::vector<int64_t>{4, 3, 3}));
+    EXPECT_EQ(shards.size(), 3u);
+    EXPECT_EQ(bytes, 280);
+  }
+}
+
+TEST(PlacementTest, IsDeterministic) {
+  PlacementOptions options;
+  options.strategy = PlacementStrategy::kGreedyByBytes;
+  auto a = ComputePlacement(MlpVariables(), 3, options);
+  auto b = ComputePlacement(MlpVariables(), 3, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->slices.size(), b->slices.size());
+  for (size_t i = 0; i < a->slices.size(); ++i) {
+    EXPECT_EQ(a->slices[i].name, b->slices[i].name);
+    EXPECT_EQ(a->slices[i].shard, b->slices[i].shard);
+  }
+}
+
+TEST(PlacementTest, RejectsBadInput) {
+  PlacementOptions options;
+  EXPECT_EQ(ComputePlacement(MlpVariables(), 0, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto dup = ComputePlacement({{"a", {1}}, {"a", {2}}}, 1, options);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(dup.status().message().find("\"a\""), absl::string_view::npos);
+  EXPECT_FALSE(ComputePlacement({{"", {1}}}, 1, options).ok());
+  EXPECT_FALSE(ComputePlacement({{"neg", {-1}}}, 1, options).ok());
+  auto strategy = ParsePlacementStrategy("random");
+  EXPECT_FALSE(strategy.ok());
+  EXPECT_NE(strategy.status().message().find("round_robin"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace psrt

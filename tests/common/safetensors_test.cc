@@ -1,0 +1,48 @@
+#include "common/safetensors.h"
+
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+TEST(SafetensorsTest, RoundTrip) {
+  Tensor a({2, 3});
+  Tensor b({4});
+  for (int i = 0; i < 6; ++i) a.data()[i] = i * 0.5f;
+  for (int i = 0; i < 4; ++i) b.data()[i] = -i;
+  const std::string path = testing::TempDir() + "/round_trip.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"layer/w", &a}, {"layer/b", &b}},
+                               {{"global_step", "7"}})
+                  .ok());
+  auto file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->tensors.size(), 2u);
+  EXPECT_EQ(file->tensors[0].first, "layer/w");
+  EXPECT_EQ(file->tensors[0].second.shape(), (Shape{2, 3}));
+  EXPECT_EQ(file->tensors[0].second.data()[5], 2.5f);
+  EXPECT_EQ(file->tensors[1].first, "layer/b");
+  EXPECT_EQ(file->tensors[1].second.data()[3], -3.0f);
+  EXPECT_EQ(file->metadata.at("global_step"), "7");
+}
+
+TEST(SafetensorsTest, RefusesTruncatedFile) {
+  Tensor a({100});
+  const std::string path = testing::TempDir() + "/truncated.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", &a}}).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (size_t keep : {size_t{4}, size_t{20}, bytes.size() - 1}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), keep);
+    auto file = ReadSafetensors(path);
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << keep;
+    EXPECT_NE(file.status().message().find(path), absl::string_view::npos);
+  }
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,280 @@
+#include "ps/parameter_shard.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+constexpr int kSize = 4;
+
+proto::VariableMeta Meta(const std::string& name, Shape shape) {
+  proto::VariableMeta meta;
+  meta.set_name(name);
+  meta.set_dtype(proto::DT_FLOAT);
+  for (int64_t d : shape) meta.add_shape(d);
+  return meta;
+}
+
+absl::Span<const char> Bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)};
+}
+
+proto::TrainingConfig Config(proto::SyncMode mode, int replicas, int aggregate,
+                             float learning_rate = 1.0f) {
+  proto::TrainingConfig config;
+  config.set_mode(mode);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(aggregate);
+  config.set_optimizer(proto::SGD);
+  config.set_learning_rate(learning_rate);
+  return config;
+}
+
+void InitShard(ParameterShard* shard, const proto::TrainingConfig& config,
+               std::vector<float> initial = std::vector<float>(kSize, 0.0f)) {
+  proto::InitHeader header;
+  *header.mutable_config() = config;
+  *header.add_variables() = Meta("w", {kSize});
+  auto initialized = shard->Init(header, Bytes(initial));
+  ASSERT_TRUE(initialized.ok()) << initialized.status();
+  ASSERT_TRUE(*initialized);
+}
+
+absl::StatusOr<proto::PushResponse> PushFrom(ParameterShard* shard, int replica,
+                                             int64_t version,
+                                             const std::vector<float>& grad) {
+  proto::PushHeader header;
+  header.set_replica(replica);
+  header.set_version(version);
+  *header.add_variables() = Meta("w", {kSize});
+  return shard->Push(header, Bytes(grad));
+}
+
+// Pulls synchronously; returns the values (empty on error).
+absl::StatusOr<std::pair<int64_t, std::vector<float>>> PullNow(
+    ParameterShard* shard, int64_t min_version,
+    absl::Duration timeout = absl::Seconds(5)) {
+  absl::Notification done;
+  absl::StatusOr<ParameterShard::PullReply> result;
+  shard->Pull(min_version, absl::Now() + timeout,
+              [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+                result = std::move(reply);
+                done.Notify();
+              });
+  done.WaitForNotification();
+  if (!result.ok()) return result.status();
+  const Tensor& values = result->snapshot->values;
+  return std::make_pair(result->header.version(),
+                        std::vector<float>(values.data(), values.data() + kSize));
+}
+
+TEST(ParameterShardTest, SyncAveragesTheFirstRGradientsOfAVersion) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 3, 2));
+  auto r0 = PushFrom(&shard, 0, 0, {1, 2, 3, 4});
+  ASSERT_TRUE(r0.ok());
+  EXPECT_TRUE(r0->accepted());
+  EXPECT_EQ(r0->version(), 0);  // Waiting for a second gradient.
+  auto r1 = PushFrom(&shard, 1, 0, {3, 2, 1, 0});
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->version(), 1);
+  auto pulled = PullNow(&shard, 1);
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->first, 1);
+  // w = 0 - 1.0 * mean = -(2, 2, 2, 2).
+  EXPECT_EQ(pulled->second, (std::vector<float>{-2, -2, -2, -2}));
+
+  // The backup worker's gradient for version 0 arrives late: stale, dropped.
+  auto late = PushFrom(&shard, 2, 0, {100, 100, 100, 100});
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->accepted());
+  EXPECT_EQ(shard.GetStatus().stale_pushes_dropped(), 1);
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-2, -2, -2, -2}));
+}
+
+TEST(ParameterShardTest, SyncRetriedPushIsNotCountedTwice) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2));
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  auto retry = PushFrom(&shard, 0, 0, {1, 1, 1, 1});
+  ASSERT_TRUE(retry.ok());
+  EXPECT_TRUE(retry->accepted());
+  EXPECT_EQ(retry->version(), 0);  // Still waiting for replica 1.
+  auto r1 = PushFrom(&shard, 1, 0, {3, 3, 3, 3});
+  EXPECT_EQ(r1->version(), 1);
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-2, -2, -2, -2}));
+}
+
+TEST(ParameterShardTest, SyncVersionsAdvanceInLockstep) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2, 0.5f));
+  for (int64_t v = 0; v < 5; ++v) {
+    ASSERT_EQ(PushFrom(&shard, 0, v, {1, 1, 1, 1})->version(), v);
+    ASSERT_EQ(PushFrom(&shard, 1, v, {1, 1, 1, 1})->version(), v + 1);
+    auto future = PushFrom(&shard, 0, v + 2, {1, 1, 1, 1});
+    EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  auto pulled = PullNow(&shard, 5);
+  EXPECT_EQ(pulled->first, 5);
+  EXPECT_EQ(pulled->second, (std::vector<float>{-2.5, -2.5, -2.5, -2.5}));
+}
+
+TEST(ParameterShardTest, PullWaitsForTheNextVersion) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2));
+  std::atomic<bool> answered{false};
+  absl::Notification done;
+  int64_t got_version = -1;
+  shard.Pull(1, absl::Now() + absl::Seconds(10),
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+               ASSERT_TRUE(reply.ok());
+               got_version = reply->header.version();
+               answered = true;
+               done.Notify();
+             });
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(answered);  // One of two gradients: still version 0.
+  ASSERT_TRUE(PushFrom(&shard, 1, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(got_version, 1);
+}
+
+TEST(ParameterShardTest, WaitingPullFailsAtItsDeadline) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2));
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  const absl::Time start = absl::Now();
+  auto pulled = PullNow(&shard, 1, absl::Milliseconds(200));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(pulled.status().message().find("1 of 2"), absl::string_view::npos)
+      << pulled.status();
+  EXPECT_GE(waited, absl::Milliseconds(190));
+  EXPECT_LT(waited, absl::Seconds(3));
+}
+
+TEST(ParameterShardTest, ShutdownByTheChiefReleasesWaitingPulls) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2));
+  absl::Notification done;
+  bool training_done = false;
+  shard.Pull(1, absl::Now() + absl::Seconds(10),
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+               training_done = reply.ok() && reply->header.training_done();
+               done.Notify();
+             });
+  shard.Shutdown(1);  // A non-chief finishing does not end training.
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  shard.Shutdown(0);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(training_done);
+  auto push = PushFrom(&shard, 1, 0, {1, 1, 1, 1});
+  EXPECT_TRUE(push->training_done());
+  EXPECT_FALSE(push->accepted());
+  // Both replicas said goodbye: returns without waiting for the grace period.
+  const absl::Time start = absl::Now();
+  shard.WaitUntilFinished(absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ParameterShardTest, AsyncAppliesEveryConcurrentPushExactlyOnce) {
+  // Gradients are small integers and the learning rate 1, so float sums are
+  // exact: any lost or doubled update shows up in the final values.
+  constexpr int kThreads = 8;
+  constexpr int kPushesPerThread = 500;
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, kThreads, 1));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const float g = static_cast<float>(t + 1);
+      for (int i = 0; i < kPushesPerThread; ++i) {
+        auto r = PushFrom(&shard, t, 0, {g, 2 * g, 0, -g});
+        ASSERT_TRUE(r.ok());
+        ASSERT_TRUE(r->accepted());
+      }
+    });
+  }
+  // Concurrent pulls must see consistent snapshots (all lanes in ratio).
+  std::thread puller([&] {
+    for (int i = 0; i < 200; ++i) {
+      auto pulled = PullNow(&shard, 0);
+      ASSERT_TRUE(pulled.ok());
+      EXPECT_EQ(pulled->second[1], 2 * pulled->second[0]);
+      EXPECT_EQ(pulled->second[3], -pulled->second[0]);
+    }
+  });
+  for (auto& t : threads) t.join();
+  puller.join();
+  const float sum = kPushesPerThread * kThreads * (kThreads + 1) / 2.0f;
+  auto pulled = PullNow(&shard, 0);
+  EXPECT_EQ(pulled->first, kThreads * kPushesPerThread);
+  EXPECT_EQ(pulled->second, (std::vector<float>{-sum, -2 * sum, 0, sum}));
+  EXPECT_EQ(shard.GetStatus().pushes_applied(), kThreads * kPushesPerThread);
+}
+
+TEST(ParameterShardTest, RejectsBadPushesAndLeavesStateUntouched) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2), {5, 5, 5, 5});
+  proto::PushHeader header;
+  header.set_replica(0);
+  *header.add_variables() = Meta("w", {2, 2});
+  std::vector<float> grad = {1, 1, 1, 1};
+  auto wrong_shape = shard.Push(header, Bytes(grad));
+  EXPECT_EQ(wrong_shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong_shape.status().message().find("[2,2]"), absl::string_view::npos);
+
+  header.mutable_variables(0)->set_name("v");
+  header.mutable_variables(0)->clear_shape();
+  header.mutable_variables(0)->add_shape(kSize);
+  auto unknown = shard.Push(header, Bytes(grad));
+  EXPECT_NE(unknown.status().message().find("\"v\""), absl::string_view::npos);
+
+  header.mutable_variables(0)->set_name("w");
+  std::vector<float> short_grad = {1, 1, 1};
+  auto short_data = shard.Push(header, Bytes(short_grad));
+  EXPECT_EQ(short_data.status().code(), absl::StatusCode::kInvalidArgument);
+
+  header.set_replica(7);
+  EXPECT_EQ(shard.Push(header, Bytes(grad)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  header.set_replica(0);
+  header.mutable_variables(0)->set_dtype(proto::DT_INVALID);
+  EXPECT_EQ(shard.Push(header, Bytes(grad)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto pulled = PullNow(&shard, 0);
+  EXPECT_EQ(pulled->first, 0);
+  EXPECT_EQ(pulled->second, (std::vector<float>{5, 5, 5, 5}));
+  EXPECT_EQ(shard.GetStatus().pushes_applied(), 0);
+}
+
+TEST(ParameterShardTest, InitValidatesAndIsIdempotent) {
+  ParameterShard shard({});
+  proto::InitHeader header;
+  *header.mutable_config() = Config(proto::SYNC, 2, 3);  // R > W.
+  *header.add_variables() = Meta("w", {kSize});
+  std::vector<float> values(kSize, 1.0f);
+  auto bad = shard.Init(header, Bytes(values));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("replicas_to_aggregate"), absl::string_view::npos);
+
+  auto before_init = PushFrom(&shard, 0, 0, values);
+  EXPECT_EQ(before_init.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  *header.mutable_config() = Config(proto::SYNC, 2, 2);
+  EXPECT_TRUE(*shard.Init(header, Bytes(values)));
+  EXPECT_FALSE(*shard.Init(header, Bytes(values)));  // A restarted chief.
+  header.mutable_variables(0)->set_name("other");
+  EXPECT_EQ(shard.Init(header, Bytes(values)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,102 @@
+// PsClient: a worker's view of the parameter servers: Init (chief), Pull,
+// Push, and little else.
+//
+// The client holds one gRPC channel per PS shard and the placement that maps
+// the model's variables onto shards (common/placement.h). Every call goes to
+// all shards in parallel and returns when all have answered. Push sends
+// gradient bytes straight from the caller's tensors; Pull copies parameter
+// bytes straight into the caller's tensors: no per-step allocation of tensor
+// size on either path.
+//
+// Versions are tracked per shard: Pull records each shard's version, and the
+// next Push tags each shard's gradients with it. In sync mode the shards
+// move in lockstep, so all of them are equal.
+//
+// Thread safety: not thread-safe; one trainer thread drives it.
+#ifndef PSRT_WORKER_PS_CLIENT_H_
+#define PSRT_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/placement.h"
+#include "common/tensor.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/psrt.pb.h"
+
+namespace psrt {
+
+class PsClient {
+ public:
+  struct Options {
+    std::vector<std::string> ps_addresses;  // Shard k listens on [k].
+    int replica = 0;                        // This worker's replica index.
+    absl::Duration rpc_timeout = absl::Seconds(60);
+    // How long a pull may wait for the next version (sync mode waits for
+    // the slowest replica).
+    absl::Duration pull_timeout = absl::Seconds(300);
+  };
+  struct PullResult {
+    int64_t version = 0;  // Lowest version among the shards.
+    bool training_done = false;
+  };
+  struct PushResult {
+    bool accepted = true;  // False if any shard dropped it as stale.
+    bool training_done = false;
+  };
+
+  // REQUIRES: placement.num_shards == options.ps_addresses.size().
+  PsClient(Options options, Placement placement,
+           std::vector<VariableDef> variables);
+  ~PsClient();
+
+  // Waits until every shard answers, retrying with backoff and logging the
+  // shards it still waits for. DeadlineExceeded names them.
+  absl::Status WaitForServers(absl::Duration timeout);
+  // Chief: registers the variables and their initial values on every shard.
+  absl::Status Init(const proto::TrainingConfig& config,
+                    const std::vector<Tensor>& params);
+  // Waits until every shard has been initialized, checks that it holds
+  // exactly this worker's variables, and returns the chief's config.
+  absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
+      absl::Duration timeout);
+  // Fills `params` (one tensor per variable, already shaped) with values of
+  // version >= min_version from every shard.
+  absl::StatusOr<PullResult> Pull(int64_t min_version,
+                                  std::vector<Tensor>* params);
+  // Pushes one gradient per variable, tagged with the versions last pulled.
+  absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads);
+  // Tells every shard this replica is done (the chief's ends training).
+  // Unreachable shards are ignored: they may have exited already.
+  void Shutdown();
+  // Status of every shard, in shard order.
+  absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus();
+
+  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  const std::vector<int64_t>& shard_versions() const { return versions_; }
+
+ private:
+  // Calls `method` on every shard at once; `on_response` runs on gRPC's
+  // thread for each reply. Errors are prefixed with the shard's name.
+  absl::Status CallAll(
+      const std::string& method, absl::Duration timeout,
+      const std::vector<grpc::ByteBuffer>& requests,
+      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response);
+  std::string ShardName(int shard) const;
+
+  const Options options_;
+  const Placement placement_;
+  const std::vector<VariableDef> variables_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
+  std::vector<int64_t> versions_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_PS_CLIENT_H_
