@@ -22,11 +22,6 @@
 
 namespace psrt {
 
-struct VariableDef {
-  std::string name;  // e.g. "hidden1/weights"
-  Shape shape;
-};
-
 struct ModelOptions {
   int input_height = 28;
   int input_width = 28;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs psrt's dependencies (Debian packages, Fashion-MNIST included) and
+# builds everything into build/ with ccache and -j2. Idempotent: when nothing
+# changed it only checks and returns.
+#
+#   scripts/setup.sh            # Release build in build/
+#   BUILD_DIR=out scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
+  libgtest-dev libgmock-dev zlib1g-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# nvcc lives outside PATH in the CUDA toolkit's usual place.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$BUILD_DIR" -j2
