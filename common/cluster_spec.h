@@ -36,14 +36,17 @@ struct TaskId {
 class ClusterSpec {
  public:
   // Parses either shape above. `source` names where the text came from
-  // ("file /tmp/c.json" or "TF_CONFIG") and starts every error message,
-  // which also names the offending field, e.g.
+  // ("cluster spec file /tmp/c.json" or "TF_CONFIG") and starts every error
+  // message (InvalidArgument), which also names the offending field, e.g.
   //   "cluster spec file c.json: job \"ps\" task 1: bad address \"x:99999\":
   //    port must be in 1..65535".
+  // In the TF_CONFIG shape the top level may hold only "cluster", "task" and
+  // "environment" (ignored), and "task" only "type" and "index". A job in
+  // TensorFlow's dict form {"0": "host:port"} is refused: use a list.
   // When the text has a "task" member, task() returns it (validated).
   static absl::StatusOr<ClusterSpec> Parse(absl::string_view json,
                                            absl::string_view source);
-  // Reads and parses a file; errors name the path.
+  // Reads and parses a file; errors start "cluster spec file <path>: ".
   static absl::StatusOr<ClusterSpec> FromFile(const std::string& path);
 
   // Number of tasks of a job (0 when the job is absent).
@@ -55,29 +58,33 @@ class ClusterSpec {
   }
   const std::optional<TaskId>& task() const { return task_; }
 
-  // Checks that `task` names an existing task; the error names the job,
-  // the index and the valid range.
+  // Checks that `task` names an existing task; the error (InvalidArgument,
+  // prefixed with the parse source) names the job, the index and the valid
+  // range.
   absl::Status ValidateTask(const TaskId& task) const;
 
   int num_ps() const { return num_tasks("ps"); }
   // Number of training replicas: chief (if any) + workers.
   int num_replicas() const;
   // Replica number of a "chief" or "worker" task (see the header comment).
+  // REQUIRES: ValidateTask(task).ok() and task.job is "chief" or "worker".
   int ReplicaIndex(const TaskId& task) const;
-  // Address of replica r.
+  // Address of replica r. REQUIRES: 0 <= replica < num_replicas().
   const std::string& ReplicaAddress(int replica) const;
 
  private:
   std::map<std::string, std::vector<std::string>> jobs_;
   std::optional<TaskId> task_;
+  std::string source_;  // Prefix of ValidateTask's errors.
 };
 
 // Resolves the cluster and this process's task the way TensorFlow's classic
 // examples do: `--cluster_spec=FILE` when `cluster_spec_path` is non-empty,
 // otherwise the TF_CONFIG text `tf_config` (the caller reads the variable);
 // `job_name`/`task_index` from flags override the TF_CONFIG task when
-// job_name is non-empty. Errors when neither source is given, when no task
-// is known, or when the task is out of range.
+// job_name is non-empty. The file wins when both are given. Errors when
+// neither source is given ("no cluster: pass --cluster_spec=FILE or set
+// TF_CONFIG"), when no task is known, or when the task is out of range.
 struct ClusterConfig {
   ClusterSpec spec;
   TaskId task;
@@ -86,7 +93,10 @@ absl::StatusOr<ClusterConfig> ResolveClusterConfig(
     const std::string& cluster_spec_path, const std::string& tf_config,
     const std::string& job_name, int task_index);
 
-// Splits "host:port" / "[v6]:port"; error text names the address.
+// Splits "host:port" / "[v6]:port" (host without brackets) into its parts;
+// the port must be decimal in 1..65535. InvalidArgument text names the
+// address, e.g. "bad address \"::1:2222\": IPv6 addresses must be
+// bracketed, e.g. \"[::1]:2222\"".
 absl::Status SplitHostPort(absl::string_view address, std::string* host,
                            int* port);
 
