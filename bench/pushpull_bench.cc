@@ -1,1 +1,156 @@
-int main() { return 0; }
+// pushpull_bench: push + pull bandwidth of a model of --model_mb megabytes
+// against running psrt_ps shards, beside the loopback TCP bandwidth measured
+// in the same process. Run by scripts/bench_pushpull.sh, which starts the
+// shards.
+//
+// The bench is the chief of a one-replica asynchronous job: it initializes a
+// synthetic model (one large variable, partitioned over every shard, plus
+// two small ones), then times rounds of Push (every gradient applied by SGD
+// on the shards) + Pull. Bandwidth counts the bytes of both directions.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/cluster_spec.h"
+#include "common/placement.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "worker/ps_client.h"
+
+DEFINE_string(cluster_spec, "", "Spec of the running ps tasks.");
+DEFINE_double(model_mb, 13, "Model size in MB (10^6 bytes).");
+DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
+DEFINE_int32(rounds, 10, "Push+pull rounds per run.");
+
+namespace {
+
+void Check(const absl::Status& status) { CHECK(status.ok()) << status; }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One TCP stream over 127.0.0.1 moving `bytes` from a reused send buffer
+// into a reused receive buffer; returns MB/s.
+double LoopbackMbPerSec(size_t bytes) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  CHECK_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  CHECK_EQ(::listen(listener, 1), 0);
+  CHECK_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  constexpr size_t kChunk = 1 << 20;
+  static std::vector<char> send_buffer(kChunk, 1), receive_buffer(kChunk);
+  std::thread receiver([&] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    size_t got = 0;
+    while (got < bytes) {
+      ssize_t n = ::read(fd, receive_buffer.data(), kChunk);
+      if (n <= 0) break;
+      got += n;
+    }
+    char ack = 1;
+    CHECK_EQ(::write(fd, &ack, 1), 1);
+    ::close(fd);
+  });
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  while (sent < bytes) {
+    ssize_t n = ::write(fd, send_buffer.data(), std::min(kChunk, bytes - sent));
+    CHECK_GT(n, 0);
+    sent += n;
+  }
+  char ack;
+  CHECK_EQ(::read(fd, &ack, 1), 1);
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  ::close(fd);
+  receiver.join();
+  ::close(listener);
+  return bytes / 1e6 / secs;
+}
+
+int Run() {
+  auto spec = psrt::ClusterSpec::FromFile(FLAGS_cluster_spec);
+  if (!spec.ok()) {
+    LOG(ERROR) << spec.status().message();
+    return 2;
+  }
+  const int shards = spec->num_ps();
+  const int64_t floats = static_cast<int64_t>(FLAGS_model_mb * 1e6 / 4);
+  constexpr int64_t kCols = 1024;
+  const int64_t rows = std::max<int64_t>(1, (floats - 2 * kCols) / kCols);
+  std::vector<psrt::VariableDef> vars = {
+      {"dense/weights", {rows, kCols}}, {"dense/biases", {kCols}}, {"out/biases", {kCols}}};
+  psrt::PlacementOptions placement_options;
+  placement_options.partition_threshold_bytes = 1 << 20;
+  auto placement = psrt::ComputePlacement(vars, shards, placement_options);
+  CHECK(placement.ok()) << placement.status();
+
+  psrt::PsClient::Options options;
+  for (int k = 0; k < shards; ++k) options.ps_addresses.push_back(spec->address("ps", k));
+  psrt::PsClient client(options, *placement, vars);
+  Check(client.WaitForServers(absl::Seconds(60)));
+
+  std::vector<psrt::Tensor> params, grads;
+  size_t model_bytes = 0;
+  for (const auto& v : vars) {
+    params.emplace_back(v.shape);
+    grads.emplace_back(v.shape);
+    std::fill_n(grads.back().data(), grads.back().num_elements(), 1e-6f);
+    model_bytes += params.back().num_bytes();
+  }
+  psrt::proto::TrainingConfig config;
+  config.set_mode(psrt::proto::ASYNC);
+  config.set_num_replicas(1);
+  config.set_replicas_to_aggregate(1);
+  config.set_optimizer(psrt::proto::SGD);
+  config.set_learning_rate(1e-3f);
+  Check(client.Init(config, params));
+
+  auto round = [&] {
+    Check(client.Push(grads).status());
+    Check(client.Pull(0, &params).status());
+  };
+  for (int i = 0; i < 3; ++i) round();  // Warm up buffers and connections.
+  std::vector<double> pushpull, loopback;
+  for (int run = 0; run < FLAGS_runs; ++run) {
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < FLAGS_rounds; ++i) round();
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    pushpull.push_back(2.0 * model_bytes * FLAGS_rounds / 1e6 / secs);
+    loopback.push_back(LoopbackMbPerSec(2 * model_bytes));
+    LOG(INFO) << "run " << run << ": push+pull " << pushpull.back()
+              << " MB/s, loopback " << loopback.back() << " MB/s";
+  }
+  client.Shutdown();
+  const double x = Median(pushpull), y = Median(loopback);
+  std::printf(
+      "pushpull: model_mb=%g shards=%d mb_per_s=%.0f loopback_mb_per_s=%.0f "
+      "ratio=%.2f\n",
+      FLAGS_model_mb, shards, x, y, x / y);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  return Run();
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Push + pull bandwidth of psrt against the loopback TCP limit, measured in
+# the same run. For each model size and shard count it starts K psrt_ps
+# processes on 127.0.0.1, runs bench/pushpull_bench against them (median of
+# --runs runs), and prints
+#   pushpull: model_mb=S shards=K mb_per_s=X loopback_mb_per_s=Y ratio=R
+#
+#   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes="13 100" shard_counts="1 2" runs=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sizes) sizes="$2"; shift 2 ;;
+    --shards) shard_counts="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    *) echo "bench_pushpull.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+scripts/setup.sh >/dev/null
+bin=build/bin
+work=$(mktemp -d /tmp/psrt_bench.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+for k in $shard_counts; do
+  for s in $sizes; do
+    "$bin/psrtctl" make_spec --ps="$k" --workers=1 --out="$work/cluster.json"
+    pids=()
+    for ((i = 0; i < k; i++)); do
+      "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=$i \
+        >"$work/ps-$i.log" 2>&1 &
+      pids+=($!)
+    done
+    "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb="$s" \
+      --runs="$runs" 2>"$work/bench.log" || { cat "$work/bench.log" >&2; exit 1; }
+    wait "${pids[@]}"
+  done
+done
