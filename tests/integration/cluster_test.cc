@@ -1,0 +1,237 @@
+// Multi-process tests: real psrt_ps and psrt_worker processes talking gRPC on
+// 127.0.0.1, started by scripts/launch.sh (or by hand, for TF_CONFIG), on the
+// real Fashion-MNIST data that scripts/setup.sh installs.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class ClusterTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = PSRT_SOURCE_DIR;
+    bin_ = PSRT_BIN_DIR;
+    if (std::ifstream(std::string(kDataDir) + "/train-images-idx3-ubyte.gz").fail()) {
+      GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
+    }
+    dir_ = testing::TempDir() + "psrt_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_);
+  }
+
+  std::string MakeSpec(int ps, int workers, const std::string& name = "cluster.json") {
+    const std::string path = dir_ + "/" + name;
+    CommandResult r = RunCommand(absl::StrCat(
+        "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/make_cluster_spec.sh --ps ", ps,
+        " --workers ", workers, " --out ", path));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return path;
+  }
+
+  CommandResult Launch(const std::string& spec, const std::string& logdir,
+                       const std::string& worker_flags) {
+    return RunCommand(absl::StrCat("PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
+                                   "/scripts/launch.sh --cluster_spec ", spec,
+                                   " --logdir ", logdir, " -- ", worker_flags));
+  }
+
+  // Parses the chief's "final: global_step=N test_accuracy=A" line.
+  static bool ParseFinal(const std::string& log, long* step, double* accuracy) {
+    std::smatch m;
+    static const std::regex kFinal(R"(final: global_step=(\d+) test_accuracy=([0-9.]+))");
+    if (!std::regex_search(log, m, kFinal)) return false;
+    *step = std::stol(m[1]);
+    *accuracy = std::stod(m[2]);
+    return true;
+  }
+
+  std::string source_, bin_, dir_;
+};
+
+TEST_F(ClusterTest, SyncTrainingWithTwoPsAndTwoWorkers) {
+  const std::string spec = MakeSpec(2, 2);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           "--sync_replicas --train_steps=300 --optimizer=momentum "
+                           "--learning_rate=0.02 --log_every_steps=100");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy)) << r.output;
+  EXPECT_EQ(step, 300);
+  EXPECT_GE(accuracy, 0.75);
+  // Both shards moved in lockstep to exactly the final step, and exited.
+  for (int k = 0; k < 2; ++k) {
+    const std::string log = ReadFile(absl::StrCat(dir_, "/logs/ps-", k, ".log"));
+    EXPECT_NE(log.find("done: 300 versions"), std::string::npos) << log;
+  }
+  EXPECT_NE(ReadFile(dir_ + "/logs/worker-1.log").find("global step 300"), std::string::npos);
+}
+
+TEST_F(ClusterTest, AsyncTrainingWithTwoPsAndTwoWorkers) {
+  const std::string spec = MakeSpec(2, 2);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           "--train_steps=400 --optimizer=momentum "
+                           "--learning_rate=0.01 --log_every_steps=100");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy)) << r.output;
+  EXPECT_GE(step, 400);
+  EXPECT_GE(accuracy, 0.7);
+}
+
+TEST_F(ClusterTest, BackupWorkersDoNotBlockSyncTraining) {
+  // 3 workers, 2 gradients aggregated per step: the third is a backup.
+  const std::string spec = MakeSpec(1, 3);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           "--sync_replicas --replicas_to_aggregate=2 --train_steps=200 "
+                           "--learning_rate=0.1 --log_every_steps=100");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy));
+  EXPECT_EQ(step, 200);
+  EXPECT_NE(ReadFile(dir_ + "/logs/ps-0.log").find("done: 200 versions"), std::string::npos);
+}
+
+// The proof that synchronous distribution is exact: 2 workers with batch B in
+// fully synchronous mode end with the same parameters as 1 worker with batch
+// 2B on the same examples (plain SGD, fixed data order).
+TEST_F(ClusterTest, SyncTwoWorkersEqualOneWorkerOnTheCombinedBatch) {
+  const std::string flags =
+      "--sync_replicas --optimizer=sgd --learning_rate=0.1 --train_steps=40 "
+      "--noshuffle --partition_threshold_bytes=100000 --hidden_units=64";
+  const std::string two = MakeSpec(2, 2, "two.json");
+  CommandResult r2 = Launch(two, dir_ + "/two",
+                            flags + " --batch_size=50 --final_params_out=" + dir_ + "/two.safetensors");
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  const std::string one = MakeSpec(2, 1, "one.json");
+  CommandResult r1 = Launch(one, dir_ + "/one",
+                            flags + " --batch_size=100 --final_params_out=" + dir_ + "/one.safetensors");
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+
+  auto a = ReadSafetensors(dir_ + "/two.safetensors");
+  auto b = ReadSafetensors(dir_ + "/one.safetensors");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->metadata["global_step"], "40");
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  ASSERT_EQ(a->tensors.size(), 4u);
+  for (size_t i = 0; i < a->tensors.size(); ++i) {
+    const Tensor& x = a->tensors[i].second;
+    const Tensor& y = b->tensors[i].second;
+    ASSERT_EQ(x.shape(), y.shape()) << a->tensors[i].first;
+    double max_diff = 0, max_abs = 0;
+    for (int64_t j = 0; j < x.num_elements(); ++j) {
+      max_diff = std::max(max_diff, double(std::fabs(x.data()[j] - y.data()[j])));
+      max_abs = std::max(max_abs, double(std::fabs(y.data()[j])));
+    }
+    EXPECT_LE(max_diff, 1e-5 * std::max(1.0, max_abs)) << a->tensors[i].first;
+  }
+  // Training moved the parameters: this is not two copies of the initial state.
+  CommandResult r0 = Launch(one, dir_ + "/zero",
+                            flags + " --train_steps=0 --final_params_out=" + dir_ + "/zero.safetensors");
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  auto initial = ReadSafetensors(dir_ + "/zero.safetensors");
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  double moved = 0;
+  const Tensor& w0 = initial->tensors[0].second;
+  const Tensor& w1 = b->tensors[0].second;
+  for (int64_t j = 0; j < w0.num_elements(); ++j) {
+    moved = std::max(moved, double(std::fabs(w0.data()[j] - w1.data()[j])));
+  }
+  EXPECT_GT(moved, 1e-3);
+}
+
+TEST_F(ClusterTest, MalformedSpecIsRefusedBeforeAnythingStarts) {
+  const std::string spec = dir_ + "/bad.json";
+  std::ofstream(spec) << R"({"ps": ["127.0.0.1:99999"], "worker": ["127.0.0.1:2223"]})";
+  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=10");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(spec), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("99999"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("started"), std::string::npos) << r.output;
+}
+
+TEST_F(ClusterTest, FailingTaskStopsTheClusterAndIsNamed) {
+  const std::string spec = MakeSpec(1, 2);
+  const absl::Time start = absl::Now();
+  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=10 --optimizer=bogus");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("failed with exit code 1"), std::string::npos) << r.output;
+  EXPECT_TRUE(r.output.find("task worker/0") != std::string::npos ||
+              r.output.find("task worker/1") != std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bogus"), std::string::npos) << r.output;
+  // The parameter server was stopped rather than left waiting.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
+  const std::string spec = MakeSpec(1, 1);
+  std::string cluster = ReadFile(spec);
+  cluster.erase(std::remove(cluster.begin(), cluster.end(), '\n'), cluster.end());
+  auto tf_config = [&](const std::string& type) {
+    return absl::StrCat("TF_CONFIG='{\"cluster\": ", cluster, ", \"task\": {\"type\": \"",
+                        type, "\", \"index\": 0}}' ");
+  };
+  const std::string ps = absl::StrCat(tf_config("ps"), bin_, "/psrt_ps > ", dir_,
+                                      "/ps.log 2>&1 &");
+  RunCommand(ps);
+  CommandResult worker = RunCommand(absl::StrCat(
+      tf_config("worker"), "timeout 120 ", bin_,
+      "/psrt_worker --sync_replicas --train_steps=50 --log_every_steps=25"));
+  ASSERT_EQ(worker.exit_code, 0) << worker.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(worker.output, &step, &accuracy)) << worker.output;
+  EXPECT_EQ(step, 50);
+  // The ps exits by itself once the only worker said goodbye.
+  for (int i = 0; i < 100 && ReadFile(dir_ + "/ps.log").find("done:") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(ReadFile(dir_ + "/ps.log").find("done: 50 versions"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,168 @@
+// CPU/GPU parity: every CUDA op against its CPU version, the oracle (after
+// ggml's test-backend-ops). Skips itself where there is no GPU.
+//
+// Built only with PSRT_CUDA, linked with psrt_kernels_cuda.
+#include "kernels/ops_cuda.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_context.h"
+#include "kernels/elementwise.h"
+#include "kernels/ops.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+using ::testing::FloatNear;
+using ::testing::Pointwise;
+
+std::vector<float> RandomVector(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A device array of T, filled from and read back to host vectors.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  explicit DeviceArray(size_t size) : DeviceArray(std::vector<T>(size)) {}
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() { return data_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(size_);
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return size_ * sizeof(T); }
+  size_t size_;
+  T* data_ = nullptr;
+};
+
+class OpsCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    absl::StatusOr<std::unique_ptr<CudaContext>> gpu = CudaContext::Create(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = *std::move(gpu);
+  }
+  void Sync() { ASSERT_TRUE(gpu_->Synchronize().ok()); }
+
+  CpuContext cpu_{2};
+  std::unique_ptr<CudaContext> gpu_;
+};
+
+TEST_F(OpsCudaTest, MatMulForwardAndBackward) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const MatMulShape s{37, 53, 29, ta, tb};
+      const std::vector<float> a = RandomVector(s.m * s.k, 1);
+      const std::vector<float> b = RandomVector(s.k * s.n, 2);
+      const std::vector<float> dc = RandomVector(s.m * s.n, 3);
+      std::vector<float> c(s.m * s.n), da(a.size()), db(b.size());
+      MatMulForward(cpu_, s, a.data(), b.data(), c.data());
+      MatMulBackward(cpu_, s, a.data(), b.data(), dc.data(), da.data(),
+                     db.data());
+
+      DeviceArray<float> ga(a), gb(b), gdc(dc), gc(c.size()), gda(a.size()),
+          gdb(b.size());
+      MatMulForward(*gpu_, s, ga.get(), gb.get(), gc.get());
+      MatMulBackward(*gpu_, s, ga.get(), gb.get(), gdc.get(), gda.get(),
+                     gdb.get());
+      Sync();
+      const std::string where = std::string(ta ? "At" : "A") + (tb ? "Bt" : "B");
+      EXPECT_THAT(gc.ToHost(), Pointwise(FloatNear(1e-4f), c)) << where;
+      EXPECT_THAT(gda.ToHost(), Pointwise(FloatNear(1e-4f), da)) << where;
+      EXPECT_THAT(gdb.ToHost(), Pointwise(FloatNear(1e-4f), db)) << where;
+    }
+  }
+}
+
+TEST_F(OpsCudaTest, BiasAddAndRelu) {
+  const int64_t rows = 33, cols = 70, n = rows * cols;
+  const std::vector<float> x = RandomVector(n, 4);
+  const std::vector<float> bias = RandomVector(cols, 5);
+  const std::vector<float> dy = RandomVector(n, 6);
+  std::vector<float> y(n), relu(n), drelu(n), dbias(cols);
+  BiasAddForward(cpu_, x.data(), bias.data(), rows, cols, y.data());
+  BiasAddBackward(cpu_, dy.data(), rows, cols, dbias.data());
+  ReluForward(cpu_, y.data(), n, relu.data());
+  ReluBackward(cpu_, relu.data(), dy.data(), n, drelu.data());
+
+  DeviceArray<float> gx(x), gbias(bias), gdy(dy), gy(n), grelu(n), gdrelu(n),
+      gdbias(cols);
+  BiasAddForward(*gpu_, gx.get(), gbias.get(), rows, cols, gy.get());
+  BiasAddBackward(*gpu_, gdy.get(), rows, cols, gdbias.get());
+  ReluForward(*gpu_, gy.get(), n, grelu.get());
+  ReluBackward(*gpu_, grelu.get(), gdy.get(), n, gdrelu.get());
+  Sync();
+  EXPECT_EQ(gy.ToHost(), y);
+  EXPECT_THAT(gdbias.ToHost(), Pointwise(FloatNear(1e-5f), dbias));
+  EXPECT_EQ(grelu.ToHost(), relu);
+  EXPECT_EQ(gdrelu.ToHost(), drelu);
+}
+
+TEST_F(OpsCudaTest, SoftmaxCrossEntropy) {
+  const int64_t batch = 300, classes = 10;
+  const std::vector<float> logits = RandomVector(batch * classes, 7);
+  std::vector<int32_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7) % classes;
+  const float loss = SoftmaxCrossEntropyForward(cpu_, logits.data(),
+                                                labels.data(), batch, classes);
+  std::vector<float> d(batch * classes);
+  SoftmaxCrossEntropyBackward(cpu_, logits.data(), labels.data(), batch,
+                              classes, d.data());
+
+  DeviceArray<float> glogits(logits), gloss(1), gd(d.size());
+  DeviceArray<int32_t> glabels(labels);
+  SoftmaxCrossEntropyForward(*gpu_, glogits.get(), glabels.get(), batch,
+                             classes, gloss.get());
+  SoftmaxCrossEntropyBackward(*gpu_, glogits.get(), glabels.get(), batch,
+                              classes, gd.get());
+  Sync();
+  EXPECT_NEAR(gloss.ToHost()[0], loss, 1e-5);
+  EXPECT_THAT(gd.ToHost(), Pointwise(FloatNear(1e-7f), d));
+}
+
+TEST_F(OpsCudaTest, OptimizerUpdates) {
+  const int64_t n = 100001;
+  const std::vector<float> grad = RandomVector(n, 8);
+  std::vector<float> var = RandomVector(n, 9), accum = RandomVector(n, 10);
+  DeviceArray<float> ggrad(grad), gvar(var), gaccum(accum);
+  ApplySgd(0.1f, grad, absl::MakeSpan(var));
+  ApplyMomentum(0.1f, 0.9f, grad, absl::MakeSpan(accum), absl::MakeSpan(var));
+  Accumulate(grad, absl::MakeSpan(accum));
+  Scale(0.5f, absl::MakeSpan(accum));
+  ApplySgd(*gpu_, 0.1f, ggrad.get(), gvar.get(), n);
+  ApplyMomentum(*gpu_, 0.1f, 0.9f, ggrad.get(), gaccum.get(), gvar.get(), n);
+  Accumulate(*gpu_, ggrad.get(), gaccum.get(), n);
+  Scale(*gpu_, 0.5f, gaccum.get(), n);
+  Sync();
+  // The same functors: the same floats, up to fused multiply-adds.
+  EXPECT_THAT(gvar.ToHost(), Pointwise(FloatNear(1e-6f), var));
+  EXPECT_THAT(gaccum.ToHost(), Pointwise(FloatNear(1e-6f), accum));
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace psrt

@@ -1,0 +1,39 @@
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/model.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ModelRegistryTest, MakesMlp) {
+  ModelOptions options;
+  options.hidden_units = {8};
+  absl::StatusOr<std::unique_ptr<Model>> model = NewModel("mlp", options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->variables().front().name, "hidden1/weights");
+  EXPECT_EQ((*model)->variables().front().shape, (Shape{784, 8}));
+}
+
+TEST(ModelRegistryTest, UnknownNameListsKnownModels) {
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      NewModel("resnet50", ModelOptions());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()),
+              HasSubstr("unknown model \"resnet50\""));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("mlp"));
+}
+
+TEST(ModelRegistryTest, PassesOptionErrorsThrough) {
+  ModelOptions options;
+  options.num_classes = 0;
+  EXPECT_EQ(NewModel("mlp", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace psrt
