@@ -1,1 +1,213 @@
-// placeholder
+#include "kernels/ops_cuda.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/functors.h"
+#include "kernels/matmul_backward.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+#define PSRT_CUDA_CHECK(expr)                              \
+  do {                                                     \
+    const cudaError_t psrt_err_ = (expr);                  \
+    CHECK_EQ(psrt_err_, cudaSuccess)                       \
+        << #expr << ": " << cudaGetErrorString(psrt_err_); \
+  } while (0)
+
+#define PSRT_CUBLAS_CHECK(expr)                              \
+  do {                                                       \
+    const cublasStatus_t psrt_st_ = (expr);                  \
+    CHECK_EQ(psrt_st_, CUBLAS_STATUS_SUCCESS)                \
+        << #expr << ": " << cublasGetStatusString(psrt_st_); \
+  } while (0)
+
+constexpr int kThreadsPerBlock = 256;
+constexpr int64_t kMaxBlocks = 8192;  // Grid-stride loops cover the rest.
+
+int BlocksFor(int64_t n) {
+  return static_cast<int>(
+      std::min(kMaxBlocks, (n + kThreadsPerBlock - 1) / kThreadsPerBlock));
+}
+
+template <class F>
+__global__ void ForEachIndexKernel(int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    f(i);
+  }
+}
+
+template <class F>
+__global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    f(i / cols, i % cols);
+  }
+}
+
+// Adds every row's share of the mean loss into *loss (zeroed beforehand).
+__global__ void SoftmaxLossKernel(functor::SoftmaxCrossEntropyRow f,
+                                  float* loss) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < f.rows;
+       r += int64_t{blockDim.x} * gridDim.x) {
+    atomicAdd(loss, f(r));
+  }
+}
+
+template <class F>
+void LaunchForEachIndex(const CudaContext& ctx, int64_t n, const F& f) {
+  if (n <= 0) return;
+  ForEachIndexKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+absl::Status CudaError(const char* what, cudaError_t err) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    return CudaError(absl::StrCat("cudaSetDevice(", device, ")").c_str(), err);
+  }
+  cudaStream_t stream;
+  err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return CudaError("cudaStreamCreate", err);
+  cublasHandle_t cublas;
+  cublasStatus_t st = cublasCreate(&cublas);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(cublas, stream);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuBLAS: ", cublasGetStatusString(st)));
+  }
+  return std::unique_ptr<CudaContext>(new CudaContext(device, stream, cublas));
+}
+
+CudaContext::~CudaContext() {
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaContext::Synchronize() const {
+  const cudaError_t err = cudaStreamSynchronize(stream_);
+  if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
+  return absl::OkStatus();
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // Clear the error, which is not sticky.
+    return 0;
+  }
+  return count;
+}
+
+// cuBLAS is column-major. A row-major [r, c] matrix is the column-major
+// [c, r] matrix of the same memory, its transpose; so row-major
+// c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T: swap the operands
+// and keep the flags.
+void Gemm(const CudaContext& ctx, const MatMulShape& s, float alpha,
+          const float* a, const float* b, float beta, float* c) {
+  CHECK(s.m >= 0 && s.n >= 0 && s.k >= 0)
+      << "negative GEMM dimension: m=" << s.m << " n=" << s.n << " k=" << s.k;
+  if (s.m == 0 || s.n == 0) return;
+  const int64_t lda = s.transpose_a ? s.m : s.k;
+  const int64_t ldb = s.transpose_b ? s.k : s.n;
+  PSRT_CUBLAS_CHECK(cublasSgemm(
+      ctx.cublas(), s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(s.n),
+      static_cast<int>(s.m), static_cast<int>(s.k), &alpha, b,
+      static_cast<int>(std::max<int64_t>(ldb, 1)), a,
+      static_cast<int>(std::max<int64_t>(lda, 1)), &beta, c,
+      static_cast<int>(s.n)));
+}
+
+void MatMulForward(const CudaContext& ctx, const MatMulShape& shape,
+                   const float* a, const float* b, float* c) {
+  Gemm(ctx, shape, 1.0f, a, b, 0.0f, c);
+}
+
+void MatMulBackward(const CudaContext& ctx, const MatMulShape& shape,
+                    const float* a, const float* b, const float* dc, float* da,
+                    float* db) {
+  internal::MatMulBackwardWith(ctx, shape, a, b, dc, da, db);
+}
+
+void BiasAddForward(const CudaContext& ctx, const float* x, const float* bias,
+                    int64_t rows, int64_t cols, float* y) {
+  if (rows * cols <= 0) return;
+  ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0,
+                        ctx.stream()>>>(rows, cols,
+                                        functor::BiasAdd{x, bias, cols, y});
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+void BiasAddBackward(const CudaContext& ctx, const float* dy, int64_t rows,
+                     int64_t cols, float* dbias) {
+  LaunchForEachIndex(ctx, cols, functor::BiasGradColumn{dy, rows, cols, dbias});
+}
+
+void ReluForward(const CudaContext& ctx, const float* x, int64_t n, float* y) {
+  LaunchForEachIndex(ctx, n, functor::Relu{x, y});
+}
+
+void ReluBackward(const CudaContext& ctx, const float* y, const float* dy,
+                  int64_t n, float* dx) {
+  LaunchForEachIndex(ctx, n, functor::ReluGrad{y, dy, dx});
+}
+
+void SoftmaxCrossEntropyForward(const CudaContext& ctx, const float* logits,
+                                const int32_t* labels, int64_t batch,
+                                int64_t classes, float* loss) {
+  CHECK_GE(batch, 1);
+  CHECK_GE(classes, 1);
+  PSRT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), ctx.stream()));
+  SoftmaxLossKernel<<<BlocksFor(batch), kThreadsPerBlock, 0, ctx.stream()>>>(
+      functor::SoftmaxCrossEntropyRow{logits, labels, batch, classes,
+                                      /*dlogits=*/nullptr},
+      loss);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+void SoftmaxCrossEntropyBackward(const CudaContext& ctx, const float* logits,
+                                 const int32_t* labels, int64_t batch,
+                                 int64_t classes, float* dlogits) {
+  CHECK_GE(batch, 1);
+  CHECK_GE(classes, 1);
+  LaunchForEachIndex(
+      ctx, batch,
+      functor::SoftmaxCrossEntropyRow{logits, labels, batch, classes, dlogits});
+}
+
+void ApplySgd(const CudaContext& ctx, float lr, const float* grad, float* var,
+              int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::SgdUpdate{lr, grad, var});
+}
+
+void ApplyMomentum(const CudaContext& ctx, float lr, float momentum,
+                   const float* grad, float* accum, float* var, int64_t n) {
+  LaunchForEachIndex(ctx, n,
+                     functor::MomentumUpdate{lr, momentum, grad, accum, var});
+}
+
+void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
+                int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::Accumulate{grad, acc});
+}
+
+void Scale(const CudaContext& ctx, float scale, float* x, int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::Scale{scale, x});
+}
+
+}  // namespace kernels
+}  // namespace psrt

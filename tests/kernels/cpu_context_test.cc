@@ -24,9 +24,14 @@ TEST(CpuContextTest, DefaultUsesAllHardwareThreads) {
 TEST(CpuContextTest, ParallelForCoversRangeOnceInGrainBlocks) {
   for (int threads : {1, 2, 3, 8}) {
     CpuContext ctx(threads);
-    for (const auto& [n, grain] :
-         {std::pair<int64_t, int64_t>{0, 1}, {1, 1}, {7, 1}, {100, 1},
-          {100, 32}, {1000, 7}, {63, 64}, {129, 64}}) {
+    for (const auto& [n, grain] : {std::pair<int64_t, int64_t>{0, 1},
+                                   {1, 1},
+                                   {7, 1},
+                                   {100, 1},
+                                   {100, 32},
+                                   {1000, 7},
+                                   {63, 64},
+                                   {129, 64}}) {
       std::vector<std::atomic<int>> hits(n);
       std::mutex mu;
       std::vector<std::pair<int64_t, int64_t>> blocks;
@@ -53,9 +58,8 @@ TEST(CpuContextTest, ParallelForCoversRangeOnceInGrainBlocks) {
 TEST(CpuContextTest, SmallRangeRunsOnCallingThread) {
   CpuContext ctx(4);
   std::thread::id ran_on;
-  ctx.ParallelFor(10, 8, [&](int64_t, int64_t) {
-    ran_on = std::this_thread::get_id();
-  });
+  ctx.ParallelFor(
+      10, 8, [&](int64_t, int64_t) { ran_on = std::this_thread::get_id(); });
   EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
@@ -77,9 +81,8 @@ TEST(CpuContextTest, ConcurrentCallersShareThePool) {
   std::atomic<int64_t> total{0};
   auto work = [&] {
     for (int i = 0; i < 200; ++i) {
-      ctx.ParallelFor(64, 1, [&](int64_t begin, int64_t end) {
-        total += end - begin;
-      });
+      ctx.ParallelFor(
+          64, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
     }
   };
   std::thread t1(work), t2(work);

@@ -53,8 +53,7 @@ TEST(ScaleTest, MultipliesInPlace) {
 
 TEST(ElementwiseDeathTest, SizeMismatch) {
   std::vector<float> var(3);
-  EXPECT_DEATH(ApplySgd(0.1f, std::vector<float>(2), absl::MakeSpan(var)),
-               "");
+  EXPECT_DEATH(ApplySgd(0.1f, std::vector<float>(2), absl::MakeSpan(var)), "");
 }
 
 TEST(ForEachTest, VisitsEveryIndexInOrder) {

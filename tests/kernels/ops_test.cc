@@ -192,16 +192,14 @@ TEST_P(MatMulTest, BackwardSkipsNullOutputs) {
   EXPECT_EQ(db_only, db);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTransposes, MatMulTest,
-                         ::testing::Values(TransposeCase{false, false},
-                                           TransposeCase{true, false},
-                                           TransposeCase{false, true},
-                                           TransposeCase{true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.transpose_a ? "At"
-                                                                     : "A") +
-                                  (info.param.transpose_b ? "Bt" : "B");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllTransposes, MatMulTest,
+    ::testing::Values(TransposeCase{false, false}, TransposeCase{true, false},
+                      TransposeCase{false, true}, TransposeCase{true, true}),
+    [](const auto& info) {
+      return std::string(info.param.transpose_a ? "At" : "A") +
+             (info.param.transpose_b ? "Bt" : "B");
+    });
 
 TEST(GemmTest, AlphaAndBetaScaleAndAccumulate) {
   CpuContext ctx(1);
@@ -391,8 +389,8 @@ TEST(SoftmaxCrossEntropyTest, GradientMatchesFiniteDifferences) {
   std::vector<float> logits = RandomVector(batch * classes, 41, -2, 2);
   const int32_t labels[] = {0, 3, 1, 1, 2};
   auto loss = [&] {
-    return double(SoftmaxCrossEntropyForward(ctx, logits.data(), labels,
-                                             batch, classes));
+    return double(
+        SoftmaxCrossEntropyForward(ctx, logits.data(), labels, batch, classes));
   };
   std::vector<float> d = Garbage(batch * classes);
   SoftmaxCrossEntropyBackward(ctx, logits.data(), labels, batch, classes,

@@ -61,10 +61,10 @@ TEST(MlpTest, VariablesFollowTensorFlowNames) {
   std::unique_ptr<Model> deep = MakeMlp(TinyOptions({5, 4}));
   std::vector<std::string> names;
   for (const VariableDef& v : deep->variables()) names.push_back(v.name);
-  EXPECT_THAT(names, ElementsAre("hidden1/weights", "hidden1/biases",
-                                 "hidden2/weights", "hidden2/biases",
-                                 "softmax_linear/weights",
-                                 "softmax_linear/biases"));
+  EXPECT_THAT(
+      names, ElementsAre("hidden1/weights", "hidden1/biases", "hidden2/weights",
+                         "hidden2/biases", "softmax_linear/weights",
+                         "softmax_linear/biases"));
   EXPECT_EQ(deep->variables()[2].shape, (Shape{5, 4}));
 }
 
@@ -138,7 +138,8 @@ void CheckModelGradients(const ModelOptions& options, uint64_t seed) {
       float& x = params[v].data()[j];
       const float saved = x;
       x = saved + kStep;
-      const double plus = mlp->ComputeGradients(params, images, labels, &scratch);
+      const double plus =
+          mlp->ComputeGradients(params, images, labels, &scratch);
       x = saved - kStep;
       const double minus =
           mlp->ComputeGradients(params, images, labels, &scratch);
@@ -173,8 +174,8 @@ TEST(MlpTest, ComputeGradientsOverwritesAndSurvivesBatchSizeChanges) {
 
   std::vector<Tensor> want;
   const float want_loss =
-      MakeMlp(TinyOptions({5}))->ComputeGradients(params, small, small_labels,
-                                                 &want);
+      MakeMlp(TinyOptions({5}))
+          ->ComputeGradients(params, small, small_labels, &want);
   // Grads full of NaN, and scratch sized for a larger batch first.
   std::vector<Tensor> grads;
   mlp->ComputeGradients(params, big, big_labels, &grads);

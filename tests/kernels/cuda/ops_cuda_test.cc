@@ -90,7 +90,8 @@ TEST_F(OpsCudaTest, MatMulForwardAndBackward) {
       MatMulBackward(*gpu_, s, ga.get(), gb.get(), gdc.get(), gda.get(),
                      gdb.get());
       Sync();
-      const std::string where = std::string(ta ? "At" : "A") + (tb ? "Bt" : "B");
+      const std::string where =
+          std::string(ta ? "At" : "A") + (tb ? "Bt" : "B");
       EXPECT_THAT(gc.ToHost(), Pointwise(FloatNear(1e-4f), c)) << where;
       EXPECT_THAT(gda.ToHost(), Pointwise(FloatNear(1e-4f), da)) << where;
       EXPECT_THAT(gdb.ToHost(), Pointwise(FloatNear(1e-4f), db)) << where;

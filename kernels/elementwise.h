@@ -1,0 +1,54 @@
+// CPU loops that run the functors of functors.h, and the element-wise
+// helpers built on them that other modules call directly (the PS optimizers
+// and the sync aggregator).
+//
+// These run on the calling thread only; callers that want parallelism split
+// their work (the PS applies different variables on different threads).
+//
+// Thread safety: stateless; concurrent calls on disjoint outputs are safe.
+#ifndef PSRT_KERNELS_ELEMENTWISE_H_
+#define PSRT_KERNELS_ELEMENTWISE_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace psrt {
+namespace kernels {
+
+// Calls f(i) for i in [begin, end), in order.
+template <class F>
+void ForEachIndex(int64_t begin, int64_t end, const F& f) {
+  for (int64_t i = begin; i < end; ++i) f(i);
+}
+
+// Calls f(r, c) for r in [row_begin, row_end) and c in [0, cols), row by row.
+template <class F>
+void ForEachRowCol(int64_t row_begin, int64_t row_end, int64_t cols,
+                   const F& f) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t c = 0; c < cols; ++c) f(r, c);
+  }
+}
+
+// var -= lr * grad.
+// REQUIRES: grad.size() == var.size().
+void ApplySgd(float lr, absl::Span<const float> grad, absl::Span<float> var);
+
+// TensorFlow's MomentumOptimizer (no Nesterov):
+//   accum = momentum * accum + grad;  var -= lr * accum.
+// REQUIRES: grad, accum and var have the same size.
+void ApplyMomentum(float lr, float momentum, absl::Span<const float> grad,
+                   absl::Span<float> accum, absl::Span<float> var);
+
+// acc += grad.
+// REQUIRES: grad.size() == acc.size().
+void Accumulate(absl::Span<const float> grad, absl::Span<float> acc);
+
+// x *= scale.
+void Scale(float scale, absl::Span<float> x);
+
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_ELEMENTWISE_H_

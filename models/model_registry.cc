@@ -1,0 +1,37 @@
+// The model registry: an explicit table from name to factory.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "models/mlp.h"
+#include "models/model.h"
+
+namespace psrt {
+namespace {
+
+struct ModelFactory {
+  const char* name;
+  absl::StatusOr<std::unique_ptr<Model>> (*create)(const ModelOptions&);
+};
+
+constexpr ModelFactory kModels[] = {
+    {"mlp", NewMlp},
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
+                                                const ModelOptions& options) {
+  std::vector<std::string> known;
+  for (const ModelFactory& factory : kModels) {
+    if (name == factory.name) return factory.create(options);
+    known.push_back(factory.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model \"", name,
+                   "\"; known models: ", absl::StrJoin(known, ", ")));
+}
+
+}  // namespace psrt
