@@ -6,6 +6,16 @@
 #include "grpcpp/support/channel_arguments.h"
 
 namespace psrt {
+namespace {
+
+void ApplyTransportTuning(grpc::ChannelArguments* args) {
+  args->SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
+  args->SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
+  args->SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  args->SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+}
+
+}  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -28,6 +38,7 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address) {
   // Reconnect quickly to a PS that is still starting.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  ApplyTransportTuning(&args);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                    args);
 }
@@ -35,6 +46,12 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address) {
 void ConfigurePsServer(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(-1);
   builder->SetMaxSendMessageSize(-1);
+  grpc::ChannelArguments args;
+  ApplyTransportTuning(&args);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
+  builder->AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
+  builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
 }
 
 }  // namespace psrt
