@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/cluster_spec.h"
 #include "common/placement.h"
+#include "common/rpc_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "worker/ps_client.h"
@@ -152,5 +153,6 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  psrt::KeepLargeAllocationsMapped();
   return Run();
 }

@@ -1,5 +1,7 @@
 #include "common/rpc_util.h"
 
+#include <malloc.h>
+
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -52,6 +54,11 @@ void ConfigurePsServer(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
   builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+}
+
+void KeepLargeAllocationsMapped() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace psrt

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  psrt::KeepLargeAllocationsMapped();
 
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<psrt::ClusterConfig> cluster = psrt::ResolveClusterConfig(

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/placement.h"
+#include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  psrt::KeepLargeAllocationsMapped();
   absl::Status status = Run();
   if (!status.ok()) {
     LOG(ERROR) << status.message();
