@@ -116,8 +116,8 @@ absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
   return absl::OkStatus();
 }
 
-void TensorFrameReader::CopyData(absl::Span<char> dst) {
-  CHECK_LE(dst.size(), data_remaining());
+void TensorFrameReader::Read(absl::Span<char> dst) {
+  CHECK_LE(data_consumed_ + dst.size(), data_size_);
   CopyBytes(dst.data(), dst.size());
   data_consumed_ += dst.size();
 }

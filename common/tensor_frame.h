@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/byte_source.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -35,17 +36,15 @@ grpc::ByteBuffer EncodeTensorFrame(
     std::function<void()> release = nullptr);
 
 // Reads a frame. Open() parses the header; the data is then consumed in
-// order by CopyData (or Skip) calls.
-class TensorFrameReader {
+// order, as a ByteSource.
+class TensorFrameReader : public ByteSource {
  public:
   // Errors: InvalidArgument when the bytes are not a frame of this shape.
   absl::Status Open(const grpc::ByteBuffer& buffer,
                     google::protobuf::MessageLite* header);
-  size_t data_size() const { return data_size_; }
-  size_t data_remaining() const { return data_size_ - data_consumed_; }
-  // Copies the next dst.size() bytes of tensor_data into dst.
-  // REQUIRES: dst.size() <= data_remaining().
-  void CopyData(absl::Span<char> dst);
+  // ByteSource: the tensor_data bytes.
+  size_t size() const override { return data_size_; }
+  void Read(absl::Span<char> dst) override;
 
  private:
   bool ReadByte(uint8_t* b);

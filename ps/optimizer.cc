@@ -12,7 +12,8 @@ namespace {
 class SgdOptimizer : public Optimizer {
  public:
   explicit SgdOptimizer(float learning_rate) : learning_rate_(learning_rate) {}
-  void Apply(absl::Span<const float> grad, absl::Span<float> values) override {
+  void Apply(int64_t /*begin*/, absl::Span<const float> grad,
+             absl::Span<float> values) override {
     kernels::ApplySgd(learning_rate_, grad, values);
   }
 
@@ -26,9 +27,10 @@ class MomentumOptimizer : public Optimizer {
  public:
   MomentumOptimizer(float learning_rate, float momentum, int64_t n)
       : learning_rate_(learning_rate), momentum_(momentum), accum_({n}) {}
-  void Apply(absl::Span<const float> grad, absl::Span<float> values) override {
-    kernels::ApplyMomentum(learning_rate_, momentum_, grad, accum_.flat(),
-                           values);
+  void Apply(int64_t begin, absl::Span<const float> grad,
+             absl::Span<float> values) override {
+    kernels::ApplyMomentum(learning_rate_, momentum_, grad,
+                           accum_.flat().subspan(begin, grad.size()), values);
   }
 
  private:

@@ -1,8 +1,10 @@
 // Optimizer: the update rule a parameter-server shard applies to its values.
 //
 // A shard keeps all its variables in one flat float buffer; every optimizer
-// here is element-wise, so it updates that buffer as a whole and keeps its
-// slots (e.g. momentum accumulators) in buffers of the same layout. The math
+// here is element-wise, so it updates any range of that buffer on its own
+// (the shard applies gradients block by block as they come off the wire)
+// and keeps its slots (e.g. momentum accumulators) in buffers of the same
+// layout. The math
 // is the kernels' shared functors (kernels/elementwise.h), the same code the
 // CUDA path runs.
 //
@@ -22,9 +24,12 @@ namespace psrt {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // Applies one (already averaged) gradient to `values`.
-  // REQUIRES: grad.size() == values.size() == the size given at creation.
-  virtual void Apply(absl::Span<const float> grad, absl::Span<float> values) = 0;
+  // Applies one (already averaged) gradient to elements
+  // [begin, begin + grad.size()) of the shard's buffer; `values` are those
+  // elements. REQUIRES: grad.size() == values.size() and the range lies
+  // within the size given at creation.
+  virtual void Apply(int64_t begin, absl::Span<const float> grad,
+                     absl::Span<float> values) = 0;
 };
 
 // Errors: InvalidArgument for an unknown optimizer or a bad hyperparameter

@@ -8,9 +8,14 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "kernels/elementwise.h"
 
 namespace psrt {
 namespace {
+
+// Gradients are read off the wire in blocks of this many floats (64 KiB),
+// small enough to stay in cache between the copy and the update.
+constexpr int64_t kBlockFloats = 16 * 1024;
 
 int64_t NewIncarnation() {
   std::random_device device;
@@ -60,7 +65,8 @@ bool SameVariables(const std::vector<proto::VariableMeta>& held,
 class ParameterShard::SnapshotPool
     : public std::enable_shared_from_this<SnapshotPool> {
  public:
-  std::shared_ptr<const Snapshot> Make(int64_t version, const Tensor& values) {
+  // A buffer of `n` floats with unspecified contents.
+  std::shared_ptr<Snapshot> New(int64_t n) {
     std::unique_ptr<Snapshot> snapshot;
     {
       absl::MutexLock lock(&mu_);
@@ -70,17 +76,14 @@ class ParameterShard::SnapshotPool
       }
     }
     if (snapshot == nullptr) snapshot = std::make_unique<Snapshot>();
-    snapshot->version = version;
-    snapshot->values.Resize(values.shape());
-    std::memcpy(snapshot->values.data(), values.data(), values.num_bytes());
+    snapshot->values.Resize({n});
     std::shared_ptr<SnapshotPool> self = shared_from_this();
-    return std::shared_ptr<const Snapshot>(
-        snapshot.release(),
-        [self](const Snapshot* s) { self->Return(const_cast<Snapshot*>(s)); });
+    return std::shared_ptr<Snapshot>(snapshot.release(),
+                                     [self](Snapshot* s) { self->Return(s); });
   }
 
  private:
-  static constexpr size_t kMaxFree = 8;
+  static constexpr size_t kMaxFree = 4;
   void Return(Snapshot* snapshot) {
     absl::MutexLock lock(&mu_);
     if (free_.size() < kMaxFree) {
@@ -115,7 +118,7 @@ ParameterShard::~ParameterShard() {
 }
 
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
-                                          absl::Span<const char> data) {
+                                          ByteSource* data) {
   RETURN_IF_ERROR(ValidateConfig(header.config()));
   if (header.variables().empty()) {
     return absl::InvalidArgumentError("init: no variables");
@@ -140,9 +143,9 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
     }
     total += NumElements(MetaShape(meta));
   }
-  if (static_cast<int64_t>(data.size()) != total * int64_t{sizeof(float)}) {
+  if (static_cast<int64_t>(data->size()) != total * int64_t{sizeof(float)}) {
     return absl::InvalidArgumentError(
-        absl::StrCat("init: tensor_data has ", data.size(), " bytes, the ",
+        absl::StrCat("init: tensor_data has ", data->size(), " bytes, the ",
                      header.variables_size(), " variables need ",
                      total * sizeof(float)));
   }
@@ -160,9 +163,10 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   config_ = header.config();
   variables_.assign(header.variables().begin(), header.variables().end());
   total_elements_ = total;
-  values_.Resize({total});
-  if (total > 0) std::memcpy(values_.data(), data.data(), data.size());
+  current_ = pool_->New(total);
+  data->Read({reinterpret_cast<char*>(current_->values.data()), data->size()});
   sum_.Resize({total});
+  bounce_.Resize({kBlockFloats});
   version_ = 0;
   initialized_ = true;
   changed_.SignalAll();
@@ -205,13 +209,29 @@ absl::Status ParameterShard::ValidateTensors(
   return absl::OkStatus();
 }
 
-void ParameterShard::ApplyUpdate(absl::Span<const float> grad) {
-  optimizer_->Apply(grad, values_.flat());
-  cached_.reset();
+void ParameterShard::MakeValuesWritable() {
+  // Pulls take references only under mu_, so a count of 1 means nobody else
+  // can be reading the buffer.
+  if (current_.use_count() == 1) return;
+  std::shared_ptr<Snapshot> fresh = pool_->New(total_elements_);
+  std::memcpy(fresh->values.data(), current_->values.data(),
+              current_->values.num_bytes());
+  current_ = std::move(fresh);
+}
+
+void ParameterShard::ForEachBlock(
+    ByteSource* data,
+    const std::function<void(int64_t, absl::Span<const float>)>& fn) {
+  float* block = bounce_.data();
+  for (int64_t begin = 0; begin < total_elements_; begin += kBlockFloats) {
+    const int64_t n = std::min(kBlockFloats, total_elements_ - begin);
+    data->Read({reinterpret_cast<char*>(block), n * sizeof(float)});
+    fn(begin, {block, static_cast<size_t>(n)});
+  }
 }
 
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
-    const proto::PushHeader& header, absl::Span<const char> data) {
+    const proto::PushHeader& header, ByteSource* data) {
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
   proto::PushResponse response;
   {
@@ -220,22 +240,22 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       return absl::FailedPreconditionError(
           "push: this parameter server has not been initialized by the chief");
     }
-    RETURN_IF_ERROR(ValidateTensors(header.variables(), data.size(), "push"));
+    RETURN_IF_ERROR(ValidateTensors(header.variables(), data->size(), "push"));
     const int replica = header.replica();
     if (replica < 0 || replica >= config_.num_replicas()) {
       return absl::InvalidArgumentError(
           absl::StrCat("push: replica ", replica, " is not in 0..",
                        config_.num_replicas() - 1));
     }
-    // Tensor data is float-aligned: the service decodes it into a Tensor.
-    CHECK_EQ(reinterpret_cast<uintptr_t>(data.data()) % alignof(float), 0u);
-    absl::Span<const float> grad(reinterpret_cast<const float*>(data.data()),
-                                 total_elements_);
     response.set_training_done(training_done_);
     if (training_done_) {
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
-      ApplyUpdate(grad);
+      MakeValuesWritable();
+      float* values = current_->values.data();
+      ForEachBlock(data, [&](int64_t begin, absl::Span<const float> grad) {
+        optimizer_->Apply(begin, grad, {values + begin, grad.size()});
+      });
       ++version_;
       ++pushes_applied_;
       response.set_accepted(true);
@@ -250,22 +270,22 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     } else if (pushed_.count(replica) > 0) {
       response.set_accepted(true);  // A retry of an accepted push.
     } else {
-      float* sum = sum_.data();
       if (pushed_.empty()) {
-        std::memcpy(sum, grad.data(), grad.size() * sizeof(float));
+        data->Read({reinterpret_cast<char*>(sum_.data()), sum_.num_bytes()});
       } else {
-        for (size_t i = 0; i < grad.size(); ++i) sum[i] += grad[i];
+        float* sum = sum_.data();
+        ForEachBlock(data, [&](int64_t begin, absl::Span<const float> grad) {
+          kernels::Accumulate(grad, {sum + begin, grad.size()});
+        });
       }
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
       const int needed = config_.replicas_to_aggregate();
       if (static_cast<int>(pushed_.size()) == needed) {
-        const float scale = 1.0f / needed;
-        if (needed > 1) {
-          for (int64_t i = 0; i < total_elements_; ++i) sum[i] *= scale;
-        }
-        ApplyUpdate(sum_.flat());
+        if (needed > 1) kernels::Scale(1.0f / needed, sum_.flat());
+        MakeValuesWritable();
+        optimizer_->Apply(0, sum_.flat(), current_->values.flat());
         ++version_;
         pushed_.clear();
       }
@@ -278,9 +298,6 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
 }
 
 ParameterShard::PullReply ParameterShard::MakeReplyLocked() {
-  if (cached_ == nullptr || cached_->version != version_) {
-    cached_ = pool_->Make(version_, values_);
-  }
   PullReply reply;
   reply.header.set_version(version_);
   reply.header.set_training_done(training_done_);
@@ -288,7 +305,7 @@ ParameterShard::PullReply ParameterShard::MakeReplyLocked() {
   for (const proto::VariableMeta& meta : variables_) {
     *reply.header.add_variables() = meta;
   }
-  reply.snapshot = cached_;
+  reply.snapshot = current_;
   return reply;
 }
 

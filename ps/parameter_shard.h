@@ -16,7 +16,14 @@
 //    pushes applied.
 //  - Pull(min_version) is answered with the values as soon as the version is
 //    >= min_version (or training is over), or fails with DeadlineExceeded at
-//    its deadline. All pulls at one version share one copy of the values.
+//    its deadline.
+//
+// Memory. Gradients are consumed from the request in small blocks, straight
+// into the sum (sync) or the optimizer (async): no message-sized copy. A pull
+// shares the current values buffer itself (no copy); an update that finds
+// the buffer still shared with a pull in flight first moves to a fresh buffer
+// (copy on write). Buffers are recycled, so steady state touches no new
+// pages.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -25,8 +32,9 @@
 // the shard's lock; they run on the thread of Pull, of the Push or Shutdown
 // that satisfied them, or of the shard's deadline thread.
 //
-// Invariants: values_ holds the variables back to back in variables_ order;
-// sum_ holds the sum of the gradients of the replicas in pushed_ at version_.
+// Invariants: current_->values holds the variables back to back in
+// variables_ order; sum_ holds the sum of the gradients of the replicas in
+// pushed_ at version_.
 #ifndef PSRT_PS_PARAMETER_SHARD_H_
 #define PSRT_PS_PARAMETER_SHARD_H_
 
@@ -43,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/byte_source.h"
 #include "common/tensor.h"
 #include "proto/psrt.pb.h"
 #include "ps/optimizer.h"
@@ -56,9 +65,9 @@ class ParameterShard {
     absl::Duration default_pull_timeout = absl::Seconds(60);
   };
 
-  // The values of every variable of the shard at one version, back to back.
+  // The values of every variable of the shard, back to back. A snapshot
+  // handed to a pull never changes.
   struct Snapshot {
-    int64_t version = 0;
     Tensor values;
   };
   struct PullReply {
@@ -75,14 +84,13 @@ class ParameterShard {
 
   // Returns true when this call initialized the shard, false when it already
   // held the same variables. `data` holds the initial values.
-  absl::StatusOr<bool> Init(const proto::InitHeader& header,
-                            absl::Span<const char> data);
+  absl::StatusOr<bool> Init(const proto::InitHeader& header, ByteSource* data);
 
   // `data` holds the gradients of every variable, in the shard's order.
   // Invalid input (unknown variable, wrong shape, dtype or byte length)
   // is InvalidArgument and leaves the state untouched.
   absl::StatusOr<proto::PushResponse> Push(const proto::PushHeader& header,
-                                           absl::Span<const char> data);
+                                           ByteSource* data);
 
   // Calls `done` exactly once (see the header comment).
   void Pull(int64_t min_version, absl::Time deadline, PullCallback done);
@@ -111,7 +119,13 @@ class ParameterShard {
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
       size_t data_size, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void ApplyUpdate(absl::Span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes current_ safe to modify: copies it if a pull still shares it.
+  void MakeValuesWritable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the whole of `data` in blocks of at most bounce_'s size, calling
+  // fn(begin, block) with each block's first element index.
+  void ForEachBlock(ByteSource* data,
+                    const std::function<void(int64_t, absl::Span<const float>)>& fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the reply for the current state; REQUIRES initialized_.
   PullReply MakeReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the waiters that can be answered now and pairs them with replies.
@@ -128,12 +142,12 @@ class ParameterShard {
   proto::TrainingConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
-  Tensor values_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
+  Tensor bounce_ ABSL_GUARDED_BY(mu_);  // Cache-sized block of gradients.
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
-  std::shared_ptr<const Snapshot> cached_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -13,8 +13,6 @@
 namespace psrt {
 namespace {
 
-constexpr size_t kMaxFreeBuffers = 8;
-
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -41,50 +39,16 @@ void SerializeSmallMessage(const google::protobuf::MessageLite& message,
   *out = grpc::ByteBuffer(&slice, 1);
 }
 
-// Reads a frame's header and copies its tensor data into `buffer`.
-absl::Status ReadFrame(const grpc::ByteBuffer& request,
-                       google::protobuf::MessageLite* header, Tensor* buffer) {
-  TensorFrameReader reader;
-  RETURN_IF_ERROR(reader.Open(request, header));
-  if (reader.data_size() % sizeof(float) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor_data has ", reader.data_size(),
-        " bytes, not a whole number of float32 values"));
-  }
-  buffer->Resize({static_cast<int64_t>(reader.data_size() / sizeof(float))});
-  reader.CopyData({reinterpret_cast<char*>(buffer->data()), reader.data_size()});
-  return absl::OkStatus();
-}
-
-absl::Span<const char> Bytes(const Tensor& t) {
-  return {reinterpret_cast<const char*>(t.data()), t.num_bytes()};
-}
-
 }  // namespace
-
-std::unique_ptr<Tensor> PsService::AcquireBuffer() {
-  absl::MutexLock lock(&pool_mu_);
-  if (free_buffers_.empty()) return std::make_unique<Tensor>();
-  std::unique_ptr<Tensor> buffer = std::move(free_buffers_.back());
-  free_buffers_.pop_back();
-  return buffer;
-}
-
-void PsService::ReleaseBuffer(std::unique_ptr<Tensor> buffer) {
-  absl::MutexLock lock(&pool_mu_);
-  if (free_buffers_.size() < kMaxFreeBuffers) {
-    free_buffers_.push_back(std::move(buffer));
-  }
-}
 
 grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
   proto::InitHeader header;
-  std::unique_ptr<Tensor> buffer = AcquireBuffer();
-  absl::Status status = ReadFrame(*request, &header, buffer.get());
+  TensorFrameReader reader;
+  absl::Status status = reader.Open(*request, &header);
   if (status.ok()) {
-    absl::StatusOr<bool> initialized = shard_->Init(header, Bytes(*buffer));
+    absl::StatusOr<bool> initialized = shard_->Init(header, &reader);
     status = initialized.status();
     if (initialized.ok()) {
       proto::InitResponse reply;
@@ -92,10 +56,9 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
       SerializeSmallMessage(reply, response);
       LOG(INFO) << (*initialized ? "initialized " : "already held ")
                 << header.variables_size() << " variables ("
-                << buffer->num_bytes() << " bytes)";
+                << reader.size() << " bytes)";
     }
   }
-  ReleaseBuffer(std::move(buffer));
   return FinishNow(context, status);
 }
 
@@ -121,7 +84,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                  auto snapshot = std::move(reply->snapshot);
                  const Tensor& values = snapshot->values;
                  *response = EncodeTensorFrame(
-                     reply->header, {Bytes(values)},
+                     reply->header,
+                     {{reinterpret_cast<const char*>(values.data()), values.num_bytes()}},
                      [snapshot]() mutable { snapshot.reset(); });
                  reactor->Finish(grpc::Status::OK);
                });
@@ -132,15 +96,13 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
   proto::PushHeader header;
-  std::unique_ptr<Tensor> buffer = AcquireBuffer();
-  absl::Status status = ReadFrame(*request, &header, buffer.get());
+  TensorFrameReader reader;
+  absl::Status status = reader.Open(*request, &header);
   if (status.ok()) {
-    absl::StatusOr<proto::PushResponse> reply =
-        shard_->Push(header, Bytes(*buffer));
+    absl::StatusOr<proto::PushResponse> reply = shard_->Push(header, &reader);
     status = reply.status();
     if (reply.ok()) SerializeSmallMessage(*reply, response);
   }
-  ReleaseBuffer(std::move(buffer));
   return FinishNow(context, status);
 }
 

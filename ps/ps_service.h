@@ -2,22 +2,16 @@
 // ParameterServer service), on gRPC's callback API.
 //
 // Each handler validates, calls the shard and finishes with the converted
-// status. Init, Pull and Push are "raw" methods: their tensor bytes are read
-// off the wire straight into a pooled buffer and written from the shard's
-// snapshot without a protobuf copy (common/tensor_frame.h). A pull that must
+// status. Init, Pull and Push are "raw" methods: the shard reads tensor bytes
+// straight from the received slices and pulls send the shard's values buffer
+// itself, without a protobuf copy (common/tensor_frame.h). A pull that must
 // wait for a version holds no thread while it waits.
 //
-// Thread safety: gRPC calls the handlers concurrently; the shard and the
-// buffer pool are thread-safe.
+// Thread safety: gRPC calls the handlers concurrently; the shard is
+// thread-safe.
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
-#include <memory>
-#include <vector>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "common/tensor.h"
 #include "proto/psrt.grpc.pb.h"
 #include "ps/parameter_shard.h"
 
@@ -52,13 +46,7 @@ class PsService final : public PsServiceBase {
                                      proto::ShutdownResponse* response) override;
 
  private:
-  // Receive buffers for tensor data, reused across requests.
-  std::unique_ptr<Tensor> AcquireBuffer();
-  void ReleaseBuffer(std::unique_ptr<Tensor> buffer);
-
   ParameterShard* const shard_;
-  absl::Mutex pool_mu_;
-  std::vector<std::unique_ptr<Tensor>> free_buffers_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 }  // namespace psrt

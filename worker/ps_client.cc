@@ -240,16 +240,16 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
         int64_t expected = 0;
         for (int s : slices) expected += placement_.slices[s].num_bytes;
         if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
-            static_cast<int64_t>(reader.data_size()) != expected) {
+            static_cast<int64_t>(reader.size()) != expected) {
           return absl::InternalError(absl::StrCat(
               "pull reply carries ", headers[k].variables_size(),
-              " tensors and ", reader.data_size(), " bytes, want ",
+              " tensors and ", reader.size(), " bytes, want ",
               slices.size(), " tensors and ", expected, " bytes"));
         }
         for (int s : slices) {
           const VariableSlice& slice = placement_.slices[s];
           char* base = reinterpret_cast<char*>((*params)[slice.variable].data());
-          reader.CopyData({base + slice.byte_offset, size_t(slice.num_bytes)});
+          reader.Read({base + slice.byte_offset, size_t(slice.num_bytes)});
         }
         return absl::OkStatus();
       }));

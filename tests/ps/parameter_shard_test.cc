@@ -19,8 +19,11 @@ proto::VariableMeta Meta(const std::string& name, Shape shape) {
   return meta;
 }
 
-absl::Span<const char> Bytes(const std::vector<float>& v) {
-  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)};
+// The bytes of `v`, as the shard reads them off the wire; lives until the
+// end of the full expression.
+std::unique_ptr<ByteSource> Bytes(const std::vector<float>& v) {
+  return std::make_unique<SpanByteSource>(absl::Span<const char>(
+      reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
 }
 
 proto::TrainingConfig Config(proto::SyncMode mode, int replicas, int aggregate,
@@ -39,7 +42,7 @@ void InitShard(ParameterShard* shard, const proto::TrainingConfig& config,
   proto::InitHeader header;
   *header.mutable_config() = config;
   *header.add_variables() = Meta("w", {kSize});
-  auto initialized = shard->Init(header, Bytes(initial));
+  auto initialized = shard->Init(header, Bytes(initial).get());
   ASSERT_TRUE(initialized.ok()) << initialized.status();
   ASSERT_TRUE(*initialized);
 }
@@ -51,7 +54,7 @@ absl::StatusOr<proto::PushResponse> PushFrom(ParameterShard* shard, int replica,
   header.set_replica(replica);
   header.set_version(version);
   *header.add_variables() = Meta("w", {kSize});
-  return shard->Push(header, Bytes(grad));
+  return shard->Push(header, Bytes(grad).get());
 }
 
 // Pulls synchronously; returns the values (empty on error).
@@ -225,28 +228,28 @@ TEST(ParameterShardTest, RejectsBadPushesAndLeavesStateUntouched) {
   header.set_replica(0);
   *header.add_variables() = Meta("w", {2, 2});
   std::vector<float> grad = {1, 1, 1, 1};
-  auto wrong_shape = shard.Push(header, Bytes(grad));
+  auto wrong_shape = shard.Push(header, Bytes(grad).get());
   EXPECT_EQ(wrong_shape.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(wrong_shape.status().message().find("[2,2]"), absl::string_view::npos);
 
   header.mutable_variables(0)->set_name("v");
   header.mutable_variables(0)->clear_shape();
   header.mutable_variables(0)->add_shape(kSize);
-  auto unknown = shard.Push(header, Bytes(grad));
+  auto unknown = shard.Push(header, Bytes(grad).get());
   EXPECT_NE(unknown.status().message().find("\"v\""), absl::string_view::npos);
 
   header.mutable_variables(0)->set_name("w");
   std::vector<float> short_grad = {1, 1, 1};
-  auto short_data = shard.Push(header, Bytes(short_grad));
+  auto short_data = shard.Push(header, Bytes(short_grad).get());
   EXPECT_EQ(short_data.status().code(), absl::StatusCode::kInvalidArgument);
 
   header.set_replica(7);
-  EXPECT_EQ(shard.Push(header, Bytes(grad)).status().code(),
+  EXPECT_EQ(shard.Push(header, Bytes(grad).get()).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   header.set_replica(0);
   header.mutable_variables(0)->set_dtype(proto::DT_INVALID);
-  EXPECT_EQ(shard.Push(header, Bytes(grad)).status().code(),
+  EXPECT_EQ(shard.Push(header, Bytes(grad).get()).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   auto pulled = PullNow(&shard, 0);
@@ -261,7 +264,7 @@ TEST(ParameterShardTest, InitValidatesAndIsIdempotent) {
   *header.mutable_config() = Config(proto::SYNC, 2, 3);  // R > W.
   *header.add_variables() = Meta("w", {kSize});
   std::vector<float> values(kSize, 1.0f);
-  auto bad = shard.Init(header, Bytes(values));
+  auto bad = shard.Init(header, Bytes(values).get());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("replicas_to_aggregate"), absl::string_view::npos);
 
@@ -269,11 +272,69 @@ TEST(ParameterShardTest, InitValidatesAndIsIdempotent) {
   EXPECT_EQ(before_init.status().code(), absl::StatusCode::kFailedPrecondition);
 
   *header.mutable_config() = Config(proto::SYNC, 2, 2);
-  EXPECT_TRUE(*shard.Init(header, Bytes(values)));
-  EXPECT_FALSE(*shard.Init(header, Bytes(values)));  // A restarted chief.
+  EXPECT_TRUE(*shard.Init(header, Bytes(values).get()));
+  EXPECT_FALSE(*shard.Init(header, Bytes(values).get()));  // A restarted chief.
   header.mutable_variables(0)->set_name("other");
-  EXPECT_EQ(shard.Init(header, Bytes(values)).status().code(),
+  EXPECT_EQ(shard.Init(header, Bytes(values).get()).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ParameterShardTest, APulledSnapshotNeverChanges) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, 1, 1), {1, 2, 3, 4});
+  absl::StatusOr<ParameterShard::PullReply> held;
+  shard.Pull(0, absl::Now() + absl::Seconds(5),
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) { held = std::move(reply); });
+  ASSERT_TRUE(held.ok());
+  // The update finds the buffer shared with `held` and must copy first.
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  const float* old_values = held->snapshot->values.data();
+  EXPECT_EQ(std::vector<float>(old_values, old_values + kSize),
+            (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{0, 1, 2, 3}));
+}
+
+TEST(ParameterShardTest, LargeGradientsAreReadInBlocks) {
+  // More elements than one read block, with a partial last block, in both
+  // modes and with a momentum optimizer whose slots follow the blocks.
+  constexpr int64_t kLarge = 40000;
+  for (proto::SyncMode mode : {proto::SYNC, proto::ASYNC}) {
+    ParameterShard shard({});
+    proto::InitHeader init;
+    *init.mutable_config() = Config(mode, 2, 2, 0.5f);
+    init.mutable_config()->set_optimizer(proto::MOMENTUM);
+    init.mutable_config()->set_momentum(0.5f);
+    *init.add_variables() = Meta("big", {kLarge});
+    std::vector<float> zeros(kLarge, 0.0f);
+    ASSERT_TRUE(shard.Init(init, Bytes(zeros).get()).ok());
+    std::vector<float> grad(kLarge);
+    for (int64_t i = 0; i < kLarge; ++i) grad[i] = static_cast<float>(i % 7);
+    proto::PushHeader header;
+    *header.add_variables() = Meta("big", {kLarge});
+    for (int step = 0; step < 2; ++step) {
+      for (int replica = 0; replica < 2; ++replica) {
+        header.set_replica(replica);
+        header.set_version(mode == proto::SYNC ? step : 0);
+        ASSERT_TRUE(shard.Push(header, Bytes(grad).get()).ok());
+      }
+    }
+    absl::Notification done;
+    std::vector<float> values;
+    shard.Pull(0, absl::Now() + absl::Seconds(5),
+               [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+                 const Tensor& t = reply->snapshot->values;
+                 values.assign(t.data(), t.data() + t.num_elements());
+                 done.Notify();
+               });
+    done.WaitForNotification();
+    // Sync: two updates with g; accum g then 1.5g: w = -0.5 * 2.5g = -1.25g.
+    // Async: four updates: accum g, 1.5g, 1.75g, 1.875g: w = -0.5*6.125g.
+    const float factor = mode == proto::SYNC ? -1.25f : -3.0625f;
+    for (int64_t i = 0; i < kLarge; i += 997) {
+      ASSERT_FLOAT_EQ(values[i], factor * grad[i]) << i;
+    }
+    ASSERT_FLOAT_EQ(values[kLarge - 1], factor * grad[kLarge - 1]);
+  }
 }
 
 }  // namespace
