@@ -1,11 +1,11 @@
-// ByteSource: a sequential reader of the tensor bytes of one message.
+// ByteSource: random access to the tensor bytes of one received message.
 //
 // The parameter server consumes gradients from a ByteSource in small blocks,
-// so that bytes go from the network buffers into the update with no
-// message-sized copy in between. The gRPC adapter reads a message's slices
-// (common/tensor_frame.h); tests read a plain span.
+// on several threads at once, so that bytes go from the network buffers into
+// the update with no message-sized copy in between. The gRPC adapter reads a
+// message's slices (common/tensor_frame.h); tests read a plain span.
 //
-// Thread safety: not thread-safe.
+// Thread safety: ReadAt is const and may run concurrently.
 #ifndef PSRT_COMMON_BYTE_SOURCE_H_
 #define PSRT_COMMON_BYTE_SOURCE_H_
 
@@ -22,9 +22,9 @@ class ByteSource {
   virtual ~ByteSource() = default;
   // Total bytes, read or not.
   virtual size_t size() const = 0;
-  // Copies the next dst.size() bytes into dst.
-  // REQUIRES: no more than size() bytes are read in all.
-  virtual void Read(absl::Span<char> dst) = 0;
+  // Copies bytes [offset, offset + dst.size()) into dst.
+  // REQUIRES: offset + dst.size() <= size().
+  virtual void ReadAt(size_t offset, absl::Span<char> dst) const = 0;
 };
 
 // A ByteSource over memory the caller keeps alive.
@@ -32,15 +32,13 @@ class SpanByteSource : public ByteSource {
  public:
   explicit SpanByteSource(absl::Span<const char> bytes) : bytes_(bytes) {}
   size_t size() const override { return bytes_.size(); }
-  void Read(absl::Span<char> dst) override {
-    CHECK_LE(offset_ + dst.size(), bytes_.size());
-    std::memcpy(dst.data(), bytes_.data() + offset_, dst.size());
-    offset_ += dst.size();
+  void ReadAt(size_t offset, absl::Span<char> dst) const override {
+    CHECK_LE(offset + dst.size(), bytes_.size());
+    std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
   }
 
  private:
   absl::Span<const char> bytes_;
-  size_t offset_ = 0;
 };
 
 }  // namespace psrt

@@ -1,5 +1,6 @@
 #include "common/tensor_frame.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -77,7 +78,9 @@ grpc::ByteBuffer EncodeTensorFrame(
 absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
                                      google::protobuf::MessageLite* header) {
   slices_.clear();
-  slice_ = offset_ = data_size_ = data_consumed_ = 0;
+  piece_start_.clear();
+  piece_ptr_.clear();
+  slice_ = offset_ = data_size_ = 0;
   if (!buffer.Dump(&slices_).ok()) {
     return absl::InvalidArgumentError("tensor frame: unreadable byte buffer");
   }
@@ -113,13 +116,34 @@ absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
         "tensor frame: tensor_data length does not match the message size");
   }
   data_size_ = data_size;
+  size_t start = 0;
+  for (size_t i = slice_; i < slices_.size(); ++i) {
+    const size_t skip = i == slice_ ? offset_ : 0;
+    if (slices_[i].size() == skip) continue;
+    piece_start_.push_back(start);
+    piece_ptr_.push_back(reinterpret_cast<const char*>(slices_[i].begin()) + skip);
+    start += slices_[i].size() - skip;
+  }
+  piece_start_.push_back(start);  // Sentinel: the end.
   return absl::OkStatus();
 }
 
-void TensorFrameReader::Read(absl::Span<char> dst) {
-  CHECK_LE(data_consumed_ + dst.size(), data_size_);
-  CopyBytes(dst.data(), dst.size());
-  data_consumed_ += dst.size();
+void TensorFrameReader::ReadAt(size_t offset, absl::Span<char> dst) const {
+  CHECK_LE(offset + dst.size(), data_size_);
+  // The last piece that starts at or before `offset`.
+  size_t i = std::upper_bound(piece_start_.begin(), piece_start_.end(), offset) -
+             piece_start_.begin() - 1;
+  char* out = dst.data();
+  size_t n = dst.size();
+  while (n > 0) {
+    const size_t within = offset - piece_start_[i];
+    const size_t take = std::min(n, piece_start_[i + 1] - offset);
+    std::memcpy(out, piece_ptr_[i] + within, take);
+    out += take;
+    offset += take;
+    n -= take;
+    ++i;
+  }
 }
 
 bool TensorFrameReader::ReadByte(uint8_t* b) {

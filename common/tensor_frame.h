@@ -35,8 +35,7 @@ grpc::ByteBuffer EncodeTensorFrame(
     const std::vector<absl::Span<const char>>& chunks,
     std::function<void()> release = nullptr);
 
-// Reads a frame. Open() parses the header; the data is then consumed in
-// order, as a ByteSource.
+// Reads a frame. Open() parses the header; the data is then a ByteSource.
 class TensorFrameReader : public ByteSource {
  public:
   // Errors: InvalidArgument when the bytes are not a frame of this shape.
@@ -44,18 +43,22 @@ class TensorFrameReader : public ByteSource {
                     google::protobuf::MessageLite* header);
   // ByteSource: the tensor_data bytes.
   size_t size() const override { return data_size_; }
-  void Read(absl::Span<char> dst) override;
+  void ReadAt(size_t offset, absl::Span<char> dst) const override;
 
  private:
+  // Parsing the header: a cursor over the slices.
   bool ReadByte(uint8_t* b);
   bool ReadVarint(uint64_t* v);
   void CopyBytes(char* dst, size_t n);
 
   std::vector<grpc::Slice> slices_;
-  size_t slice_ = 0;   // Current slice.
-  size_t offset_ = 0;  // Offset within it.
+  size_t slice_ = 0;   // Cursor: current slice ...
+  size_t offset_ = 0;  // ... and offset within it.
   size_t data_size_ = 0;
-  size_t data_consumed_ = 0;
+  // The data as pieces of slices: piece i starts at data offset
+  // piece_start_[i] and at piece_ptr_[i].
+  std::vector<size_t> piece_start_;
+  std::vector<const char*> piece_ptr_;
 };
 
 }  // namespace psrt

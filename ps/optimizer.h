@@ -8,7 +8,8 @@
 // is the kernels' shared functors (kernels/elementwise.h), the same code the
 // CUDA path runs.
 //
-// Thread safety: not thread-safe; the shard calls it under its lock.
+// Thread safety: Apply may run concurrently on disjoint ranges (the shard's
+// threads split one update); nothing else may run concurrently.
 #ifndef PSRT_PS_OPTIMIZER_H_
 #define PSRT_PS_OPTIMIZER_H_
 

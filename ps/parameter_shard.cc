@@ -99,6 +99,7 @@ class ParameterShard::SnapshotPool
 ParameterShard::ParameterShard(const Options& options)
     : options_(options),
       incarnation_(NewIncarnation()),
+      cpu_(options.threads),
       pool_(std::make_shared<SnapshotPool>()) {
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }
@@ -162,11 +163,14 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
   config_ = header.config();
   variables_.assign(header.variables().begin(), header.variables().end());
-  total_elements_ = total;
   current_ = pool_->New(total);
-  data->Read({reinterpret_cast<char*>(current_->values.data()), data->size()});
+  total_elements_ = total;
+  float* values = current_->values.data();
+  ParallelFor([&](int64_t begin, int64_t end) {
+    data->ReadAt(begin * sizeof(float),
+                 {reinterpret_cast<char*>(values + begin), (end - begin) * sizeof(float)});
+  });
   sum_.Resize({total});
-  bounce_.Resize({kBlockFloats});
   version_ = 0;
   initialized_ = true;
   changed_.SignalAll();
@@ -214,20 +218,30 @@ void ParameterShard::MakeValuesWritable() {
   // can be reading the buffer.
   if (current_.use_count() == 1) return;
   std::shared_ptr<Snapshot> fresh = pool_->New(total_elements_);
-  std::memcpy(fresh->values.data(), current_->values.data(),
-              current_->values.num_bytes());
+  const float* from = current_->values.data();
+  float* to = fresh->values.data();
+  ParallelFor([&](int64_t begin, int64_t end) {
+    std::memcpy(to + begin, from + begin, (end - begin) * sizeof(float));
+  });
   current_ = std::move(fresh);
 }
 
+void ParameterShard::ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  cpu_.ParallelFor(total_elements_, kBlockFloats, fn);
+}
+
 void ParameterShard::ForEachBlock(
-    ByteSource* data,
-    const std::function<void(int64_t, absl::Span<const float>)>& fn) {
-  float* block = bounce_.data();
-  for (int64_t begin = 0; begin < total_elements_; begin += kBlockFloats) {
-    const int64_t n = std::min(kBlockFloats, total_elements_ - begin);
-    data->Read({reinterpret_cast<char*>(block), n * sizeof(float)});
-    fn(begin, {block, static_cast<size_t>(n)});
-  }
+    const ByteSource& data,
+    absl::FunctionRef<void(int64_t, absl::Span<const float>)> fn) {
+  ParallelFor([&](int64_t first, int64_t last) {
+    static thread_local Tensor block({kBlockFloats});
+    for (int64_t begin = first; begin < last; begin += kBlockFloats) {
+      const int64_t n = std::min(kBlockFloats, last - begin);
+      data.ReadAt(begin * sizeof(float),
+                  {reinterpret_cast<char*>(block.data()), n * sizeof(float)});
+      fn(begin, {block.data(), static_cast<size_t>(n)});
+    }
+  });
 }
 
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
@@ -253,7 +267,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     } else if (config_.mode() == proto::ASYNC) {
       MakeValuesWritable();
       float* values = current_->values.data();
-      ForEachBlock(data, [&](int64_t begin, absl::Span<const float> grad) {
+      ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
         optimizer_->Apply(begin, grad, {values + begin, grad.size()});
       });
       ++version_;
@@ -270,11 +284,14 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     } else if (pushed_.count(replica) > 0) {
       response.set_accepted(true);  // A retry of an accepted push.
     } else {
+      float* sum = sum_.data();
       if (pushed_.empty()) {
-        data->Read({reinterpret_cast<char*>(sum_.data()), sum_.num_bytes()});
+        ParallelFor([&](int64_t begin, int64_t end) {
+          data->ReadAt(begin * sizeof(float),
+                       {reinterpret_cast<char*>(sum + begin), (end - begin) * sizeof(float)});
+        });
       } else {
-        float* sum = sum_.data();
-        ForEachBlock(data, [&](int64_t begin, absl::Span<const float> grad) {
+        ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
           kernels::Accumulate(grad, {sum + begin, grad.size()});
         });
       }
@@ -283,9 +300,13 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       response.set_accepted(true);
       const int needed = config_.replicas_to_aggregate();
       if (static_cast<int>(pushed_.size()) == needed) {
-        if (needed > 1) kernels::Scale(1.0f / needed, sum_.flat());
         MakeValuesWritable();
-        optimizer_->Apply(0, sum_.flat(), current_->values.flat());
+        float* values = current_->values.data();
+        ParallelFor([&](int64_t begin, int64_t end) {
+          absl::Span<float> mean(sum + begin, end - begin);
+          if (needed > 1) kernels::Scale(1.0f / needed, mean);
+          optimizer_->Apply(begin, mean, {values + begin, mean.size()});
+        });
         ++version_;
         pushed_.clear();
       }

@@ -47,12 +47,14 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/byte_source.h"
 #include "common/tensor.h"
+#include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
 #include "ps/optimizer.h"
 
@@ -63,6 +65,8 @@ class ParameterShard {
   struct Options {
     // Used for a pull whose request names no timeout.
     absl::Duration default_pull_timeout = absl::Seconds(60);
+    // Threads that apply updates and copy buffers; 0: one per core.
+    int threads = 0;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -121,10 +125,14 @@ class ParameterShard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes current_ safe to modify: copies it if a pull still shares it.
   void MakeValuesWritable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads the whole of `data` in blocks of at most bounce_'s size, calling
-  // fn(begin, block) with each block's first element index.
-  void ForEachBlock(ByteSource* data,
-                    const std::function<void(int64_t, absl::Span<const float>)>& fn)
+  // Reads all of `data` as floats in cache-sized blocks, calling
+  // fn(begin, block) with each block and the index of its first element,
+  // on the shard's threads (concurrently, for disjoint blocks).
+  void ForEachBlock(const ByteSource& data,
+                    absl::FunctionRef<void(int64_t, absl::Span<const float>)> fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls fn(begin, end) over [0, total_elements_) on the shard's threads.
+  void ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the reply for the current state; REQUIRES initialized_.
   PullReply MakeReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -135,6 +143,7 @@ class ParameterShard {
 
   const Options options_;
   const int64_t incarnation_;
+  const kernels::CpuContext cpu_;
   std::shared_ptr<SnapshotPool> pool_;
 
   mutable absl::Mutex mu_;
@@ -143,7 +152,6 @@ class ParameterShard {
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
-  Tensor bounce_ ABSL_GUARDED_BY(mu_);  // Cache-sized block of gradients.
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.

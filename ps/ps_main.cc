@@ -29,6 +29,7 @@ DEFINE_string(bind_host, "0.0.0.0",
 DEFINE_double(shutdown_grace_secs, 30,
               "After the chief ends training, wait at most this long for the "
               "other workers to say goodbye before exiting.");
+DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
 
   psrt::ParameterShard::Options options;
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
+  options.threads = FLAGS_threads;
   psrt::ParameterShard shard(options);
   psrt::PsService service(&shard);
 

@@ -22,6 +22,10 @@ constexpr char kPush[] = "/psrt.proto.ParameterServer/Push";
 constexpr char kGetStatus[] = "/psrt.proto.ParameterServer/GetStatus";
 constexpr char kShutdown[] = "/psrt.proto.ParameterServer/Shutdown";
 
+// Pulled bytes are copied into the parameters in pieces of this size, on
+// all cores: one core alone cannot saturate memory bandwidth here.
+constexpr int64_t kCopyGrainBytes = 256 << 10;
+
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message) {
   grpc::Slice slice(message.SerializeAsString());
   return grpc::ByteBuffer(&slice, 1);
@@ -51,6 +55,7 @@ proto::VariableMeta MetaOf(const VariableSlice& slice) {
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
     : options_(std::move(options)),
+      copier_(options_.copy_threads),
       placement_(std::move(placement)),
       variables_(std::move(variables)) {
   CHECK_EQ(placement_.num_shards,
@@ -246,10 +251,16 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
               " tensors and ", reader.size(), " bytes, want ",
               slices.size(), " tensors and ", expected, " bytes"));
         }
+        size_t offset = 0;
         for (int s : slices) {
           const VariableSlice& slice = placement_.slices[s];
-          char* base = reinterpret_cast<char*>((*params)[slice.variable].data());
-          reader.Read({base + slice.byte_offset, size_t(slice.num_bytes)});
+          char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
+                      slice.byte_offset;
+          copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
+                              [&](int64_t begin, int64_t end) {
+                                reader.ReadAt(offset + begin, {dst + begin, size_t(end - begin)});
+                              });
+          offset += slice.num_bytes;
         }
         return absl::OkStatus();
       }));

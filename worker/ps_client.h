@@ -27,6 +27,7 @@
 #include "common/placement.h"
 #include "common/tensor.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
@@ -40,6 +41,8 @@ class PsClient {
     // How long a pull may wait for the next version (sync mode waits for
     // the slowest replica).
     absl::Duration pull_timeout = absl::Seconds(300);
+    // Threads that copy pulled values into the parameters; 0: one per core.
+    int copy_threads = 0;
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.
@@ -90,6 +93,7 @@ class PsClient {
   std::string ShardName(int shard) const;
 
   const Options options_;
+  const kernels::CpuContext copier_;
   const Placement placement_;
   const std::vector<VariableDef> variables_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
