@@ -15,6 +15,8 @@ void ApplyTransportTuning(grpc::ChannelArguments* args) {
   args->SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
   args->SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
   args->SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  args->SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  args->SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
 }
 
 }  // namespace
@@ -54,6 +56,8 @@ void ConfigurePsServer(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
   builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
 }
 
 void KeepLargeAllocationsMapped() {
