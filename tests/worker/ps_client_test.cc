@@ -1,0 +1,146 @@
+// PsClient against real PsService shards in this process, over gRPC on
+// 127.0.0.1: partitioned variables, messages far above gRPC's 4 MB default,
+// sync aggregation across two clients, and model mismatch detection.
+#include "worker/ps_client.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_util.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "ps/parameter_shard.h"
+#include "ps/ps_service.h"
+
+namespace psrt {
+namespace {
+
+// One parameter-server task: shard + service + gRPC server on a free port.
+struct LocalPs {
+  LocalPs() : service(&shard) {
+    grpc::ServerBuilder builder;
+    ConfigurePsServer(&builder);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~LocalPs() { server->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+
+  ParameterShard shard{ParameterShard::Options()};
+  PsService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+// 6000 x 1024 floats: 24 MB, partitioned into two 12 MB slices.
+std::vector<VariableDef> Variables(int64_t rows = 6000) {
+  return {{"big", {rows, 1024}}, {"small", {10}}};
+}
+
+std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& shards, int replica,
+                                    const std::vector<VariableDef>& vars) {
+  PsClient::Options options;
+  for (LocalPs* ps : shards) options.ps_addresses.push_back(ps->address());
+  options.replica = replica;
+  options.rpc_timeout = absl::Seconds(30);
+  options.pull_timeout = absl::Seconds(30);
+  auto placement = ComputePlacement(vars, shards.size(), PlacementOptions());
+  EXPECT_TRUE(placement.ok());
+  return std::make_unique<PsClient>(options, *placement, vars);
+}
+
+std::vector<Tensor> Filled(const std::vector<VariableDef>& vars, float value) {
+  std::vector<Tensor> tensors;
+  for (const VariableDef& v : vars) {
+    tensors.emplace_back(v.shape);
+    std::fill_n(tensors.back().data(), tensors.back().num_elements(), value);
+  }
+  return tensors;
+}
+
+proto::TrainingConfig SyncConfig(int replicas) {
+  proto::TrainingConfig config;
+  config.set_mode(proto::SYNC);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(replicas);
+  config.set_optimizer(proto::SGD);
+  config.set_learning_rate(0.5f);
+  return config;
+}
+
+TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) {
+  LocalPs ps0, ps1;
+  const auto vars = Variables();
+  auto chief = NewClient({&ps0, &ps1}, 0, vars);
+  auto other = NewClient({&ps0, &ps1}, 1, vars);
+  ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
+  std::vector<Tensor> initial = Filled(vars, 2.0f);
+  initial[0].data()[123] = 7.0f;  // Lands in the first slice.
+  initial[0].data()[6000 * 1024 - 1] = -7.0f;  // In the last.
+  ASSERT_TRUE(chief->Init(SyncConfig(2), initial).ok());
+  auto config = other->WaitForModelReady(absl::Seconds(10));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->mode(), proto::SYNC);
+
+  // Both replicas pull version 0, push, and pull version 1.
+  auto step = [&](PsClient* client, float grad_value, std::vector<Tensor>* out) {
+    *out = Filled(vars, 0.0f);
+    auto pulled = client->Pull(0, out);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_EQ(pulled->version, 0);
+    EXPECT_EQ((*out)[0].data()[123], 7.0f);
+    auto pushed = client->Push(Filled(vars, grad_value));
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_TRUE(pushed->accepted);
+    auto next = client->Pull(1, out);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->version, 1);
+  };
+  std::vector<Tensor> a, b;
+  std::thread t([&] { step(other.get(), 3.0f, &b); });
+  step(chief.get(), 1.0f, &a);
+  t.join();
+  // value = initial - 0.5 * mean(1, 3) = initial - 1.
+  EXPECT_EQ(a[0].data()[0], 1.0f);
+  EXPECT_EQ(a[0].data()[123], 6.0f);
+  EXPECT_EQ(a[0].data()[6000 * 1024 - 1], -8.0f);
+  EXPECT_EQ(a[1].data()[9], 1.0f);
+  EXPECT_EQ(b[0].data()[6000 * 1024 - 1], -8.0f);
+  EXPECT_EQ(ps0.shard.GetStatus().version(), 1);
+  EXPECT_EQ(ps1.shard.GetStatus().version(), 1);
+
+  chief->Shutdown();
+  other->Shutdown();
+  ps0.shard.WaitUntilFinished(absl::Seconds(5));
+  EXPECT_TRUE(ps0.shard.GetStatus().training_done());
+}
+
+TEST(PsClientTest, WorkerWithAnotherModelIsRefused) {
+  LocalPs ps0;
+  auto chief = NewClient({&ps0}, 0, Variables());
+  ASSERT_TRUE(chief->Init(SyncConfig(2), Filled(Variables(), 0.0f)).ok());
+  auto other = NewClient({&ps0}, 1, Variables(/*rows=*/100));
+  auto config = other->WaitForModelReady(absl::Seconds(5));
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(config.status().message().find("ps/0"), absl::string_view::npos);
+}
+
+TEST(PsClientTest, WaitForServersNamesTheMissingShard) {
+  LocalPs ps0;
+  PsClient::Options options;
+  // Port 1 on loopback: nothing listens there.
+  options.ps_addresses = {ps0.address(), "127.0.0.1:1"};
+  auto placement = ComputePlacement(Variables(), 2, PlacementOptions());
+  PsClient client(options, *placement, Variables());
+  absl::Status status = client.WaitForServers(absl::Seconds(1));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("ps/1 (127.0.0.1:1)"), absl::string_view::npos) << status;
+  EXPECT_EQ(status.message().find("ps/0"), absl::string_view::npos) << status;
+}
+
+}  // namespace
+}  // namespace psrt
