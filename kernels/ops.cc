@@ -59,35 +59,48 @@ void ParallelGemm(const CpuContext& ctx, const MatMulShape& s, float alpha,
   }
 }
 
-// A stored row-major [rows, cols] matrix read transposed is the same memory
-// read as a column-major [cols, rows] matrix.
-template <class B>
-void GemmWithA(const CpuContext& ctx, const MatMulShape& s, float alpha,
-               const float* a, const B& b, float beta, float* c) {
-  if (s.transpose_a) {
-    ParallelGemm(ctx, s, alpha, MatrixMap<Eigen::ColMajor>(a, s.m, s.k), b,
-                 beta, c);
+// The four storage orders of (a, b) as Eigen maps, handed to fn(a, b).
+template <class Fn>
+void WithOperands(const MatMulShape& s, const float* a, const float* b,
+                  Fn&& fn) {
+  auto with_a = [&](const auto& bm) {
+    if (s.transpose_a) {
+      fn(MatrixMap<Eigen::ColMajor>(a, s.m, s.k), bm);
+    } else {
+      fn(MatrixMap<Eigen::RowMajor>(a, s.m, s.k), bm);
+    }
+  };
+  if (s.transpose_b) {
+    with_a(MatrixMap<Eigen::ColMajor>(b, s.k, s.n));
   } else {
-    ParallelGemm(ctx, s, alpha, MatrixMap<Eigen::RowMajor>(a, s.m, s.k), b,
-                 beta, c);
+    with_a(MatrixMap<Eigen::RowMajor>(b, s.k, s.n));
   }
+}
+
+void CheckGemmShape(const MatMulShape& shape) {
+  CHECK(shape.m >= 0 && shape.n >= 0 && shape.k >= 0)
+      << "negative GEMM dimension: m=" << shape.m << " n=" << shape.n
+      << " k=" << shape.k;
 }
 
 }  // namespace
 
+void GemmOnCallingThread(const MatMulShape& shape, float alpha, const float* a,
+                         const float* b, float beta, float* c) {
+  CheckGemmShape(shape);
+  if (shape.m == 0 || shape.n == 0) return;
+  WithOperands(shape, a, b, [&](const auto& am, const auto& bm) {
+    GemmBlock(alpha, am, bm, beta, RowMajorMap(c, shape.m, shape.n));
+  });
+}
+
 void Gemm(const CpuContext& ctx, const MatMulShape& shape, float alpha,
           const float* a, const float* b, float beta, float* c) {
-  CHECK(shape.m >= 0 && shape.n >= 0 && shape.k >= 0)
-      << "negative GEMM dimension: m=" << shape.m << " n=" << shape.n
-      << " k=" << shape.k;
+  CheckGemmShape(shape);
   if (shape.m == 0 || shape.n == 0) return;
-  if (shape.transpose_b) {
-    GemmWithA(ctx, shape, alpha, a,
-              MatrixMap<Eigen::ColMajor>(b, shape.k, shape.n), beta, c);
-  } else {
-    GemmWithA(ctx, shape, alpha, a,
-              MatrixMap<Eigen::RowMajor>(b, shape.k, shape.n), beta, c);
-  }
+  WithOperands(shape, a, b, [&](const auto& am, const auto& bm) {
+    ParallelGemm(ctx, shape, alpha, am, bm, beta, c);
+  });
 }
 
 void MatMulForward(const CpuContext& ctx, const MatMulShape& shape,

@@ -34,6 +34,12 @@ struct MatMulShape {
 void Gemm(const CpuContext& ctx, const MatMulShape& shape, float alpha,
           const float* a, const float* b, float beta, float* c);
 
+// Gemm on the calling thread only, for ops that split their work over the
+// context's threads themselves and call it from inside a ParallelFor (where
+// Gemm's own ParallelFor may not nest).
+void GemmOnCallingThread(const MatMulShape& shape, float alpha, const float* a,
+                         const float* b, float beta, float* c);
+
 // Forward: c = op(a) * op(b). Overwrites c.
 void MatMulForward(const CpuContext& ctx, const MatMulShape& shape,
                    const float* a, const float* b, float* c);

@@ -1,6 +1,6 @@
 // Tests of the CPU ops: forward values against hand-computed examples and
 // naive loops, and every backward against central differences (the gradient
-// checker below, after Caffe's: one checker for every op).
+// checker of gradient_check.h, after Caffe's: one checker for every op).
 #include "kernels/ops.h"
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_context.h"
+#include "tests/kernels/gradient_check.h"
 
 namespace psrt {
 namespace kernels {
@@ -20,55 +21,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::Pointwise;
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed, float lo = -1.0f,
-                                float hi = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// An output buffer full of NaN: a backward that claims to overwrite must not
-// read it.
-std::vector<float> Garbage(int64_t n) { return std::vector<float>(n, kNaN); }
-
-double Dot(const std::vector<float>& a, const std::vector<float>& b) {
-  double sum = 0;
-  for (size_t i = 0; i < a.size(); ++i) sum += double(a[i]) * b[i];
-  return sum;
-}
-
-// The gradient checker. `loss` evaluates a scalar function of the `inputs`
-// (usually sum(op output * fixed random weights), so that the analytic
-// gradient is the op's backward with those weights as the upstream
-// gradient); `analytic[i]` is the claimed dL/d(inputs[i]). Every element is
-// checked against the central difference (L(x + h) - L(x - h)) / 2h.
-void ExpectGradientsMatch(const std::vector<std::vector<float>*>& inputs,
-                          const std::function<double()>& loss,
-                          const std::vector<std::vector<float>>& analytic,
-                          float step = 1e-2f, float tolerance = 2e-3f) {
-  ASSERT_EQ(inputs.size(), analytic.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<float>& x = *inputs[i];
-    ASSERT_EQ(x.size(), analytic[i].size()) << "input " << i;
-    for (size_t j = 0; j < x.size(); ++j) {
-      const float saved = x[j];
-      x[j] = saved + step;
-      const double plus = loss();
-      x[j] = saved - step;
-      const double minus = loss();
-      x[j] = saved;
-      const double numeric = (plus - minus) / (2.0 * step);
-      const double scale = std::max(1.0, std::abs(numeric));
-      EXPECT_NEAR(analytic[i][j], numeric, tolerance * scale)
-          << "input " << i << ", element " << j;
-    }
-  }
-}
+using testing::Dot;
+using testing::ExpectGradientsMatch;
+using testing::Garbage;
+using testing::RandomVector;
 
 // ---- MatMul ----
 

@@ -1,0 +1,66 @@
+// Batch normalization over the channels of NHWC activations, seen as a
+// [rows, channels] matrix (rows = batch * height * width; a fully connected
+// layer's [batch, units] works the same).
+//
+// Training: each channel is normalized with the mean and the (biased)
+// variance of its rows in this batch, then scaled by gamma and shifted by
+// beta; the moving statistics are updated with TensorFlow/Keras' momentum
+// (moving = momentum * moving + (1 - momentum) * batch statistic; the
+// variance is Bessel-corrected there, as TensorFlow and PyTorch do). The
+// forward saves the batch mean and 1/sqrt(var + epsilon) for the backward,
+// like cuDNN's saveMean / saveInvVariance. Inference normalizes with the
+// moving statistics and has no backward here.
+//
+// Buffers are the caller's: gamma, beta, moving_mean, moving_var,
+// saved_mean, saved_inv_std and the gradients of gamma and beta are
+// [channels] each. CPU statistics are accumulated in double. Nothing here
+// allocates.
+#ifndef PSRT_KERNELS_BATCH_NORM_H_
+#define PSRT_KERNELS_BATCH_NORM_H_
+
+#include <cstdint>
+
+#include "kernels/cpu_context.h"
+
+namespace psrt {
+namespace kernels {
+
+struct BatchNormShape {
+  int64_t rows = 0;
+  int64_t channels = 0;
+  float epsilon = 1e-3f;   // TensorFlow's default.
+  float momentum = 0.99f;  // Keras' default (TensorFlow's "decay").
+};
+
+// y = gamma * (x - mean) / sqrt(var + epsilon) + beta with this batch's
+// statistics. Writes saved_mean and saved_inv_std; updates moving_mean and
+// moving_var when they are not null (both or neither). Overwrites y; y may
+// equal x.
+// REQUIRES: rows >= 1, channels >= 1.
+void BatchNormTrainingForward(const CpuContext& ctx, const BatchNormShape& s,
+                              const float* x, const float* gamma,
+                              const float* beta, float* moving_mean,
+                              float* moving_var, float* saved_mean,
+                              float* saved_inv_std, float* y);
+
+// Backward of BatchNormTrainingForward, from its input x and saved
+// statistics: dgamma = sum(dy * xhat), dbeta = sum(dy) and
+// dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)).
+// Overwrites dx (null: skipped; may equal dy), dgamma and dbeta.
+void BatchNormTrainingBackward(const CpuContext& ctx, const BatchNormShape& s,
+                               const float* x, const float* dy,
+                               const float* gamma, const float* saved_mean,
+                               const float* saved_inv_std, float* dx,
+                               float* dgamma, float* dbeta);
+
+// y = gamma * (x - moving_mean) / sqrt(moving_var + epsilon) + beta.
+// Overwrites y; y may equal x.
+void BatchNormInferenceForward(const CpuContext& ctx, const BatchNormShape& s,
+                               const float* x, const float* gamma,
+                               const float* beta, const float* moving_mean,
+                               const float* moving_var, float* y);
+
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_BATCH_NORM_H_

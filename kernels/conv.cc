@@ -1,0 +1,230 @@
+#include "kernels/conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "glog/logging.h"
+#include "kernels/ops.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+// A column buffer per thread of about this many floats (1 MiB): large
+// enough for GEMMs of a few hundred rows, small enough to stay in L2.
+constexpr int64_t kColumnBufferFloats = 1 << 18;
+// Threads that take a share of one convolution (more wait).
+constexpr int64_t kMaxThreads = 64;
+
+void CheckShape(const Conv2DShape& s) {
+  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 &&
+        s.in_channels > 0 && s.filter_height > 0 && s.filter_width > 0 &&
+        s.out_channels > 0 && s.stride_height > 0 && s.stride_width > 0)
+      << "bad Conv2DShape: batch=" << s.batch << " input=" << s.in_height
+      << "x" << s.in_width << "x" << s.in_channels
+      << " filter=" << s.filter_height << "x" << s.filter_width << "x"
+      << s.out_channels << " stride=" << s.stride_height << "x"
+      << s.stride_width;
+  CHECK(s.out_height() > 0 && s.out_width() > 0)
+      << "a " << s.filter_height << "x" << s.filter_width
+      << " VALID window does not fit a " << s.in_height << "x" << s.in_width
+      << " input";
+}
+
+// The work split of a convolution: which images each thread takes, and how
+// many it puts in one GEMM.
+struct Plan {
+  int64_t pixels;     // Output pixels per image.
+  int64_t patch;      // fh * fw * in: a column-matrix row.
+  int threads;        // Threads that take a share of the batch.
+  int64_t chunk;      // Images per GEMM.
+};
+
+Plan MakePlan(const CpuContext& ctx, const Conv2DShape& s) {
+  Plan p;
+  p.pixels = s.out_height() * s.out_width();
+  p.patch = s.filter_height * s.filter_width * s.in_channels;
+  p.threads = static_cast<int>(
+      std::min<int64_t>({ctx.num_threads(), s.batch, kMaxThreads}));
+  const int64_t per_thread = (s.batch + p.threads - 1) / p.threads;
+  p.chunk = std::clamp<int64_t>(kColumnBufferFloats / (p.pixels * p.patch), 1,
+                                per_thread);
+  return p;
+}
+
+// The images [begin, end) of thread t's share.
+void Share(const Conv2DShape& s, const Plan& p, int64_t t, int64_t* begin,
+           int64_t* end) {
+  *begin = s.batch * t / p.threads;
+  *end = s.batch * (t + 1) / p.threads;
+}
+
+// Fills the column matrix of `images` images starting at x: row (n, oh, ow)
+// holds the window of output pixel (oh, ow), as [fh, fw, in] with zeros for
+// padding. For each filter row, the window's valid cells are one contiguous
+// run of NHWC memory.
+void Im2Col(const Conv2DShape& s, const float* x, int64_t images,
+            float* col) {
+  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
+  const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
+  const int64_t c = s.in_channels, fw = s.filter_width;
+  const int64_t row_len = fw * c;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* image = x + n * s.in_height * s.in_width * c;
+    for (int64_t oh = 0; oh < oh_size; ++oh) {
+      const int64_t h0 = oh * s.stride_height - pad_top;
+      for (int64_t ow = 0; ow < ow_size; ++ow) {
+        const int64_t w0 = ow * s.stride_width - pad_left;
+        const int64_t kw_begin = std::max<int64_t>(0, -w0);
+        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
+        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
+          const int64_t h = h0 + kh;
+          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) {
+            std::memset(col, 0, row_len * sizeof(float));
+            continue;
+          }
+          if (kw_begin > 0) std::memset(col, 0, kw_begin * c * sizeof(float));
+          std::memcpy(col + kw_begin * c,
+                      image + (h * s.in_width + w0 + kw_begin) * c,
+                      (kw_end - kw_begin) * c * sizeof(float));
+          if (kw_end < fw) {
+            std::memset(col + kw_end * c, 0, (fw - kw_end) * c * sizeof(float));
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: adds every column-matrix entry into the input cell
+// it was copied from (padding entries are dropped). dx must start zeroed.
+void Col2Im(const Conv2DShape& s, const float* col, int64_t images,
+            float* dx) {
+  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
+  const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
+  const int64_t c = s.in_channels, fw = s.filter_width;
+  const int64_t row_len = fw * c;
+  for (int64_t n = 0; n < images; ++n) {
+    float* image = dx + n * s.in_height * s.in_width * c;
+    for (int64_t oh = 0; oh < oh_size; ++oh) {
+      const int64_t h0 = oh * s.stride_height - pad_top;
+      for (int64_t ow = 0; ow < ow_size; ++ow) {
+        const int64_t w0 = ow * s.stride_width - pad_left;
+        const int64_t kw_begin = std::max<int64_t>(0, -w0);
+        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
+        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
+          const int64_t h = h0 + kh;
+          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) continue;
+          float* dst = image + (h * s.in_width + w0 + kw_begin) * c;
+          const float* src = col + kw_begin * c;
+          const int64_t len = (kw_end - kw_begin) * c;
+          for (int64_t i = 0; i < len; ++i) dst[i] += src[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                   const float* filter, float* y, Workspace* workspace) {
+  CheckShape(s);
+  const Plan p = MakePlan(ctx, s);
+  if (s.is_pointwise()) {
+    Gemm(ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
+         1.0f, x, filter, 0.0f, y);
+    return;
+  }
+  float* cols[kMaxThreads];
+  for (int t = 0; t < p.threads; ++t) {
+    cols[t] = workspace->Get(t, p.chunk * p.pixels * p.patch);
+  }
+  const int64_t in_image = s.in_height * s.in_width * s.in_channels;
+  const int64_t out_image = p.pixels * s.out_channels;
+  ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t begin, end;
+      Share(s, p, t, &begin, &end);
+      for (int64_t n = begin; n < end; n += p.chunk) {
+        const int64_t images = std::min(p.chunk, end - n);
+        Im2Col(s, x + n * in_image, images, cols[t]);
+        GemmOnCallingThread(
+            MatMulShape{images * p.pixels, s.out_channels, p.patch}, 1.0f,
+            cols[t], filter, 0.0f, y + n * out_image);
+      }
+    }
+  });
+}
+
+void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s,
+                    const float* x, const float* filter, const float* dy,
+                    float* dx, float* dfilter, Workspace* workspace) {
+  CheckShape(s);
+  const Plan p = MakePlan(ctx, s);
+  if (s.is_pointwise()) {
+    // y = x * filter as [B*H*W, in] x [in, out].
+    MatMulBackward(ctx,
+                   MatMulShape{s.batch * p.pixels, s.out_channels,
+                               s.in_channels},
+                   x, filter, dy, dx, dfilter);
+    return;
+  }
+  if (dx == nullptr && dfilter == nullptr) return;
+  // Slot t: thread t's column matrix (and then its d(column matrix));
+  // slot threads + t: thread t's partial dfilter (thread 0 sums into
+  // dfilter itself).
+  float* cols[kMaxThreads];
+  float* partials[kMaxThreads];
+  const int64_t filter_size = s.filter_size();
+  for (int t = 0; t < p.threads; ++t) {
+    cols[t] = workspace->Get(t, p.chunk * p.pixels * p.patch);
+    partials[t] = t == 0 || dfilter == nullptr
+                      ? dfilter
+                      : workspace->Get(p.threads + t, filter_size);
+  }
+  const int64_t in_image = s.in_height * s.in_width * s.in_channels;
+  const int64_t out_image = p.pixels * s.out_channels;
+  ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t begin, end;
+      Share(s, p, t, &begin, &end);
+      if (dfilter != nullptr) {
+        std::fill_n(partials[t], filter_size, 0.0f);
+      }
+      if (dx != nullptr) {
+        std::fill(dx + begin * in_image, dx + end * in_image, 0.0f);
+      }
+      for (int64_t n = begin; n < end; n += p.chunk) {
+        const int64_t images = std::min(p.chunk, end - n);
+        const int64_t rows = images * p.pixels;
+        const float* dy_n = dy + n * out_image;
+        if (dfilter != nullptr) {
+          // dfilter += cols^T dy: [patch, rows] x [rows, out].
+          Im2Col(s, x + n * in_image, images, cols[t]);
+          GemmOnCallingThread(
+              MatMulShape{p.patch, s.out_channels, rows, true, false}, 1.0f,
+              cols[t], dy_n, 1.0f, partials[t]);
+        }
+        if (dx != nullptr) {
+          // d(cols) = dy filter^T: [rows, out] x [out, patch].
+          GemmOnCallingThread(
+              MatMulShape{rows, p.patch, s.out_channels, false, true}, 1.0f,
+              dy_n, filter, 0.0f, cols[t]);
+          Col2Im(s, cols[t], images, dx + n * in_image);
+        }
+      }
+    }
+  });
+  if (dfilter != nullptr && p.threads > 1) {
+    ctx.ParallelFor(filter_size, 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int t = 1; t < p.threads; ++t) {
+        const float* part = partials[t];
+        for (int64_t i = begin; i < end; ++i) dfilter[i] += part[i];
+      }
+    });
+  }
+}
+
+}  // namespace kernels
+}  // namespace psrt

@@ -1,0 +1,41 @@
+// 2-D convolution (TensorFlow's conv2d): NHWC images, HWIO filters, strides
+// and SAME/VALID padding as window.h defines them. No bias: a layer adds one
+// with BiasAddForward (y as a [pixels, out_channels] matrix) or follows with
+// a batch norm.
+//
+// The CPU version is im2col + GEMM. Each thread takes a contiguous share of
+// the batch and works through it a few images at a time: it copies their
+// windows into the rows of a column matrix [pixels, fh * fw * in] that fits
+// in its core's cache, then multiplies by the filter seen as a
+// [fh * fw * in, out] matrix (GemmOnCallingThread), writing NHWC output
+// rows directly. The column buffers come from the caller's Workspace, so a
+// training loop allocates them once. A 1x1 stride-1 convolution skips
+// im2col: the input already is the column matrix.
+#ifndef PSRT_KERNELS_CONV_H_
+#define PSRT_KERNELS_CONV_H_
+
+#include "kernels/cpu_context.h"
+#include "kernels/window.h"
+#include "kernels/workspace.h"
+
+namespace psrt {
+namespace kernels {
+
+// Forward: y = conv2d(x, filter). Overwrites y. Uses `workspace`.
+// REQUIRES: y overlaps neither x nor filter; all sizes positive.
+void Conv2DForward(const CpuContext& ctx, const Conv2DShape& shape,
+                   const float* x, const float* filter, float* y,
+                   Workspace* workspace);
+
+// Backward of Conv2DForward: given dy = dL/dy, computes dx = dL/dx and
+// dfilter = dL/dfilter. Overwrites both; either may be null to skip it (a
+// first layer needs no dx). Uses `workspace`.
+// REQUIRES: the outputs overlap none of the inputs.
+void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& shape,
+                    const float* x, const float* filter, const float* dy,
+                    float* dx, float* dfilter, Workspace* workspace);
+
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_CONV_H_

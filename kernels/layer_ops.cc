@@ -1,0 +1,95 @@
+#include "kernels/layer_ops.h"
+
+#include <algorithm>
+
+#include "glog/logging.h"
+#include "kernels/elementwise.h"
+#include "kernels/layer_functors.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+constexpr int64_t kElementGrain = 1 << 15;
+
+int64_t TotalChannels(absl::Span<const int64_t> channels) {
+  int64_t total = 0;
+  for (int64_t c : channels) {
+    CHECK_GE(c, 1) << "a concatenated input has no channels";
+    total += c;
+  }
+  return total;
+}
+
+}  // namespace
+
+void ConcatChannelsForward(const CpuContext& ctx, int64_t pixels,
+                           absl::Span<const float* const> inputs,
+                           absl::Span<const int64_t> channels, float* y) {
+  CHECK_EQ(inputs.size(), channels.size());
+  CHECK(!inputs.empty());
+  const int64_t total = TotalChannels(channels);
+  ctx.ParallelFor(pixels, std::max<int64_t>(1, kElementGrain / total),
+                  [&](int64_t begin, int64_t end) {
+                    int64_t offset = 0;
+                    for (size_t i = 0; i < inputs.size(); ++i) {
+                      ForEachRowCol(begin, end, channels[i],
+                                    functor::CopyColumns{inputs[i], channels[i],
+                                                         0, y, total, offset});
+                      offset += channels[i];
+                    }
+                  });
+}
+
+void ConcatChannelsBackward(const CpuContext& ctx, int64_t pixels,
+                            const float* dy, absl::Span<const int64_t> channels,
+                            absl::Span<float* const> dinputs) {
+  CHECK_EQ(dinputs.size(), channels.size());
+  const int64_t total = TotalChannels(channels);
+  ctx.ParallelFor(pixels, std::max<int64_t>(1, kElementGrain / total),
+                  [&](int64_t begin, int64_t end) {
+                    int64_t offset = 0;
+                    for (size_t i = 0; i < dinputs.size(); ++i) {
+                      if (dinputs[i] != nullptr) {
+                        ForEachRowCol(
+                            begin, end, channels[i],
+                            functor::CopyColumns{dy, total, offset, dinputs[i],
+                                                 channels[i], 0});
+                      }
+                      offset += channels[i];
+                    }
+                  });
+}
+
+void DropoutForward(const CpuContext& ctx, const float* x, int64_t n,
+                    float keep_prob, uint64_t seed, float* y) {
+  CHECK(keep_prob > 0.0f && keep_prob <= 1.0f)
+      << "keep_prob " << keep_prob << " is outside (0, 1]";
+  const functor::Dropout f{x, keep_prob, seed, y};
+  ctx.ParallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    ForEachIndex(begin, end, f);
+  });
+}
+
+void DropoutBackward(const CpuContext& ctx, const float* dy, int64_t n,
+                     float keep_prob, uint64_t seed, float* dx) {
+  // The forward is linear in x with a fixed mask: its own adjoint.
+  DropoutForward(ctx, dy, n, keep_prob, seed, dx);
+}
+
+float L2LossForward(const CpuContext& ctx, const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  return static_cast<float>(sum / 2);
+}
+
+void L2LossBackward(const CpuContext& ctx, const float* x, int64_t n,
+                    float dloss, float* dx) {
+  const functor::L2LossGrad f{x, dloss, dx};
+  ctx.ParallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    ForEachIndex(begin, end, f);
+  });
+}
+
+}  // namespace kernels
+}  // namespace psrt

@@ -1,0 +1,203 @@
+// Conv2D on the CPU: TensorFlow's SAME/VALID geometry, the forward against
+// the definition (direct loops), and the backward against central
+// differences, over strides, paddings, non-square filters, the pointwise
+// (1x1) path and thread counts.
+#include "kernels/conv.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_context.h"
+#include "kernels/window.h"
+#include "kernels/workspace.h"
+#include "tests/kernels/gradient_check.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+using ::testing::FloatNear;
+using ::testing::Pointwise;
+using testing::Dot;
+using testing::ExpectGradientsMatch;
+using testing::Garbage;
+using testing::RandomVector;
+
+TEST(WindowTest, TensorFlowPaddingRules) {
+  // SAME: out = ceil(in / stride); the odd padding cell goes after.
+  EXPECT_EQ(WindowOutputSize(7, 3, 2, Padding::kSame), 4);
+  EXPECT_EQ(WindowPaddingBefore(7, 3, 2, Padding::kSame), 1);  // total 2
+  EXPECT_EQ(WindowOutputSize(6, 3, 2, Padding::kSame), 3);
+  EXPECT_EQ(WindowPaddingBefore(6, 3, 2, Padding::kSame), 0);  // total 1
+  EXPECT_EQ(WindowOutputSize(28, 5, 1, Padding::kSame), 28);
+  EXPECT_EQ(WindowPaddingBefore(28, 5, 1, Padding::kSame), 2);
+  EXPECT_EQ(WindowOutputSize(28, 2, 2, Padding::kSame), 14);
+  EXPECT_EQ(WindowPaddingBefore(28, 2, 2, Padding::kSame), 0);
+  // A window larger than the stride's overhang pads nothing.
+  EXPECT_EQ(WindowPaddingBefore(5, 1, 3, Padding::kSame), 0);
+  // VALID: out = ceil((in - k + 1) / stride), no padding.
+  EXPECT_EQ(WindowOutputSize(299, 3, 2, Padding::kValid), 149);
+  EXPECT_EQ(WindowOutputSize(7, 3, 2, Padding::kValid), 3);
+  EXPECT_EQ(WindowOutputSize(2, 3, 1, Padding::kValid), 0);
+  EXPECT_EQ(WindowPaddingBefore(7, 3, 2, Padding::kValid), 0);
+}
+
+// y by the definition, in double.
+std::vector<float> NaiveConv(const Conv2DShape& s, const std::vector<float>& x,
+                             const std::vector<float>& f) {
+  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
+  std::vector<float> y(s.output_size());
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t oh = 0; oh < oh_size; ++oh)
+      for (int64_t ow = 0; ow < ow_size; ++ow)
+        for (int64_t co = 0; co < s.out_channels; ++co) {
+          double sum = 0;
+          for (int64_t kh = 0; kh < s.filter_height; ++kh)
+            for (int64_t kw = 0; kw < s.filter_width; ++kw) {
+              const int64_t h = oh * s.stride_height - s.pad_top() + kh;
+              const int64_t w = ow * s.stride_width - s.pad_left() + kw;
+              if (h < 0 || h >= s.in_height || w < 0 || w >= s.in_width) {
+                continue;
+              }
+              for (int64_t ci = 0; ci < s.in_channels; ++ci) {
+                sum += double(x[((n * s.in_height + h) * s.in_width + w) *
+                                    s.in_channels +
+                                ci]) *
+                       f[((kh * s.filter_width + kw) * s.in_channels + ci) *
+                             s.out_channels +
+                         co];
+              }
+            }
+          y[((n * oh_size + oh) * ow_size + ow) * s.out_channels + co] = sum;
+        }
+  return y;
+}
+
+struct ConvCase {
+  std::string name;
+  Conv2DShape shape;
+};
+
+Conv2DShape Shape(int64_t batch, int64_t h, int64_t w, int64_t c, int64_t fh,
+                  int64_t fw, int64_t out, int64_t stride, Padding padding) {
+  return Conv2DShape{batch, h, w, c, fh, fw, out, stride, stride, padding};
+}
+
+std::vector<ConvCase> Cases() {
+  return {
+      {"Same3x3", Shape(2, 5, 6, 3, 3, 3, 4, 1, Padding::kSame)},
+      {"Same3x3Stride2Odd", Shape(2, 7, 7, 2, 3, 3, 3, 2, Padding::kSame)},
+      {"Same3x3Stride2Even", Shape(2, 6, 8, 2, 3, 3, 3, 2, Padding::kSame)},
+      {"Valid5x5", Shape(2, 8, 7, 2, 5, 5, 3, 1, Padding::kValid)},
+      {"Valid3x3Stride2", Shape(3, 7, 9, 2, 3, 3, 2, 2, Padding::kValid)},
+      {"Same1x7", Shape(2, 4, 9, 2, 1, 7, 3, 1, Padding::kSame)},
+      {"Same7x1", Shape(2, 9, 4, 2, 7, 1, 3, 1, Padding::kSame)},
+      {"Pointwise", Shape(2, 4, 5, 6, 1, 1, 3, 1, Padding::kSame)},
+      {"Pointwise1x1Stride2", Shape(2, 5, 5, 3, 1, 1, 2, 2, Padding::kSame)},
+      {"FilterLargerThanInputSame", Shape(1, 3, 3, 2, 5, 5, 2, 1,
+                                          Padding::kSame)},
+  };
+}
+
+class ConvTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvTest, ForwardMatchesDefinition) {
+  const Conv2DShape& s = GetParam().shape;
+  const std::vector<float> x = RandomVector(s.input_size(), 1);
+  const std::vector<float> f = RandomVector(s.filter_size(), 2);
+  const std::vector<float> want = NaiveConv(s, x, f);
+  for (int threads : {1, 2, 3}) {
+    CpuContext ctx(threads);
+    Workspace ws;
+    std::vector<float> y = Garbage(s.output_size());
+    Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    EXPECT_THAT(y, Pointwise(FloatNear(1e-5f), want)) << threads << " threads";
+  }
+}
+
+TEST_P(ConvTest, GradientMatchesFiniteDifferences) {
+  const Conv2DShape& s = GetParam().shape;
+  CpuContext ctx(2);
+  Workspace ws;
+  std::vector<float> x = RandomVector(s.input_size(), 3);
+  std::vector<float> f = RandomVector(s.filter_size(), 4);
+  const std::vector<float> weights = RandomVector(s.output_size(), 5);
+  std::vector<float> y(s.output_size());
+  auto loss = [&] {
+    Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    return Dot(y, weights);
+  };
+  std::vector<float> dx = Garbage(x.size()), df = Garbage(f.size());
+  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), dx.data(),
+                 df.data(), &ws);
+  ExpectGradientsMatch({&x, &f}, loss, {dx, df});
+
+  // Either output alone gives the same values.
+  std::vector<float> dx_only = Garbage(x.size()), df_only = Garbage(f.size());
+  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), dx_only.data(),
+                 nullptr, &ws);
+  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), nullptr,
+                 df_only.data(), &ws);
+  EXPECT_THAT(dx_only, Pointwise(FloatNear(1e-6f), dx));
+  EXPECT_THAT(df_only, Pointwise(FloatNear(1e-6f), df));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// A batch large enough that every thread takes several chunks: LeNet's
+// second layer with a few images.
+TEST(ConvLargeTest, ChunkedBatchMatchesDefinitionAndGradients) {
+  const Conv2DShape s = Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame);
+  const std::vector<float> x = RandomVector(s.input_size(), 6);
+  const std::vector<float> f = RandomVector(s.filter_size(), 7);
+  const std::vector<float> dy = RandomVector(s.output_size(), 8);
+  CpuContext one(1), three(3);
+  Workspace ws1, ws3;
+  std::vector<float> y1(s.output_size()), y3(s.output_size());
+  Conv2DForward(one, s, x.data(), f.data(), y1.data(), &ws1);
+  Conv2DForward(three, s, x.data(), f.data(), y3.data(), &ws3);
+  EXPECT_THAT(y1, Pointwise(FloatNear(1e-4f), NaiveConv(s, x, f)));
+  EXPECT_THAT(y3, Pointwise(FloatNear(1e-4f), y1));
+  std::vector<float> dx1(x.size()), df1(f.size()), dx3 = Garbage(x.size()),
+                                                   df3 = Garbage(f.size());
+  Conv2DBackward(one, s, x.data(), f.data(), dy.data(), dx1.data(), df1.data(),
+                 &ws1);
+  Conv2DBackward(three, s, x.data(), f.data(), dy.data(), dx3.data(),
+                 df3.data(), &ws3);
+  EXPECT_THAT(dx3, Pointwise(FloatNear(1e-4f), dx1));
+  EXPECT_THAT(df3, Pointwise(FloatNear(1e-3f), df1));
+}
+
+TEST(ConvWorkspaceTest, ReusedWithoutGrowingAfterTheFirstStep) {
+  const Conv2DShape s = Shape(4, 9, 9, 3, 3, 3, 5, 1, Padding::kSame);
+  const std::vector<float> x = RandomVector(s.input_size(), 9);
+  const std::vector<float> f = RandomVector(s.filter_size(), 10);
+  std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
+  CpuContext ctx(2);
+  Workspace ws;
+  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  Conv2DBackward(ctx, s, x.data(), f.data(), y.data(), dx.data(), df.data(),
+                 &ws);
+  const int64_t capacity = ws.capacity();
+  EXPECT_GT(capacity, 0);
+  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  Conv2DBackward(ctx, s, x.data(), f.data(), y.data(), dx.data(), df.data(),
+                 &ws);
+  EXPECT_EQ(ws.capacity(), capacity);
+}
+
+TEST(ConvDeathTest, ValidFilterLargerThanInput) {
+  CpuContext ctx(1);
+  Workspace ws;
+  const Conv2DShape s = Shape(1, 2, 2, 1, 3, 3, 1, 1, Padding::kValid);
+  float x[4] = {}, f[9] = {}, y[1];
+  EXPECT_DEATH(Conv2DForward(ctx, s, x, f, y, &ws),
+               "VALID window does not fit");
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace psrt
