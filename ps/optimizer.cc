@@ -3,43 +3,237 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/tensor.h"
 #include "kernels/elementwise.h"
+#include "kernels/functors.h"
+#include "kernels/optimizer_functors.h"
 
 namespace psrt {
 namespace {
 
+namespace functor = kernels::functor;
+using proto::LearningRateSchedule;
+
+template <class F>
+void Run(int64_t n, const F& f) {
+  kernels::ForEachIndex(0, n, f);
+}
+
 class SgdOptimizer : public Optimizer {
  public:
-  explicit SgdOptimizer(float learning_rate) : learning_rate_(learning_rate) {}
+  explicit SgdOptimizer(const proto::TrainingConfig& config) : config_(config) {}
+  void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
   void Apply(int64_t /*begin*/, absl::Span<const float> grad,
              absl::Span<float> values) override {
-    kernels::ApplySgd(learning_rate_, grad, values);
+    Run(grad.size(), functor::SgdUpdate{lr_, grad.data(), values.data()});
   }
+  std::vector<std::pair<std::string, Tensor*>> slots() override { return {}; }
 
  private:
-  const float learning_rate_;
+  const proto::TrainingConfig config_;
+  float lr_ = 0;
 };
 
-// TensorFlow's MomentumOptimizer: accum = momentum * accum + grad;
-// value -= learning_rate * accum.
 class MomentumOptimizer : public Optimizer {
  public:
-  MomentumOptimizer(float learning_rate, float momentum, int64_t n)
-      : learning_rate_(learning_rate), momentum_(momentum), accum_({n}) {}
+  MomentumOptimizer(const proto::TrainingConfig& config, int64_t n)
+      : config_(config), accum_({n}) {}
+  void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
   void Apply(int64_t begin, absl::Span<const float> grad,
              absl::Span<float> values) override {
-    kernels::ApplyMomentum(learning_rate_, momentum_, grad,
-                           accum_.flat().subspan(begin, grad.size()), values);
+    float* accum = accum_.data() + begin;
+    const float m = config_.momentum();
+    if (config_.use_nesterov()) {
+      Run(grad.size(), functor::NesterovMomentumUpdate{lr_, m, grad.data(), accum,
+                                                       values.data()});
+    } else {
+      Run(grad.size(),
+          functor::MomentumUpdate{lr_, m, grad.data(), accum, values.data()});
+    }
+  }
+  std::vector<std::pair<std::string, Tensor*>> slots() override {
+    return {{"Momentum", &accum_}};
   }
 
  private:
-  const float learning_rate_;
-  const float momentum_;
+  const proto::TrainingConfig config_;
   Tensor accum_;
+  float lr_ = 0;
 };
 
+class AdagradOptimizer : public Optimizer {
+ public:
+  AdagradOptimizer(const proto::TrainingConfig& config, int64_t n)
+      : config_(config), accum_({n}) {
+    std::fill_n(accum_.data(), n, config.initial_accumulator_value());
+  }
+  void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
+  void Apply(int64_t begin, absl::Span<const float> grad,
+             absl::Span<float> values) override {
+    Run(grad.size(), functor::AdagradUpdate{lr_, grad.data(), accum_.data() + begin,
+                                            values.data()});
+  }
+  std::vector<std::pair<std::string, Tensor*>> slots() override {
+    return {{"Adagrad", &accum_}};
+  }
+
+ private:
+  const proto::TrainingConfig config_;
+  Tensor accum_;
+  float lr_ = 0;
+};
+
+class RmsPropOptimizer : public Optimizer {
+ public:
+  RmsPropOptimizer(const proto::TrainingConfig& config, int64_t n)
+      : config_(config), ms_({n}), mom_({n}) {
+    std::fill_n(ms_.data(), n, 1.0f);  // TensorFlow starts "rms" at one.
+  }
+  void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
+  void Apply(int64_t begin, absl::Span<const float> grad,
+             absl::Span<float> values) override {
+    Run(grad.size(), functor::RmsPropUpdate{lr_, config_.rho(), config_.momentum(),
+                                            config_.epsilon(), grad.data(),
+                                            ms_.data() + begin, mom_.data() + begin,
+                                            values.data()});
+  }
+  std::vector<std::pair<std::string, Tensor*>> slots() override {
+    return {{"RMSProp", &ms_}, {"RMSProp_1", &mom_}};
+  }
+
+ private:
+  const proto::TrainingConfig config_;
+  Tensor ms_;
+  Tensor mom_;
+  float lr_ = 0;
+};
+
+class AdamOptimizer : public Optimizer {
+ public:
+  AdamOptimizer(const proto::TrainingConfig& config, int64_t n)
+      : config_(config), m_({n}), v_({n}) {}
+  void BeginStep(int64_t step) override {
+    // Update number step + 1 (TensorFlow's beta powers start at beta^1).
+    const double t = static_cast<double>(step) + 1;
+    lr_t_ = LearningRateAt(config_, step) *
+            std::sqrt(1 - std::pow(double{config_.beta2()}, t)) /
+            (1 - std::pow(double{config_.beta1()}, t));
+  }
+  void Apply(int64_t begin, absl::Span<const float> grad,
+             absl::Span<float> values) override {
+    Run(grad.size(), functor::AdamUpdate{lr_t_, config_.beta1(), config_.beta2(),
+                                         config_.epsilon(), grad.data(),
+                                         m_.data() + begin, v_.data() + begin,
+                                         values.data()});
+  }
+  std::vector<std::pair<std::string, Tensor*>> slots() override {
+    return {{"Adam", &m_}, {"Adam_1", &v_}};
+  }
+
+ private:
+  const proto::TrainingConfig config_;
+  Tensor m_;
+  Tensor v_;
+  float lr_t_ = 0;
+};
+
+absl::Status CheckRange(absl::string_view name, float value, float low, float high) {
+  if (!(value >= low && value < high)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must be in [", low, ", ", high, "), got ", value));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+float LearningRateAt(const proto::TrainingConfig& config, int64_t step) {
+  const LearningRateSchedule& s = config.schedule();
+  double lr = config.learning_rate();
+  switch (s.type()) {
+    case LearningRateSchedule::EXPONENTIAL_DECAY: {
+      double exponent = static_cast<double>(step) / s.decay_steps();
+      if (s.staircase()) exponent = std::floor(exponent);
+      lr *= std::pow(double{s.decay_rate()}, exponent);
+      break;
+    }
+    case LearningRateSchedule::PIECEWISE_CONSTANT: {
+      int i = 0;
+      while (i < s.boundaries_size() && step > s.boundaries(i)) ++i;
+      lr = s.values(i);
+      break;
+    }
+    default:
+      break;
+  }
+  if (s.warmup_steps() > 0 && step < s.warmup_steps()) {
+    lr *= static_cast<double>(step + 1) / s.warmup_steps();
+  }
+  return static_cast<float>(lr);
+}
+
+absl::Status ValidateSchedule(const LearningRateSchedule& s) {
+  if (s.warmup_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup_steps must be >= 0, got ", s.warmup_steps()));
+  }
+  switch (s.type()) {
+    case LearningRateSchedule::CONSTANT:
+      return absl::OkStatus();
+    case LearningRateSchedule::EXPONENTIAL_DECAY:
+      if (s.decay_steps() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "exponential decay: decay_steps must be positive, got ", s.decay_steps()));
+      }
+      if (!(s.decay_rate() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "exponential decay: decay_rate must be positive, got ", s.decay_rate()));
+      }
+      return absl::OkStatus();
+    case LearningRateSchedule::PIECEWISE_CONSTANT:
+      if (s.values_size() != s.boundaries_size() + 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "piecewise constant: needs one more value than boundaries, got ",
+            s.values_size(), " values and ", s.boundaries_size(), " boundaries"));
+      }
+      for (int i = 1; i < s.boundaries_size(); ++i) {
+        if (s.boundaries(i) <= s.boundaries(i - 1)) {
+          return absl::InvalidArgumentError(
+              "piecewise constant: boundaries must be strictly increasing");
+        }
+      }
+      for (float v : s.values()) {
+        if (!(v > 0)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "piecewise constant: learning rates must be positive, got ", v));
+        }
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown learning rate schedule ", LearningRateSchedule::Type_Name(s.type())));
+  }
+}
+
+void SetOptimizerDefaults(proto::TrainingConfig* config) {
+  switch (config->optimizer()) {
+    case proto::ADAM:
+      if (config->beta1() == 0) config->set_beta1(0.9f);
+      if (config->beta2() == 0) config->set_beta2(0.999f);
+      if (config->epsilon() == 0) config->set_epsilon(1e-8f);
+      break;
+    case proto::RMSPROP:
+      if (config->rho() == 0) config->set_rho(0.9f);
+      if (config->epsilon() == 0) config->set_epsilon(1e-10f);
+      break;
+    case proto::ADAGRAD:
+      if (config->initial_accumulator_value() == 0) {
+        config->set_initial_accumulator_value(0.1f);
+      }
+      break;
+    default:
+      break;
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
     const proto::TrainingConfig& config, int64_t num_elements) {
@@ -47,20 +241,44 @@ absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
     return absl::InvalidArgumentError(absl::StrCat(
         "learning_rate must be a positive number, got ", config.learning_rate()));
   }
+  if (absl::Status s = ValidateSchedule(config.schedule()); !s.ok()) return s;
   switch (config.optimizer()) {
     case proto::SGD:
-      return std::make_unique<SgdOptimizer>(config.learning_rate());
+      return std::make_unique<SgdOptimizer>(config);
     case proto::MOMENTUM:
-      if (!(config.momentum() >= 0 && config.momentum() < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "momentum must be in [0, 1), got ", config.momentum()));
+      if (absl::Status s = CheckRange("momentum", config.momentum(), 0, 1); !s.ok()) {
+        return s;
       }
-      return std::make_unique<MomentumOptimizer>(
-          config.learning_rate(), config.momentum(), num_elements);
+      return std::make_unique<MomentumOptimizer>(config, num_elements);
+    case proto::ADAGRAD:
+      if (!(config.initial_accumulator_value() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adagrad: initial_accumulator_value must be positive, got ",
+            config.initial_accumulator_value()));
+      }
+      return std::make_unique<AdagradOptimizer>(config, num_elements);
+    case proto::RMSPROP:
+      for (absl::Status s : {CheckRange("rmsprop rho", config.rho(), 0, 1),
+                             CheckRange("rmsprop momentum", config.momentum(), 0, 1)}) {
+        if (!s.ok()) return s;
+      }
+      if (!(config.epsilon() > 0)) {
+        return absl::InvalidArgumentError("rmsprop: epsilon must be positive");
+      }
+      return std::make_unique<RmsPropOptimizer>(config, num_elements);
+    case proto::ADAM:
+      for (absl::Status s : {CheckRange("adam beta1", config.beta1(), 0, 1),
+                             CheckRange("adam beta2", config.beta2(), 0, 1)}) {
+        if (!s.ok()) return s;
+      }
+      if (!(config.epsilon() > 0)) {
+        return absl::InvalidArgumentError("adam: epsilon must be positive");
+      }
+      return std::make_unique<AdamOptimizer>(config, num_elements);
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown optimizer ", proto::OptimizerType_Name(config.optimizer()),
-          " (known: SGD, MOMENTUM)"));
+          " (known: SGD, MOMENTUM, ADAGRAD, RMSPROP, ADAM)"));
   }
 }
 

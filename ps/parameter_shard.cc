@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
+#include "kernels/optimizer_functors.h"
 
 namespace psrt {
 namespace {
@@ -35,6 +36,11 @@ absl::Status ValidateConfig(const proto::TrainingConfig& config) {
   if (config.num_replicas() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "init: num_replicas must be >= 1, got ", config.num_replicas()));
+  }
+  if (!(config.moving_average_decay() >= 0 && config.moving_average_decay() < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init: moving_average_decay must be in [0, 1), got ",
+        config.moving_average_decay()));
   }
   if (config.mode() == proto::SYNC &&
       (config.replicas_to_aggregate() < 1 ||
@@ -171,6 +177,10 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                  {reinterpret_cast<char*>(values + begin), (end - begin) * sizeof(float)});
   });
   sum_.Resize({total});
+  if (config_.moving_average_decay() > 0) {
+    average_ = pool_->New(total);
+    std::memcpy(average_->values.data(), values, total * sizeof(float));
+  }
   version_ = 0;
   initialized_ = true;
   changed_.SignalAll();
@@ -213,17 +223,38 @@ absl::Status ParameterShard::ValidateTensors(
   return absl::OkStatus();
 }
 
-void ParameterShard::MakeValuesWritable() {
+void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {
   // Pulls take references only under mu_, so a count of 1 means nobody else
   // can be reading the buffer.
-  if (current_.use_count() == 1) return;
+  if (buffer->use_count() == 1) return;
   std::shared_ptr<Snapshot> fresh = pool_->New(total_elements_);
-  const float* from = current_->values.data();
+  const float* from = (*buffer)->values.data();
   float* to = fresh->values.data();
   ParallelFor([&](int64_t begin, int64_t end) {
     std::memcpy(to + begin, from + begin, (end - begin) * sizeof(float));
   });
-  current_ = std::move(fresh);
+  *buffer = std::move(fresh);
+}
+
+void ParameterShard::BeginUpdate() {
+  MakeWritable(&current_);
+  optimizer_->BeginStep(version_);
+  if (average_ != nullptr) {
+    MakeWritable(&average_);
+    // TensorFlow's ExponentialMovingAverage with num_updates = the new step.
+    const double t = static_cast<double>(version_) + 1;
+    average_decay_ = std::min<double>(config_.moving_average_decay(), (1 + t) / (10 + t));
+  }
+}
+
+void ParameterShard::UpdateRange(int64_t begin, absl::Span<const float> grad) {
+  float* values = current_->values.data() + begin;
+  optimizer_->Apply(begin, grad, {values, grad.size()});
+  if (average_ != nullptr) {
+    kernels::ForEachIndex(0, grad.size(),
+                          kernels::functor::MovingAverageUpdate{
+                              average_decay_, values, average_->values.data() + begin});
+  }
 }
 
 void ParameterShard::ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn) {
@@ -265,10 +296,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     if (training_done_) {
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
-      MakeValuesWritable();
-      float* values = current_->values.data();
+      BeginUpdate();
       ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
-        optimizer_->Apply(begin, grad, {values + begin, grad.size()});
+        UpdateRange(begin, grad);
       });
       ++version_;
       ++pushes_applied_;
@@ -300,12 +330,11 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       response.set_accepted(true);
       const int needed = config_.replicas_to_aggregate();
       if (static_cast<int>(pushed_.size()) == needed) {
-        MakeValuesWritable();
-        float* values = current_->values.data();
+        BeginUpdate();
         ParallelFor([&](int64_t begin, int64_t end) {
           absl::Span<float> mean(sum + begin, end - begin);
           if (needed > 1) kernels::Scale(1.0f / needed, mean);
-          optimizer_->Apply(begin, mean, {values + begin, mean.size()});
+          UpdateRange(begin, mean);
         });
         ++version_;
         pushed_.clear();
@@ -318,7 +347,12 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   return response;
 }
 
-ParameterShard::PullReply ParameterShard::MakeReplyLocked() {
+absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
+    bool moving_average) {
+  if (moving_average && average_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "pull: this job keeps no moving averages (set --moving_average_decay)");
+  }
   PullReply reply;
   reply.header.set_version(version_);
   reply.header.set_training_done(training_done_);
@@ -326,7 +360,7 @@ ParameterShard::PullReply ParameterShard::MakeReplyLocked() {
   for (const proto::VariableMeta& meta : variables_) {
     *reply.header.add_variables() = meta;
   }
-  reply.snapshot = current_;
+  reply.snapshot = moving_average ? average_ : current_;
   return reply;
 }
 
@@ -335,7 +369,7 @@ void ParameterShard::TakeReadyWaiters(
   std::vector<Waiter> still_waiting;
   for (Waiter& w : waiters_) {
     if (training_done_ || version_ >= w.min_version) {
-      out->emplace_back(std::move(w.done), MakeReplyLocked());
+      out->emplace_back(std::move(w.done), MakeReplyLocked(w.moving_average));
     } else {
       still_waiting.push_back(std::move(w));
     }
@@ -344,7 +378,7 @@ void ParameterShard::TakeReadyWaiters(
 }
 
 void ParameterShard::Pull(int64_t min_version, absl::Time deadline,
-                          PullCallback done) {
+                          bool moving_average, PullCallback done) {
   absl::StatusOr<PullReply> reply;
   {
     absl::MutexLock lock(&mu_);
@@ -352,9 +386,9 @@ void ParameterShard::Pull(int64_t min_version, absl::Time deadline,
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
     } else if (training_done_ || version_ >= min_version) {
-      reply = MakeReplyLocked();
+      reply = MakeReplyLocked(moving_average);
     } else {
-      waiters_.push_back({min_version, deadline, std::move(done)});
+      waiters_.push_back({min_version, deadline, moving_average, std::move(done)});
       changed_.SignalAll();  // The deadline thread may need to wake earlier.
       return;
     }

@@ -96,8 +96,10 @@ class ParameterShard {
   absl::StatusOr<proto::PushResponse> Push(const proto::PushHeader& header,
                                            ByteSource* data);
 
-  // Calls `done` exactly once (see the header comment).
-  void Pull(int64_t min_version, absl::Time deadline, PullCallback done);
+  // Calls `done` exactly once (see the header comment). With
+  // `moving_average`, the reply holds the moving averages of the values.
+  void Pull(int64_t min_version, absl::Time deadline, bool moving_average,
+            PullCallback done);
   absl::Duration default_pull_timeout() const {
     return options_.default_pull_timeout;
   }
@@ -115,6 +117,7 @@ class ParameterShard {
   struct Waiter {
     int64_t min_version;
     absl::Time deadline;
+    bool moving_average;
     PullCallback done;
   };
   class SnapshotPool;
@@ -123,8 +126,16 @@ class ParameterShard {
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
       size_t data_size, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Makes current_ safe to modify: copies it if a pull still shares it.
-  void MakeValuesWritable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes *buffer safe to modify: copies it if a pull still shares it.
+  void MakeWritable(std::shared_ptr<Snapshot>* buffer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One optimizer step: BeginUpdate, then UpdateRange over every element
+  // (concurrently for disjoint ranges), then ++version_.
+  void BeginUpdate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `grad` to elements [begin, begin + grad.size()) and updates their
+  // moving averages.
+  void UpdateRange(int64_t begin, absl::Span<const float> grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads all of `data` as floats in cache-sized blocks, calling
   // fn(begin, block) with each block and the index of its first element,
   // on the shard's threads (concurrently, for disjoint blocks).
@@ -135,7 +146,8 @@ class ParameterShard {
   void ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the reply for the current state; REQUIRES initialized_.
-  PullReply MakeReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PullReply> MakeReplyLocked(bool moving_average)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the waiters that can be answered now and pairs them with replies.
   void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +164,9 @@ class ParameterShard {
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
+  // Moving averages of current_ (null when the job keeps none).
+  std::shared_ptr<Snapshot> average_ ABSL_GUARDED_BY(mu_);
+  float average_decay_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.

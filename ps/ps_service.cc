@@ -74,7 +74,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  shard_->Pull(pull.min_version(), deadline,
+  shard_->Pull(pull.min_version(), deadline, pull.moving_average(),
                [reactor, response](absl::StatusOr<ParameterShard::PullReply> reply) {
                  if (!reply.ok()) {
                    reactor->Finish(ToGrpcStatus(reply.status()));

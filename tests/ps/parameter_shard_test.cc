@@ -63,7 +63,7 @@ absl::StatusOr<std::pair<int64_t, std::vector<float>>> PullNow(
     absl::Duration timeout = absl::Seconds(5)) {
   absl::Notification done;
   absl::StatusOr<ParameterShard::PullReply> result;
-  shard->Pull(min_version, absl::Now() + timeout,
+  shard->Pull(min_version, absl::Now() + timeout, /*moving_average=*/false,
               [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                 result = std::move(reply);
                 done.Notify();
@@ -132,7 +132,7 @@ TEST(ParameterShardTest, PullWaitsForTheNextVersion) {
   std::atomic<bool> answered{false};
   absl::Notification done;
   int64_t got_version = -1;
-  shard.Pull(1, absl::Now() + absl::Seconds(10),
+  shard.Pull(1, absl::Now() + absl::Seconds(10), false,
              [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                ASSERT_TRUE(reply.ok());
                got_version = reply->header.version();
@@ -166,7 +166,7 @@ TEST(ParameterShardTest, ShutdownByTheChiefReleasesWaitingPulls) {
   InitShard(&shard, Config(proto::SYNC, 2, 2));
   absl::Notification done;
   bool training_done = false;
-  shard.Pull(1, absl::Now() + absl::Seconds(10),
+  shard.Pull(1, absl::Now() + absl::Seconds(10), false,
              [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                training_done = reply.ok() && reply->header.training_done();
                done.Notify();
@@ -283,7 +283,7 @@ TEST(ParameterShardTest, APulledSnapshotNeverChanges) {
   ParameterShard shard({});
   InitShard(&shard, Config(proto::ASYNC, 1, 1), {1, 2, 3, 4});
   absl::StatusOr<ParameterShard::PullReply> held;
-  shard.Pull(0, absl::Now() + absl::Seconds(5),
+  shard.Pull(0, absl::Now() + absl::Seconds(5), false,
              [&](absl::StatusOr<ParameterShard::PullReply> reply) { held = std::move(reply); });
   ASSERT_TRUE(held.ok());
   // The update finds the buffer shared with `held` and must copy first.
@@ -320,7 +320,7 @@ TEST(ParameterShardTest, LargeGradientsAreReadInBlocks) {
     }
     absl::Notification done;
     std::vector<float> values;
-    shard.Pull(0, absl::Now() + absl::Seconds(5),
+    shard.Pull(0, absl::Now() + absl::Seconds(5), false,
                [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                  const Tensor& t = reply->snapshot->values;
                  values.assign(t.data(), t.data() + t.num_elements());
@@ -335,6 +335,32 @@ TEST(ParameterShardTest, LargeGradientsAreReadInBlocks) {
     }
     ASSERT_FLOAT_EQ(values[kLarge - 1], factor * grad[kLarge - 1]);
   }
+}
+
+TEST(ParameterShardTest, KeepsMovingAveragesAsTensorFlowsEma) {
+  ParameterShard shard({});
+  proto::TrainingConfig config = Config(proto::ASYNC, 1, 1);
+  config.set_moving_average_decay(0.5f);
+  InitShard(&shard, config, {0, 0, 0, 0});
+  // w goes 1, 2, 3; decay_t = min(0.5, (1 + t) / (10 + t)) for t = 1, 2, 3.
+  double average = 0;
+  for (int t = 1; t <= 3; ++t) {
+    ASSERT_TRUE(PushFrom(&shard, 0, 0, {-1, -1, -1, -1}).ok());
+    const double decay = std::min(0.5, (1.0 + t) / (10.0 + t));
+    average -= (1 - decay) * (average - t);
+  }
+  absl::StatusOr<ParameterShard::PullReply> reply;
+  shard.Pull(0, absl::Now() + absl::Seconds(5), /*moving_average=*/true,
+             [&](absl::StatusOr<ParameterShard::PullReply> r) { reply = std::move(r); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_NEAR(reply->snapshot->values.data()[2], average, 1e-6);
+  EXPECT_EQ(PullNow(&shard, 0)->second[2], 3.0f);
+
+  ParameterShard plain({});
+  InitShard(&plain, Config(proto::ASYNC, 1, 1));
+  plain.Pull(0, absl::Now() + absl::Seconds(5), true,
+             [&](absl::StatusOr<ParameterShard::PullReply> r) { reply = std::move(r); });
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

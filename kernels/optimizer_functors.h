@@ -1,0 +1,114 @@
+// The optimizer update rules beyond plain SGD and momentum (functors.h),
+// written once as functors for the parameter server's CPU loop and for a
+// CUDA grid-stride kernel. Each follows TensorFlow's (1.x) kernel of the same
+// name in tensorflow/core/kernels/training_ops.cc; the formulas are in the
+// comments. All slots have the variable's layout.
+#ifndef PSRT_KERNELS_OPTIMIZER_FUNCTORS_H_
+#define PSRT_KERNELS_OPTIMIZER_FUNCTORS_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/functors.h"
+
+namespace psrt {
+namespace kernels {
+namespace functor {
+
+PSRT_HOST_DEVICE inline float SqrtF(float v) {
+#if defined(__CUDA_ARCH__)
+  return sqrtf(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+
+// ApplyMomentum with use_nesterov:
+//   accum = momentum * accum + grad
+//   var  -= lr * (grad + momentum * accum)
+struct NesterovMomentumUpdate {
+  float lr;
+  float momentum;
+  const float* grad;
+  float* accum;
+  float* var;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const float a = momentum * accum[i] + grad[i];
+    accum[i] = a;
+    var[i] -= lr * (grad[i] + momentum * a);
+  }
+};
+
+// ApplyAdagrad: accum += grad^2; var -= lr * grad / sqrt(accum).
+struct AdagradUpdate {
+  float lr;
+  const float* grad;
+  float* accum;
+  float* var;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const float g = grad[i];
+    const float a = accum[i] + g * g;
+    accum[i] = a;
+    var[i] -= lr * g / SqrtF(a);
+  }
+};
+
+// ApplyRMSProp: ms = rho * ms + (1 - rho) * grad^2;
+//   mom = momentum * mom + lr * grad / sqrt(ms + epsilon); var -= mom.
+struct RmsPropUpdate {
+  float lr;
+  float rho;
+  float momentum;
+  float epsilon;
+  const float* grad;
+  float* ms;
+  float* mom;
+  float* var;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const float g = grad[i];
+    const float m = rho * ms[i] + (1.0f - rho) * g * g;
+    ms[i] = m;
+    const float step = momentum * mom[i] + lr * g / SqrtF(m + epsilon);
+    mom[i] = step;
+    var[i] -= step;
+  }
+};
+
+// ApplyAdam with lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t) computed by
+// the caller for update number t (1-based):
+//   m = beta1 * m + (1 - beta1) * grad; v = beta2 * v + (1 - beta2) * grad^2
+//   var -= lr_t * m / (sqrt(v) + epsilon)
+struct AdamUpdate {
+  float lr_t;
+  float beta1;
+  float beta2;
+  float epsilon;
+  const float* grad;
+  float* m;
+  float* v;
+  float* var;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    var[i] -= lr_t * mi / (SqrtF(vi) + epsilon);
+  }
+};
+
+// ExponentialMovingAverage: average -= (1 - decay) * (average - value).
+struct MovingAverageUpdate {
+  float decay;
+  const float* value;
+  float* average;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    average[i] -= (1.0f - decay) * (average[i] - value[i]);
+  }
+};
+
+}  // namespace functor
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_OPTIMIZER_FUNCTORS_H_

@@ -1,0 +1,140 @@
+// Each optimizer against values derived by hand from TensorFlow's update
+// rules (tensorflow/core/kernels/training_ops.cc) and default
+// hyperparameters: var = [1, -2], gradients [0.1, -0.2] then [0.3, 0.05],
+// learning rate 0.1. The expected numbers were worked out once, by hand and
+// in double precision, and are written here as literals.
+#include "ps/optimizer.h"
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+std::vector<float> TwoSteps(proto::TrainingConfig config, int64_t split = 1) {
+  config.set_learning_rate(0.1f);
+  SetOptimizerDefaults(&config);
+  auto optimizer = NewOptimizer(config, 2);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  std::vector<float> var = {1.0f, -2.0f};
+  const std::vector<std::vector<float>> grads = {{0.1f, -0.2f}, {0.3f, 0.05f}};
+  for (int64_t step = 0; step < 2; ++step) {
+    (*optimizer)->BeginStep(step);
+    // Apply in pieces: slots must follow the element ranges.
+    for (int64_t begin = 0; begin < 2; begin += split) {
+      (*optimizer)->Apply(begin, absl::MakeConstSpan(grads[step]).subspan(begin, split),
+                          absl::MakeSpan(var).subspan(begin, split));
+    }
+  }
+  return var;
+}
+
+proto::TrainingConfig Config(proto::OptimizerType type) {
+  proto::TrainingConfig config;
+  config.set_optimizer(type);
+  return config;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 2e-6 * std::max(1.0, std::abs(want[i]))) << i;
+  }
+}
+
+TEST(OptimizerTest, Sgd) { ExpectNear(TwoSteps(Config(proto::SGD)), {0.96, -1.985}); }
+
+TEST(OptimizerTest, Momentum) {
+  proto::TrainingConfig config = Config(proto::MOMENTUM);
+  config.set_momentum(0.9f);
+  ExpectNear(TwoSteps(config), {0.951, -1.967});
+  ExpectNear(TwoSteps(config, /*split=*/2), {0.951, -1.967});
+}
+
+TEST(OptimizerTest, NesterovMomentum) {
+  proto::TrainingConfig config = Config(proto::MOMENTUM);
+  config.set_momentum(0.9f);
+  config.set_use_nesterov(true);
+  ExpectNear(TwoSteps(config), {0.9159, -1.9553});
+}
+
+TEST(OptimizerTest, AdagradWithTensorFlowsInitialAccumulator) {
+  ExpectNear(TwoSteps(Config(proto::ADAGRAD)), {0.902766826, -1.95979308});
+}
+
+TEST(OptimizerTest, RmsPropStartsItsMeanSquareAtOne) {
+  ExpectNear(TwoSteps(Config(proto::RMSPROP)), {0.956333448, -1.98450724});
+}
+
+TEST(OptimizerTest, AdamWithBiasCorrection) {
+  // Step 1 moves each element by lr exactly (m / sqrt(v) = sign(g)).
+  ExpectNear(TwoSteps(Config(proto::ADAM)), {0.808222296, -1.85305341});
+}
+
+TEST(OptimizerTest, SlotsAreNamedForCheckpoints) {
+  proto::TrainingConfig config = Config(proto::ADAM);
+  config.set_learning_rate(0.1f);
+  SetOptimizerDefaults(&config);
+  auto adam = NewOptimizer(config, 3);
+  ASSERT_TRUE(adam.ok());
+  auto slots = (*adam)->slots();
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0].first, "Adam");
+  EXPECT_EQ(slots[1].first, "Adam_1");
+  EXPECT_EQ(slots[0].second->num_elements(), 3);
+}
+
+TEST(OptimizerTest, RejectsBadHyperparameters) {
+  proto::TrainingConfig config = Config(proto::MOMENTUM);
+  config.set_learning_rate(0.1f);
+  config.set_momentum(1.5f);
+  auto bad = NewOptimizer(config, 1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("momentum"), absl::string_view::npos);
+  config.set_momentum(0.5f);
+  config.set_learning_rate(-1);
+  EXPECT_FALSE(NewOptimizer(config, 1).ok());
+  config.set_learning_rate(0.1f);
+  config.set_optimizer(proto::OPTIMIZER_UNSPECIFIED);
+  EXPECT_NE(NewOptimizer(config, 1).status().message().find("ADAM"), absl::string_view::npos);
+}
+
+TEST(LearningRateTest, ExponentialDecayAsTensorFlow) {
+  proto::TrainingConfig config;
+  config.set_learning_rate(0.1f);
+  auto* s = config.mutable_schedule();
+  s->set_type(proto::LearningRateSchedule::EXPONENTIAL_DECAY);
+  s->set_decay_rate(0.5f);
+  s->set_decay_steps(10);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 0), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 5), 0.1f * std::pow(0.5f, 0.5f));
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 20), 0.025f);
+  s->set_staircase(true);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 5), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 19), 0.05f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 20), 0.025f);
+}
+
+TEST(LearningRateTest, PiecewiseConstantAndWarmup) {
+  proto::TrainingConfig config;
+  config.set_learning_rate(1.0f);
+  auto* s = config.mutable_schedule();
+  s->set_type(proto::LearningRateSchedule::PIECEWISE_CONSTANT);
+  s->add_boundaries(100);
+  s->add_boundaries(200);
+  s->add_values(1.0f);
+  s->add_values(0.5f);
+  s->add_values(0.1f);
+  ASSERT_TRUE(ValidateSchedule(*s).ok());
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 100), 1.0f);  // tf: x <= boundary.
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 101), 0.5f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 500), 0.1f);
+  s->set_warmup_steps(10);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 0), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 4), 0.5f);
+  EXPECT_FLOAT_EQ(LearningRateAt(config, 10), 1.0f);
+  s->add_values(0.01f);  // One value too many.
+  EXPECT_FALSE(ValidateSchedule(*s).ok());
+}
+
+}  // namespace
+}  // namespace psrt
