@@ -14,9 +14,24 @@
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "zlib.h"
 
 namespace psrt {
 namespace {
+
+constexpr char kChecksumKey[] = "psrt_crc32";
+
+// zlib's crc32 takes lengths as uInt: feed it in pieces.
+uLong Crc32(uLong crc, const char* data, size_t n) {
+  constexpr size_t kPiece = 1 << 30;
+  while (n > 0) {
+    const size_t take = std::min(n, kPiece);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(take));
+    data += take;
+    n -= take;
+  }
+  return crc;
+}
 
 std::string JsonQuote(const std::string& s) {
   std::string out = "\"";
@@ -53,18 +68,21 @@ absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& pat
 
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<NamedTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+                              std::map<std::string, std::string> metadata) {
   std::vector<std::string> entries;
   size_t offset = 0;
+  uLong crc = crc32(0, nullptr, 0);
   for (const NamedTensor& t : tensors) {
-    const size_t end = offset + t.tensor->num_bytes();
+    const size_t bytes = NumElements(t.shape) * sizeof(float);
+    crc = Crc32(crc, reinterpret_cast<const char*>(t.data), bytes);
     entries.push_back(absl::StrCat(
         JsonQuote(t.name), ":{\"dtype\":\"F32\",\"shape\":[",
-        absl::StrJoin(t.tensor->shape(), ","), "],\"data_offsets\":[", offset,
-        ",", end, "]}"));
-    offset = end;
+        absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset, ",",
+        offset + bytes, "]}"));
+    offset += bytes;
   }
-  if (!metadata.empty()) {
+  metadata[kChecksumKey] = absl::StrCat(crc);
+  {
     std::vector<std::string> items;
     for (const auto& [k, v] : metadata) {
       items.push_back(absl::StrCat(JsonQuote(k), ":", JsonQuote(v)));
@@ -88,8 +106,8 @@ absl::Status WriteSafetensors(const std::string& path,
   if (status.ok()) status = WriteAll(fd, header.data(), header.size(), tmp);
   for (const NamedTensor& t : tensors) {
     if (!status.ok()) break;
-    status = WriteAll(fd, reinterpret_cast<const char*>(t.tensor->data()),
-                      t.tensor->num_bytes(), tmp);
+    status = WriteAll(fd, reinterpret_cast<const char*>(t.data),
+                      NumElements(t.shape) * sizeof(float), tmp);
   }
   if (status.ok() && ::fsync(fd) != 0) {
     status = absl::InternalError(absl::StrCat("fsync ", tmp, ": ", std::strerror(errno)));
@@ -180,6 +198,15 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     file.tensors.emplace_back(e.name, std::move(t));
   }
   if (expect != data_size) return bad("trailing bytes after the last tensor");
+  if (auto it = file.metadata.find(kChecksumKey); it != file.metadata.end()) {
+    const uLong crc = Crc32(crc32(0, nullptr, 0), bytes.data() + data_start, data_size);
+    if (it->second != absl::StrCat(crc)) {
+      return absl::DataLossError(absl::StrCat(
+          "safetensors file ", path, ": checksum mismatch (stored ", it->second,
+          ", computed ", crc, "): the file is corrupt"));
+    }
+    file.metadata.erase(it);
+  }
   return file;
 }
 

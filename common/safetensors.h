@@ -8,6 +8,11 @@
 // padded with spaces to a multiple of 8; then the tensor bytes, where tensor
 // "name" occupies [8 + N + b, 8 + N + e). Offsets are contiguous and
 // non-overlapping; psrt writes the tensors in the order given.
+//
+// Integrity: psrt adds "psrt_crc32" (zlib's CRC-32 of all tensor bytes, in
+// decimal) to __metadata__, and the reader checks it when present, so a
+// corrupt file is refused rather than loaded. Files from other writers have
+// no checksum and are read as they are.
 #ifndef PSRT_COMMON_SAFETENSORS_H_
 #define PSRT_COMMON_SAFETENSORS_H_
 
@@ -21,16 +26,22 @@
 
 namespace psrt {
 
+// A tensor to write: a name, a shape and the caller's float32 data.
 struct NamedTensor {
+  NamedTensor(std::string name, const Tensor* tensor)
+      : name(std::move(name)), shape(tensor->shape()), data(tensor->data()) {}
+  NamedTensor(std::string name, Shape shape, const float* data)
+      : name(std::move(name)), shape(std::move(shape)), data(data) {}
   std::string name;
-  const Tensor* tensor;
+  Shape shape;
+  const float* data;
 };
 
 // Writes to `path` + ".tmp", fsyncs, and renames over `path`, so a reader
 // never sees a partial file.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<NamedTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                              std::map<std::string, std::string> metadata = {});
 
 struct SafetensorsFile {
   std::vector<std::pair<std::string, Tensor>> tensors;  // File order.
@@ -39,7 +50,7 @@ struct SafetensorsFile {
 
 // Errors (InvalidArgument naming the file): short file, bad header length,
 // malformed JSON, unknown dtype, offsets out of range or inconsistent with
-// the shape.
+// the shape, checksum mismatch (DataLoss).
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 }  // namespace psrt

@@ -44,5 +44,20 @@ TEST(SafetensorsTest, RefusesTruncatedFile) {
   }
 }
 
+TEST(SafetensorsTest, RefusesAFlippedDataBit) {
+  Tensor a({64});
+  const std::string path = testing::TempDir() + "/flipped.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", &a}}).ok());
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  const std::streamoff last = f.tellg() - std::streamoff{1};
+  f.seekp(last);
+  f.put('\x01');
+  f.close();
+  auto file = ReadSafetensors(path);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(file.status().message().find("corrupt"), absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace psrt
