@@ -30,16 +30,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/learning_rate.h"
 #include "common/tensor.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
-
-// The learning rate at global step `step` (0 before the first update).
-float LearningRateAt(const proto::TrainingConfig& config, int64_t step);
-
-// Checks the schedule; errors name the offending field.
-absl::Status ValidateSchedule(const proto::LearningRateSchedule& schedule);
 
 // Fills in TensorFlow's defaults for the optimizer's unset (zero)
 // hyperparameters: Adam's betas and epsilon, RMSProp's rho and epsilon,

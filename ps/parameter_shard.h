@@ -56,6 +56,7 @@
 #include "common/tensor.h"
 #include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
+#include "ps/checkpoint.h"
 #include "ps/optimizer.h"
 
 namespace psrt {
@@ -67,6 +68,11 @@ class ParameterShard {
     absl::Duration default_pull_timeout = absl::Seconds(60);
     // Threads that apply updates and copy buffers; 0: one per core.
     int threads = 0;
+    // Where Save writes and Restore reads (ps/checkpoint.h); empty: no
+    // checkpoints. shard/num_shards name this shard's files.
+    std::string checkpoint_dir;
+    int shard = 0;
+    int num_shards = 1;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -106,6 +112,17 @@ class ParameterShard {
 
   proto::StatusResponse GetStatus() const;
   void Shutdown(int replica);
+
+  // Writes checkpoint `step` if the shard is at `version` (any when -1);
+  // returns the file's path. The state is captured under the lock (values
+  // and averages by reference, thanks to copy on write); the file is written
+  // outside it, so training goes on while it is written.
+  absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep);
+  // Loads checkpoint `step`, replacing the state.
+  absl::Status Restore(int64_t step);
+  // At start: loads the newest checkpoint that reads back intact, skipping
+  // (with a warning) corrupt ones. OK with nothing loaded when there is none.
+  absl::Status RestoreLatest();
 
   // Blocks until training is over and every replica has said Shutdown, or
   // until `grace` has passed since training ended.
@@ -153,6 +170,12 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
 
+  // Replaces the state with a loaded checkpoint.
+  absl::Status LoadLocked(ShardState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardCheckpointId checkpoint_id() const {
+    return {options_.checkpoint_dir, options_.shard, options_.num_shards};
+  }
+
   const Options options_;
   const int64_t incarnation_;
   const kernels::CpuContext cpu_;
@@ -178,6 +201,8 @@ class ParameterShard {
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t restored_step_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Mutex save_mu_;  // One save at a time; taken before mu_.
   absl::CondVar changed_;  // Signalled on any state change waiters care for.
 
   std::thread deadline_thread_;

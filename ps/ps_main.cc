@@ -5,6 +5,7 @@
 // Serves its shard until the chief ends training and every worker has said
 // goodbye (or --shutdown_grace_secs have passed), then exits 0.
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,9 @@ DEFINE_string(bind_host, "0.0.0.0",
 DEFINE_double(shutdown_grace_secs, 30,
               "After the chief ends training, wait at most this long for the "
               "other workers to say goodbye before exiting.");
+DEFINE_string(checkpoint_dir, "",
+              "Directory of this shard's checkpoints: the chief's saves go "
+              "there, and at start the shard restores the newest intact one.");
 DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
@@ -65,7 +69,22 @@ int main(int argc, char** argv) {
   psrt::ParameterShard::Options options;
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   options.threads = FLAGS_threads;
+  options.checkpoint_dir = FLAGS_checkpoint_dir;
+  options.shard = cluster->task.index;
+  options.num_shards = cluster->spec.num_ps();
   psrt::ParameterShard shard(options);
+  if (!FLAGS_checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(FLAGS_checkpoint_dir, error);
+    if (error) {
+      LOG(ERROR) << "--checkpoint_dir " << FLAGS_checkpoint_dir << ": " << error.message();
+      return 2;
+    }
+    if (absl::Status s = shard.RestoreLatest(); !s.ok()) {
+      LOG(ERROR) << s.message();
+      return 1;
+    }
+  }
   psrt::PsService service(&shard);
 
   grpc::ServerBuilder builder;

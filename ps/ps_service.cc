@@ -120,4 +120,21 @@ grpc::ServerUnaryReactor* PsService::Shutdown(
   return FinishNow(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
+                                          const proto::SaveRequest* request,
+                                          proto::SaveResponse* response) {
+  absl::StatusOr<std::string> path =
+      shard_->Save(request->step(), request->version(), request->keep());
+  if (path.ok()) response->set_path(*path);
+  return FinishNow(context, path.status());
+}
+
+grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* context,
+                                             const proto::RestoreRequest* request,
+                                             proto::RestoreResponse* response) {
+  absl::Status status = shard_->Restore(request->step());
+  if (status.ok()) response->set_version(shard_->GetStatus().version());
+  return FinishNow(context, status);
+}
+
 }  // namespace psrt

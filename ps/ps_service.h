@@ -22,7 +22,9 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
         proto::ParameterServer::WithRawCallbackMethod_Push<
             proto::ParameterServer::WithCallbackMethod_GetStatus<
                 proto::ParameterServer::WithCallbackMethod_Shutdown<
-                    proto::ParameterServer::Service>>>>>;
+                    proto::ParameterServer::WithCallbackMethod_Save<
+                        proto::ParameterServer::WithCallbackMethod_Restore<
+                            proto::ParameterServer::Service>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -44,6 +46,12 @@ class PsService final : public PsServiceBase {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const proto::ShutdownRequest* request,
                                      proto::ShutdownResponse* response) override;
+  grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
+                                 const proto::SaveRequest* request,
+                                 proto::SaveResponse* response) override;
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
+                                    const proto::RestoreRequest* request,
+                                    proto::RestoreResponse* response) override;
 
  private:
   ParameterShard* const shard_;

@@ -362,4 +362,14 @@ void BatchIterator::NextBatch(int batch_size, Tensor* images,
   }
 }
 
+void BatchIterator::Skip(int64_t examples) {
+  CHECK_GE(examples, 0);
+  while (examples > 0) {
+    if (next_ == order_.size()) StartEpoch();
+    const int64_t take = std::min<int64_t>(examples, order_.size() - next_);
+    next_ += take;
+    examples -= take;
+  }
+}
+
 }  // namespace psrt

@@ -57,6 +57,9 @@ class BatchIterator {
   // Fills `images` ([batch, rows*cols], storage reused) and `labels`.
   // REQUIRES: batch_size > 0.
   void NextBatch(int batch_size, Tensor* images, std::vector<int32_t>* labels);
+  // Moves past `examples` examples exactly as NextBatch would (a resumed
+  // worker continues the data order where the checkpointed run was).
+  void Skip(int64_t examples);
 
  private:
   void StartEpoch();

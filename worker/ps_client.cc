@@ -21,6 +21,8 @@ constexpr char kPull[] = "/psrt.proto.ParameterServer/Pull";
 constexpr char kPush[] = "/psrt.proto.ParameterServer/Push";
 constexpr char kGetStatus[] = "/psrt.proto.ParameterServer/GetStatus";
 constexpr char kShutdown[] = "/psrt.proto.ParameterServer/Shutdown";
+constexpr char kSave[] = "/psrt.proto.ParameterServer/Save";
+constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
 
 // Pulled bytes are copied into the parameters in pieces of this size, on
 // all cores: one core alone cannot saturate memory bandwidth here.
@@ -229,10 +231,11 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
 }
 
 absl::StatusOr<PsClient::PullResult> PsClient::Pull(
-    int64_t min_version, std::vector<Tensor>* params) {
+    int64_t min_version, std::vector<Tensor>* params, bool moving_average) {
   CHECK_EQ(params->size(), variables_.size());
   proto::PullRequest request;
   request.set_min_version(min_version);
+  request.set_moving_average(moving_average);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
   std::vector<proto::PullHeader> headers(num_shards());
@@ -311,6 +314,25 @@ void PsClient::Shutdown() {
                                   return absl::OkStatus();
                                 });
   if (!status.ok()) VLOG(1) << "shutdown: " << status;
+}
+
+absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
+  proto::SaveRequest request;
+  request.set_step(step);
+  request.set_version(version);
+  request.set_keep(keep);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  // Writing a large shard to disk takes a while.
+  return CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), requests,
+                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+}
+
+absl::Status PsClient::Restore(int64_t step) {
+  proto::RestoreRequest request;
+  request.set_step(step);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  return CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5), requests,
+                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 
 }  // namespace psrt

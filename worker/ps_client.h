@@ -69,9 +69,10 @@ class PsClient {
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
       absl::Duration timeout);
   // Fills `params` (one tensor per variable, already shaped) with values of
-  // version >= min_version from every shard.
-  absl::StatusOr<PullResult> Pull(int64_t min_version,
-                                  std::vector<Tensor>* params);
+  // version >= min_version from every shard; with `moving_average`, with
+  // their moving averages instead.
+  absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
+                                  bool moving_average = false);
   // Pushes one gradient per variable, tagged with the versions last pulled.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads);
   // Tells every shard this replica is done (the chief's ends training).
@@ -79,6 +80,10 @@ class PsClient {
   void Shutdown();
   // Status of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus();
+  // Every shard saves checkpoint `step` if it is at `version` (any: -1).
+  absl::Status Save(int64_t step, int64_t version, int keep);
+  // Every shard loads checkpoint `step`.
+  absl::Status Restore(int64_t step);
 
   int num_shards() const { return static_cast<int>(stubs_.size()); }
   const std::vector<int64_t>& shard_versions() const { return versions_; }

@@ -98,43 +98,5 @@ TEST(OptimizerTest, RejectsBadHyperparameters) {
   EXPECT_NE(NewOptimizer(config, 1).status().message().find("ADAM"), absl::string_view::npos);
 }
 
-TEST(LearningRateTest, ExponentialDecayAsTensorFlow) {
-  proto::TrainingConfig config;
-  config.set_learning_rate(0.1f);
-  auto* s = config.mutable_schedule();
-  s->set_type(proto::LearningRateSchedule::EXPONENTIAL_DECAY);
-  s->set_decay_rate(0.5f);
-  s->set_decay_steps(10);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 0), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 5), 0.1f * std::pow(0.5f, 0.5f));
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 20), 0.025f);
-  s->set_staircase(true);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 5), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 19), 0.05f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 20), 0.025f);
-}
-
-TEST(LearningRateTest, PiecewiseConstantAndWarmup) {
-  proto::TrainingConfig config;
-  config.set_learning_rate(1.0f);
-  auto* s = config.mutable_schedule();
-  s->set_type(proto::LearningRateSchedule::PIECEWISE_CONSTANT);
-  s->add_boundaries(100);
-  s->add_boundaries(200);
-  s->add_values(1.0f);
-  s->add_values(0.5f);
-  s->add_values(0.1f);
-  ASSERT_TRUE(ValidateSchedule(*s).ok());
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 100), 1.0f);  // tf: x <= boundary.
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 101), 0.5f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 500), 0.1f);
-  s->set_warmup_steps(10);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 0), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 4), 0.5f);
-  EXPECT_FLOAT_EQ(LearningRateAt(config, 10), 1.0f);
-  s->add_values(0.01f);  // One value too many.
-  EXPECT_FALSE(ValidateSchedule(*s).ok());
-}
-
 }  // namespace
 }  // namespace psrt

@@ -1,0 +1,186 @@
+#include "ps/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "google/protobuf/text_format.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kFormat[] = "psrt-shard-checkpoint-1";
+constexpr char kAverageSuffix[] = "/ExponentialMovingAverage";
+
+std::string Suffix(const ShardCheckpointId& id) {
+  return absl::StrCat(".ps-", id.shard, "-of-", id.num_shards);
+}
+
+std::string FileName(const ShardCheckpointId& id, int64_t step) {
+  return absl::StrCat("model.ckpt-", step, Suffix(id), ".safetensors");
+}
+
+std::string IndexPath(const ShardCheckpointId& id) {
+  return absl::StrCat(id.dir, "/checkpoint", Suffix(id));
+}
+
+// Parses "model.ckpt-<step><suffix>.safetensors".
+bool StepOfFile(const ShardCheckpointId& id, absl::string_view name, int64_t* step) {
+  const std::string tail = Suffix(id) + ".safetensors";
+  if (!absl::ConsumePrefix(&name, "model.ckpt-") || !absl::ConsumeSuffix(&name, tail)) {
+    return false;
+  }
+  return absl::SimpleAtoi(name, step);
+}
+
+absl::Status WriteIndex(const ShardCheckpointId& id, const std::vector<int64_t>& steps) {
+  const std::string path = IndexPath(id);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (int64_t step : steps) out << FileName(id, step) << "\n";
+    out.flush();
+    if (!out.good()) return absl::InternalError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
+  std::ifstream in(IndexPath(id));
+  std::vector<int64_t> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t step = 0;
+    if (StepOfFile(id, line, &step)) steps.push_back(step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
+                                                 int64_t step,
+                                                 const ShardStateView& state,
+                                                 int keep) {
+  CHECK_GE(keep, 1);
+  std::vector<NamedTensor> tensors;
+  std::vector<std::string> slot_names;
+  for (const auto& slot : state.slots) slot_names.push_back(slot.first);
+  auto add_all = [&](const float* base, const std::string& suffix) {
+    int64_t offset = 0;
+    for (const proto::VariableMeta& meta : state.variables) {
+      Shape shape(meta.shape().begin(), meta.shape().end());
+      tensors.emplace_back(meta.name() + suffix, shape, base + offset);
+      offset += NumElements(shape);
+    }
+    CHECK_EQ(offset, state.num_elements);
+  };
+  add_all(state.values, "");
+  for (const auto& [name, data] : state.slots) add_all(data, "/" + name);
+  if (state.average != nullptr) add_all(state.average, kAverageSuffix);
+
+  proto::InitHeader header;
+  *header.mutable_config() = state.config;
+  for (const auto& meta : state.variables) *header.add_variables() = meta;
+  std::string header_text;
+  google::protobuf::TextFormat::PrintToString(header, &header_text);
+  const std::string path = absl::StrCat(id.dir, "/", FileName(id, step));
+  RETURN_IF_ERROR(WriteSafetensors(
+      path, tensors,
+      {{"format", kFormat},
+       {"step", absl::StrCat(step)},
+       {"version", absl::StrCat(state.version)},
+       {"shard", absl::StrCat(id.shard)},
+       {"num_shards", absl::StrCat(id.num_shards)},
+       {"slots", absl::StrJoin(slot_names, ",")},
+       {"header", header_text}}));
+
+  std::vector<int64_t> steps = ListShardCheckpoints(id);  // Newest first.
+  steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
+  steps.insert(steps.begin(), step);
+  std::sort(steps.rbegin(), steps.rend());
+  std::vector<int64_t> kept(steps.begin(), steps.begin() + std::min<size_t>(keep, steps.size()));
+  std::reverse(kept.begin(), kept.end());  // The index lists oldest first.
+  RETURN_IF_ERROR(WriteIndex(id, kept));
+  for (size_t i = keep; i < steps.size(); ++i) {
+    ::unlink(absl::StrCat(id.dir, "/", FileName(id, steps[i])).c_str());
+  }
+  return path;
+}
+
+absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
+                                               int64_t step) {
+  const std::string path = absl::StrCat(id.dir, "/", FileName(id, step));
+  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", what));
+  };
+  auto meta = [&](const std::string& key) -> std::string {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? "" : it->second;
+  };
+  if (meta("format") != kFormat) return bad("not a psrt shard checkpoint");
+  if (meta("shard") != absl::StrCat(id.shard) ||
+      meta("num_shards") != absl::StrCat(id.num_shards)) {
+    return bad(absl::StrCat("holds shard ", meta("shard"), " of ", meta("num_shards"),
+                            ", not shard ", id.shard, " of ", id.num_shards));
+  }
+  ShardState state;
+  proto::InitHeader header;
+  if (!google::protobuf::TextFormat::ParseFromString(meta("header"), &header) ||
+      !absl::SimpleAtoi(meta("step"), &state.step) ||
+      !absl::SimpleAtoi(meta("version"), &state.version)) {
+    return bad("malformed metadata");
+  }
+  state.config = header.config();
+  state.variables.assign(header.variables().begin(), header.variables().end());
+
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : file.tensors) by_name[name] = &tensor;
+  int64_t total = 0;
+  for (const auto& v : state.variables) total += NumElements(Shape(v.shape().begin(), v.shape().end()));
+  // Concatenates NAME + suffix of every variable; false when one is missing.
+  auto gather = [&](const std::string& suffix, Tensor* out) -> absl::Status {
+    out->Resize({total});
+    int64_t offset = 0;
+    for (const auto& v : state.variables) {
+      auto it = by_name.find(v.name() + suffix);
+      const Shape shape(v.shape().begin(), v.shape().end());
+      if (it == by_name.end() || it->second->shape() != shape) {
+        return bad(absl::StrCat("tensor \"", v.name() + suffix, "\" is missing or has the wrong shape"));
+      }
+      std::memcpy(out->data() + offset, it->second->data(), it->second->num_bytes());
+      offset += NumElements(shape);
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(gather("", &state.values));
+  for (absl::string_view slot : absl::StrSplit(meta("slots"), ',', absl::SkipEmpty())) {
+    state.slots.emplace_back(std::string(slot), Tensor());
+    RETURN_IF_ERROR(gather(absl::StrCat("/", slot), &state.slots.back().second));
+  }
+  if (!state.variables.empty() &&
+      by_name.count(state.variables[0].name() + kAverageSuffix) > 0) {
+    RETURN_IF_ERROR(gather(kAverageSuffix, &state.average));
+  }
+  return state;
+}
+
+}  // namespace psrt

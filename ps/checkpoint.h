@@ -1,0 +1,83 @@
+// Shard checkpoints: one parameter-server shard's state at one step, on disk.
+//
+// Layout in a checkpoint directory (shared by the shards of a cluster, or
+// one per machine):
+//   model.ckpt-<step>.ps-<k>-of-<K>.safetensors   shard k's state at <step>
+//   checkpoint.ps-<k>-of-<K>                      shard k's index
+// A shard file is safetensors (common/safetensors.h), loadable with the
+// Python `safetensors` package. Tensors, for each variable slice NAME held by
+// the shard: NAME (the values), NAME/<slot> for each optimizer slot (e.g.
+// "fc/weights/Momentum") and NAME/ExponentialMovingAverage. __metadata__:
+//   format       "psrt-shard-checkpoint-1"
+//   step, version, shard, num_shards (decimal)
+//   config       the TrainingConfig, protobuf text format
+// plus the file's checksum; a file that fails it, is truncated or does not
+// match the shard is refused with a clear error.
+//
+// The index is text, newest last, rewritten atomically after each save:
+//   model.ckpt-1000.ps-0-of-2.safetensors
+//   model.ckpt-2000.ps-0-of-2.safetensors
+// Files are written to a temporary name, fsynced and renamed, so a crash
+// never leaves a partial file under a real name; only the newest `keep`
+// checkpoints are kept.
+#ifndef PSRT_PS_CHECKPOINT_H_
+#define PSRT_PS_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+#include "proto/psrt.pb.h"
+
+namespace psrt {
+
+struct ShardCheckpointId {
+  std::string dir;
+  int shard = 0;
+  int num_shards = 1;
+};
+
+// What a shard saves: views of its buffers (all of `num_elements` floats,
+// variables back to back in `variables` order).
+struct ShardStateView {
+  proto::TrainingConfig config;
+  std::vector<proto::VariableMeta> variables;
+  int64_t version = 0;
+  int64_t num_elements = 0;
+  const float* values = nullptr;
+  std::vector<std::pair<std::string, const float*>> slots;
+  const float* average = nullptr;  // Null: no moving averages.
+};
+
+// A loaded shard state.
+struct ShardState {
+  proto::TrainingConfig config;
+  std::vector<proto::VariableMeta> variables;
+  int64_t step = 0;
+  int64_t version = 0;
+  Tensor values;
+  std::vector<std::pair<std::string, Tensor>> slots;
+  Tensor average;  // Empty: no moving averages.
+};
+
+// Writes the state as checkpoint `step`, updates the index and deletes the
+// files of checkpoints beyond the newest `keep` (keep >= 1). Returns the path.
+absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
+                                                 int64_t step,
+                                                 const ShardStateView& state,
+                                                 int keep);
+
+// The steps the index lists, newest first (empty when there is none).
+std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id);
+
+// Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a
+// corrupt file, InvalidArgument for one that belongs to another shard.
+absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
+                                               int64_t step);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_CHECKPOINT_H_
