@@ -10,9 +10,10 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-// A column buffer per thread of about this many floats (1 MiB): large
-// enough for GEMMs of a few hundred rows, small enough to stay in L2.
-constexpr int64_t kColumnBufferFloats = 1 << 18;
+// A column buffer per thread of at most this many floats (2 MiB, unless
+// one image needs more): GEMMs of several hundred rows, which Eigen runs
+// near its peak, on a buffer that stays in cache.
+constexpr int64_t kColumnBufferFloats = 1 << 19;
 // Threads that take a share of one convolution (more wait).
 constexpr int64_t kMaxThreads = 64;
 

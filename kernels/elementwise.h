@@ -16,18 +16,24 @@
 namespace psrt {
 namespace kernels {
 
-// Calls f(i) for i in [begin, end), in order.
+// Calls f(i) for i in [begin, end), in order. Works on a local copy of the
+// functor: otherwise every store through its output pointer might change
+// its fields (for all the compiler knows), which reloads them per element
+// and keeps the loop from vectorizing.
 template <class F>
 void ForEachIndex(int64_t begin, int64_t end, const F& f) {
-  for (int64_t i = begin; i < end; ++i) f(i);
+  const F local = f;
+  for (int64_t i = begin; i < end; ++i) local(i);
 }
 
 // Calls f(r, c) for r in [row_begin, row_end) and c in [0, cols), row by row.
+// Also on a local copy of the functor.
 template <class F>
 void ForEachRowCol(int64_t row_begin, int64_t row_end, int64_t cols,
                    const F& f) {
+  const F local = f;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    for (int64_t c = 0; c < cols; ++c) f(r, c);
+    for (int64_t c = 0; c < cols; ++c) local(r, c);
   }
 }
 

@@ -35,54 +35,102 @@ PSRT_HOST_DEVICE inline float RsqrtF(float v) {
 #endif
 }
 
-// The valid (unpadded) input rows [begin, end) of the window of output row
-// `o`, along one dimension of input size `in`.
-struct WindowRange {
-  int64_t begin;
-  int64_t end;
-  PSRT_HOST_DEVICE WindowRange(int64_t o, int64_t stride, int64_t pad,
-                               int64_t k, int64_t in) {
-    const int64_t start = o * stride - pad;
-    begin = MaxI(start, 0);
-    end = MinI(start + k, in);
+// A pooling window's geometry with every derived size computed once (the
+// functors run per element on the GPU, where divisions are costly).
+struct PoolGeometry {
+  int64_t in_height, in_width, channels;
+  int64_t window_height, window_width, stride_height, stride_width;
+  int64_t out_height, out_width, pad_top, pad_left;
+  PoolGeometry() = default;
+  explicit PoolGeometry(const Pool2DShape& s)
+      : in_height(s.in_height), in_width(s.in_width), channels(s.channels),
+        window_height(s.window_height), window_width(s.window_width),
+        stride_height(s.stride_height), stride_width(s.stride_width),
+        out_height(s.out_height()), out_width(s.out_width()),
+        pad_top(s.pad_top()), pad_left(s.pad_left()) {}
+};
+
+// The valid (unpadded) input cells of output pixel p's window: rows
+// [h_begin, h_end) and columns [w_begin, w_end) of image n.
+struct Window {
+  int64_t n, h_begin, h_end, w_begin, w_end;
+  PSRT_HOST_DEVICE Window(const PoolGeometry& g, int64_t p) {
+    const int64_t ow = p % g.out_width;
+    const int64_t rest = p / g.out_width;
+    const int64_t oh = rest % g.out_height;
+    n = rest / g.out_height;
+    Init(g, oh, ow);
+  }
+  PSRT_HOST_DEVICE Window(const PoolGeometry& g, int64_t n_, int64_t oh,
+                          int64_t ow) {
+    n = n_;
+    Init(g, oh, ow);
+  }
+  PSRT_HOST_DEVICE int64_t count() const {
+    return (h_end - h_begin) * (w_end - w_begin);
+  }
+
+ private:
+  PSRT_HOST_DEVICE void Init(const PoolGeometry& g, int64_t oh, int64_t ow) {
+    const int64_t h0 = oh * g.stride_height - g.pad_top;
+    const int64_t w0 = ow * g.stride_width - g.pad_left;
+    h_begin = MaxI(h0, 0);
+    h_end = MinI(h0 + g.window_height, g.in_height);
+    w_begin = MaxI(w0, 0);
+    w_end = MinI(w0 + g.window_width, g.in_width);
   }
 };
 
-// The output rows [begin, end) whose windows contain input row `i`.
-struct CoveringRange {
-  int64_t begin;
-  int64_t end;
-  PSRT_HOST_DEVICE CoveringRange(int64_t i, int64_t stride, int64_t pad,
-                                 int64_t k, int64_t out) {
-    const int64_t lo = i + pad - k + 1;  // o * stride >= lo
-    begin = lo > 0 ? (lo + stride - 1) / stride : 0;
-    end = MinI((i + pad) / stride + 1, out);
+// The output pixels whose windows hold input pixel q: rows
+// [oh_begin, oh_end) and columns [ow_begin, ow_end) of image n.
+struct Covering {
+  int64_t n, ih, iw, oh_begin, oh_end, ow_begin, ow_end;
+  PSRT_HOST_DEVICE Covering(const PoolGeometry& g, int64_t q) {
+    iw = q % g.in_width;
+    const int64_t rest = q / g.in_width;
+    ih = rest % g.in_height;
+    n = rest / g.in_height;
+    Range(ih, g.stride_height, g.pad_top, g.window_height, g.out_height,
+          &oh_begin, &oh_end);
+    Range(iw, g.stride_width, g.pad_left, g.window_width, g.out_width,
+          &ow_begin, &ow_end);
+  }
+
+ private:
+  PSRT_HOST_DEVICE static void Range(int64_t i, int64_t stride, int64_t pad,
+                                     int64_t k, int64_t out, int64_t* begin,
+                                     int64_t* end) {
+    const int64_t lo = i + pad - k + 1;  // Outputs o with o * stride >= lo.
+    *begin = lo > 0 ? (lo + stride - 1) / stride : 0;
+    *end = MinI((i + pad) / stride + 1, out);
   }
 };
+
+// The pool functors work on one pixel and a run of channels [c_begin,
+// c_end): the CPU passes all channels of a pixel (the inner loop over
+// contiguous channels vectorizes, and the pixel's index math is done once),
+// the GPU one channel per thread.
 
 // y[p, c] = the max of x over the valid cells of output pixel p's window.
 // SAME padding leaves at least one valid cell in every window.
 struct MaxPool {
-  Pool2DShape s;
+  PoolGeometry g;
   const float* x;
   float* y;
-  PSRT_HOST_DEVICE void operator()(int64_t p, int64_t c) const {
-    const int64_t oh_n = p / s.out_width();
-    const int64_t ow = p % s.out_width();
-    const int64_t oh = oh_n % s.out_height();
-    const int64_t n = oh_n / s.out_height();
-    const WindowRange hr(oh, s.stride_height, s.pad_top(), s.window_height,
-                         s.in_height);
-    const WindowRange wr(ow, s.stride_width, s.pad_left(), s.window_width,
-                         s.in_width);
-    const float* image = x + n * s.in_height * s.in_width * s.channels + c;
-    float m = image[(hr.begin * s.in_width + wr.begin) * s.channels];
-    for (int64_t h = hr.begin; h < hr.end; ++h) {
-      for (int64_t w = wr.begin; w < wr.end; ++w) {
-        m = MaxF(m, image[(h * s.in_width + w) * s.channels]);
+  PSRT_HOST_DEVICE void operator()(int64_t p, int64_t c_begin,
+                                   int64_t c_end) const {
+    const Window win(g, p);
+    const int64_t C = g.channels;
+    const float* image = x + win.n * g.in_height * g.in_width * C;
+    float* out = y + p * C;
+    const float* first = image + (win.h_begin * g.in_width + win.w_begin) * C;
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] = first[c];
+    for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+      for (int64_t w = win.w_begin; w < win.w_end; ++w) {
+        const float* cell = image + (h * g.in_width + w) * C;
+        for (int64_t c = c_begin; c < c_end; ++c) out[c] = MaxF(out[c], cell[c]);
       }
     }
-    y[p * s.channels + c] = m;
   }
 };
 
@@ -91,49 +139,42 @@ struct MaxPool {
 // max value, as in TensorFlow and PyTorch. Gathers (one writer per dx
 // element), so it needs no atomics and is deterministic. Overwrites dx.
 struct MaxPoolGrad {
-  Pool2DShape s;
+  PoolGeometry g;
   const float* x;
   const float* y;
   const float* dy;
   float* dx;
-  PSRT_HOST_DEVICE void operator()(int64_t q, int64_t c) const {
-    const int64_t ih_n = q / s.in_width;
-    const int64_t iw = q % s.in_width;
-    const int64_t ih = ih_n % s.in_height;
-    const int64_t n = ih_n / s.in_height;
-    const int64_t oh_size = s.out_height(), ow_size = s.out_width();
-    const CoveringRange hr(ih, s.stride_height, s.pad_top(), s.window_height,
-                           oh_size);
-    const CoveringRange wr(iw, s.stride_width, s.pad_left(), s.window_width,
-                           ow_size);
-    const float v = x[q * s.channels + c];
-    float sum = 0.0f;
-    for (int64_t oh = hr.begin; oh < hr.end; ++oh) {
-      for (int64_t ow = wr.begin; ow < wr.end; ++ow) {
-        const int64_t o = (n * oh_size + oh) * ow_size + ow;
-        const float m = y[o * s.channels + c];
-        if (v == m && IsFirstMax(n, oh, ow, c, ih, iw, m)) {
-          sum += dy[o * s.channels + c];
+  PSRT_HOST_DEVICE void operator()(int64_t q, int64_t c_begin,
+                                   int64_t c_end) const {
+    const Covering cov(g, q);
+    const int64_t C = g.channels;
+    const float* v = x + q * C;
+    float* out = dx + q * C;
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] = 0.0f;
+    for (int64_t oh = cov.oh_begin; oh < cov.oh_end; ++oh) {
+      for (int64_t ow = cov.ow_begin; ow < cov.ow_end; ++ow) {
+        const int64_t o = (cov.n * g.out_height + oh) * g.out_width + ow;
+        const float* m = y + o * C;
+        const float* d = dy + o * C;
+        for (int64_t c = c_begin; c < c_end; ++c) {
+          if (v[c] == m[c] && IsFirstMax(cov, oh, ow, c, m[c])) out[c] += d[c];
         }
       }
     }
-    dx[q * s.channels + c] = sum;
   }
 
  private:
-  // Whether (ih, iw) is the first cell of output (oh, ow)'s window holding m.
-  PSRT_HOST_DEVICE bool IsFirstMax(int64_t n, int64_t oh, int64_t ow,
-                                   int64_t c, int64_t ih, int64_t iw,
-                                   float m) const {
-    const WindowRange hr(oh, s.stride_height, s.pad_top(), s.window_height,
-                         s.in_height);
-    const WindowRange wr(ow, s.stride_width, s.pad_left(), s.window_width,
-                         s.in_width);
-    const float* image = x + n * s.in_height * s.in_width * s.channels + c;
-    for (int64_t h = hr.begin; h < hr.end; ++h) {
-      for (int64_t w = wr.begin; w < wr.end; ++w) {
-        if (image[(h * s.in_width + w) * s.channels] == m) {
-          return h == ih && w == iw;
+  // Whether input pixel (cov.ih, cov.iw) is the first cell of output
+  // (oh, ow)'s window holding m in channel c.
+  PSRT_HOST_DEVICE bool IsFirstMax(const Covering& cov, int64_t oh, int64_t ow,
+                                   int64_t c, float m) const {
+    const Window win(g, cov.n, oh, ow);
+    const int64_t C = g.channels;
+    const float* image = x + cov.n * g.in_height * g.in_width * C + c;
+    for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+      for (int64_t w = win.w_begin; w < win.w_end; ++w) {
+        if (image[(h * g.in_width + w) * C] == m) {
+          return h == cov.ih && w == cov.iw;
         }
       }
     }
@@ -144,61 +185,48 @@ struct MaxPoolGrad {
 // y[p, c] = the mean of x over the valid cells of output pixel p's window
 // (padding is not counted, as in TensorFlow).
 struct AvgPool {
-  Pool2DShape s;
+  PoolGeometry g;
   const float* x;
   float* y;
-  PSRT_HOST_DEVICE void operator()(int64_t p, int64_t c) const {
-    const int64_t oh_n = p / s.out_width();
-    const int64_t ow = p % s.out_width();
-    const int64_t oh = oh_n % s.out_height();
-    const int64_t n = oh_n / s.out_height();
-    const WindowRange hr(oh, s.stride_height, s.pad_top(), s.window_height,
-                         s.in_height);
-    const WindowRange wr(ow, s.stride_width, s.pad_left(), s.window_width,
-                         s.in_width);
-    const float* image = x + n * s.in_height * s.in_width * s.channels + c;
-    float sum = 0.0f;
-    for (int64_t h = hr.begin; h < hr.end; ++h) {
-      for (int64_t w = wr.begin; w < wr.end; ++w) {
-        sum += image[(h * s.in_width + w) * s.channels];
+  PSRT_HOST_DEVICE void operator()(int64_t p, int64_t c_begin,
+                                   int64_t c_end) const {
+    const Window win(g, p);
+    const int64_t C = g.channels;
+    const float* image = x + win.n * g.in_height * g.in_width * C;
+    float* out = y + p * C;
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] = 0.0f;
+    for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+      for (int64_t w = win.w_begin; w < win.w_end; ++w) {
+        const float* cell = image + (h * g.in_width + w) * C;
+        for (int64_t c = c_begin; c < c_end; ++c) out[c] += cell[c];
       }
     }
-    const float count =
-        static_cast<float>((hr.end - hr.begin) * (wr.end - wr.begin));
-    y[p * s.channels + c] = sum / count;
+    const float inv = 1.0f / static_cast<float>(win.count());
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] *= inv;
   }
 };
 
 // dx[q, c] = sum over the outputs whose window holds input pixel q of
 // dy / (that window's valid cell count). Gathers; overwrites dx.
 struct AvgPoolGrad {
-  Pool2DShape s;
+  PoolGeometry g;
   const float* dy;
   float* dx;
-  PSRT_HOST_DEVICE void operator()(int64_t q, int64_t c) const {
-    const int64_t ih_n = q / s.in_width;
-    const int64_t iw = q % s.in_width;
-    const int64_t ih = ih_n % s.in_height;
-    const int64_t n = ih_n / s.in_height;
-    const int64_t oh_size = s.out_height(), ow_size = s.out_width();
-    const CoveringRange hr(ih, s.stride_height, s.pad_top(), s.window_height,
-                           oh_size);
-    const CoveringRange wr(iw, s.stride_width, s.pad_left(), s.window_width,
-                           ow_size);
-    float sum = 0.0f;
-    for (int64_t oh = hr.begin; oh < hr.end; ++oh) {
-      const WindowRange wh(oh, s.stride_height, s.pad_top(), s.window_height,
-                           s.in_height);
-      for (int64_t ow = wr.begin; ow < wr.end; ++ow) {
-        const WindowRange ww(ow, s.stride_width, s.pad_left(), s.window_width,
-                             s.in_width);
-        const float count =
-            static_cast<float>((wh.end - wh.begin) * (ww.end - ww.begin));
-        const int64_t o = (n * oh_size + oh) * ow_size + ow;
-        sum += dy[o * s.channels + c] / count;
+  PSRT_HOST_DEVICE void operator()(int64_t q, int64_t c_begin,
+                                   int64_t c_end) const {
+    const Covering cov(g, q);
+    const int64_t C = g.channels;
+    float* out = dx + q * C;
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] = 0.0f;
+    for (int64_t oh = cov.oh_begin; oh < cov.oh_end; ++oh) {
+      for (int64_t ow = cov.ow_begin; ow < cov.ow_end; ++ow) {
+        const Window win(g, cov.n, oh, ow);
+        const float inv = 1.0f / static_cast<float>(win.count());
+        const float* d =
+            dy + ((cov.n * g.out_height + oh) * g.out_width + ow) * C;
+        for (int64_t c = c_begin; c < c_end; ++c) out[c] += d[c] * inv;
       }
     }
-    dx[q * s.channels + c] = sum;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "kernels/pool.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
@@ -31,11 +32,21 @@ void CheckShape(const Pool2DShape& s) {
       << " input";
 }
 
-// Runs f(pixel, c) over [rows, cols] on the context's threads.
+// Runs f(r, c) over [rows, cols] on the context's threads.
 template <class F>
 void RunRowCol(const CpuContext& ctx, int64_t rows, int64_t cols, const F& f) {
   ctx.ParallelFor(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
     ForEachRowCol(begin, end, cols, f);
+  });
+}
+
+// Runs a pool functor f(pixel, 0, channels) over the pixels.
+template <class F>
+void RunPixels(const CpuContext& ctx, int64_t pixels, int64_t channels,
+               const F& f) {
+  ctx.ParallelFor(pixels, RowGrain(channels), [&](int64_t begin, int64_t end) {
+    const F local = f;  // See ForEachIndex.
+    for (int64_t p = begin; p < end; ++p) local(p, 0, channels);
   });
 }
 
@@ -44,30 +55,75 @@ void RunRowCol(const CpuContext& ctx, int64_t rows, int64_t cols, const F& f) {
 void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s,
                     const float* x, float* y) {
   CheckShape(s);
-  RunRowCol(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
-            functor::MaxPool{s, x, y});
+  RunPixels(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
+            functor::MaxPool{functor::PoolGeometry(s), x, y});
 }
 
 void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
                      const float* x, const float* y, const float* dy,
                      float* dx) {
   CheckShape(s);
-  RunRowCol(ctx, s.batch * s.in_height * s.in_width, s.channels,
-            functor::MaxPoolGrad{s, x, y, dy, dx});
+  // The GPU gathers with functor::MaxPoolGrad, which must recheck every
+  // window around a cell; the CPU instead scatters: threads own whole
+  // images, find each window's first max cell per channel with a scan
+  // vectorized over channels (as the forward does), and add dy there. Both
+  // route each gradient to the same cell.
+  const functor::PoolGeometry g(s);
+  const int64_t C = g.channels;
+  const int64_t image_size = g.in_height * g.in_width * C;
+  CHECK_LT(image_size, int64_t{1} << 31) << "image too large";
+  constexpr int64_t kBlock = 64;
+  ctx.ParallelFor(s.batch, 1, [&](int64_t begin, int64_t end) {
+    std::fill(dx + begin * image_size, dx + end * image_size, 0.0f);
+    float best[kBlock];
+    int32_t where[kBlock];  // 32-bit, so the blend vectorizes with floats.
+    for (int64_t n = begin; n < end; ++n) {
+      const float* xi = x + n * image_size;
+      float* dxi = dx + n * image_size;
+      for (int64_t oh = 0; oh < g.out_height; ++oh) {
+        for (int64_t ow = 0; ow < g.out_width; ++ow) {
+          const functor::Window win(g, n, oh, ow);
+          const float* d = dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
+          for (int64_t c0 = 0; c0 < C; c0 += kBlock) {
+            const int64_t cb = std::min(kBlock, C - c0);
+            const int32_t first = static_cast<int32_t>(
+                (win.h_begin * g.in_width + win.w_begin) * C + c0);
+            for (int64_t c = 0; c < cb; ++c) {
+              best[c] = xi[first + c];
+              where[c] = first;
+            }
+            for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+              for (int64_t w = win.w_begin; w < win.w_end; ++w) {
+                const int32_t cell =
+                    static_cast<int32_t>((h * g.in_width + w) * C + c0);
+                for (int64_t c = 0; c < cb; ++c) {
+                  const float v = xi[cell + c];
+                  const bool greater = v > best[c];
+                  best[c] = greater ? v : best[c];
+                  where[c] = greater ? cell : where[c];
+                }
+              }
+            }
+            for (int64_t c = 0; c < cb; ++c) dxi[where[c] + c] += d[c0 + c];
+          }
+        }
+      }
+    }
+  });
 }
 
 void AvgPoolForward(const CpuContext& ctx, const Pool2DShape& s,
                     const float* x, float* y) {
   CheckShape(s);
-  RunRowCol(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
-            functor::AvgPool{s, x, y});
+  RunPixels(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
+            functor::AvgPool{functor::PoolGeometry(s), x, y});
 }
 
 void AvgPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
                      const float* dy, float* dx) {
   CheckShape(s);
-  RunRowCol(ctx, s.batch * s.in_height * s.in_width, s.channels,
-            functor::AvgPoolGrad{s, dy, dx});
+  RunPixels(ctx, s.batch * s.in_height * s.in_width, s.channels,
+            functor::AvgPoolGrad{functor::PoolGeometry(s), dy, dx});
 }
 
 void GlobalAvgPoolForward(const CpuContext& ctx, const float* x,

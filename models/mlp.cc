@@ -11,35 +11,12 @@
 #include "glog/logging.h"
 #include "kernels/cpu_context.h"
 #include "kernels/ops.h"
+#include "models/initializers.h"
 
 namespace psrt {
 namespace {
 
 using kernels::MatMulShape;
-
-// A uniform sample in (0, 1) and a standard normal one (Box-Muller), written
-// out so that initial values depend on the seed alone, not on the standard
-// library's distributions (which differ between implementations).
-double Uniform01(std::mt19937_64& rng) {
-  return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53;
-}
-
-double StandardNormal(std::mt19937_64& rng) {
-  constexpr double kTwoPi = 6.283185307179586;
-  const double u1 = Uniform01(rng);
-  const double u2 = Uniform01(rng);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
-}
-
-// Like tf.truncated_normal: samples beyond two standard deviations are drawn
-// again.
-float TruncatedNormal(std::mt19937_64& rng, double stddev) {
-  double z;
-  do {
-    z = StandardNormal(rng);
-  } while (std::abs(z) > 2.0);
-  return static_cast<float>(z * stddev);
-}
 
 // Gives t the shape [rows, cols], keeping its storage (and its shape vector)
 // when it already has that shape.
@@ -61,7 +38,8 @@ void EnsureShape(Tensor* t, const Shape& shape) {
 class Mlp : public Model {
  public:
   explicit Mlp(const ModelOptions& options) : ctx_(options.intra_op_threads) {
-    layer_sizes_.push_back(int64_t{options.input_height} * options.input_width);
+    layer_sizes_.push_back(int64_t{options.input_height} * options.input_width *
+                           options.input_channels);
     for (int units : options.hidden_units) layer_sizes_.push_back(units);
     layer_sizes_.push_back(options.num_classes);
     const int layers = num_layers();
@@ -89,7 +67,7 @@ class Mlp : public Model {
       weights.Resize(variables_[2 * l].shape);
       biases.Resize(variables_[2 * l + 1].shape);
       const double stddev = 1.0 / std::sqrt(double(layer_sizes_[l]));
-      for (float& w : weights.flat()) w = TruncatedNormal(rng, stddev);
+      for (float& w : weights.flat()) w = init::TruncatedNormal(rng, stddev);
       biases.SetZero();
     }
   }
@@ -213,10 +191,11 @@ class Mlp : public Model {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> NewMlp(const ModelOptions& options) {
-  if (options.input_height <= 0 || options.input_width <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MLP input size must be positive, got ",
-                     options.input_height, "x", options.input_width));
+  if (options.input_height <= 0 || options.input_width <= 0 ||
+      options.input_channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MLP input size must be positive, got ", options.input_height, "x",
+        options.input_width, "x", options.input_channels));
   }
   if (options.num_classes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,7 +3,7 @@
 // a linear layer to num_classes logits trained with softmax cross-entropy.
 //
 // Variables, in order (TensorFlow's names), for hidden layers 1..L:
-//   hidden1/weights [H*W, units1], hidden1/biases [units1], ...,
+//   hidden1/weights [H*W*C, units1], hidden1/biases [units1], ...,
 //   hiddenL/weights [unitsL-1, unitsL], hiddenL/biases [unitsL],
 //   softmax_linear/weights [unitsL, classes], softmax_linear/biases [classes].
 // Weights start truncated-normal (cut at 2 stddev) with stddev

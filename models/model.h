@@ -23,8 +23,11 @@
 namespace psrt {
 
 struct ModelOptions {
+  // Input images are [batch, input_height * input_width * input_channels],
+  // NHWC (channels fastest; the MLP just sees a vector).
   int input_height = 28;
   int input_width = 28;
+  int input_channels = 1;
   int num_classes = 10;
   std::vector<int> hidden_units = {512};  // MLP hidden layer sizes.
   int intra_op_threads = 0;               // 0: number of cores.
@@ -40,21 +43,23 @@ class Model {
   // deterministically from `seed`.
   virtual void Initialize(uint64_t seed, std::vector<Tensor>* params) const = 0;
 
-  // Forward and backward pass on one batch. `images` is [B, H*W] with pixels
-  // in [0, 1]; labels are class ids. Overwrites `grads` (resized to match
+  // Forward and backward pass on one batch, in training mode (batch norm
+  // uses and updates batch statistics; dropout drops). `images` is
+  // [B, H*W*C] (NHWC) with pixels in [0, 1]; labels are class ids. Overwrites `grads` (resized to match
   // params) with d(mean loss)/d(param); returns the mean loss.
   virtual float ComputeGradients(const std::vector<Tensor>& params,
                                  const Tensor& images,
                                  absl::Span<const int32_t> labels,
                                  std::vector<Tensor>* grads) = 0;
 
-  // Number of examples of the batch whose arg-max prediction is the label.
+  // Number of examples of the batch whose arg-max prediction is the label,
+  // in inference mode (batch norm uses its moving statistics).
   virtual int64_t CountCorrect(const std::vector<Tensor>& params,
                                const Tensor& images,
                                absl::Span<const int32_t> labels) = 0;
 };
 
-// The registry: {"mlp", ...}. An unknown name is InvalidArgument listing the
+// The registry: {"mlp", "lenet", "inception_mini", "inception_v3"}. An unknown name is InvalidArgument listing the
 // known ones.
 absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
                                                 const ModelOptions& options);

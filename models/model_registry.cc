@@ -5,6 +5,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "models/inception.h"
+#include "models/lenet.h"
 #include "models/mlp.h"
 #include "models/model.h"
 
@@ -18,6 +20,9 @@ struct ModelFactory {
 
 constexpr ModelFactory kModels[] = {
     {"mlp", NewMlp},
+    {"lenet", NewLenet},
+    {"inception_mini", NewInceptionMini},
+    {"inception_v3", NewInceptionV3},
 };
 
 }  // namespace

@@ -1,0 +1,101 @@
+// The layers that Net (net.h) chains into models: each a forward/backward
+// pair over [batch, height * width * channels] NHWC activations, calling the
+// kernels of kernels/. Internal to models/.
+//
+// A layer owns only what is its own across steps: batch-norm moving
+// statistics and the intermediate buffers of a fused conv + batch norm.
+// Outputs, gradients and the workspace belong to Net.
+#ifndef PSRT_MODELS_LAYERS_H_
+#define PSRT_MODELS_LAYERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "kernels/cpu_context.h"
+#include "kernels/window.h"
+#include "kernels/workspace.h"
+
+namespace psrt {
+
+// The per-example size of an activation: height x width x channels (NHWC);
+// a feature vector is 1 x 1 x features.
+struct Dims {
+  int64_t height = 1;
+  int64_t width = 1;
+  int64_t channels = 1;
+  int64_t size() const { return height * width * channels; }
+  int64_t pixels() const { return height * width; }
+};
+
+// How a variable starts: a truncated normal of `stddev` (when > 0; the
+// sample is divided by 0.8796 so that its standard deviation is `stddev`,
+// like TensorFlow's variance_scaling), or the constant `value`.
+struct VariableInit {
+  double stddev = 0;
+  float value = 0;
+};
+
+// What a step's forward and backward share.
+struct StepContext {
+  const kernels::CpuContext& cpu;
+  kernels::Workspace* workspace;
+  bool training;
+  uint64_t step;  // Counts training steps; seeds dropout.
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // out = f(inputs), all [batch, dims.size()]. `out` is already shaped.
+  virtual void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
+                       absl::Span<const Tensor* const> inputs, int64_t batch,
+                       Tensor* out) = 0;
+
+  // From the forward's inputs and output and dout = dL/dout (which the
+  // layer may overwrite), overwrites din[i] = dL/d inputs[i] (null: not
+  // needed) and the gradients of the layer's own variables in `grads`.
+  virtual void Backward(const StepContext& ctx,
+                        const std::vector<Tensor>& params,
+                        absl::Span<const Tensor* const> inputs,
+                        const Tensor& out, int64_t batch, Tensor* dout,
+                        absl::Span<Tensor* const> din,
+                        std::vector<Tensor>* grads) = 0;
+};
+
+// Convolution (no bias, bias, or batch norm with gamma and beta) and an
+// optional ReLU. Variables at first_var: weights, then biases or gamma, beta.
+struct ConvSpec {
+  int64_t filter_height = 3;
+  int64_t filter_width = 3;
+  int64_t out_channels = 0;
+  int64_t stride = 1;
+  kernels::Padding padding = kernels::Padding::kSame;
+  bool bias = false;
+  bool batch_norm = false;
+  bool relu = true;
+  float bn_epsilon = 1e-3f;
+  float bn_momentum = 0.99f;
+};
+
+std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
+                                    int first_var);
+// Fully connected over the flattened input; variables weights, biases.
+std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units,
+                                              bool relu, int first_var);
+std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,
+                                    kernels::Padding padding, Dims in);
+std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in);
+std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels,
+                                      Dims out);
+// Identity at inference.
+std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
+                                       uint64_t salt);
+
+}  // namespace psrt
+
+#endif  // PSRT_MODELS_LAYERS_H_

@@ -1,0 +1,88 @@
+// NetBuilder: builds a Model from layers (layers.h) wired into a
+// feed-forward graph, so that a network is written as the list of its
+// layers (lenet.cc, inception_mini.cc, inception_v3.cc).
+//
+// Nodes are numbered in the order they are added; node 0 is the input
+// images [batch, height * width * channels] (NHWC), and each later node
+// reads earlier ones, so the numbering is a topological order. The built
+// model runs the layers in that order, the backward in reverse; a node read
+// by several layers (an Inception module's input) gets the sum of their
+// gradients. The last layer gives logits [batch, num_classes], trained with
+// softmax cross-entropy.
+//
+// Variables are declared in the order their layers are added, with
+// TensorFlow-style names: "<scope>/weights" [fh, fw, in, out] (HWIO) or
+// [in, units], "<scope>/biases", or for a batch-normed conv
+// "<scope>/BatchNorm/gamma" and "<scope>/BatchNorm/beta". Initial values
+// (from the seed alone): weights truncated normal with He's stddev
+// sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases and
+// beta 0, gamma 1. Batch-norm moving statistics are not variables: each
+// model keeps them as internal, non-trainable state, updated by
+// ComputeGradients (training mode) and used by CountCorrect (inference
+// mode); they start at mean 0, variance 1 and are not checkpointed.
+//
+// Steady state: after the first ComputeGradients at a batch size, later
+// calls at that size reuse every buffer (activations, gradients, im2col
+// workspace).
+//
+// Thread safety: the builder and the built model are not thread-safe.
+#ifndef PSRT_MODELS_NET_H_
+#define PSRT_MODELS_NET_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/window.h"
+#include "models/layers.h"
+#include "models/model.h"
+
+namespace psrt {
+
+class NetBuilder {
+ public:
+  // The input node: options.input_height x input_width x input_channels.
+  explicit NetBuilder(const ModelOptions& options);
+  ~NetBuilder();
+  NetBuilder(const NetBuilder&) = delete;
+  NetBuilder& operator=(const NetBuilder&) = delete;
+
+  static constexpr int kInput = 0;
+  Dims dims(int node) const;
+
+  // Each returns the new node. A layer that does not fit its input (a VALID
+  // window larger than the image) records an error that Build returns.
+  int Conv(const std::string& scope, int input, const ConvSpec& spec);
+  int FullyConnected(const std::string& scope, int input, int64_t units,
+                     bool relu);
+  int MaxPool(int input, int64_t window, int64_t stride,
+              kernels::Padding padding);
+  int AvgPool(int input, int64_t window, int64_t stride,
+              kernels::Padding padding);
+  int GlobalAvgPool(int input);
+  // REQUIRES: the inputs have the same height and width.
+  int Concat(const std::vector<int>& inputs);
+  int Dropout(int input, float keep_prob);
+
+  // The model whose logits are the last node added. InvalidArgument (naming
+  // `model_name` and the layer) when a layer did not fit or the logits do
+  // not have num_classes features.
+  absl::StatusOr<std::unique_ptr<Model>> Build(const std::string& model_name);
+
+  struct Graph;  // Internal: the nodes and variables, handed to the model.
+
+ private:
+  int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs, Dims dims,
+          const std::string& what);
+  void AddVariable(const std::string& name, Shape shape, VariableInit init);
+
+  const ModelOptions options_;
+  std::unique_ptr<Graph> graph_;
+  absl::Status status_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_MODELS_NET_H_
