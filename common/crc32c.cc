@@ -1,6 +1,5 @@
 #include "common/crc32c.h"
 
-#include <cstring>
 
 namespace psrt {
 namespace crc32c {

@@ -4,7 +4,7 @@
 //   Value("123456789", 9) == 0xe3069283   (the standard check value)
 //   Extend(Value(a), b) == Value(a + b)   (checksums compose over a stream)
 //
-// Computed in portable code, slicing-by-8 (about 1 GB/s on one core).
+// Computed in portable code, slicing-by-8 (about 1.6 GB/s on one core here).
 // Thread safety: pure functions; the tables are built once, thread-safely.
 #ifndef PSRT_COMMON_CRC32C_H_
 #define PSRT_COMMON_CRC32C_H_

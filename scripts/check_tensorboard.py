@@ -64,10 +64,11 @@ def main():
         acc = event_accumulator.EventAccumulator(
             run, size_guidance={event_accumulator.SCALARS: 0})
         acc.Reload()
-        files = sorted(f for f in (os.listdir(run) if os.path.isdir(run) else [run])
-                       if "tfevents" in f)
-        name = os.path.relpath(run, args.logdir) if os.path.isdir(run) else run
-        print("run %s (%s)" % (name, ", ".join(files)))
+        if os.path.isdir(run):
+            files = sorted(f for f in os.listdir(run) if "tfevents" in f)
+            print("run %s (%s)" % (os.path.relpath(run, args.logdir), ", ".join(files)))
+        else:
+            print("file %s" % run)
         tags = sorted(acc.Tags()[event_accumulator.SCALARS])
         if not tags:
             print("  no scalars")
