@@ -1,6 +1,5 @@
 #include "common/crc32c.h"
 
-
 namespace psrt {
 namespace crc32c {
 namespace {

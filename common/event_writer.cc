@@ -54,8 +54,6 @@ double WallTimeSecs() {
 
 }  // namespace
 
-constexpr char EventWriter::kFileVersion[];
-
 absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Open(
     const std::string& logdir, const EventWriterOptions& options) {
   RETURN_IF_ERROR(MakeDirs(logdir));

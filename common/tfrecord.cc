@@ -45,6 +45,20 @@ uint32_t DecodeFixed32(const char* p) {
   return v;
 }
 
+uint32_t MaskedLengthCrc(const char* header) {
+  return crc32c::Mask(crc32c::Value(header, 8));
+}
+
+// Whether the regular file `fd` (at offset 0) holds gzip data: it starts
+// with the gzip magic and its first 12 bytes are not a record header.
+bool IsGzip(int fd) {
+  char head[kTFRecordHeaderBytes];
+  const ssize_t n = ::pread(fd, head, sizeof(head), 0);
+  if (n < 2 || head[0] != '\x1f' || head[1] != '\x8b') return false;
+  return n < kTFRecordHeaderBytes ||
+         DecodeFixed32(head + 8) != MaskedLengthCrc(head);
+}
+
 absl::Status ErrnoStatus(int err, absl::string_view what) {
   return absl::Status(absl::ErrnoToStatusCode(err),
                       absl::StrCat(what, ": ", std::strerror(err)));
@@ -81,37 +95,56 @@ absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a TFRecord file (a directory)"));
   }
-  gzFile file = gzdopen(fd, "rb");
-  if (file == nullptr) {
+  if (S_ISREG(st.st_mode) && !IsGzip(fd)) {
+    std::FILE* plain = ::fdopen(fd, "rb");
+    if (plain == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(err, absl::StrCat(path, ": cannot open"));
+    }
+    std::setvbuf(plain, nullptr, _IOFBF, kBufferBytes);
+    return std::unique_ptr<TFRecordReader>(new TFRecordReader(
+        path, plain, nullptr, static_cast<int64_t>(st.st_size)));
+  }
+  // Gzip, or a pipe, which zlib sniffs (reading plain data through as is).
+  gzFile gz = gzdopen(fd, "rb");
+  if (gz == nullptr) {
     ::close(fd);
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": cannot allocate a zlib reader"));
   }
-  gzbuffer(file, kBufferBytes);
-  // gzdirect() peeks at the first bytes: 1 unless they are the gzip magic.
-  const bool plain = gzdirect(file) == 1;
-  const int64_t plain_size =
-      plain && S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
+  gzbuffer(gz, kBufferBytes);
   return std::unique_ptr<TFRecordReader>(
-      new TFRecordReader(path, file, plain_size));
+      new TFRecordReader(path, nullptr, gz, -1));
 }
 
-TFRecordReader::TFRecordReader(std::string path, gzFile_s* file,
-                               int64_t plain_size)
-    : path_(std::move(path)), file_(file), plain_size_(plain_size) {}
+TFRecordReader::TFRecordReader(std::string path, std::FILE* plain,
+                               gzFile_s* gz, int64_t plain_size)
+    : path_(std::move(path)), plain_(plain), gz_(gz), plain_size_(plain_size) {}
 
-TFRecordReader::~TFRecordReader() { gzclose_r(file_); }
+TFRecordReader::~TFRecordReader() {
+  if (plain_ != nullptr) std::fclose(plain_);
+  if (gz_ != nullptr) gzclose_r(gz_);
+}
 
 absl::StatusOr<size_t> TFRecordReader::Read(char* dst, size_t n) {
+  if (plain_ != nullptr) {
+    const size_t got = std::fread(dst, 1, n, plain_);
+    if (got < n && std::ferror(plain_)) {
+      return ErrnoStatus(errno, absl::StrCat(path_, ": read error at byte ",
+                                             offset_ + got));
+    }
+    return got;
+  }
   size_t done = 0;
   while (done < n) {
     const unsigned want =
         static_cast<unsigned>(std::min(n - done, kMaxIoChunk));
-    const int got = gzread(file_, dst + done, want);
+    const int got = gzread(gz_, dst + done, want);
     if (got > 0) done += got;
     if (got == static_cast<int>(want)) continue;
     int errnum = Z_OK;
-    const char* msg = gzerror(file_, &errnum);
+    const char* msg = gzerror(gz_, &errnum);
     if (errnum == Z_ERRNO) {
       return ErrnoStatus(errno, absl::StrCat(path_, ": read error at byte ",
                                              offset_ + done));
@@ -163,7 +196,7 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* record) {
   }
   const uint64_t length = DecodeFixed64(header);
   const uint32_t stored_length_crc = DecodeFixed32(header + 8);
-  const uint32_t length_crc = crc32c::Mask(crc32c::Value(header, 8));
+  const uint32_t length_crc = MaskedLengthCrc(header);
   if (stored_length_crc != length_crc) {
     return fail(Corrupt(absl::StrFormat(
         "bad length checksum at byte offset %d: stored 0x%08x, computed "

@@ -9,8 +9,10 @@
 // where masked_crc32c is crc32c::Mask(crc32c::Value(...)) (common/crc32c.h).
 // There is no file header or footer; an empty file holds no records. A
 // GZIP-compressed TFRecord file (TFRecordOptions(compression_type="GZIP"))
-// is the gzip compression of that byte stream; the reader detects it by the
-// gzip magic, the writer produces it on request.
+// is the gzip compression of that byte stream; the writer produces it on
+// request, the reader detects it: a file is gzip when it starts with the gzip
+// magic 1f 8b and its first 12 bytes are not a valid record header (a plain
+// file's first record may well be 0x8b1f = 35615 bytes long).
 //
 // The reader refuses corrupt input with an InvalidArgument that names the
 // file, the record's index and byte offset and what is wrong, e.g.
@@ -23,6 +25,7 @@
 #define PSRT_COMMON_TFRECORD_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,14 +66,18 @@ class TFRecordReader {
   int64_t records_read() const { return records_read_; }
 
  private:
-  TFRecordReader(std::string path, gzFile_s* file, int64_t plain_size);
+  TFRecordReader(std::string path, std::FILE* plain, gzFile_s* gz,
+                 int64_t plain_size);
   // Reads up to n bytes; returns how many (fewer only at the end of input).
   absl::StatusOr<size_t> Read(char* dst, size_t n);
   absl::Status Corrupt(absl::string_view what);
 
   const std::string path_;
-  gzFile_s* const file_;  // zlib reads plain files through unchanged.
-  // A plain file's size, which bounds its record lengths; -1 for gzip.
+  // Exactly one is set: a plain file, or a gzip one read through zlib.
+  std::FILE* const plain_;
+  gzFile_s* const gz_;
+  // A plain regular file's size at Open, which bounds its record lengths;
+  // -1 otherwise.
   const int64_t plain_size_;
   uint64_t offset_ = 0;
   int64_t records_read_ = 0;
@@ -104,10 +111,10 @@ class TFRecordWriter {
   TFRecordWriter(const TFRecordWriter&) = delete;
   TFRecordWriter& operator=(const TFRecordWriter&) = delete;
 
-  // REQUIRES: not closed.
+  // After Close(), Write and Flush fail with FailedPrecondition.
   absl::Status Write(absl::string_view record);
   absl::Status Flush();
-  // Idempotent; later Write/Flush calls fail.
+  // Idempotent.
   absl::Status Close();
 
   const std::string& path() const { return path_; }

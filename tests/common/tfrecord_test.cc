@@ -134,6 +134,27 @@ constexpr char kTensorBoardRecordsHex[] =
     "68656c6c6f2c2074667265636f7264"
     "9f4df5c3";
 
+// A plain file that starts with the gzip magic: its first record is
+// 0x8b1f = 35615 bytes long (plus any multiple of 65536).
+TEST(TFRecordTest, PlainFileStartingWithGzipMagicIsPlain) {
+  for (size_t length : {size_t{0x8b1f}, size_t{0x088b1f}}) {
+    const std::string path = TestPath("gzip_magic.tfrecord");
+    const std::vector<std::string> records = {std::string(length, 'r'), "two"};
+    ASSERT_TRUE(WriteRecords(path, records).ok());
+    // 1f 8b 08 is even gzip's "deflate" header.
+    const char head[] = {'\x1f', '\x8b', static_cast<char>(length >> 16)};
+    ASSERT_EQ(ReadRaw(path).substr(0, 3), std::string(head, 3));
+    auto read = ReadTFRecordFile(path);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, records);
+    // And its gzip compression is still read as gzip.
+    ASSERT_TRUE(WriteRecords(path, records, TFRecordCompression::kGzip).ok());
+    read = ReadTFRecordFile(path);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, records);
+  }
+}
+
 TEST(TFRecordTest, MatchesAnotherImplementationByteForByte) {
   const std::string expected = absl::HexStringToBytes(kTensorBoardRecordsHex);
   const std::string path = TestPath("tensorboard.tfrecord");
