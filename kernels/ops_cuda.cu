@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/functors.h"
 #include "kernels/matmul_backward.h"
 
@@ -11,44 +12,9 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-#define PSRT_CUDA_CHECK(expr)                              \
-  do {                                                     \
-    const cudaError_t psrt_err_ = (expr);                  \
-    CHECK_EQ(psrt_err_, cudaSuccess)                       \
-        << #expr << ": " << cudaGetErrorString(psrt_err_); \
-  } while (0)
-
-#define PSRT_CUBLAS_CHECK(expr)                              \
-  do {                                                       \
-    const cublasStatus_t psrt_st_ = (expr);                  \
-    CHECK_EQ(psrt_st_, CUBLAS_STATUS_SUCCESS)                \
-        << #expr << ": " << cublasGetStatusString(psrt_st_); \
-  } while (0)
-
-constexpr int kThreadsPerBlock = 256;
-constexpr int64_t kMaxBlocks = 8192;  // Grid-stride loops cover the rest.
-
-int BlocksFor(int64_t n) {
-  return static_cast<int>(
-      std::min(kMaxBlocks, (n + kThreadsPerBlock - 1) / kThreadsPerBlock));
-}
-
-template <class F>
-__global__ void ForEachIndexKernel(int64_t n, F f) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
-    f(i);
-  }
-}
-
-template <class F>
-__global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f) {
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
-    f(i / cols, i % cols);
-  }
-}
+using cuda::BlocksFor;
+using cuda::kThreadsPerBlock;
+using cuda::LaunchForEachIndex;
 
 // Adds every row's share of the mean loss into *loss (zeroed beforehand).
 __global__ void SoftmaxLossKernel(functor::SoftmaxCrossEntropyRow f,
@@ -57,13 +23,6 @@ __global__ void SoftmaxLossKernel(functor::SoftmaxCrossEntropyRow f,
        r += int64_t{blockDim.x} * gridDim.x) {
     atomicAdd(loss, f(r));
   }
-}
-
-template <class F>
-void LaunchForEachIndex(const CudaContext& ctx, int64_t n, const F& f) {
-  if (n <= 0) return;
-  ForEachIndexKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f);
-  PSRT_CUDA_CHECK(cudaGetLastError());
 }
 
 absl::Status CudaError(const char* what, cudaError_t err) {
@@ -145,11 +104,8 @@ void MatMulBackward(const CudaContext& ctx, const MatMulShape& shape,
 
 void BiasAddForward(const CudaContext& ctx, const float* x, const float* bias,
                     int64_t rows, int64_t cols, float* y) {
-  if (rows * cols <= 0) return;
-  ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0,
-                        ctx.stream()>>>(rows, cols,
-                                        functor::BiasAdd{x, bias, cols, y});
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  cuda::LaunchForEachRowCol(ctx, rows, cols,
+                            functor::BiasAdd{x, bias, cols, y});
 }
 
 void BiasAddBackward(const CudaContext& ctx, const float* dy, int64_t rows,

@@ -1,0 +1,102 @@
+// Launch helpers shared by the .cu files of kernels/: error checks and the
+// grid-stride kernels that run the functors of functors.h and
+// layer_functors.h one index (or one (row, column) pair) per thread.
+// Internal to kernels/; included only by .cu files.
+#ifndef PSRT_KERNELS_CUDA_LAUNCH_CUH_
+#define PSRT_KERNELS_CUDA_LAUNCH_CUH_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "glog/logging.h"
+#include "kernels/ops_cuda.h"
+
+#define PSRT_CUDA_CHECK(expr)                              \
+  do {                                                     \
+    const cudaError_t psrt_err_ = (expr);                  \
+    CHECK_EQ(psrt_err_, cudaSuccess)                       \
+        << #expr << ": " << cudaGetErrorString(psrt_err_); \
+  } while (0)
+
+#define PSRT_CUBLAS_CHECK(expr)                              \
+  do {                                                       \
+    const cublasStatus_t psrt_st_ = (expr);                  \
+    CHECK_EQ(psrt_st_, CUBLAS_STATUS_SUCCESS)                \
+        << #expr << ": " << cublasGetStatusString(psrt_st_); \
+  } while (0)
+
+namespace psrt {
+namespace kernels {
+namespace cuda {
+
+constexpr int kThreadsPerBlock = 256;
+constexpr int64_t kMaxBlocks = 8192;  // Grid-stride loops cover the rest.
+
+inline int BlocksFor(int64_t n) {
+  return static_cast<int>(
+      std::min(kMaxBlocks, (n + kThreadsPerBlock - 1) / kThreadsPerBlock));
+}
+
+template <class F>
+__global__ void ForEachIndexKernel(int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    f(i);
+  }
+}
+
+template <class F>
+__global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    f(i / cols, i % cols);
+  }
+}
+
+// For the pool functors, which take (pixel, channel_begin, channel_end):
+// one channel per thread.
+template <class F>
+__global__ void ForEachPixelChannelKernel(int64_t pixels, int64_t channels,
+                                          F f) {
+  const int64_t n = pixels * channels;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t c = i % channels;
+    f(i / channels, c, c + 1);
+  }
+}
+
+template <class F>
+void LaunchForEachIndex(const CudaContext& ctx, int64_t n, const F& f) {
+  if (n <= 0) return;
+  ForEachIndexKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class F>
+void LaunchForEachRowCol(const CudaContext& ctx, int64_t rows, int64_t cols,
+                         const F& f) {
+  if (rows * cols <= 0) return;
+  ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0,
+                        ctx.stream()>>>(rows, cols, f);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class F>
+void LaunchForEachPixelChannel(const CudaContext& ctx, int64_t pixels,
+                               int64_t channels, const F& f) {
+  if (pixels * channels <= 0) return;
+  ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock,
+                              0, ctx.stream()>>>(pixels, channels, f);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cuda
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_CUDA_LAUNCH_CUH_

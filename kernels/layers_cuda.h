@@ -1,0 +1,111 @@
+// The CUDA versions of the layer ops (conv.h, pool.h, batch_norm.h,
+// layer_ops.h): the same arguments with a CudaContext and device pointers,
+// and the same contracts (overwrite or add, aliasing, null outputs). The
+// CPU ops are their oracle (tests/kernels/cuda).
+//
+// Convolution is an im2col kernel + cuBLAS GEMM over a chunk of the batch at
+// a time, and a gathering col2im for the input gradient; pools, batch norm,
+// concat and dropout run the functors of layer_functors.h, the code the CPU
+// tests check, in grid-stride kernels. Per-channel sums (batch norm) and
+// L2 loss reduce in shared memory and add with atomics, so they may differ
+// from the CPU in the last bits and from run to run.
+//
+// Everything is queued on the context's stream; nothing copies between host
+// and device. This header compiles with the host compiler.
+#ifndef PSRT_KERNELS_LAYERS_CUDA_H_
+#define PSRT_KERNELS_LAYERS_CUDA_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "kernels/batch_norm.h"
+#include "kernels/ops_cuda.h"
+#include "kernels/window.h"
+
+namespace psrt {
+namespace kernels {
+
+// CudaWorkspace: a device buffer that the CUDA ops borrow for one call and
+// that the caller keeps across calls (the GPU counterpart of Workspace).
+// Get grows it with cudaFree + cudaMalloc, which synchronize the device, so
+// a training loop pays that only in its first step.
+//
+// Thread safety: not thread-safe; one per CudaContext.
+class CudaWorkspace {
+ public:
+  CudaWorkspace() = default;
+  ~CudaWorkspace();
+  CudaWorkspace(const CudaWorkspace&) = delete;
+  CudaWorkspace& operator=(const CudaWorkspace&) = delete;
+
+  // A device buffer of at least `size` floats, valid until the next Get.
+  float* Get(int64_t size);
+
+ private:
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+// ---- conv.h ----
+void Conv2DForward(const CudaContext& ctx, const Conv2DShape& shape,
+                   const float* x, const float* filter, float* y,
+                   CudaWorkspace* workspace);
+void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& shape,
+                    const float* x, const float* filter, const float* dy,
+                    float* dx, float* dfilter, CudaWorkspace* workspace);
+
+// ---- pool.h ----
+void MaxPoolForward(const CudaContext& ctx, const Pool2DShape& shape,
+                    const float* x, float* y);
+void MaxPoolBackward(const CudaContext& ctx, const Pool2DShape& shape,
+                     const float* x, const float* y, const float* dy,
+                     float* dx);
+void AvgPoolForward(const CudaContext& ctx, const Pool2DShape& shape,
+                    const float* x, float* y);
+void AvgPoolBackward(const CudaContext& ctx, const Pool2DShape& shape,
+                     const float* dy, float* dx);
+void GlobalAvgPoolForward(const CudaContext& ctx, const float* x,
+                          int64_t batch, int64_t pixels, int64_t channels,
+                          float* y);
+void GlobalAvgPoolBackward(const CudaContext& ctx, const float* dy,
+                           int64_t batch, int64_t pixels, int64_t channels,
+                           float* dx);
+
+// ---- batch_norm.h ----
+void BatchNormTrainingForward(const CudaContext& ctx, const BatchNormShape& s,
+                              const float* x, const float* gamma,
+                              const float* beta, float* moving_mean,
+                              float* moving_var, float* saved_mean,
+                              float* saved_inv_std, float* y);
+void BatchNormTrainingBackward(const CudaContext& ctx, const BatchNormShape& s,
+                               const float* x, const float* dy,
+                               const float* gamma, const float* saved_mean,
+                               const float* saved_inv_std, float* dx,
+                               float* dgamma, float* dbeta);
+void BatchNormInferenceForward(const CudaContext& ctx, const BatchNormShape& s,
+                               const float* x, const float* gamma,
+                               const float* beta, const float* moving_mean,
+                               const float* moving_var, float* y);
+
+// ---- layer_ops.h ----
+// `inputs` and `dinputs` are host arrays of device pointers.
+void ConcatChannelsForward(const CudaContext& ctx, int64_t pixels,
+                           absl::Span<const float* const> inputs,
+                           absl::Span<const int64_t> channels, float* y);
+void ConcatChannelsBackward(const CudaContext& ctx, int64_t pixels,
+                            const float* dy, absl::Span<const int64_t> channels,
+                            absl::Span<float* const> dinputs);
+void DropoutForward(const CudaContext& ctx, const float* x, int64_t n,
+                    float keep_prob, uint64_t seed, float* y);
+void DropoutBackward(const CudaContext& ctx, const float* dy, int64_t n,
+                     float keep_prob, uint64_t seed, float* dx);
+// Unlike the CPU op, writes sum(x^2) / 2 to the device scalar *loss.
+void L2LossForward(const CudaContext& ctx, const float* x, int64_t n,
+                   float* loss);
+void L2LossBackward(const CudaContext& ctx, const float* x, int64_t n,
+                    float dloss, float* dx);
+
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_LAYERS_CUDA_H_

@@ -1,0 +1,79 @@
+// Pooling on the GPU: the functors of layer_functors.h, one (pixel,
+// channel) per thread; backwards gather (no atomics).
+#include "glog/logging.h"
+#include "kernels/cuda_launch.cuh"
+#include "kernels/layer_functors.h"
+#include "kernels/layers_cuda.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+void CheckShape(const Pool2DShape& s) {
+  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.channels > 0 &&
+        s.window_height > 0 && s.window_width > 0 && s.stride_height > 0 &&
+        s.stride_width > 0 && s.out_height() > 0 && s.out_width() > 0)
+      << "bad Pool2DShape";
+}
+
+int64_t OutPixels(const Pool2DShape& s) {
+  return s.batch * s.out_height() * s.out_width();
+}
+int64_t InPixels(const Pool2DShape& s) {
+  return s.batch * s.in_height * s.in_width;
+}
+
+}  // namespace
+
+void MaxPoolForward(const CudaContext& ctx, const Pool2DShape& s,
+                    const float* x, float* y) {
+  CheckShape(s);
+  cuda::LaunchForEachPixelChannel(
+      ctx, OutPixels(s), s.channels,
+      functor::MaxPool{functor::PoolGeometry(s), x, y});
+}
+
+void MaxPoolBackward(const CudaContext& ctx, const Pool2DShape& s,
+                     const float* x, const float* y, const float* dy,
+                     float* dx) {
+  CheckShape(s);
+  cuda::LaunchForEachPixelChannel(
+      ctx, InPixels(s), s.channels,
+      functor::MaxPoolGrad{functor::PoolGeometry(s), x, y, dy, dx});
+}
+
+void AvgPoolForward(const CudaContext& ctx, const Pool2DShape& s,
+                    const float* x, float* y) {
+  CheckShape(s);
+  cuda::LaunchForEachPixelChannel(
+      ctx, OutPixels(s), s.channels,
+      functor::AvgPool{functor::PoolGeometry(s), x, y});
+}
+
+void AvgPoolBackward(const CudaContext& ctx, const Pool2DShape& s,
+                     const float* dy, float* dx) {
+  CheckShape(s);
+  cuda::LaunchForEachPixelChannel(
+      ctx, InPixels(s), s.channels,
+      functor::AvgPoolGrad{functor::PoolGeometry(s), dy, dx});
+}
+
+void GlobalAvgPoolForward(const CudaContext& ctx, const float* x,
+                          int64_t batch, int64_t pixels, int64_t channels,
+                          float* y) {
+  CHECK(batch > 0 && pixels > 0 && channels > 0);
+  cuda::LaunchForEachRowCol(
+      ctx, batch, channels, functor::GlobalAvgPool{x, pixels, channels, y});
+}
+
+void GlobalAvgPoolBackward(const CudaContext& ctx, const float* dy,
+                           int64_t batch, int64_t pixels, int64_t channels,
+                           float* dx) {
+  CHECK(batch > 0 && pixels > 0 && channels > 0);
+  cuda::LaunchForEachRowCol(
+      ctx, batch * pixels, channels,
+      functor::GlobalAvgPoolGrad{dy, pixels, channels, dx});
+}
+
+}  // namespace kernels
+}  // namespace psrt

@@ -1,0 +1,248 @@
+// CPU/GPU parity of the layer ops (conv, pools, batch norm, concat,
+// dropout, L2 loss): every CUDA op against its CPU version, the oracle.
+// Skips itself where there is no GPU. Built only with PSRT_CUDA.
+#include "kernels/layers_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/batch_norm.h"
+#include "kernels/conv.h"
+#include "kernels/cpu_context.h"
+#include "kernels/layer_ops.h"
+#include "kernels/pool.h"
+#include "kernels/workspace.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+using ::testing::FloatNear;
+using ::testing::Pointwise;
+
+std::vector<float> RandomVector(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// 1e-5 of the largest magnitude: sums of hundreds of products differ in
+// their last bits between the CPU's and cuBLAS's summation orders.
+float Tolerance(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return 1e-5f * m + 1e-6f;
+}
+
+// A device copy of a host vector, read back with ToHost.
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<float>& host) : size_(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  explicit DeviceArray(size_t size) : DeviceArray(std::vector<float>(size)) {}
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  float* get() { return data_; }
+  std::vector<float> ToHost() const {
+    std::vector<float> host(size_);
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return size_ * sizeof(float); }
+  size_t size_;
+  float* data_ = nullptr;
+};
+
+class LayersCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    absl::StatusOr<std::unique_ptr<CudaContext>> gpu = CudaContext::Create(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = *std::move(gpu);
+  }
+  void Sync() { ASSERT_TRUE(gpu_->Synchronize().ok()); }
+
+  CpuContext cpu_{2};
+  std::unique_ptr<CudaContext> gpu_;
+};
+
+TEST_F(LayersCudaTest, Conv2D) {
+  const Conv2DShape shapes[] = {
+      {3, 9, 8, 5, 3, 3, 7, 1, 1, Padding::kSame},
+      {2, 11, 11, 4, 5, 5, 6, 2, 2, Padding::kSame},
+      {2, 10, 9, 3, 3, 3, 4, 2, 2, Padding::kValid},
+      {2, 6, 9, 4, 1, 7, 5, 1, 1, Padding::kSame},
+      {3, 7, 7, 6, 1, 1, 8, 1, 1, Padding::kSame},
+      {100, 14, 14, 32, 5, 5, 64, 1, 1, Padding::kSame},  // LeNet's conv2.
+  };
+  int i = 0;
+  for (const Conv2DShape& s : shapes) {
+    const std::vector<float> x = RandomVector(s.input_size(), 1 + i);
+    const std::vector<float> f = RandomVector(s.filter_size(), 2 + i);
+    const std::vector<float> dy = RandomVector(s.output_size(), 3 + i);
+    std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
+    Workspace ws;
+    Conv2DForward(cpu_, s, x.data(), f.data(), y.data(), &ws);
+    Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(),
+                   df.data(), &ws);
+
+    CudaWorkspace gws;
+    DeviceArray gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()),
+        gdf(f.size());
+    Conv2DForward(*gpu_, s, gx.get(), gf.get(), gy.get(), &gws);
+    Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(),
+                   gdf.get(), &gws);
+    Sync();
+    EXPECT_THAT(gy.ToHost(), Pointwise(FloatNear(Tolerance(y)), y)) << i;
+    EXPECT_THAT(gdx.ToHost(), Pointwise(FloatNear(Tolerance(dx)), dx)) << i;
+    EXPECT_THAT(gdf.ToHost(), Pointwise(FloatNear(Tolerance(df)), df)) << i;
+    ++i;
+  }
+}
+
+TEST_F(LayersCudaTest, Pools) {
+  const Pool2DShape shapes[] = {
+      {2, 8, 8, 5, 2, 2, 2, 2, Padding::kSame},
+      {2, 7, 9, 3, 3, 3, 1, 1, Padding::kSame},
+      {2, 9, 9, 4, 3, 3, 2, 2, Padding::kValid},
+  };
+  int i = 0;
+  for (const Pool2DShape& s : shapes) {
+    // Ties included (a quarter of the inputs are 0, like ReLU outputs).
+    std::vector<float> x = RandomVector(s.input_size(), 10 + i);
+    for (float& v : x) v = v < -0.5f ? 0.0f : v;
+    const std::vector<float> dy = RandomVector(s.output_size(), 11 + i);
+    std::vector<float> max_y(s.output_size()), avg_y(s.output_size()),
+        max_dx(x.size()), avg_dx(x.size());
+    MaxPoolForward(cpu_, s, x.data(), max_y.data());
+    MaxPoolBackward(cpu_, s, x.data(), max_y.data(), dy.data(), max_dx.data());
+    AvgPoolForward(cpu_, s, x.data(), avg_y.data());
+    AvgPoolBackward(cpu_, s, dy.data(), avg_dx.data());
+
+    DeviceArray gx(x), gdy(dy), gmax_y(max_y.size()), gavg_y(avg_y.size()),
+        gmax_dx(x.size()), gavg_dx(x.size());
+    MaxPoolForward(*gpu_, s, gx.get(), gmax_y.get());
+    MaxPoolBackward(*gpu_, s, gx.get(), gmax_y.get(), gdy.get(), gmax_dx.get());
+    AvgPoolForward(*gpu_, s, gx.get(), gavg_y.get());
+    AvgPoolBackward(*gpu_, s, gdy.get(), gavg_dx.get());
+    Sync();
+    EXPECT_EQ(gmax_y.ToHost(), max_y) << i;
+    EXPECT_THAT(gmax_dx.ToHost(), Pointwise(FloatNear(1e-6f), max_dx)) << i;
+    EXPECT_THAT(gavg_y.ToHost(), Pointwise(FloatNear(1e-6f), avg_y)) << i;
+    EXPECT_THAT(gavg_dx.ToHost(), Pointwise(FloatNear(1e-6f), avg_dx)) << i;
+    ++i;
+  }
+
+  const int64_t batch = 3, pixels = 49, channels = 20;
+  const std::vector<float> x = RandomVector(batch * pixels * channels, 20);
+  const std::vector<float> dy = RandomVector(batch * channels, 21);
+  std::vector<float> y(batch * channels), dx(x.size());
+  GlobalAvgPoolForward(cpu_, x.data(), batch, pixels, channels, y.data());
+  GlobalAvgPoolBackward(cpu_, dy.data(), batch, pixels, channels, dx.data());
+  DeviceArray gx(x), gdy(dy), gy(y.size()), gdx(dx.size());
+  GlobalAvgPoolForward(*gpu_, gx.get(), batch, pixels, channels, gy.get());
+  GlobalAvgPoolBackward(*gpu_, gdy.get(), batch, pixels, channels, gdx.get());
+  Sync();
+  EXPECT_THAT(gy.ToHost(), Pointwise(FloatNear(1e-6f), y));
+  EXPECT_THAT(gdx.ToHost(), Pointwise(FloatNear(1e-7f), dx));
+}
+
+TEST_F(LayersCudaTest, BatchNorm) {
+  const BatchNormShape s{2000, 37, 1e-3f, 0.9f};
+  const int64_t n = s.rows * s.channels;
+  const std::vector<float> x = RandomVector(n, 30);
+  const std::vector<float> dy = RandomVector(n, 31);
+  std::vector<float> gamma = RandomVector(s.channels, 32);
+  const std::vector<float> beta = RandomVector(s.channels, 33);
+  std::vector<float> mm = RandomVector(s.channels, 34), mv(s.channels, 1.0f);
+  std::vector<float> mean(s.channels), inv_std(s.channels), y(n), dx(n),
+      dgamma(s.channels), dbeta(s.channels), y_inf(n);
+  DeviceArray gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gmm(mm), gmv(mv),
+      gmean(s.channels), ginv(s.channels), gy(n), gdx(n), gdgamma(s.channels),
+      gdbeta(s.channels), gy_inf(n);
+  BatchNormTrainingForward(cpu_, s, x.data(), gamma.data(), beta.data(),
+                           mm.data(), mv.data(), mean.data(), inv_std.data(),
+                           y.data());
+  BatchNormTrainingBackward(cpu_, s, x.data(), dy.data(), gamma.data(),
+                            mean.data(), inv_std.data(), dx.data(),
+                            dgamma.data(), dbeta.data());
+  BatchNormInferenceForward(cpu_, s, x.data(), gamma.data(), beta.data(),
+                            mm.data(), mv.data(), y_inf.data());
+  BatchNormTrainingForward(*gpu_, s, gx.get(), ggamma.get(), gbeta.get(),
+                           gmm.get(), gmv.get(), gmean.get(), ginv.get(),
+                           gy.get());
+  BatchNormTrainingBackward(*gpu_, s, gx.get(), gdy.get(), ggamma.get(),
+                            gmean.get(), ginv.get(), gdx.get(), gdgamma.get(),
+                            gdbeta.get());
+  BatchNormInferenceForward(*gpu_, s, gx.get(), ggamma.get(), gbeta.get(),
+                            gmm.get(), gmv.get(), gy_inf.get());
+  Sync();
+  EXPECT_THAT(gmean.ToHost(), Pointwise(FloatNear(1e-5f), mean));
+  EXPECT_THAT(ginv.ToHost(), Pointwise(FloatNear(1e-4f), inv_std));
+  EXPECT_THAT(gmm.ToHost(), Pointwise(FloatNear(1e-5f), mm));
+  EXPECT_THAT(gmv.ToHost(), Pointwise(FloatNear(1e-4f), mv));
+  EXPECT_THAT(gy.ToHost(), Pointwise(FloatNear(1e-4f), y));
+  EXPECT_THAT(gdbeta.ToHost(), Pointwise(FloatNear(1e-3f), dbeta));
+  EXPECT_THAT(gdgamma.ToHost(), Pointwise(FloatNear(1e-3f), dgamma));
+  EXPECT_THAT(gdx.ToHost(), Pointwise(FloatNear(1e-4f), dx));
+  EXPECT_THAT(gy_inf.ToHost(), Pointwise(FloatNear(1e-5f), y_inf));
+}
+
+TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
+  const int64_t pixels = 333;
+  const std::vector<int64_t> channels = {3, 1, 5};
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < 3; ++i) xs.push_back(RandomVector(pixels * channels[i], 40 + i));
+  std::vector<float> y(pixels * 9);
+  const float* inputs[] = {xs[0].data(), xs[1].data(), xs[2].data()};
+  ConcatChannelsForward(cpu_, pixels, inputs, channels, y.data());
+  DeviceArray g0(xs[0]), g1(xs[1]), g2(xs[2]), gy(y.size());
+  const float* ginputs[] = {g0.get(), g1.get(), g2.get()};
+  ConcatChannelsForward(*gpu_, pixels, ginputs, channels, gy.get());
+  DeviceArray gd0(xs[0].size()), gd2(xs[2].size());
+  float* gdinputs[] = {gd0.get(), nullptr, gd2.get()};
+  ConcatChannelsBackward(*gpu_, pixels, gy.get(), channels, gdinputs);
+
+  const int64_t n = 100003;
+  const std::vector<float> x = RandomVector(n, 50);
+  std::vector<float> drop(n), ddrop(n);
+  DropoutForward(cpu_, x.data(), n, 0.7f, 99, drop.data());
+  DropoutBackward(cpu_, x.data(), n, 0.7f, 99, ddrop.data());
+  const float l2 = L2LossForward(cpu_, x.data(), n);
+  std::vector<float> dl2(n);
+  L2LossBackward(cpu_, x.data(), n, 0.5f, dl2.data());
+  DeviceArray gx(x), gdrop(n), gddrop(n), gl2(1), gdl2(n);
+  DropoutForward(*gpu_, gx.get(), n, 0.7f, 99, gdrop.get());
+  DropoutBackward(*gpu_, gx.get(), n, 0.7f, 99, gddrop.get());
+  L2LossForward(*gpu_, gx.get(), n, gl2.get());
+  L2LossBackward(*gpu_, gx.get(), n, 0.5f, gdl2.get());
+  Sync();
+  EXPECT_EQ(gy.ToHost(), y);
+  EXPECT_EQ(gd0.ToHost(), xs[0]);
+  EXPECT_EQ(gd2.ToHost(), xs[2]);
+  EXPECT_EQ(gdrop.ToHost(), drop);  // The same mask, bit for bit.
+  EXPECT_EQ(gddrop.ToHost(), ddrop);
+  EXPECT_NEAR(gl2.ToHost()[0], l2, 1e-4 * l2);
+  EXPECT_EQ(gdl2.ToHost(), dl2);
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace psrt
