@@ -4,6 +4,7 @@
 //       --sync_replicas --train_steps=2000
 //
 // Flags are read here only; they fill TrainerOptions and PsClient::Options.
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -29,7 +30,14 @@ DEFINE_string(job_name, "", "\"worker\" or \"chief\". Empty: from TF_CONFIG.");
 DEFINE_int32(task_index, 0, "This task's index within its job.");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "Directory with the IDX files (train-images-idx3-ubyte[.gz], ...).");
-DEFINE_string(model, "mlp", "Model to train (mlp).");
+DEFINE_string(model, "mlp",
+              "Model to train: mlp, lenet, inception_mini or inception_v3.");
+DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
+DEFINE_int32(input_width, 28, "Image width the model is built for (inception_v3: 299).");
+DEFINE_int32(input_channels, 1, "Image channels the model is built for (inception_v3: 3).");
+DEFINE_bool(describe_model, false,
+            "Print the model's variables, one \"name shape\" line each, then "
+            "\"params=N\", and exit (needs no cluster).");
 DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
 DEFINE_int64(train_steps, 2000, "Stop when the global step reaches this.");
@@ -73,6 +81,30 @@ absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text) {
   return units;
 }
 
+absl::StatusOr<psrt::ModelOptions> ModelOptionsFromFlags() {
+  psrt::ModelOptions options;
+  ASSIGN_OR_RETURN(options.hidden_units, ParseHiddenUnits(FLAGS_hidden_units));
+  options.input_height = FLAGS_input_height;
+  options.input_width = FLAGS_input_width;
+  options.input_channels = FLAGS_input_channels;
+  options.intra_op_threads = FLAGS_intra_op_threads;
+  return options;
+}
+
+// --describe_model: the model's variables and parameter count, on stdout.
+absl::Status DescribeModel() {
+  ASSIGN_OR_RETURN(psrt::ModelOptions options, ModelOptionsFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> model,
+                   psrt::NewModel(FLAGS_model, options));
+  int64_t params = 0;
+  for (const psrt::VariableDef& v : model->variables()) {
+    std::printf("%s %s\n", v.name.c_str(), psrt::ShapeToString(v.shape).c_str());
+    params += psrt::NumElements(v.shape);
+  }
+  std::printf("params=%lld\n", static_cast<long long>(params));
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   const char* tf_config = std::getenv("TF_CONFIG");
   ASSIGN_OR_RETURN(psrt::ClusterConfig cluster,
@@ -88,9 +120,7 @@ absl::Status Run() {
   const int replica = spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
 
-  psrt::ModelOptions model_options;
-  ASSIGN_OR_RETURN(model_options.hidden_units, ParseHiddenUnits(FLAGS_hidden_units));
-  model_options.intra_op_threads = FLAGS_intra_op_threads;
+  ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> model,
                    psrt::NewModel(FLAGS_model, model_options));
 
@@ -167,7 +197,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   psrt::KeepLargeAllocationsMapped();
-  absl::Status status = Run();
+  absl::Status status = FLAGS_describe_model ? DescribeModel() : Run();
   if (!status.ok()) {
     LOG(ERROR) << status.message();
     return 1;
