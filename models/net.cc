@@ -55,13 +55,11 @@ class NetModel : public Model {
     grad_ready_.resize(n);
     in_ptrs_.resize(n);
     din_ptrs_.resize(n);
-    size_t max_inputs = 0;
     for (size_t i = 1; i < n; ++i) {
       in_ptrs_[i].resize(graph_.nodes[i].inputs.size());
       din_ptrs_[i].resize(graph_.nodes[i].inputs.size());
-      max_inputs = std::max(max_inputs, graph_.nodes[i].inputs.size());
     }
-    temps_.resize(max_inputs);
+    temps_.resize(n);
   }
 
   const std::vector<VariableDef>& variables() const override {
@@ -122,7 +120,7 @@ class NetModel : public Model {
             din = &grads_[in];
             grad_ready_[in] = true;
           } else {
-            din = &temps_[j];
+            din = &temps_[in];
             accumulate[j] = true;
           }
           EnsureMatrix(din, batch, size);
@@ -134,7 +132,8 @@ class NetModel : public Model {
                            &grads_[i], din_ptrs_[i], grads);
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         if (accumulate[j]) {
-          kernels::Accumulate(temps_[j].flat(), grads_[node.inputs[j]].flat());
+          kernels::Accumulate(temps_[node.inputs[j]].flat(),
+                              grads_[node.inputs[j]].flat());
         }
       }
     }
@@ -212,8 +211,9 @@ class NetModel : public Model {
   std::vector<bool> grad_ready_;
   std::vector<std::vector<const Tensor*>> in_ptrs_;
   std::vector<std::vector<Tensor*>> din_ptrs_;
-  // Gradients for inputs whose gradient already holds another consumer's
-  // share; added in after the layer's backward.
+  // Per node read by several layers: a later consumer's share of its
+  // gradient, added into grads_ after that consumer's backward. (One per
+  // node, so that each keeps its shape from step to step.)
   std::vector<Tensor> temps_;
 };
 
@@ -323,7 +323,11 @@ int NetBuilder::Concat(const std::vector<int>& inputs) {
   const Dims first = dims(inputs[0]);
   std::vector<int64_t> channels;
   Dims out{first.height, first.width, 0};
-  for (int in : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int in = inputs[i];
+    for (size_t j = 0; j < i; ++j) {
+      CHECK_NE(inputs[j], in) << "node " << in << " concatenated twice";
+    }
     const Dims d = dims(in);
     CHECK(d.height == first.height && d.width == first.width)
         << "concat of " << first.height << "x" << first.width << " and "
