@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/learning_rate.h"
+#include "common/status_macros.h"
+#include "common/training_config.h"
+#include "glog/logging.h"
 #include "kernels/elementwise.h"
 #include "kernels/functors.h"
 #include "kernels/optimizer_functors.h"
@@ -136,81 +138,24 @@ class AdamOptimizer : public Optimizer {
   float lr_t_ = 0;
 };
 
-absl::Status CheckRange(absl::string_view name, float value, float low, float high) {
-  if (!(value >= low && value < high)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " must be in [", low, ", ", high, "), got ", value));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-void SetOptimizerDefaults(proto::TrainingConfig* config) {
-  switch (config->optimizer()) {
-    case proto::ADAM:
-      if (config->beta1() == 0) config->set_beta1(0.9f);
-      if (config->beta2() == 0) config->set_beta2(0.999f);
-      if (config->epsilon() == 0) config->set_epsilon(1e-8f);
-      break;
-    case proto::RMSPROP:
-      if (config->rho() == 0) config->set_rho(0.9f);
-      if (config->epsilon() == 0) config->set_epsilon(1e-10f);
-      break;
-    case proto::ADAGRAD:
-      if (config->initial_accumulator_value() == 0) {
-        config->set_initial_accumulator_value(0.1f);
-      }
-      break;
-    default:
-      break;
-  }
-}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
     const proto::TrainingConfig& config, int64_t num_elements) {
-  if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learning_rate must be a positive number, got ", config.learning_rate()));
-  }
-  if (absl::Status s = ValidateSchedule(config.schedule()); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateTrainingConfig(config));
   switch (config.optimizer()) {
     case proto::SGD:
       return std::make_unique<SgdOptimizer>(config);
     case proto::MOMENTUM:
-      if (absl::Status s = CheckRange("momentum", config.momentum(), 0, 1); !s.ok()) {
-        return s;
-      }
       return std::make_unique<MomentumOptimizer>(config, num_elements);
     case proto::ADAGRAD:
-      if (!(config.initial_accumulator_value() > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "adagrad: initial_accumulator_value must be positive, got ",
-            config.initial_accumulator_value()));
-      }
       return std::make_unique<AdagradOptimizer>(config, num_elements);
     case proto::RMSPROP:
-      for (absl::Status s : {CheckRange("rmsprop rho", config.rho(), 0, 1),
-                             CheckRange("rmsprop momentum", config.momentum(), 0, 1)}) {
-        if (!s.ok()) return s;
-      }
-      if (!(config.epsilon() > 0)) {
-        return absl::InvalidArgumentError("rmsprop: epsilon must be positive");
-      }
       return std::make_unique<RmsPropOptimizer>(config, num_elements);
     case proto::ADAM:
-      for (absl::Status s : {CheckRange("adam beta1", config.beta1(), 0, 1),
-                             CheckRange("adam beta2", config.beta2(), 0, 1)}) {
-        if (!s.ok()) return s;
-      }
-      if (!(config.epsilon() > 0)) {
-        return absl::InvalidArgumentError("adam: epsilon must be positive");
-      }
       return std::make_unique<AdamOptimizer>(config, num_elements);
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown optimizer ", proto::OptimizerType_Name(config.optimizer()),
-          " (known: SGD, MOMENTUM, ADAGRAD, RMSPROP, ADAM)"));
+    default:  // ValidateTrainingConfig refuses the others.
+      LOG(FATAL) << "unreachable";
   }
 }
 

@@ -30,16 +30,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/learning_rate.h"
 #include "common/tensor.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
-
-// Fills in TensorFlow's defaults for the optimizer's unset (zero)
-// hyperparameters: Adam's betas and epsilon, RMSProp's rho and epsilon,
-// Adagrad's initial accumulator.
-void SetOptimizerDefaults(proto::TrainingConfig* config);
 
 class Optimizer {
  public:
@@ -61,8 +55,7 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor*>> slots() = 0;
 };
 
-// Errors: InvalidArgument for an unknown optimizer or a bad hyperparameter
-// (non-positive learning rate, momentum outside [0, 1), ...).
+// Errors: those of ValidateTrainingConfig (common/training_config.h).
 absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
     const proto::TrainingConfig& config, int64_t num_elements);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/training_config.h"
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
 #include "kernels/optimizer_functors.h"
@@ -28,29 +29,6 @@ Shape MetaShape(const proto::VariableMeta& meta) {
   return Shape(meta.shape().begin(), meta.shape().end());
 }
 
-absl::Status ValidateConfig(const proto::TrainingConfig& config) {
-  if (config.mode() != proto::SYNC && config.mode() != proto::ASYNC) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "init: unknown sync mode ", proto::SyncMode_Name(config.mode())));
-  }
-  if (config.num_replicas() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "init: num_replicas must be >= 1, got ", config.num_replicas()));
-  }
-  if (!(config.moving_average_decay() >= 0 && config.moving_average_decay() < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "init: moving_average_decay must be in [0, 1), got ",
-        config.moving_average_decay()));
-  }
-  if (config.mode() == proto::SYNC &&
-      (config.replicas_to_aggregate() < 1 ||
-       config.replicas_to_aggregate() > config.num_replicas())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "init: replicas_to_aggregate must be in 1..", config.num_replicas(),
-        " (the number of replicas), got ", config.replicas_to_aggregate()));
-  }
-  return absl::OkStatus();
-}
 
 bool SameVariables(const std::vector<proto::VariableMeta>& held,
                    const google::protobuf::RepeatedPtrField<proto::VariableMeta>& asked) {
@@ -126,7 +104,7 @@ ParameterShard::~ParameterShard() {
 
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                                           ByteSource* data) {
-  RETURN_IF_ERROR(ValidateConfig(header.config()));
+  RETURN_IF_ERROR(ValidateTrainingConfig(header.config()));
   if (header.variables().empty()) {
     return absl::InvalidArgumentError("init: no variables");
   }
@@ -438,6 +416,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_stale_pushes_dropped(stale_dropped_);
   status.set_training_done(training_done_);
   status.set_restored_step(restored_step_);
+  status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
   if (!options_.checkpoint_dir.empty()) {
     for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
       status.add_checkpoint_steps(step);
@@ -529,7 +508,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
 }
 
 absl::Status ParameterShard::LoadLocked(ShardState state) {
-  RETURN_IF_ERROR(ValidateConfig(state.config));
+  RETURN_IF_ERROR(ValidateTrainingConfig(state.config));
   const int64_t total = state.values.num_elements();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    NewOptimizer(state.config, total));

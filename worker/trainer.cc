@@ -1,15 +1,29 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/training_config.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace psrt {
+namespace {
+
+constexpr int64_t kEvalBatch = 500;
+
+std::string FormatDuration(double secs) {
+  const int64_t s = static_cast<int64_t>(secs + 0.5);
+  return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainerOptions& options, Model* model, PsClient* client,
                  const Dataset* train, const Dataset* test)
@@ -19,20 +33,173 @@ Trainer::Trainer(const TrainerOptions& options, Model* model, PsClient* client,
       train_(train),
       test_(test) {}
 
-absl::StatusOr<double> Trainer::Evaluate(const std::vector<Tensor>& params) {
-  constexpr int64_t kEvalBatch = 1000;
+absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& initial) {
+  ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> shards, client_->GetStatus());
+  checkpoints_ = std::all_of(shards.begin(), shards.end(),
+                             [](const auto& s) { return s.has_checkpoint_dir(); });
+  if (!checkpoints_ && (options_.save_checkpoint_steps > 0 || options_.save_checkpoint_secs > 0)) {
+    LOG(INFO) << "no checkpoints: not every parameter server has a --checkpoint_dir";
+  }
+  std::set<int64_t> restored;
+  bool any_initialized = false;
+  for (const auto& s : shards) {
+    any_initialized |= s.initialized();
+    if (s.initialized()) restored.insert(s.restored_step());
+  }
+  if (!any_initialized) {
+    RETURN_IF_ERROR(client_->Init(options_.config, initial));
+    LOG(INFO) << "chief initialized " << initial.size() << " variables on "
+              << client_->num_shards() << " parameter servers";
+    return absl::OkStatus();
+  }
+  const bool consistent = restored.size() == 1 &&
+                          std::all_of(shards.begin(), shards.end(),
+                                      [](const auto& s) { return s.initialized(); });
+  if (consistent) {
+    if (*restored.begin() >= 0) {
+      LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
+    } else {
+      LOG(INFO) << "the parameter servers already hold the model; continuing";
+    }
+    return absl::OkStatus();
+  }
+  // Some shards restored another checkpoint than others (one was corrupt, or
+  // only some restarted): move all to the newest step that all of them hold.
+  std::vector<int64_t> common(shards[0].checkpoint_steps().begin(),
+                              shards[0].checkpoint_steps().end());
+  for (const auto& s : shards) {
+    std::set<int64_t> held(s.checkpoint_steps().begin(), s.checkpoint_steps().end());
+    common.erase(std::remove_if(common.begin(), common.end(),
+                                [&](int64_t step) { return held.count(step) == 0; }),
+                 common.end());
+  }
+  std::sort(common.rbegin(), common.rend());
+  for (int64_t step : common) {
+    absl::Status status = client_->Restore(step);
+    if (status.ok()) {
+      LOG(WARNING) << "the parameter servers held different checkpoints; all "
+                      "restored checkpoint " << step;
+      return absl::OkStatus();
+    }
+    LOG(WARNING) << "cannot restore checkpoint " << step << " everywhere: "
+                 << status.message();
+  }
+  return absl::FailedPreconditionError(
+      "the parameter servers hold different states and no checkpoint that "
+      "all of them can restore; remove their checkpoint directories (or "
+      "restore them) and start again");
+}
+
+float Trainer::Regularize(const std::vector<Tensor>& params,
+                          std::vector<Tensor>* grads) {
+  double l2 = 0;
+  if (options_.weight_decay > 0) {
+    const float wd = options_.weight_decay;
+    for (size_t v = 0; v < params.size(); ++v) {
+      if (params[v].rank() < 2) continue;  // Weights only, not biases.
+      const float* w = params[v].data();
+      float* g = (*grads)[v].data();
+      double sum = 0;
+      for (int64_t i = 0; i < params[v].num_elements(); ++i) {
+        sum += double{w[i]} * w[i];
+        g[i] += wd * w[i];
+      }
+      l2 += 0.5 * wd * sum;
+    }
+  }
+  if (options_.clip_norm > 0) {
+    double squares = 0;
+    for (const Tensor& g : *grads) {
+      for (float x : g.flat()) squares += double{x} * x;
+    }
+    const double norm = std::sqrt(squares);
+    if (norm > options_.clip_norm) {
+      const float scale = static_cast<float>(options_.clip_norm / norm);
+      for (Tensor& g : *grads) {
+        for (float& x : g.flat()) x *= scale;
+      }
+    }
+  }
+  return static_cast<float>(l2);
+}
+
+absl::Status Trainer::Save(int64_t step) {
+  const bool sync = options_.config.mode() == proto::SYNC;
+  absl::Status status = client_->Save(step, sync ? step : -1, options_.keep_checkpoints);
+  if (status.ok()) {
+    LOG(INFO) << "saved checkpoint " << step;
+  } else {
+    LOG(WARNING) << "checkpoint " << step << " not saved: " << status.message();
+  }
+  return status;
+}
+
+absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
+                                                      std::vector<Tensor>* params) {
+  if (options_.eval_moving_average) {
+    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params, /*moving_average=*/true));
+    (void)pulled;
+  }
   const int64_t n = test_->size();
   const int64_t pixels = test_->images.dim(1);
   Tensor batch;
   int64_t correct = 0;
+  double loss = 0;
   for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
     const int64_t size = std::min(kEvalBatch, n - begin);
     batch.Resize({size, pixels});
     std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
-    correct += model_->CountCorrect(
-        params, batch, absl::MakeConstSpan(test_->labels).subspan(begin, size));
+    auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
+    correct += model_->CountCorrect(*params, batch, labels);
+    loss += model_->ComputeGradients(*params, batch, labels, &eval_grads_) * size;
   }
-  return n == 0 ? 0.0 : static_cast<double>(correct) / n;
+  Evaluation result;
+  result.accuracy = n == 0 ? 0 : static_cast<double>(correct) / n;
+  result.loss = n == 0 ? 0 : loss / n;
+  LOG(INFO) << absl::StrFormat("eval: step %d, test_accuracy = %.4f, test_loss = %.4f%s",
+                               step, result.accuracy, result.loss,
+                               options_.eval_moving_average ? " (moving averages)" : "");
+  if (events_ != nullptr) {
+    RETURN_IF_ERROR(events_->WriteScalar("eval/accuracy", step, result.accuracy));
+    RETURN_IF_ERROR(events_->WriteScalar("eval/loss", step, result.loss));
+    RETURN_IF_ERROR(events_->Flush());
+  }
+  if (options_.eval_moving_average) {  // Back to the training values.
+    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params));
+    (void)pulled;
+  }
+  return result;
+}
+
+void Trainer::Report(int64_t step, double loss, double examples_per_sec,
+                     int64_t stale) {
+  const double lr = LearningRateAt(options_.config, step);
+  if (events_ != nullptr) {
+    absl::Status s = events_->WriteScalar("loss", step, loss);
+    if (s.ok()) s = events_->WriteScalar("learning_rate", step, lr);
+    if (s.ok()) s = events_->WriteScalar("examples_per_sec", step, examples_per_sec);
+    if (s.ok()) s = events_->WriteScalar("stale_gradients_dropped", step, stale);
+    if (s.ok()) s = events_->Flush();
+    if (!s.ok()) LOG(WARNING) << "summaries: " << s.message();
+  }
+  if (options_.progress_bar) {
+    const double done = static_cast<double>(step - start_step_) /
+                        std::max<int64_t>(1, options_.train_steps - start_step_);
+    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_time_);
+    const double eta = done > 0 ? elapsed * (1 - done) / done : 0;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(std::min(1.0, done) * kWidth);
+    std::fprintf(stderr, "\r[%s%s] step %lld/%lld loss %.4f %.0f ex/s ETA %s ",
+                 std::string(filled, '=').c_str(), std::string(kWidth - filled, ' ').c_str(),
+                 static_cast<long long>(step), static_cast<long long>(options_.train_steps),
+                 loss, examples_per_sec, FormatDuration(eta).c_str());
+    std::fflush(stderr);
+    return;
+  }
+  LOG(INFO) << absl::StrFormat("step %d, loss = %.4f (%.1f examples/sec; %.3f sec/batch)",
+                               step, loss, examples_per_sec,
+                               options_.batch_size / examples_per_sec)
+            << (stale > 0 ? absl::StrCat(" [", stale, " stale]") : "");
 }
 
 absl::StatusOr<TrainResult> Trainer::Run() {
@@ -44,9 +211,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
   RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
   if (chief) {
-    RETURN_IF_ERROR(client_->Init(options_.config, params));
-    LOG(INFO) << "chief initialized " << params.size() << " variables on "
-              << client_->num_shards() << " parameter servers";
+    RETURN_IF_ERROR(RecoverOrInitialize(params));
+    if (!options_.logdir.empty()) {
+      ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir));
+    }
   }
   ASSIGN_OR_RETURN(proto::TrainingConfig chief_config,
                    client_->WaitForModelReady(options_.startup_timeout));
@@ -59,19 +227,48 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         chief_config.num_replicas(), " (give every worker the same flags)"));
   }
 
+  ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
+  start_step_ = pulled.version;
+  start_time_ = absl::Now();
   BatchIterator batches(train_, options_.replica, options_.num_replicas,
                         options_.shuffle, options_.seed + 1000 * options_.replica);
+  if (pulled.version > 0) {
+    // Each replica consumed one batch per step (sync), or about 1/W of the
+    // steps (async), before the checkpoint.
+    const int64_t steps = sync ? pulled.version : pulled.version / options_.num_replicas;
+    batches.Skip(steps * options_.batch_size);
+    LOG(INFO) << "resuming at global step " << pulled.version;
+  }
+
   Tensor images;
   std::vector<int32_t> labels;
   TrainResult result;
-  ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
   absl::Time interval_start = absl::Now();
+  absl::Time last_save = absl::Now();
+  int64_t last_saved_step = chief ? pulled.version : -1;
+  int64_t last_eval_step = pulled.version;
   int64_t interval_steps = 0;
   double interval_loss = 0;
   int64_t stale = 0;
   while (!pulled.training_done && pulled.version < options_.train_steps) {
+    if (chief && checkpoints_ && pulled.version > last_saved_step &&
+        ((options_.save_checkpoint_steps > 0 &&
+          pulled.version % options_.save_checkpoint_steps == 0) ||
+         (options_.save_checkpoint_secs > 0 &&
+          absl::Now() - last_save >= absl::Seconds(options_.save_checkpoint_secs)))) {
+      if (Save(pulled.version).ok()) {
+        last_saved_step = pulled.version;
+        last_save = absl::Now();
+      }
+    }
+    if (chief && options_.eval_every_steps > 0 &&
+        pulled.version >= last_eval_step + options_.eval_every_steps) {
+      RETURN_IF_ERROR(Evaluate(pulled.version, &params).status());
+      last_eval_step = pulled.version;
+    }
     batches.NextBatch(options_.batch_size, &images, &labels);
-    const float loss = model_->ComputeGradients(params, images, labels, &grads);
+    float loss = model_->ComputeGradients(params, images, labels, &grads);
+    loss += Regularize(params, &grads);
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat(
           "loss became ", loss, " at step ", pulled.version,
@@ -87,33 +284,37 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
     if (result.local_steps % options_.log_every_steps == 0) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - interval_start);
-      const double sec_per_batch = secs / interval_steps;
-      LOG(INFO) << absl::StrFormat(
-          "step %d, loss = %.4f (%.1f examples/sec; %.3f sec/batch)",
-          pulled.version, interval_loss / interval_steps,
-          options_.batch_size / sec_per_batch, sec_per_batch)
-                << (stale > 0 ? absl::StrCat(" [", stale, " stale]") : "");
+      if (chief || !options_.progress_bar) {
+        Report(pulled.version, interval_loss / interval_steps,
+               options_.batch_size * interval_steps / secs, stale);
+      }
       interval_start = absl::Now();
       interval_steps = 0;
       interval_loss = 0;
     }
   }
+  if (options_.progress_bar && chief) std::fputc('\n', stderr);
   result.global_step = pulled.version;
   LOG(INFO) << "replica " << options_.replica << " finished: "
             << result.local_steps << " local steps, global step "
             << result.global_step << ", " << stale << " stale pushes";
 
   if (chief) {
-    ASSIGN_OR_RETURN(result.test_accuracy, Evaluate(params));
+    if (checkpoints_ && result.global_step > last_saved_step) {
+      Save(result.global_step).IgnoreError();  // Logged; the run still counts.
+    }
+    ASSIGN_OR_RETURN(Evaluation final_eval, Evaluate(result.global_step, &params));
+    result.test_accuracy = final_eval.accuracy;
     if (!options_.final_params_path.empty()) {
       std::vector<NamedTensor> named;
       for (size_t i = 0; i < params.size(); ++i) {
-        named.push_back({model_->variables()[i].name, &params[i]});
+        named.emplace_back(model_->variables()[i].name, &params[i]);
       }
       RETURN_IF_ERROR(WriteSafetensors(
           options_.final_params_path, named,
           {{"global_step", absl::StrCat(result.global_step)}}));
     }
+    if (events_ != nullptr) RETURN_IF_ERROR(events_->Close());
     std::printf("final: global_step=%lld test_accuracy=%.4f\n",
                 static_cast<long long>(result.global_step), result.test_accuracy);
     std::fflush(stdout);

@@ -1,23 +1,33 @@
 // Trainer: one worker's training loop against the parameter servers.
 //
-//   pull(v) -> forward/backward on the next batch -> push(gradients of v)
-//   -> pull(v + 1 in sync mode, the latest in async mode) -> ...
-// until the global step reaches train_steps or the chief ends training. The
-// chief (replica 0) initializes the variables first and, at the end,
-// evaluates on the test set, prints
-//   final: global_step=N test_accuracy=A
-// and tells every shard that training is over. Other replicas wait until the
-// model is ready, and say goodbye to the shards when they finish.
+//   pull(v) -> forward/backward on the next batch -> regularize, clip
+//   -> push(gradients of v) -> pull(v + 1 in sync mode, the latest in async)
+// until the global step reaches train_steps or the chief ends training.
+//
+// The chief (replica 0) also:
+//  - brings the shards to one consistent state before training: if any
+//    shard restored a checkpoint, every shard is restored to the newest step
+//    all of them hold; otherwise it initializes the variables;
+//  - saves checkpoints every save_checkpoint_steps / _secs (each shard at the
+//    same version in sync mode) and at the end;
+//  - evaluates every eval_every_steps and at the end (test accuracy and
+//    loss, with the moving averages when asked), writes TensorBoard scalars
+//    under logdir, prints `final: global_step=N test_accuracy=A`, and ends
+//    training on the shards.
+// A resumed worker skips the data it consumed before the checkpoint, so a
+// sync run with fixed data order resumes exactly.
 //
 // Thread safety: not thread-safe; Run() is called once.
 #ifndef PSRT_WORKER_TRAINER_H_
 #define PSRT_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/event_writer.h"
 #include "models/model.h"
 #include "proto/psrt.pb.h"
 #include "worker/idx_dataset.h"
@@ -37,9 +47,21 @@ struct TrainerOptions {
   bool shuffle = true;
   uint64_t seed = 1;  // Initial values (chief) and data order.
   absl::Duration startup_timeout = absl::Seconds(300);
-  // Chief only: where to write the final parameters (safetensors); empty
-  // for none.
-  std::string final_params_path;
+
+  // Applied to the gradients before the push.
+  float weight_decay = 0;  // L2: loss += wd / 2 * sum(w^2) over weights (rank >= 2).
+  float clip_norm = 0;     // Clip by global norm across all gradients; 0: off.
+
+  // Chief only.
+  int64_t save_checkpoint_steps = 0;  // 0: not by steps.
+  double save_checkpoint_secs = 0;    // 0: not by time.
+  int keep_checkpoints = 5;           // Saves happen when every shard has a
+                                      // checkpoint dir (psrt_ps --checkpoint_dir).
+  int64_t eval_every_steps = 0;       // 0: only at the end.
+  bool eval_moving_average = false;   // Evaluate the moving averages.
+  std::string logdir;                 // TensorBoard event files; "": none.
+  bool progress_bar = false;          // One redrawn line instead of logs.
+  std::string final_params_path;      // Safetensors of the final values.
 };
 
 struct TrainResult {
@@ -57,13 +79,28 @@ class Trainer {
   absl::StatusOr<TrainResult> Run();
 
  private:
-  absl::StatusOr<double> Evaluate(const std::vector<Tensor>& params);
+  struct Evaluation {
+    double accuracy = 0;
+    double loss = 0;
+  };
+  // Chief: restore a consistent checkpoint on every shard, or initialize.
+  absl::Status RecoverOrInitialize(const std::vector<Tensor>& initial);
+  // Adds weight decay to the gradients and clips them; returns the L2 loss.
+  float Regularize(const std::vector<Tensor>& params, std::vector<Tensor>* grads);
+  absl::Status Save(int64_t step);
+  absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
+  void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
 
   const TrainerOptions options_;
   Model* const model_;
   PsClient* const client_;
   const Dataset* const train_;
   const Dataset* const test_;
+  std::unique_ptr<EventWriter> events_;
+  std::vector<Tensor> eval_grads_;
+  bool checkpoints_ = false;  // Every shard can save.
+  absl::Time start_time_;
+  int64_t start_step_ = 0;
 };
 
 }  // namespace psrt

@@ -4,8 +4,13 @@
 //       --sync_replicas --train_steps=2000
 //
 // Flags are read here only; they fill TrainerOptions and PsClient::Options.
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <type_traits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "common/placement.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
+#include "common/training_config.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "models/model.h"
@@ -47,9 +53,43 @@ DEFINE_bool(sync_replicas, false,
 DEFINE_int32(replicas_to_aggregate, 0,
              "Sync mode: gradients averaged per step; the other workers are "
              "backups. 0: all workers.");
-DEFINE_string(optimizer, "sgd", "sgd or momentum (applied on the parameter servers).");
-DEFINE_double(learning_rate, 0.1, "Learning rate.");
-DEFINE_double(momentum, 0.9, "Momentum, for --optimizer=momentum.");
+DEFINE_string(optimizer, "sgd",
+              "sgd, momentum, adagrad, rmsprop or adam, applied on the parameter "
+              "servers with TensorFlow's rules and defaults.");
+DEFINE_double(learning_rate, 0.1, "(Initial) learning rate.");
+DEFINE_double(momentum, 0.9, "Momentum, for momentum (and rmsprop, default 0 there).");
+DEFINE_bool(use_nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
+DEFINE_double(adam_beta1, 0.9, "Adam's beta1.");
+DEFINE_double(adam_beta2, 0.999, "Adam's beta2.");
+DEFINE_double(epsilon, 0, "Adam's or RMSProp's epsilon; 0: TensorFlow's default.");
+DEFINE_double(rmsprop_decay, 0.9, "RMSProp's decay (rho).");
+DEFINE_double(adagrad_initial_accumulator, 0.1, "Adagrad's initial accumulator value.");
+DEFINE_string(learning_rate_decay, "none",
+              "Schedule: none, exponential (tf.train.exponential_decay) or "
+              "piecewise (tf.train.piecewise_constant).");
+DEFINE_double(decay_rate, 0.96, "exponential: factor per --decay_steps.");
+DEFINE_int64(decay_steps, 0, "exponential: steps per decay; 0: use --decay_epochs.");
+DEFINE_double(decay_epochs, 1, "exponential: epochs per decay, when --decay_steps is 0.");
+DEFINE_bool(staircase, false, "exponential: decay in whole steps.");
+DEFINE_string(boundaries, "", "piecewise: comma-separated ascending steps.");
+DEFINE_string(values, "", "piecewise: comma-separated learning rates, one more than boundaries.");
+DEFINE_int64(warmup_steps, 0, "Linear learning-rate warmup over this many steps.");
+DEFINE_double(weight_decay, 0, "L2 regularization of the weights (not biases).");
+DEFINE_double(clip_norm, 0, "Clip gradients by global norm; 0: off.");
+DEFINE_double(moving_average_decay, 0,
+              "Keep an exponential moving average of every variable on the "
+              "parameter servers (saved with checkpoints); 0: off.");
+DEFINE_int64(save_checkpoint_steps, 0,
+             "Chief: checkpoint every this many steps (needs psrt_ps --checkpoint_dir).");
+DEFINE_double(save_checkpoint_secs, 600,
+              "Chief: checkpoint every this many seconds; 0: not by time.");
+DEFINE_int32(keep_checkpoints, 5, "Checkpoints kept by each parameter server.");
+DEFINE_int64(eval_every_steps, 0, "Chief: evaluate on the test set every this many steps.");
+DEFINE_bool(eval_moving_average, false, "Evaluate with the moving averages.");
+DEFINE_string(logdir, "", "Chief: write TensorBoard event files here.");
+DEFINE_string(progress, "auto",
+              "Chief progress display: bar (one redrawn line), log, or auto "
+              "(bar when stderr is a terminal).");
 DEFINE_string(placement, "round_robin",
               "Variable placement on parameter servers: round_robin or greedy.");
 DEFINE_int64(partition_threshold_bytes, 1 << 20,
@@ -67,6 +107,89 @@ DEFINE_string(final_params_out, "",
               "Chief: write the final parameters to this safetensors file.");
 
 namespace {
+
+template <class T>
+absl::StatusOr<std::vector<T>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<T> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    T value;
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      ok = absl::SimpleAtof(part, &value);
+    } else {
+      ok = absl::SimpleAtoi(part, &value);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError("--" + flag + ": \"" + std::string(part) +
+                                        "\" is not a number");
+    }
+    out.push_back(value);
+  }
+  return out;
+}
+
+// The chief's training rule, from the flags. `steps_per_epoch` converts
+// --decay_epochs.
+absl::StatusOr<psrt::proto::TrainingConfig> TrainingConfigFromFlags(
+    int num_replicas, double steps_per_epoch) {
+  psrt::proto::TrainingConfig config;
+  config.set_mode(FLAGS_sync_replicas ? psrt::proto::SYNC : psrt::proto::ASYNC);
+  config.set_num_replicas(num_replicas);
+  config.set_replicas_to_aggregate(
+      FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate : num_replicas);
+  if (config.replicas_to_aggregate() > num_replicas) {
+    return absl::InvalidArgumentError(
+        "--replicas_to_aggregate=" + std::to_string(FLAGS_replicas_to_aggregate) +
+        " exceeds the " + std::to_string(num_replicas) + " workers of the cluster");
+  }
+  static const std::map<std::string, psrt::proto::OptimizerType> kOptimizers = {
+      {"sgd", psrt::proto::SGD},         {"momentum", psrt::proto::MOMENTUM},
+      {"adagrad", psrt::proto::ADAGRAD}, {"rmsprop", psrt::proto::RMSPROP},
+      {"adam", psrt::proto::ADAM}};
+  auto optimizer = kOptimizers.find(FLAGS_optimizer);
+  if (optimizer == kOptimizers.end()) {
+    return absl::InvalidArgumentError("--optimizer: unknown optimizer \"" + FLAGS_optimizer +
+                                      "\" (known: adagrad, adam, momentum, rmsprop, sgd)");
+  }
+  config.set_optimizer(optimizer->second);
+  config.set_learning_rate(FLAGS_learning_rate);
+  const bool rmsprop = optimizer->second == psrt::proto::RMSPROP;
+  const bool momentum_set = !gflags::GetCommandLineFlagInfoOrDie("momentum").is_default;
+  config.set_momentum(rmsprop && !momentum_set ? 0.0f : FLAGS_momentum);
+  config.set_use_nesterov(FLAGS_use_nesterov);
+  config.set_beta1(FLAGS_adam_beta1);
+  config.set_beta2(FLAGS_adam_beta2);
+  config.set_epsilon(FLAGS_epsilon);
+  config.set_rho(FLAGS_rmsprop_decay);
+  config.set_initial_accumulator_value(FLAGS_adagrad_initial_accumulator);
+  psrt::SetOptimizerDefaults(&config);
+  config.set_moving_average_decay(FLAGS_moving_average_decay);
+
+  psrt::proto::LearningRateSchedule* schedule = config.mutable_schedule();
+  schedule->set_warmup_steps(FLAGS_warmup_steps);
+  if (FLAGS_learning_rate_decay == "exponential") {
+    schedule->set_type(psrt::proto::LearningRateSchedule::EXPONENTIAL_DECAY);
+    schedule->set_decay_rate(FLAGS_decay_rate);
+    schedule->set_decay_steps(FLAGS_decay_steps > 0
+                                  ? FLAGS_decay_steps
+                                  : std::max<int64_t>(1, std::llround(FLAGS_decay_epochs *
+                                                                      steps_per_epoch)));
+    schedule->set_staircase(FLAGS_staircase);
+  } else if (FLAGS_learning_rate_decay == "piecewise") {
+    schedule->set_type(psrt::proto::LearningRateSchedule::PIECEWISE_CONSTANT);
+    ASSIGN_OR_RETURN(std::vector<int64_t> boundaries,
+                     ParseList<int64_t>("boundaries", FLAGS_boundaries));
+    ASSIGN_OR_RETURN(std::vector<float> values, ParseList<float>("values", FLAGS_values));
+    *schedule->mutable_boundaries() = {boundaries.begin(), boundaries.end()};
+    *schedule->mutable_values() = {values.begin(), values.end()};
+  } else if (FLAGS_learning_rate_decay != "none") {
+    return absl::InvalidArgumentError("--learning_rate_decay: unknown schedule \"" +
+                                      FLAGS_learning_rate_decay +
+                                      "\" (known: none, exponential, piecewise)");
+  }
+  RETURN_IF_ERROR(psrt::ValidateTrainingConfig(config));
+  return config;
+}
 
 absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text) {
   std::vector<int> units;
@@ -142,31 +265,36 @@ absl::Status Run() {
   options.seed = FLAGS_seed;
   options.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
   options.final_params_path = FLAGS_final_params_out;
-  psrt::proto::TrainingConfig& config = options.config;
-  config.set_mode(FLAGS_sync_replicas ? psrt::proto::SYNC : psrt::proto::ASYNC);
-  config.set_num_replicas(num_replicas);
-  config.set_replicas_to_aggregate(
-      FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate : num_replicas);
-  if (FLAGS_optimizer == "sgd") {
-    config.set_optimizer(psrt::proto::SGD);
-  } else if (FLAGS_optimizer == "momentum") {
-    config.set_optimizer(psrt::proto::MOMENTUM);
-  } else {
-    return absl::InvalidArgumentError("--optimizer: unknown optimizer \"" +
-                                      FLAGS_optimizer + "\" (known: sgd, momentum)");
-  }
-  config.set_learning_rate(FLAGS_learning_rate);
-  config.set_momentum(FLAGS_momentum);
   if (FLAGS_batch_size <= 0) {
     return absl::InvalidArgumentError("--batch_size must be positive");
   }
-  if (config.replicas_to_aggregate() > num_replicas) {
-    return absl::InvalidArgumentError(
-        "--replicas_to_aggregate=" + std::to_string(FLAGS_replicas_to_aggregate) +
-        " exceeds the " + std::to_string(num_replicas) + " workers of the cluster");
+  options.weight_decay = FLAGS_weight_decay;
+  options.clip_norm = FLAGS_clip_norm;
+  options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
+  options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
+  options.keep_checkpoints = std::max(1, FLAGS_keep_checkpoints);
+  options.eval_every_steps = FLAGS_eval_every_steps;
+  options.eval_moving_average = FLAGS_eval_moving_average;
+  options.logdir = FLAGS_logdir;
+  if (FLAGS_progress == "auto") {
+    options.progress_bar = isatty(STDERR_FILENO);
+  } else if (FLAGS_progress == "bar" || FLAGS_progress == "log") {
+    options.progress_bar = FLAGS_progress == "bar";
+  } else {
+    return absl::InvalidArgumentError("--progress: \"" + FLAGS_progress +
+                                      "\" is not auto, bar or log");
   }
 
   ASSIGN_OR_RETURN(psrt::Dataset train, psrt::LoadMnistSplit(FLAGS_data_dir, "train"));
+  // Examples consumed per global step: every aggregated replica's batch in
+  // sync mode, one batch per update in async mode.
+  const double examples_per_step =
+      double{FLAGS_batch_size} *
+      (FLAGS_sync_replicas ? (FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate
+                                                              : num_replicas)
+                           : 1);
+  ASSIGN_OR_RETURN(options.config,
+                   TrainingConfigFromFlags(num_replicas, train.size() / examples_per_step));
   psrt::Dataset test;
   if (replica == 0) {
     ASSIGN_OR_RETURN(test, psrt::LoadMnistSplit(FLAGS_data_dir, "t10k"));

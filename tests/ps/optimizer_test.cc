@@ -5,6 +5,8 @@
 // in double precision, and are written here as literals.
 #include "ps/optimizer.h"
 
+#include "common/training_config.h"
+
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -30,6 +32,8 @@ std::vector<float> TwoSteps(proto::TrainingConfig config, int64_t split = 1) {
 
 proto::TrainingConfig Config(proto::OptimizerType type) {
   proto::TrainingConfig config;
+  config.set_mode(proto::ASYNC);
+  config.set_num_replicas(1);
   config.set_optimizer(type);
   return config;
 }

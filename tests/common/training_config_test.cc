@@ -1,4 +1,4 @@
-#include "common/learning_rate.h"
+#include "common/training_config.h"
 
 #include <cmath>
 
