@@ -2,6 +2,11 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -10,14 +15,21 @@
 namespace psrt {
 namespace {
 
-void ApplyTransportTuning(grpc::ChannelArguments* args) {
-  args->SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
-  args->SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
-  args->SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
-  args->SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  args->SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-  args->SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-}
+// Transport settings of both ends, for multi-megabyte messages: big HTTP/2
+// frames and TCP reads, and a fixed 64 MB stream window instead of BDP
+// probing (which stalls large transfers while the window grows).
+struct IntSetting {
+  const char* name;
+  int value;
+};
+constexpr IntSetting kTransportSettings[] = {
+    {GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20},
+    {GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20},
+    {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20},
+    {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20},
+    {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
+    {GRPC_ARG_HTTP2_BDP_PROBE, 0},
+};
 
 }  // namespace
 
@@ -42,22 +54,34 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address) {
   // Reconnect quickly to a PS that is still starting.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  ApplyTransportTuning(&args);
+  for (const IntSetting& s : kTransportSettings) args.SetInt(s.name, s.value);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                    args);
 }
 
-void ConfigurePsServer(grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(-1);
+void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) {
+  const int max = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
+  builder->SetMaxReceiveMessageSize(max);
   builder->SetMaxSendMessageSize(-1);
-  grpc::ChannelArguments args;
-  ApplyTransportTuning(&args);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
-  builder->AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20);
-  builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  for (const IntSetting& s : kTransportSettings) {
+    builder->AddChannelArgument(s.name, s.value);
+  }
+}
+
+grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
+                                 google::protobuf::MessageLite* message) {
+  grpc::Slice flat;
+  if (!buffer.DumpToSingleSlice(&flat).ok() ||
+      !message->ParseFromArray(flat.begin(), flat.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", message->GetTypeName()));
+  }
+  return absl::OkStatus();
 }
 
 void KeepLargeAllocationsMapped() {

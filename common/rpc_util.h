@@ -5,10 +5,13 @@
 #ifndef PSRT_COMMON_RPC_UTIL_H_
 #define PSRT_COMMON_RPC_UTIL_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/status.h"
@@ -21,8 +24,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // An insecure channel to "host:port" with psrt's settings.
 std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address);
 
-// Applies psrt's settings to a server builder.
-void ConfigurePsServer(grpc::ServerBuilder* builder);
+// Applies psrt's settings to a server builder; larger requests are refused
+// with RESOURCE_EXHAUSTED before they are buffered.
+void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes);
+
+// Small (non-tensor) messages as byte buffers, for the raw methods.
+grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::MessageLite& message);
+// InvalidArgument naming the message type when the bytes do not parse.
+absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
+                                 google::protobuf::MessageLite* message);
 
 // Makes glibc serve large blocks (gRPC's multi-megabyte read buffers) from
 // its heap and keep freed memory instead of returning it to the kernel, so

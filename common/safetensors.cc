@@ -171,16 +171,20 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     Entry e;
     e.name = name;
     for (const auto& d : shape->list_value().values()) {
-      if (d.number_value() < 0) return bad(absl::StrCat("tensor \"", name, "\" has a negative dimension"));
+      if (!(d.number_value() >= 0 && d.number_value() <= kMaxElements)) {
+        return bad(absl::StrCat("tensor \"", name, "\" has a bad dimension"));
+      }
       e.shape.push_back(static_cast<int64_t>(d.number_value()));
     }
+    absl::StatusOr<int64_t> elements = CheckedNumElements(e.shape);
+    if (!elements.ok()) return bad(absl::StrCat("tensor \"", name, "\": ", elements.status().message()));
     if (offsets->list_value().values_size() != 2) {
       return bad(absl::StrCat("tensor \"", name, "\": data_offsets must be [begin, end]"));
     }
     e.begin = static_cast<size_t>(offsets->list_value().values(0).number_value());
     e.end = static_cast<size_t>(offsets->list_value().values(1).number_value());
     if (e.begin > e.end || e.end > data_size ||
-        e.end - e.begin != NumElements(e.shape) * sizeof(float)) {
+        e.end - e.begin != static_cast<size_t>(*elements) * sizeof(float)) {
       return bad(absl::StrCat("tensor \"", name, "\": data_offsets [", e.begin, ", ",
                               e.end, ") do not fit shape ", ShapeToString(e.shape),
                               " within ", data_size, " data bytes"));
@@ -188,7 +192,9 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     entries.push_back(std::move(e));
   }
   std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+            [](const Entry& a, const Entry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   size_t expect = 0;
   for (Entry& e : entries) {
     if (e.begin != expect) return bad(absl::StrCat("tensor \"", e.name, "\" overlaps or leaves a gap"));

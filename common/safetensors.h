@@ -44,7 +44,7 @@ absl::Status WriteSafetensors(const std::string& path,
                               std::map<std::string, std::string> metadata = {});
 
 struct SafetensorsFile {
-  std::vector<std::pair<std::string, Tensor>> tensors;  // File order.
+  std::vector<std::pair<std::string, Tensor>> tensors;  // In data-offset order.
   std::map<std::string, std::string> metadata;
 };
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
@@ -11,6 +12,18 @@ namespace psrt {
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<int64_t> CheckedNumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape ", ShapeToString(shape), " has a negative dimension or more than ",
+          kMaxElements, " elements"));
+    }
+  }
   return n;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace psrt {
@@ -25,6 +26,10 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements of a shape (1 for a scalar shape {}).
 int64_t NumElements(const Shape& shape);
+// The same for a shape from untrusted input: InvalidArgument for a negative
+// dimension or a count above kMaxElements (no overflow).
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+absl::StatusOr<int64_t> CheckedNumElements(const Shape& shape);
 // "[2,3]" for {2, 3}.
 std::string ShapeToString(const Shape& shape);
 

@@ -91,7 +91,7 @@ absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
         "tensor frame: expected the header (field 1) first");
   }
   const size_t total = buffer.Length();
-  if (header_size > total) {
+  if (header_size > total - Consumed()) {
     return absl::InvalidArgumentError("tensor frame: header length past the end");
   }
   std::string header_bytes(header_size, '\0');
@@ -100,18 +100,12 @@ absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
     return absl::InvalidArgumentError("tensor frame: malformed header");
   }
   uint64_t data_size = 0;
-  size_t consumed = 0;
-  for (size_t i = 0; i < slice_; ++i) consumed += slices_[i].size();
-  consumed += offset_;
-  if (consumed == total) return absl::OkStatus();  // No tensor_data field.
+  if (Consumed() == total) return absl::OkStatus();  // No tensor_data field.
   if (!ReadByte(&tag) || tag != kDataTag || !ReadVarint(&data_size)) {
     return absl::InvalidArgumentError(
         "tensor frame: expected tensor_data (field 2) after the header");
   }
-  consumed = 0;
-  for (size_t i = 0; i < slice_; ++i) consumed += slices_[i].size();
-  consumed += offset_;
-  if (consumed + data_size != total) {
+  if (data_size != total - Consumed()) {
     return absl::InvalidArgumentError(
         "tensor frame: tensor_data length does not match the message size");
   }
@@ -167,9 +161,15 @@ bool TensorFrameReader::ReadVarint(uint64_t* v) {
   return false;
 }
 
+size_t TensorFrameReader::Consumed() const {
+  size_t consumed = offset_;
+  for (size_t i = 0; i < slice_; ++i) consumed += slices_[i].size();
+  return consumed;
+}
+
 void TensorFrameReader::CopyBytes(char* dst, size_t n) {
   while (n > 0) {
-    CHECK_LT(slice_, slices_.size());
+    CHECK_LT(slice_, slices_.size());  // Callers check lengths first.
     const grpc::Slice& s = slices_[slice_];
     const size_t take = std::min(n, s.size() - offset_);
     std::memcpy(dst, s.begin() + offset_, take);

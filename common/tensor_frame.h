@@ -27,9 +27,12 @@
 namespace psrt {
 
 // Builds a frame from `header` and the concatenation of `chunks`. The chunk
-// memory is referenced, not copied: it must stay unchanged until gRPC has
-// sent the message, i.e. until the call completes, or until `release` runs
-// when one is given (gRPC calls it once it drops its last reference).
+// memory is referenced, not copied: it must stay valid and unchanged until
+// `release` runs, which happens once gRPC (and every copy of the returned
+// buffer) has dropped its last reference, exactly once, on any thread. Note
+// that a call can complete (deadline, cancellation) while gRPC's write path
+// still holds the data. Without `release`, the caller must otherwise know
+// that no reference remains.
 grpc::ByteBuffer EncodeTensorFrame(
     const google::protobuf::MessageLite& header,
     const std::vector<absl::Span<const char>>& chunks,
@@ -49,7 +52,9 @@ class TensorFrameReader : public ByteSource {
   // Parsing the header: a cursor over the slices.
   bool ReadByte(uint8_t* b);
   bool ReadVarint(uint64_t* v);
+  // REQUIRES: n <= the bytes after the cursor.
   void CopyBytes(char* dst, size_t n);
+  size_t Consumed() const;  // Bytes before the cursor.
 
   std::vector<grpc::Slice> slices_;
   size_t slice_ = 0;   // Cursor: current slice ...

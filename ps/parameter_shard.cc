@@ -1,5 +1,6 @@
 #include "ps/parameter_shard.h"
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -120,13 +121,16 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
           absl::StrCat("init: variable \"", meta.name(), "\" has dtype ",
                        proto::DataType_Name(meta.dtype()), ", want DT_FLOAT"));
     }
-    for (int64_t d : meta.shape()) {
-      if (d < 0 || d > (int64_t{1} << 40)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "init: variable \"", meta.name(), "\" has a bad dimension ", d));
-      }
+    absl::StatusOr<int64_t> n = CheckedNumElements(MetaShape(meta));
+    if (!n.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init: variable \"", meta.name(), "\": ", n.status().message()));
     }
-    total += NumElements(MetaShape(meta));
+    total += *n;
+    if (total > kMaxElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("init: the variables hold more than ", kMaxElements, " elements"));
+    }
   }
   if (static_cast<int64_t>(data->size()) != total * int64_t{sizeof(float)}) {
     return absl::InvalidArgumentError(
@@ -202,9 +206,13 @@ absl::Status ParameterShard::ValidateTensors(
 }
 
 void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {
-  // Pulls take references only under mu_, so a count of 1 means nobody else
-  // can be reading the buffer.
-  if (buffer->use_count() == 1) return;
+  // New references are taken only under mu_ (held here), so a count of 1
+  // means no pull still reads the buffer. The fence orders our writes after
+  // the last reader's release of its reference (use_count is a relaxed load).
+  if (buffer->use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return;
+  }
   std::shared_ptr<Snapshot> fresh = pool_->New(total_elements_);
   const float* from = (*buffer)->values.data();
   float* to = fresh->values.data();

@@ -33,6 +33,9 @@ DEFINE_double(shutdown_grace_secs, 30,
 DEFINE_string(checkpoint_dir, "",
               "Directory of this shard's checkpoints: the chief's saves go "
               "there, and at start the shard restores the newest intact one.");
+DEFINE_int64(max_message_mb, 2048,
+             "Largest request accepted, in MiB; larger ones are refused "
+             "before they are buffered.");
 DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
@@ -88,7 +91,7 @@ int main(int argc, char** argv) {
   psrt::PsService service(&shard);
 
   grpc::ServerBuilder builder;
-  psrt::ConfigurePsServer(&builder);
+  psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);
   const std::string listen = absl::StrCat(
       FLAGS_bind_host.find(':') != std::string::npos ? "[" + FLAGS_bind_host + "]"
                                                       : FLAGS_bind_host,

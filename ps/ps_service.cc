@@ -20,25 +20,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-absl::Status ParseSmallMessage(const grpc::ByteBuffer& buffer,
-                               google::protobuf::MessageLite* message) {
-  grpc::Slice flat;
-  if (!buffer.TrySingleSlice(&flat).ok() && !buffer.DumpToSingleSlice(&flat).ok()) {
-    return absl::InvalidArgumentError("unreadable request");
-  }
-  if (!message->ParseFromArray(flat.begin(), flat.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed ", message->GetTypeName()));
-  }
-  return absl::OkStatus();
-}
-
-void SerializeSmallMessage(const google::protobuf::MessageLite& message,
-                           grpc::ByteBuffer* out) {
-  grpc::Slice slice(message.SerializeAsString());
-  *out = grpc::ByteBuffer(&slice, 1);
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
@@ -53,7 +34,7 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
     if (initialized.ok()) {
       proto::InitResponse reply;
       reply.set_initialized_now(*initialized);
-      SerializeSmallMessage(reply, response);
+      *response = SerializeToByteBuffer(reply);
       LOG(INFO) << (*initialized ? "initialized " : "already held ")
                 << header.variables_size() << " variables ("
                 << reader.size() << " bytes)";
@@ -66,7 +47,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
   proto::PullRequest pull;
-  absl::Status status = ParseSmallMessage(*request, &pull);
+  absl::Status status = ParseFromByteBuffer(*request, &pull);
   if (!status.ok()) return FinishNow(context, status);
   const absl::Duration timeout = pull.timeout_ms() > 0
                                      ? absl::Milliseconds(pull.timeout_ms())
@@ -101,7 +82,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
   if (status.ok()) {
     absl::StatusOr<proto::PushResponse> reply = shard_->Push(header, &reader);
     status = reply.status();
-    if (reply.ok()) SerializeSmallMessage(*reply, response);
+    if (reply.ok()) *response = SerializeToByteBuffer(*reply);
   }
   return FinishNow(context, status);
 }

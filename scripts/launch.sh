@@ -18,6 +18,10 @@
 # names it, shows the end of its log, stops the other tasks and exits 1.
 # Ctrl-C stops every task. A malformed spec is refused before anything starts.
 set -uo pipefail
+if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
+  echo "launch: needs bash 5.1 or newer (wait -n -p), this is $BASH_VERSION" >&2
+  exit 2
+fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
@@ -54,13 +58,22 @@ chief_log=""
 chief_job=worker
 grep -q '^chief ' <<<"$tasks" && chief_job=chief
 
+# SIGTERM to every task still running; SIGKILL to those alive 10 s later.
 stop_all() {
   local pids=("${!task_of[@]}")
-  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill "${pids[@]}" 2>/dev/null
+    for _ in $(seq 100); do
+      kill -0 "${pids[@]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "${pids[@]}" 2>/dev/null
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+  fi
   [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
 }
-trap 'echo "launch: interrupted: stopping every task" >&2; stop_all; exit 130' INT TERM
+trap 'echo "launch: interrupted: stopping every task" >&2; stop_all; exit 130' INT
+trap 'echo "launch: terminated: stopping every task" >&2; stop_all; exit 143' TERM HUP
 
 while read -r job index address; do
   host="${address%:*}"; host="${host#[}"; host="${host%]}"
@@ -96,7 +109,11 @@ while [ ${#task_of[@]} -gt 0 ]; do
   finished=""
   wait -n -p finished "${!task_of[@]}"
   code=$?
-  [ -n "$finished" ] || continue
+  if [ -z "$finished" ]; then
+    echo "launch: lost track of the tasks (wait returned $code); stopping them" >&2
+    stop_all
+    exit 1
+  fi
   task="${task_of[$finished]}"
   unset "task_of[$finished]"
   if [ $code -ne 0 ]; then

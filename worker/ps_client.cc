@@ -28,22 +28,6 @@ constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
 // all cores: one core alone cannot saturate memory bandwidth here.
 constexpr int64_t kCopyGrainBytes = 256 << 10;
 
-grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message) {
-  grpc::Slice slice(message.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-absl::Status ParseSmall(const grpc::ByteBuffer& buffer,
-                        google::protobuf::MessageLite* message) {
-  grpc::Slice flat;
-  if (!buffer.DumpToSingleSlice(&flat).ok() ||
-      !message->ParseFromArray(flat.begin(), flat.size())) {
-    return absl::InternalError(
-        absl::StrCat("malformed ", message->GetTypeName(), " reply"));
-  }
-  return absl::OkStatus();
-}
-
 proto::VariableMeta MetaOf(const VariableSlice& slice) {
   proto::VariableMeta meta;
   meta.set_name(slice.name);
@@ -123,7 +107,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
       context.set_wait_for_ready(false);
-      grpc::ByteBuffer request = SerializeSmall(proto::StatusRequest());
+      grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
       grpc::ByteBuffer response;
       absl::Notification done;
       grpc::Status status;
@@ -158,6 +142,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
 absl::Status PsClient::Init(const proto::TrainingConfig& config,
                             const std::vector<Tensor>& params) {
   CHECK_EQ(params.size(), variables_.size());
+  absl::BlockingCounter released(num_shards());
   std::vector<grpc::ByteBuffer> requests;
   for (int k = 0; k < num_shards(); ++k) {
     proto::InitHeader header;
@@ -169,19 +154,22 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
       const char* base = reinterpret_cast<const char*>(params[slice.variable].data());
       chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
     }
-    requests.push_back(EncodeTensorFrame(header, chunks));
+    requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
   }
-  return CallAll(kInit, options_.rpc_timeout, requests,
-                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  absl::Status status = CallAll(kInit, options_.rpc_timeout, requests,
+                                [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  requests.clear();
+  released.Wait();  // gRPC no longer reads `params`.
+  return status;
 }
 
 absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
   std::vector<grpc::ByteBuffer> requests(num_shards(),
-                                         SerializeSmall(proto::StatusRequest()));
+                                         SerializeToByteBuffer(proto::StatusRequest()));
   std::vector<proto::StatusResponse> statuses(num_shards());
   RETURN_IF_ERROR(CallAll(kGetStatus, options_.rpc_timeout, requests,
                           [&](int k, const grpc::ByteBuffer& response) {
-                            return ParseSmall(response, &statuses[k]);
+                            return ParseFromByteBuffer(response, &statuses[k]);
                           }));
   return statuses;
 }
@@ -237,7 +225,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_min_version(min_version);
   request.set_moving_average(moving_average);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());
   RETURN_IF_ERROR(CallAll(
       kPull, options_.pull_timeout + absl::Seconds(10), requests,
@@ -280,6 +268,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
 absl::StatusOr<PsClient::PushResult> PsClient::Push(
     const std::vector<Tensor>& grads) {
   CHECK_EQ(grads.size(), variables_.size());
+  absl::BlockingCounter released(num_shards());
   std::vector<grpc::ByteBuffer> requests;
   requests.reserve(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -290,13 +279,19 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
       const char* base = reinterpret_cast<const char*>(grads[slice.variable].data());
       chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
     }
-    requests.push_back(EncodeTensorFrame(push_headers_[k], chunks));
+    requests.push_back(EncodeTensorFrame(push_headers_[k], chunks,
+                                         [&] { released.DecrementCount(); }));
   }
   std::vector<proto::PushResponse> responses(num_shards());
-  RETURN_IF_ERROR(CallAll(kPush, options_.rpc_timeout, requests,
-                          [&](int k, const grpc::ByteBuffer& response) {
-                            return ParseSmall(response, &responses[k]);
-                          }));
+  absl::Status status = CallAll(kPush, options_.rpc_timeout, requests,
+                                [&](int k, const grpc::ByteBuffer& response) {
+                                  return ParseFromByteBuffer(response, &responses[k]);
+                                });
+  // Even a failed or timed-out call may still be reading `grads` in gRPC's
+  // write path: return only once gRPC has dropped every reference.
+  requests.clear();
+  released.Wait();
+  RETURN_IF_ERROR(status);
   PushResult result;
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();
@@ -308,7 +303,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
 void PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   absl::Status status = CallAll(kShutdown, absl::Seconds(10), requests,
                                 [](int, const grpc::ByteBuffer&) {
                                   return absl::OkStatus();
@@ -321,7 +316,7 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
   request.set_step(step);
   request.set_version(version);
   request.set_keep(keep);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
   return CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
@@ -330,7 +325,7 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
 absl::Status PsClient::Restore(int64_t step) {
   proto::RestoreRequest request;
   request.set_step(step);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeSmall(request));
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   return CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5), requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }

@@ -203,6 +203,15 @@ void Trainer::Report(int64_t step, double loss, double examples_per_sec,
 }
 
 absl::StatusOr<TrainResult> Trainer::Run() {
+  absl::StatusOr<TrainResult> result = Train();
+  // On every exit, success or failure: a replica says goodbye, and the
+  // chief's goodbye ends training, so the parameter servers never wait
+  // forever for a job that is over.
+  client_->Shutdown();
+  return result;
+}
+
+absl::StatusOr<TrainResult> Trainer::Train() {
   const bool chief = options_.replica == 0;
   const bool sync = options_.config.mode() == proto::SYNC;
   std::vector<Tensor> params;
@@ -319,7 +328,6 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                 static_cast<long long>(result.global_step), result.test_accuracy);
     std::fflush(stdout);
   }
-  client_->Shutdown();
   return result;
 }
 

@@ -83,6 +83,7 @@ class Trainer {
     double accuracy = 0;
     double loss = 0;
   };
+  absl::StatusOr<TrainResult> Train();
   // Chief: restore a consistent checkpoint on every shard, or initialize.
   absl::Status RecoverOrInitialize(const std::vector<Tensor>& initial);
   // Adds weight decay to the gradients and clips them; returns the L2 loss.

@@ -100,6 +100,8 @@ TEST(TensorFrameTest, RefusesMalformedFrames) {
   EXPECT_FALSE(open("").ok());
   EXPECT_FALSE(open(good.substr(0, good.size() - 1)).ok());  // Truncated data.
   EXPECT_FALSE(open(good.substr(0, 5)).ok());                // Truncated header.
+  EXPECT_FALSE(open(std::string("\x0a\x02\x00", 3)).ok());  // Header past the end.
+  EXPECT_FALSE(open(std::string("\x0a\x00\x12\x05\x00", 5)).ok());  // Data past the end.
   EXPECT_FALSE(open(good + "x").ok());                       // Trailing bytes.
   std::string wrong_order = good;
   wrong_order[0] = 0x12;  // Data tag where the header belongs.

@@ -272,6 +272,13 @@ TEST(ParameterShardTest, InitValidatesAndIsIdempotent) {
   EXPECT_EQ(before_init.status().code(), absl::StatusCode::kFailedPrecondition);
 
   *header.mutable_config() = Config(proto::SYNC, 2, 2);
+  // A shape whose element count overflows int64 is refused, not wrapped.
+  proto::InitHeader huge = header;
+  huge.mutable_variables(0)->clear_shape();
+  for (int i = 0; i < 3; ++i) huge.mutable_variables(0)->add_shape(int64_t{1} << 40);
+  std::vector<float> none;
+  EXPECT_EQ(shard.Init(huge, Bytes(none).get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(*shard.Init(header, Bytes(values).get()));
   EXPECT_FALSE(*shard.Init(header, Bytes(values).get()));  // A restarted chief.
   header.mutable_variables(0)->set_name("other");

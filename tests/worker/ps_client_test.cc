@@ -22,7 +22,7 @@ namespace {
 struct LocalPs {
   LocalPs() : service(&shard) {
     grpc::ServerBuilder builder;
-    ConfigurePsServer(&builder);
+    ConfigurePsServer(&builder, int64_t{1} << 30);
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
