@@ -10,11 +10,17 @@ namespace {
 
 using kernels::Padding;
 
+// Moving statistics that follow the weights within tens of steps: a model
+// trained for a few epochs is evaluated with statistics of its current
+// weights (0.99 or TF-slim's 0.9997 lag behind a short run).
+constexpr float kBatchNormMomentum = 0.9f;
+
 ConvSpec ConvBn(int64_t filter, int64_t out) {
   ConvSpec spec;
   spec.filter_height = spec.filter_width = filter;
   spec.out_channels = out;
   spec.batch_norm = true;
+  spec.bn_momentum = kBatchNormMomentum;
   return spec;
 }
 

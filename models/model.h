@@ -4,7 +4,10 @@
 // worker agrees on), fills initial values from a seed, and computes the mean
 // loss and the gradients of a batch. Parameters and gradients are passed in
 // as plain Tensors, one per variable, in variables() order; the model keeps
-// only scratch buffers (activations), which it reuses from step to step.
+// only scratch buffers (activations), which it reuses from step to step, and
+// non-trainable state that is not a variable: the batch-norm moving
+// statistics of the Inception models live inside the model (each worker
+// keeps its own; they are not pushed, pulled or checkpointed for now).
 //
 // Thread safety: not thread-safe (the scratch buffers); use one Model per
 // thread.
