@@ -1,0 +1,76 @@
+// Checkpoint export: the shards of one checkpoint (ps/checkpoint.h) merged
+// into the model's variables, and written as one safetensors file
+// (common/safetensors.h) that PyTorch, NumPy or TensorFlow users load
+// without psrt.
+//
+// Merging: every shard file of the step is read; a variable partitioned by
+// placement (common/placement.h) into slices "<name>/part_<j>" is
+// reassembled as "<name>" by concatenating parts 0..P-1 in order along
+// dimension 0 (all present, same trailing dimensions); a whole variable is
+// copied as it is. Optimizer slots are not exported. With `moving_average`
+// the moving averages are exported instead of the values, under the plain
+// variable names (TensorFlow's ema.variables_to_restore()).
+//
+// The exported file: the variables sorted by name, and __metadata__
+//   global_step  the checkpoint's step (decimal)
+//   source       "<dir>/model.ckpt-<step>, <K> shards" plus ", moving averages"
+// It is written only after every shard has been read and merged, to a
+// temporary name renamed into place, so an error never leaves partial output.
+//
+// Thread safety: the functions share no state; each reads its own files.
+#ifndef PSRT_PS_CHECKPOINT_EXPORT_H_
+#define PSRT_PS_CHECKPOINT_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+
+namespace psrt {
+
+struct CheckpointExportOptions {
+  std::string checkpoint_dir;
+  // The checkpoint to export; < 0: the newest step listed in every shard's
+  // index.
+  int64_t step = -1;
+  // Shards of the cluster that wrote it; 0: discovered from the index files
+  // "checkpoint.ps-<k>-of-<K>" in checkpoint_dir.
+  int num_shards = 0;
+  // Export the moving averages instead of the values.
+  bool moving_average = false;
+};
+
+struct MergedCheckpoint {
+  int64_t step = 0;
+  int num_shards = 0;
+  std::vector<std::pair<std::string, Tensor>> variables;  // Sorted by name.
+};
+
+// K from the index files "checkpoint.ps-<k>-of-<K>" in `dir`. NotFound when
+// there is none, InvalidArgument when they disagree on K (naming both).
+absl::StatusOr<int> DiscoverNumShards(const std::string& dir);
+
+// The newest step listed in the index of every shard 0..num_shards-1.
+// NotFound (listing each shard's steps) when no step is common to all.
+absl::StatusOr<int64_t> NewestCommonStep(const std::string& dir, int num_shards);
+
+// Reads and merges the checkpoint. Errors name the file or variable:
+// NotFound for a missing shard file, DataLoss for a corrupt one (as
+// ReadShardCheckpoint reports them), InvalidArgument for slices that do not
+// form whole variables (a missing part, mismatched trailing dimensions, a
+// name held twice), FailedPrecondition for `moving_average` when a shard
+// keeps none.
+absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
+    const CheckpointExportOptions& options);
+
+// MergeShardCheckpoints, then writes the result to `out_path` (see the top
+// of this file). Returns what was written.
+absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
+    const CheckpointExportOptions& options, const std::string& out_path);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_CHECKPOINT_EXPORT_H_
