@@ -59,6 +59,41 @@ void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s,
             functor::MaxPool{functor::PoolGeometry(s), x, y});
 }
 
+namespace {
+
+// MaxPoolBackward's work for channels [c0, c0 + W) of one output pixel:
+// finds its window's first max cell per channel (vectorized over the
+// channels: W is a compile-time width, so there are no masked tails) and
+// adds the pixel's gradient there.
+template <int W>
+void RouteMaxGradient(const functor::PoolGeometry& g,
+                      const functor::Window& win, const float* xi,
+                      const float* d, int64_t c0, float* dxi) {
+  const int64_t C = g.channels;
+  float best[W];
+  int32_t where[W];  // 32-bit, so that the blend vectorizes with floats.
+  const int32_t first =
+      static_cast<int32_t>((win.h_begin * g.in_width + win.w_begin) * C + c0);
+  for (int c = 0; c < W; ++c) {
+    best[c] = xi[first + c];
+    where[c] = first;
+  }
+  for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+    for (int64_t w = win.w_begin; w < win.w_end; ++w) {
+      const int32_t cell = static_cast<int32_t>((h * g.in_width + w) * C + c0);
+      for (int c = 0; c < W; ++c) {
+        const float v = xi[cell + c];
+        const bool greater = v > best[c];
+        best[c] = greater ? v : best[c];
+        where[c] = greater ? cell : where[c];
+      }
+    }
+  }
+  for (int c = 0; c < W; ++c) dxi[where[c] + c] += d[c0 + c];
+}
+
+}  // namespace
+
 void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
                      const float* x, const float* y, const float* dy,
                      float* dx) {
@@ -72,11 +107,9 @@ void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
   const int64_t C = g.channels;
   const int64_t image_size = g.in_height * g.in_width * C;
   CHECK_LT(image_size, int64_t{1} << 31) << "image too large";
-  constexpr int64_t kBlock = 64;
+  constexpr int kWidth = 8;
   ctx.ParallelFor(s.batch, 1, [&](int64_t begin, int64_t end) {
     std::fill(dx + begin * image_size, dx + end * image_size, 0.0f);
-    float best[kBlock];
-    int32_t where[kBlock];  // 32-bit, so the blend vectorizes with floats.
     for (int64_t n = begin; n < end; ++n) {
       const float* xi = x + n * image_size;
       float* dxi = dx + n * image_size;
@@ -84,28 +117,11 @@ void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
         for (int64_t ow = 0; ow < g.out_width; ++ow) {
           const functor::Window win(g, n, oh, ow);
           const float* d = dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
-          for (int64_t c0 = 0; c0 < C; c0 += kBlock) {
-            const int64_t cb = std::min(kBlock, C - c0);
-            const int32_t first = static_cast<int32_t>(
-                (win.h_begin * g.in_width + win.w_begin) * C + c0);
-            for (int64_t c = 0; c < cb; ++c) {
-              best[c] = xi[first + c];
-              where[c] = first;
-            }
-            for (int64_t h = win.h_begin; h < win.h_end; ++h) {
-              for (int64_t w = win.w_begin; w < win.w_end; ++w) {
-                const int32_t cell =
-                    static_cast<int32_t>((h * g.in_width + w) * C + c0);
-                for (int64_t c = 0; c < cb; ++c) {
-                  const float v = xi[cell + c];
-                  const bool greater = v > best[c];
-                  best[c] = greater ? v : best[c];
-                  where[c] = greater ? cell : where[c];
-                }
-              }
-            }
-            for (int64_t c = 0; c < cb; ++c) dxi[where[c] + c] += d[c0 + c];
+          int64_t c0 = 0;
+          for (; c0 + kWidth <= C; c0 += kWidth) {
+            RouteMaxGradient<kWidth>(g, win, xi, d, c0, dxi);
           }
+          for (; c0 < C; ++c0) RouteMaxGradient<1>(g, win, xi, d, c0, dxi);
         }
       }
     }
