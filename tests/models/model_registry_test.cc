@@ -19,13 +19,29 @@ TEST(ModelRegistryTest, MakesMlp) {
   EXPECT_EQ((*model)->variables().front().shape, (Shape{784, 8}));
 }
 
+TEST(ModelRegistryTest, MakesTheConvolutionalModels) {
+  ModelOptions options;
+  for (const char* name : {"lenet", "inception_mini"}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = NewModel(name, options);
+    ASSERT_TRUE(model.ok()) << name << ": " << model.status();
+  }
+  EXPECT_EQ((*NewModel("lenet", options))->variables().front().name,
+            "conv1/weights");
+  options.input_height = options.input_width = 299;
+  options.input_channels = 3;
+  absl::StatusOr<std::unique_ptr<Model>> v3 = NewModel("inception_v3", options);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ((*v3)->variables().front().shape, (Shape{3, 3, 3, 32}));
+}
+
 TEST(ModelRegistryTest, UnknownNameListsKnownModels) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       NewModel("resnet50", ModelOptions());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(model.status().message()),
               HasSubstr("unknown model \"resnet50\""));
-  EXPECT_THAT(std::string(model.status().message()), HasSubstr("mlp"));
+  EXPECT_THAT(std::string(model.status().message()),
+              HasSubstr("mlp, lenet, inception_mini, inception_v3"));
 }
 
 TEST(ModelRegistryTest, PassesOptionErrorsThrough) {
