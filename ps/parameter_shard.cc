@@ -1,6 +1,7 @@
 #include "ps/parameter_shard.h"
 
 #include <atomic>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -146,6 +147,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
           "init: this parameter server already holds a different model "
           "(variable names or shapes differ); restart it to train another");
     }
+    ready_ = true;
     return false;
   }
   ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
@@ -159,12 +161,14 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                  {reinterpret_cast<char*>(values + begin), (end - begin) * sizeof(float)});
   });
   sum_.Resize({total});
+  clocks_.assign(config_.num_replicas(), 0);
   if (config_.moving_average_decay() > 0) {
     average_ = pool_->New(total);
     std::memcpy(average_->values.data(), values, total * sizeof(float));
   }
   version_ = 0;
   initialized_ = true;
+  ready_ = true;
   changed_.SignalAll();
   return true;
 }
@@ -288,6 +292,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       });
       ++version_;
       ++pushes_applied_;
+      ++clocks_[replica];
       response.set_accepted(true);
     } else if (header.version() < version_) {
       ++stale_dropped_;
@@ -354,8 +359,8 @@ void ParameterShard::TakeReadyWaiters(
     std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out) {
   std::vector<Waiter> still_waiting;
   for (Waiter& w : waiters_) {
-    if (training_done_ || version_ >= w.min_version) {
-      out->emplace_back(std::move(w.done), MakeReplyLocked(w.moving_average));
+    if (ReadyLocked(w.options)) {
+      out->emplace_back(std::move(w.done), MakeReplyLocked(w.options.moving_average));
     } else {
       still_waiting.push_back(std::move(w));
     }
@@ -363,18 +368,31 @@ void ParameterShard::TakeReadyWaiters(
   waiters_.swap(still_waiting);
 }
 
-void ParameterShard::Pull(int64_t min_version, absl::Time deadline,
-                          bool moving_average, PullCallback done) {
+int64_t ParameterShard::MinClockLocked() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    if (finished_replicas_.count(r) == 0) min_clock = std::min(min_clock, clocks_[r]);
+  }
+  return min_clock;
+}
+
+bool ParameterShard::ReadyLocked(const PullOptions& options) const {
+  if (training_done_) return true;
+  return version_ >= options.min_version &&
+         (options.min_clock <= 0 || MinClockLocked() >= options.min_clock);
+}
+
+void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   absl::StatusOr<PullReply> reply;
   {
     absl::MutexLock lock(&mu_);
     if (!initialized_) {
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
-    } else if (training_done_ || version_ >= min_version) {
-      reply = MakeReplyLocked(moving_average);
+    } else if (ReadyLocked(options)) {
+      reply = MakeReplyLocked(options.moving_average);
     } else {
-      waiters_.push_back({min_version, deadline, moving_average, std::move(done)});
+      waiters_.push_back({options, std::move(done)});
       changed_.SignalAll();  // The deadline thread may need to wake earlier.
       return;
     }
@@ -386,23 +404,28 @@ void ParameterShard::DeadlineLoop() {
   mu_.Lock();
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
-    for (const Waiter& w : waiters_) next = std::min(next, w.deadline);
+    for (const Waiter& w : waiters_) next = std::min(next, w.options.deadline);
     changed_.WaitWithDeadline(&mu_, next);
     const absl::Time now = absl::Now();
     std::vector<Waiter> expired;
     std::vector<Waiter> still_waiting;
     for (Waiter& w : waiters_) {
-      (w.deadline <= now ? expired : still_waiting).push_back(std::move(w));
+      (w.options.deadline <= now ? expired : still_waiting).push_back(std::move(w));
     }
     waiters_.swap(still_waiting);
     if (expired.empty()) continue;
-    const std::string state = absl::StrCat(
-        "shard at version ", version_, " with gradients from ", pushed_.size(),
-        " of ", config_.replicas_to_aggregate(), " replicas");
+    const std::string state =
+        config_.mode() == proto::SYNC
+            ? absl::StrCat("shard at version ", version_, " with gradients from ",
+                           pushed_.size(), " of ", config_.replicas_to_aggregate(),
+                           " replicas")
+            : absl::StrCat("shard at version ", version_,
+                           ", slowest replica at step ", MinClockLocked());
     mu_.Unlock();
     for (Waiter& w : expired) {
       w.done(absl::DeadlineExceededError(absl::StrCat(
-          "pull: version ", w.min_version, " not reached in time (", state,
+          "pull: version ", w.options.min_version, " (replicas at step ",
+          w.options.min_clock, ") not reached in time (", state,
           "; is a worker down?)")));
     }
     mu_.Lock();
@@ -414,6 +437,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   absl::MutexLock lock(&mu_);
   proto::StatusResponse status;
   status.set_initialized(initialized_);
+  status.set_ready(ready_);
   status.set_version(version_);
   *status.mutable_config() = config_;
   for (const proto::VariableMeta& meta : variables_) {
@@ -435,7 +459,6 @@ proto::StatusResponse ParameterShard::GetStatus() const {
 
 void ParameterShard::Shutdown(int replica) {
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
-  std::vector<Waiter> uninitialized_waiters;
   {
     absl::MutexLock lock(&mu_);
     finished_replicas_.insert(replica);
@@ -444,8 +467,10 @@ void ParameterShard::Shutdown(int replica) {
                 << " ended training at version " << version_;
       training_done_ = true;
       training_done_time_ = absl::Now();
-      if (initialized_) TakeReadyWaiters(&ready);
     }
+    // Training may be over, and a finished replica no longer holds back
+    // pulls waiting on the slowest replica's step.
+    if (initialized_) TakeReadyWaiters(&ready);
     changed_.SignalAll();
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
@@ -546,10 +571,12 @@ absl::Status ParameterShard::LoadLocked(ShardState state) {
     std::memcpy(average_->values.data(), from.data(), from.num_bytes());
   }
   sum_.Resize({total});
+  clocks_.assign(config_.num_replicas(), 0);
   pushed_.clear();
   version_ = state.version;
   restored_step_ = state.step;
   initialized_ = true;
+  ready_ = false;  // Until the chief confirms this is the state to train on.
   changed_.SignalAll();
   return absl::OkStatus();
 }

@@ -14,9 +14,10 @@
 //    applied again. A push tagged > t is FailedPrecondition.
 //  - Async mode: every push is applied on arrival; the version counts the
 //    pushes applied.
-//  - Pull(min_version) is answered with the values as soon as the version is
-//    >= min_version (or training is over), or fails with DeadlineExceeded at
-//    its deadline.
+//  - Pull(min_version, min_clock) is answered with the values as soon as the
+//    version is >= min_version and every unfinished replica has pushed at
+//    least min_clock gradients (bounded staleness), or training is over; or
+//    it fails with DeadlineExceeded at its deadline.
 //
 // Memory. Gradients are consumed from the request in small blocks, straight
 // into the sum (sync) or the optimizer (async): no message-sized copy. A pull
@@ -93,7 +94,9 @@ class ParameterShard {
   ParameterShard& operator=(const ParameterShard&) = delete;
 
   // Returns true when this call initialized the shard, false when it already
-  // held the same variables. `data` holds the initial values.
+  // held the same variables. `data` holds the initial values. Either way the
+  // shard is then ready (workers wait for that, not for initialization, so
+  // that a chief can first bring restored shards to one checkpoint).
   absl::StatusOr<bool> Init(const proto::InitHeader& header, ByteSource* data);
 
   // `data` holds the gradients of every variable, in the shard's order.
@@ -102,10 +105,14 @@ class ParameterShard {
   absl::StatusOr<proto::PushResponse> Push(const proto::PushHeader& header,
                                            ByteSource* data);
 
-  // Calls `done` exactly once (see the header comment). With
-  // `moving_average`, the reply holds the moving averages of the values.
-  void Pull(int64_t min_version, absl::Time deadline, bool moving_average,
-            PullCallback done);
+  struct PullOptions {
+    int64_t min_version = 0;
+    int64_t min_clock = 0;
+    bool moving_average = false;  // Reply with the moving averages.
+    absl::Time deadline = absl::InfiniteFuture();
+  };
+  // Calls `done` exactly once (see the header comment).
+  void Pull(const PullOptions& options, PullCallback done);
   absl::Duration default_pull_timeout() const {
     return options_.default_pull_timeout;
   }
@@ -132,11 +139,13 @@ class ParameterShard {
 
  private:
   struct Waiter {
-    int64_t min_version;
-    absl::Time deadline;
-    bool moving_average;
+    PullOptions options;
     PullCallback done;
   };
+  // Whether a pull can be answered now.
+  bool ReadyLocked(const PullOptions& options) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The fewest gradients pushed by a replica that has not finished.
+  int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   class SnapshotPool;
 
   absl::Status ValidateTensors(
@@ -183,6 +192,7 @@ class ParameterShard {
 
   mutable absl::Mutex mu_;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;  // The chief confirmed the state.
   proto::TrainingConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
@@ -200,6 +210,7 @@ class ParameterShard {
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);  // Pushes per replica.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t restored_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Mutex save_mu_;  // One save at a time; taken before mu_.

@@ -55,7 +55,12 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  shard_->Pull(pull.min_version(), deadline, pull.moving_average(),
+  ParameterShard::PullOptions options;
+  options.min_version = pull.min_version();
+  options.min_clock = pull.min_clock();
+  options.moving_average = pull.moving_average();
+  options.deadline = deadline;
+  shard_->Pull(options,
                [reactor, response](absl::StatusOr<ParameterShard::PullReply> reply) {
                  if (!reply.ok()) {
                    reactor->Finish(ToGrpcStatus(reply.status()));

@@ -3,12 +3,14 @@
 # them.
 #
 #   scripts/launch.sh --cluster_spec FILE [--logdir DIR] [--ps_flags "FLAGS"]
-#                     [--all_hosts] -- WORKER_FLAGS...
+#                     [--checkpoint_dir DIR] [--all_hosts] -- WORKER_FLAGS...
 #
 # ps tasks run build/bin/psrt_ps with --ps_flags; worker and chief tasks run
 # build/bin/psrt_worker with WORKER_FLAGS. Every task gets
 # --cluster_spec=FILE --job_name=JOB --task_index=I, exactly what you would
-# type to start it by hand on its own machine. One log file per task:
+# type to start it by hand on its own machine. --checkpoint_dir DIR is short
+# for --ps_flags "--checkpoint_dir=DIR": the shards save there and restore
+# from there when started again. One log file per task:
 # DIR/JOB-I.log (DIR defaults to a new /tmp/psrt_logs.XXXXXX). The chief's
 # log is echoed here as it runs.
 #
@@ -36,6 +38,8 @@ while [ $# -gt 0 ]; do
     --logdir=*) logdir="${1#*=}"; shift ;;
     --ps_flags) ps_flags="${2:-}"; shift 2 ;;
     --ps_flags=*) ps_flags="${1#*=}"; shift ;;
+    --checkpoint_dir) ps_flags="$ps_flags --checkpoint_dir=${2:-}"; shift 2 ;;
+    --checkpoint_dir=*) ps_flags="$ps_flags --checkpoint_dir=${1#*=}"; shift ;;
     --all_hosts) all_hosts=1; shift ;;
     --) shift; worker_flags=("$@"); break ;;
     -h|--help) usage ;;

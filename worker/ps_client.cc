@@ -182,7 +182,7 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
     ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> statuses, GetStatus());
     std::vector<std::string> waiting;
     for (int k = 0; k < num_shards(); ++k) {
-      if (!statuses[k].initialized()) waiting.push_back(ShardName(k));
+      if (!statuses[k].ready()) waiting.push_back(ShardName(k));
     }
     if (waiting.empty()) {
       for (int k = 0; k < num_shards(); ++k) {
@@ -219,11 +219,13 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
 }
 
 absl::StatusOr<PsClient::PullResult> PsClient::Pull(
-    int64_t min_version, std::vector<Tensor>* params, bool moving_average) {
+    int64_t min_version, std::vector<Tensor>* params, bool moving_average,
+    int64_t min_clock) {
   CHECK_EQ(params->size(), variables_.size());
   proto::PullRequest request;
   request.set_min_version(min_version);
   request.set_moving_average(moving_average);
+  request.set_min_clock(min_clock);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());

@@ -64,15 +64,17 @@ class PsClient {
   // Chief: registers the variables and their initial values on every shard.
   absl::Status Init(const proto::TrainingConfig& config,
                     const std::vector<Tensor>& params);
-  // Waits until every shard has been initialized, checks that it holds
-  // exactly this worker's variables, and returns the chief's config.
+  // Waits until the chief has made every shard ready (initialized or
+  // restored, and confirmed), checks that it holds exactly this worker's
+  // variables, and returns the chief's config.
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
       absl::Duration timeout);
   // Fills `params` (one tensor per variable, already shaped) with values of
-  // version >= min_version from every shard; with `moving_average`, with
-  // their moving averages instead.
+  // version >= min_version from every shard, once every unfinished replica
+  // has pushed min_clock gradients (bounded staleness); with
+  // `moving_average`, with their moving averages instead.
   absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
-                                  bool moving_average = false);
+                                  bool moving_average = false, int64_t min_clock = 0);
   // Pushes one gradient per variable, tagged with the versions last pulled.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads);
   // Tells every shard this replica is done (the chief's ends training).

@@ -61,7 +61,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& initial) {
     } else {
       LOG(INFO) << "the parameter servers already hold the model; continuing";
     }
-    return absl::OkStatus();
+    return client_->Init(options_.config, initial);  // Marks them ready.
   }
   // Some shards restored another checkpoint than others (one was corrupt, or
   // only some restarted): move all to the newest step that all of them hold.
@@ -79,7 +79,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& initial) {
     if (status.ok()) {
       LOG(WARNING) << "the parameter servers held different checkpoints; all "
                       "restored checkpoint " << step;
-      return absl::OkStatus();
+      return client_->Init(options_.config, initial);  // Marks them ready.
     }
     LOG(WARNING) << "cannot restore checkpoint " << step << " everywhere: "
                  << status.message();
@@ -288,7 +288,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     ++result.local_steps;
     ++interval_steps;
     interval_loss += loss;
-    ASSIGN_OR_RETURN(pulled, client_->Pull(sync ? pulled.version + 1 : 0, &params));
+    const int64_t min_clock =
+        !sync && options_.staleness >= 0 ? result.local_steps - options_.staleness : 0;
+    ASSIGN_OR_RETURN(pulled, client_->Pull(sync ? pulled.version + 1 : 0, &params,
+                                           /*moving_average=*/false, min_clock));
     if (pushed.training_done) pulled.training_done = true;
 
     if (result.local_steps % options_.log_every_steps == 0) {

@@ -48,6 +48,10 @@ struct TrainerOptions {
   uint64_t seed = 1;  // Initial values (chief) and data order.
   absl::Duration startup_timeout = absl::Seconds(300);
 
+  // Async mode: run at most this many steps ahead of the slowest replica
+  // (0: lockstep); negative: unbounded.
+  int staleness = -1;
+
   // Applied to the gradients before the push.
   float weight_decay = 0;  // L2: loss += wd / 2 * sum(w^2) over weights (rank >= 2).
   float clip_norm = 0;     // Clip by global norm across all gradients; 0: off.

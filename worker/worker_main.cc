@@ -50,6 +50,10 @@ DEFINE_int64(train_steps, 2000, "Stop when the global step reaches this.");
 DEFINE_bool(sync_replicas, false,
             "Synchronous training (SyncReplicas): average the gradients of "
             "--replicas_to_aggregate workers per step. Otherwise asynchronous.");
+DEFINE_int32(staleness, -1,
+             "Asynchronous training with bounded staleness: a worker runs at "
+             "most this many steps ahead of the slowest (0: lockstep); "
+             "negative: unbounded.");
 DEFINE_int32(replicas_to_aggregate, 0,
              "Sync mode: gradients averaged per step; the other workers are "
              "backups. 0: all workers.");
@@ -268,6 +272,11 @@ absl::Status Run() {
   if (FLAGS_batch_size <= 0) {
     return absl::InvalidArgumentError("--batch_size must be positive");
   }
+  if (FLAGS_sync_replicas && FLAGS_staleness >= 0) {
+    return absl::InvalidArgumentError(
+        "--staleness bounds asynchronous training; drop it or --sync_replicas");
+  }
+  options.staleness = FLAGS_staleness;
   options.weight_decay = FLAGS_weight_decay;
   options.clip_norm = FLAGS_clip_norm;
   options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;

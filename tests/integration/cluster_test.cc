@@ -1,92 +1,22 @@
 // Multi-process tests: real psrt_ps and psrt_worker processes talking gRPC on
 // 127.0.0.1, started by scripts/launch.sh (or by hand, for TF_CONFIG), on the
 // real Fashion-MNIST data that scripts/setup.sh installs.
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace psrt {
 namespace {
 
-constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class ClusterTest : public testing::Test {
- protected:
-  void SetUp() override {
-    source_ = PSRT_SOURCE_DIR;
-    bin_ = PSRT_BIN_DIR;
-    if (std::ifstream(std::string(kDataDir) + "/train-images-idx3-ubyte.gz").fail()) {
-      GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    }
-    dir_ = testing::TempDir() + "psrt_" +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_);
-  }
-
-  std::string MakeSpec(int ps, int workers, const std::string& name = "cluster.json") {
-    const std::string path = dir_ + "/" + name;
-    CommandResult r = RunCommand(absl::StrCat(
-        "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/make_cluster_spec.sh --ps ", ps,
-        " --workers ", workers, " --out ", path));
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return path;
-  }
-
-  CommandResult Launch(const std::string& spec, const std::string& logdir,
-                       const std::string& worker_flags) {
-    return RunCommand(absl::StrCat("PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
-                                   "/scripts/launch.sh --cluster_spec ", spec,
-                                   " --logdir ", logdir, " -- ", worker_flags));
-  }
-
-  // Parses the chief's "final: global_step=N test_accuracy=A" line.
-  static bool ParseFinal(const std::string& log, long* step, double* accuracy) {
-    std::smatch m;
-    static const std::regex kFinal(R"(final: global_step=(\d+) test_accuracy=([0-9.]+))");
-    if (!std::regex_search(log, m, kFinal)) return false;
-    *step = std::stol(m[1]);
-    *accuracy = std::stod(m[2]);
-    return true;
-  }
-
-  std::string source_, bin_, dir_;
-};
+using ClusterTest = ClusterFixture;
 
 TEST_F(ClusterTest, SyncTrainingWithTwoPsAndTwoWorkers) {
   const std::string spec = MakeSpec(2, 2);
@@ -183,6 +113,26 @@ TEST_F(ClusterTest, SyncTwoWorkersEqualOneWorkerOnTheCombinedBatch) {
   EXPECT_GT(moved, 1e-3);
 }
 
+TEST_F(ClusterTest, BoundedStalenessKeepsWorkersWithinOneStep) {
+  // Asynchronous with staleness 0: every worker waits for the others after
+  // each step, so their step counts end at most one apart.
+  const std::string spec = MakeSpec(1, 2);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           "--staleness=0 --train_steps=200 --learning_rate=0.05 "
+                           "--log_every_steps=50");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  static const std::regex kSteps(R"(finished: (\d+) local steps)");
+  long steps[2];
+  for (int w = 0; w < 2; ++w) {
+    const std::string log = ReadFile(absl::StrCat(dir_, "/logs/worker-", w, ".log"));
+    ASSERT_TRUE(std::regex_search(log, m, kSteps)) << log;
+    steps[w] = std::stol(m[1]);
+  }
+  EXPECT_GE(steps[0] + steps[1], 200);
+  EXPECT_LE(std::abs(steps[0] - steps[1]), 1) << steps[0] << " vs " << steps[1];
+}
+
 TEST_F(ClusterTest, MalformedSpecIsRefusedBeforeAnythingStarts) {
   const std::string spec = dir_ + "/bad.json";
   std::ofstream(spec) << R"({"ps": ["127.0.0.1:99999"], "worker": ["127.0.0.1:2223"]})";
@@ -216,8 +166,13 @@ TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
                         type, "\", \"index\": 0}}' ");
   };
   const std::string ps = absl::StrCat(tf_config("ps"), bin_, "/psrt_ps > ", dir_,
-                                      "/ps.log 2>&1 &");
+                                      "/ps.log 2>&1 & echo $! > ", dir_, "/ps.pid");
   RunCommand(ps);
+  // Never leave the ps running, whatever happens below.
+  struct StopPs {
+    std::string pid_file;
+    ~StopPs() { RunCommand("kill $(cat " + pid_file + ") 2>/dev/null"); }
+  } stop_ps{dir_ + "/ps.pid"};
   CommandResult worker = RunCommand(absl::StrCat(
       tf_config("worker"), "timeout 120 ", bin_,
       "/psrt_worker --sync_replicas --train_steps=50 --log_every_steps=25"));

@@ -63,7 +63,10 @@ absl::StatusOr<std::pair<int64_t, std::vector<float>>> PullNow(
     absl::Duration timeout = absl::Seconds(5)) {
   absl::Notification done;
   absl::StatusOr<ParameterShard::PullReply> result;
-  shard->Pull(min_version, absl::Now() + timeout, /*moving_average=*/false,
+  ParameterShard::PullOptions options;
+  options.min_version = min_version;
+  options.deadline = absl::Now() + timeout;
+  shard->Pull(options,
               [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                 result = std::move(reply);
                 done.Notify();
@@ -132,7 +135,7 @@ TEST(ParameterShardTest, PullWaitsForTheNextVersion) {
   std::atomic<bool> answered{false};
   absl::Notification done;
   int64_t got_version = -1;
-  shard.Pull(1, absl::Now() + absl::Seconds(10), false,
+  shard.Pull({.min_version = 1, .moving_average = false, .deadline = absl::Now() + absl::Seconds(10)},
              [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                ASSERT_TRUE(reply.ok());
                got_version = reply->header.version();
@@ -166,7 +169,7 @@ TEST(ParameterShardTest, ShutdownByTheChiefReleasesWaitingPulls) {
   InitShard(&shard, Config(proto::SYNC, 2, 2));
   absl::Notification done;
   bool training_done = false;
-  shard.Pull(1, absl::Now() + absl::Seconds(10), false,
+  shard.Pull({.min_version = 1, .moving_average = false, .deadline = absl::Now() + absl::Seconds(10)},
              [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                training_done = reply.ok() && reply->header.training_done();
                done.Notify();
@@ -290,7 +293,7 @@ TEST(ParameterShardTest, APulledSnapshotNeverChanges) {
   ParameterShard shard({});
   InitShard(&shard, Config(proto::ASYNC, 1, 1), {1, 2, 3, 4});
   absl::StatusOr<ParameterShard::PullReply> held;
-  shard.Pull(0, absl::Now() + absl::Seconds(5), false,
+  shard.Pull({.min_version = 0, .moving_average = false, .deadline = absl::Now() + absl::Seconds(5)},
              [&](absl::StatusOr<ParameterShard::PullReply> reply) { held = std::move(reply); });
   ASSERT_TRUE(held.ok());
   // The update finds the buffer shared with `held` and must copy first.
@@ -327,7 +330,7 @@ TEST(ParameterShardTest, LargeGradientsAreReadInBlocks) {
     }
     absl::Notification done;
     std::vector<float> values;
-    shard.Pull(0, absl::Now() + absl::Seconds(5), false,
+    shard.Pull({.min_version = 0, .moving_average = false, .deadline = absl::Now() + absl::Seconds(5)},
                [&](absl::StatusOr<ParameterShard::PullReply> reply) {
                  const Tensor& t = reply->snapshot->values;
                  values.assign(t.data(), t.data() + t.num_elements());
@@ -357,7 +360,7 @@ TEST(ParameterShardTest, KeepsMovingAveragesAsTensorFlowsEma) {
     average -= (1 - decay) * (average - t);
   }
   absl::StatusOr<ParameterShard::PullReply> reply;
-  shard.Pull(0, absl::Now() + absl::Seconds(5), /*moving_average=*/true,
+  shard.Pull({.min_version = 0, .moving_average = true, .deadline = absl::Now() + absl::Seconds(5)},
              [&](absl::StatusOr<ParameterShard::PullReply> r) { reply = std::move(r); });
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_NEAR(reply->snapshot->values.data()[2], average, 1e-6);
@@ -365,9 +368,51 @@ TEST(ParameterShardTest, KeepsMovingAveragesAsTensorFlowsEma) {
 
   ParameterShard plain({});
   InitShard(&plain, Config(proto::ASYNC, 1, 1));
-  plain.Pull(0, absl::Now() + absl::Seconds(5), true,
+  plain.Pull({.min_version = 0, .moving_average = true, .deadline = absl::Now() + absl::Seconds(5)},
              [&](absl::StatusOr<ParameterShard::PullReply> r) { reply = std::move(r); });
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ParameterShardTest, BoundedStalenessHoldsAFastWorkerBack) {
+  // Async, 2 replicas, staleness 1: replica 0 has pushed 2 gradients, so it
+  // may start its third step only once replica 1 has pushed 2 - 1 = 1.
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, 2, 1));
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushFrom(&shard, 0, 1, {1, 1, 1, 1}).ok());
+  absl::Notification done;
+  shard.Pull({.min_clock = 1, .deadline = absl::Now() + absl::Seconds(10)},
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+               EXPECT_TRUE(reply.ok());
+               done.Notify();
+             });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  ASSERT_TRUE(PushFrom(&shard, 1, 2, {1, 1, 1, 1}).ok());
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+
+  // A replica that has finished does not hold the others back.
+  absl::Notification done2;
+  shard.Pull({.min_clock = 2, .deadline = absl::Now() + absl::Seconds(10)},
+             [&](absl::StatusOr<ParameterShard::PullReply>) { done2.Notify(); });
+  EXPECT_FALSE(done2.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  shard.Shutdown(1);
+  EXPECT_TRUE(done2.WaitForNotificationWithTimeout(absl::Seconds(5)));
+
+  // A stalled replica makes the pull fail at its deadline, naming the step.
+  auto stalled = [&] {
+    absl::StatusOr<ParameterShard::PullReply> result;
+    absl::Notification n;
+    shard.Pull({.min_clock = 5, .deadline = absl::Now() + absl::Milliseconds(100)},
+               [&](absl::StatusOr<ParameterShard::PullReply> r) {
+                 result = std::move(r);
+                 n.Notify();
+               });
+    n.WaitForNotification();
+    return result.status();
+  }();
+  EXPECT_EQ(stalled.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(stalled.message().find("slowest replica at step 2"), absl::string_view::npos)
+      << stalled;
 }
 
 }  // namespace

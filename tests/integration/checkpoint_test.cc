@@ -1,0 +1,106 @@
+// Checkpoints end to end, with real clusters on 127.0.0.1: kill a running
+// cluster, launch it again with the same flags, and check that training
+// resumes at the saved step and ends exactly where an uninterrupted run
+// ends; corrupt the newest checkpoint and check the fallback.
+#include <sys/stat.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace psrt {
+namespace {
+
+// Sync, fixed data order, momentum (so optimizer slots must be restored too).
+constexpr char kFlags[] =
+    "--sync_replicas --noshuffle --optimizer=momentum --learning_rate=0.01 "
+    "--hidden_units=64 --partition_threshold_bytes=100000 --batch_size=50 "
+    "--save_checkpoint_steps=20 --log_every_steps=20";
+
+class CheckpointTest : public ClusterFixture {
+ protected:
+  // An uninterrupted run of `steps`; returns its final parameters' path.
+  std::string Reference(const std::string& spec, int steps) {
+    const std::string out = dir_ + "/reference.safetensors";
+    CommandResult r = Launch(spec, dir_ + "/reference",
+                             absl::StrCat(kFlags, " --train_steps=", steps,
+                                          " --final_params_out=", out));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }
+};
+
+TEST_F(CheckpointTest, KilledClusterResumesAndMatchesAnUninterruptedRun) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string index = ckpt + "/checkpoint.ps-1-of-2";
+  // A run far longer than we let it live; kill it once it has saved step 40.
+  const std::string long_run = absl::StrCat(
+      "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/launch.sh --cluster_spec ", spec,
+      " --logdir ", dir_, "/killed --checkpoint_dir ", ckpt, " -- ", kFlags,
+      " --train_steps=1000000 > ", dir_, "/killed.out 2>&1 & echo $!");
+  const std::string launcher = RunCommand(long_run).output;
+  bool saved = false;
+  for (int i = 0; i < 600 && !saved; ++i) {
+    saved = ReadFile(index).find("model.ckpt-40.") != std::string::npos;
+    if (!saved) absl::SleepFor(absl::Milliseconds(100));
+  }
+  // kill -9 every task (not the launcher first: no clean shutdown at all).
+  RunCommand("pkill -9 -f 'cluster_spec=" + spec + "'");
+  RunCommand("kill " + launcher + " 2>/dev/null; sleep 0.5");
+  ASSERT_TRUE(saved) << ReadFile(dir_ + "/killed.out");
+
+  const std::string resumed = dir_ + "/resumed.safetensors";
+  CommandResult r = Launch(spec, dir_ + "/resumed",
+                           absl::StrCat(kFlags, " --train_steps=100 --final_params_out=", resumed),
+                           "--checkpoint_dir " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string chief = ReadFile(dir_ + "/resumed/worker-0.log");
+  EXPECT_NE(chief.find("every parameter server restored checkpoint"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("resuming at global step"), std::string::npos) << chief;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief, &step, &accuracy));
+  EXPECT_EQ(step, 100);
+
+  const std::string reference = Reference(MakeSpec(2, 2, "reference.json"), 100);
+  const double diff = MaxAbsDiff(resumed, reference);
+  EXPECT_GE(diff, 0);
+  EXPECT_LE(diff, 1e-5);
+}
+
+TEST_F(CheckpointTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  CommandResult first = Launch(spec, dir_ + "/first", absl::StrCat(kFlags, " --train_steps=40"),
+                               "--checkpoint_dir " + ckpt);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Flip one byte in the middle of shard 0's newest file (step 40).
+  const std::string newest = ckpt + "/model.ckpt-40.ps-0-of-2.safetensors";
+  struct stat st;
+  ASSERT_EQ(stat(newest.c_str(), &st), 0);
+  RunCommand(absl::StrCat("printf '\\xff' | dd of=", newest, " bs=1 seek=", st.st_size / 2,
+                          " conv=notrunc 2>/dev/null"));
+
+  const std::string resumed = dir_ + "/resumed.safetensors";
+  CommandResult r = Launch(spec, dir_ + "/resumed",
+                           absl::StrCat(kFlags, " --train_steps=60 --final_params_out=", resumed),
+                           "--checkpoint_dir " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ps0 = ReadFile(dir_ + "/resumed/ps-0.log");
+  EXPECT_NE(ps0.find("skipping checkpoint 40"), std::string::npos) << ps0;
+  EXPECT_NE(ps0.find("corrupt"), std::string::npos) << ps0;
+  const std::string chief = ReadFile(dir_ + "/resumed/worker-0.log");
+  EXPECT_NE(chief.find("all restored checkpoint 20"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("resuming at global step 20"), std::string::npos) << chief;
+
+  const double diff = MaxAbsDiff(resumed, Reference(MakeSpec(2, 2, "reference.json"), 60));
+  EXPECT_GE(diff, 0);
+  EXPECT_LE(diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace psrt

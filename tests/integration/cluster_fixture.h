@@ -1,0 +1,117 @@
+// Shared by the multi-process tests: run commands, generate cluster specs,
+// launch clusters with scripts/launch.sh, read their logs and results.
+#ifndef PSRT_TESTS_INTEGRATION_CLUSTER_FIXTURE_H_
+#define PSRT_TESTS_INTEGRATION_CLUSTER_FIXTURE_H_
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+
+inline constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr.
+};
+
+inline CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Largest |a - b| over every tensor of two safetensors files with the same
+// tensors; -1 (and a test failure) when they cannot be compared.
+inline double MaxAbsDiff(const std::string& path_a, const std::string& path_b) {
+  auto a = ReadSafetensors(path_a);
+  auto b = ReadSafetensors(path_b);
+  EXPECT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(b.ok()) << b.status();
+  if (!a.ok() || !b.ok() || a->tensors.size() != b->tensors.size()) return -1;
+  double diff = 0;
+  for (size_t i = 0; i < a->tensors.size(); ++i) {
+    const Tensor& x = a->tensors[i].second;
+    const Tensor& y = b->tensors[i].second;
+    EXPECT_EQ(a->tensors[i].first, b->tensors[i].first);
+    if (x.shape() != y.shape()) return -1;
+    for (int64_t j = 0; j < x.num_elements(); ++j) {
+      diff = std::max(diff, double(std::fabs(x.data()[j] - y.data()[j])));
+    }
+  }
+  return diff;
+}
+
+class ClusterFixture : public testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = PSRT_SOURCE_DIR;
+    bin_ = PSRT_BIN_DIR;
+    if (std::ifstream(std::string(kDataDir) + "/train-images-idx3-ubyte.gz").fail()) {
+      GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
+    }
+    dir_ = testing::TempDir() + "psrt_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_);
+  }
+
+  std::string MakeSpec(int ps, int workers, const std::string& name = "cluster.json") {
+    const std::string path = dir_ + "/" + name;
+    CommandResult r = RunCommand(absl::StrCat(
+        "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/make_cluster_spec.sh --ps ", ps,
+        " --workers ", workers, " --out ", path));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return path;
+  }
+
+  // Runs scripts/launch.sh to completion (at most 5 minutes).
+  // `launcher_flags` go before "--" (e.g. --checkpoint_dir D).
+  CommandResult Launch(const std::string& spec, const std::string& logdir,
+                       const std::string& worker_flags,
+                       const std::string& launcher_flags = "") {
+    return RunCommand(absl::StrCat("PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
+                                   "/scripts/launch.sh --cluster_spec ", spec,
+                                   " --logdir ", logdir, " ", launcher_flags, " -- ",
+                                   worker_flags));
+  }
+
+  // Parses the chief's "final: global_step=N test_accuracy=A" line.
+  static bool ParseFinal(const std::string& log, long* step, double* accuracy) {
+    std::smatch m;
+    static const std::regex kFinal(R"(final: global_step=(\d+) test_accuracy=([0-9.]+))");
+    if (!std::regex_search(log, m, kFinal)) return false;
+    *step = std::stol(m[1]);
+    *accuracy = std::stod(m[2]);
+    return true;
+  }
+
+  std::string source_, bin_, dir_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_TESTS_INTEGRATION_CLUSTER_FIXTURE_H_
