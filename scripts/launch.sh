@@ -5,8 +5,8 @@
 #   scripts/launch.sh --cluster_spec FILE [--logdir DIR] [--ps_flags "FLAGS"]
 #                     [--checkpoint_dir DIR] [--all_hosts] -- WORKER_FLAGS...
 #
-# ps tasks run build/bin/psrt_ps with --ps_flags; worker and chief tasks run
-# build/bin/psrt_worker with WORKER_FLAGS. Every task gets
+# ps tasks run build/bin/psrt_ps with --ps_flags; worker, chief and
+# evaluator tasks run build/bin/psrt_worker with WORKER_FLAGS. Every task gets
 # --cluster_spec=FILE --job_name=JOB --task_index=I, exactly what you would
 # type to start it by hand on its own machine. --checkpoint_dir DIR is short
 # for --ps_flags "--checkpoint_dir=DIR": the shards save there and restore
@@ -89,7 +89,7 @@ while read -r job index address; do
   if [ "$job" = ps ]; then
     # shellcheck disable=SC2086  # --ps_flags is a list of flags.
     "$bin/psrt_ps" "${common[@]}" $ps_flags >"$log" 2>&1 &
-  elif [ "$job" = worker ] || [ "$job" = chief ]; then
+  elif [ "$job" = worker ] || [ "$job" = chief ] || [ "$job" = evaluator ]; then
     "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >"$log" 2>&1 &
   else
     echo "launch: skipping $job/$index: psrt has no $job binary yet" >&2

@@ -136,7 +136,8 @@ absl::Status Trainer::Save(int64_t step) {
 
 absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
                                                       std::vector<Tensor>* params) {
-  if (options_.eval_moving_average) {
+  const bool swap_in_averages = options_.eval_moving_average && options_.replica >= 0;
+  if (swap_in_averages) {
     ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params, /*moving_average=*/true));
     (void)pulled;
   }
@@ -164,7 +165,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     RETURN_IF_ERROR(events_->WriteScalar("eval/loss", step, result.loss));
     RETURN_IF_ERROR(events_->Flush());
   }
-  if (options_.eval_moving_average) {  // Back to the training values.
+  if (swap_in_averages) {  // Back to the training values.
     ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params));
     (void)pulled;
   }
@@ -200,6 +201,34 @@ void Trainer::Report(int64_t step, double loss, double examples_per_sec,
                                step, loss, examples_per_sec,
                                options_.batch_size / examples_per_sec)
             << (stale > 0 ? absl::StrCat(" [", stale, " stale]") : "");
+}
+
+absl::Status Trainer::RunEvaluator() {
+  std::vector<Tensor> params;
+  model_->Initialize(options_.seed, &params);
+  RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
+  RETURN_IF_ERROR(client_->WaitForModelReady(options_.startup_timeout).status());
+  if (!options_.logdir.empty()) {
+    ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir + "/eval"));
+  }
+  const int64_t every = options_.eval_every_steps > 0 ? options_.eval_every_steps : 1000;
+  int64_t next = 0;
+  while (true) {
+    absl::StatusOr<PsClient::PullResult> pulled =
+        client_->Pull(next, &params, options_.eval_moving_average);
+    if (!pulled.ok()) {
+      if (absl::IsUnavailable(pulled.status())) {
+        LOG(INFO) << "the parameter servers are gone: training is over";
+        break;
+      }
+      return pulled.status();
+    }
+    RETURN_IF_ERROR(Evaluate(pulled->version, &params).status());
+    if (pulled->training_done || pulled->version >= options_.train_steps) break;
+    next = (pulled->version / every + 1) * every;
+  }
+  if (events_ != nullptr) RETURN_IF_ERROR(events_->Close());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainResult> Trainer::Run() {

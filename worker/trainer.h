@@ -36,7 +36,7 @@
 namespace psrt {
 
 struct TrainerOptions {
-  int replica = 0;       // 0 is the chief.
+  int replica = 0;       // 0 is the chief; -1 the evaluator.
   int num_replicas = 1;  // Shards of the training set.
   // The chief sends this to the shards; other replicas check that their own
   // mode agrees with the chief's.
@@ -81,6 +81,13 @@ class Trainer {
   Trainer(const TrainerOptions& options, Model* model, PsClient* client,
           const Dataset* train, const Dataset* test);
   absl::StatusOr<TrainResult> Run();
+
+  // The "evaluator" task of TF_CONFIG: never trains; every eval_every_steps
+  // global steps (default 1000) it pulls the parameters (the moving averages
+  // when asked), evaluates them on the test set and writes the results as
+  // TensorBoard scalars under logdir/eval; it returns when training ends.
+  // REQUIRES: `test` is not null.
+  absl::Status RunEvaluator();
 
  private:
   struct Evaluation {

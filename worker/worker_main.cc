@@ -27,6 +27,7 @@
 #include "models/model.h"
 #include "worker/idx_dataset.h"
 #include "worker/ps_client.h"
+#include "worker/tfrecord_dataset.h"
 #include "worker/trainer.h"
 
 DEFINE_string(cluster_spec, "",
@@ -36,6 +37,11 @@ DEFINE_string(job_name, "", "\"worker\" or \"chief\". Empty: from TF_CONFIG.");
 DEFINE_int32(task_index, 0, "This task's index within its job.");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "Directory with the IDX files (train-images-idx3-ubyte[.gz], ...).");
+DEFINE_string(train_data, "",
+              "TFRecord files of tf.train.Example (image_raw, label) to train "
+              "on instead of --data_dir: a file, a comma-separated list, a "
+              "directory or a glob.");
+DEFINE_string(test_data, "", "TFRecord test set, like --train_data.");
 DEFINE_string(model, "mlp",
               "Model to train: mlp, lenet, inception_mini or inception_v3.");
 DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
@@ -238,13 +244,14 @@ absl::Status Run() {
                    psrt::ResolveClusterConfig(FLAGS_cluster_spec,
                                               tf_config ? tf_config : "",
                                               FLAGS_job_name, FLAGS_task_index));
-  if (cluster.task.job != "worker" && cluster.task.job != "chief") {
+  const bool evaluator = cluster.task.job == "evaluator";
+  if (cluster.task.job != "worker" && cluster.task.job != "chief" && !evaluator) {
     return absl::InvalidArgumentError(
-        "psrt_worker runs worker and chief tasks, but this task is " +
+        "psrt_worker runs worker, chief and evaluator tasks, but this task is " +
         cluster.task.ToString() + " (use psrt_ps for ps tasks)");
   }
   const psrt::ClusterSpec& spec = cluster.spec;
-  const int replica = spec.ReplicaIndex(cluster.task);
+  const int replica = evaluator ? -1 : spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
 
   ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
@@ -294,7 +301,12 @@ absl::Status Run() {
                                       "\" is not auto, bar or log");
   }
 
-  ASSIGN_OR_RETURN(psrt::Dataset train, psrt::LoadMnistSplit(FLAGS_data_dir, "train"));
+  psrt::Dataset train;
+  if (!evaluator) {
+    ASSIGN_OR_RETURN(train, FLAGS_train_data.empty()
+                                ? psrt::LoadMnistSplit(FLAGS_data_dir, "train")
+                                : psrt::ReadTFRecordDataset(FLAGS_train_data));
+  }
   // Examples consumed per global step: every aggregated replica's batch in
   // sync mode, one batch per update in async mode.
   const double examples_per_step =
@@ -303,10 +315,13 @@ absl::Status Run() {
                                                               : num_replicas)
                            : 1);
   ASSIGN_OR_RETURN(options.config,
-                   TrainingConfigFromFlags(num_replicas, train.size() / examples_per_step));
+                   TrainingConfigFromFlags(num_replicas,
+                                           std::max<double>(1, train.size() / examples_per_step)));
   psrt::Dataset test;
-  if (replica == 0) {
-    ASSIGN_OR_RETURN(test, psrt::LoadMnistSplit(FLAGS_data_dir, "t10k"));
+  if (replica <= 0) {  // The chief and the evaluator.
+    ASSIGN_OR_RETURN(test, FLAGS_test_data.empty()
+                               ? psrt::LoadMnistSplit(FLAGS_data_dir, "t10k")
+                               : psrt::ReadTFRecordDataset(FLAGS_test_data));
   }
 
   psrt::PsClient::Options client_options;
@@ -317,13 +332,14 @@ absl::Status Run() {
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   psrt::PsClient client(client_options, std::move(placement), model->variables());
 
-  LOG(INFO) << cluster.task.ToString() << " is replica " << replica << " of "
+  LOG(INFO) << cluster.task.ToString() << " is "
+            << (evaluator ? "the evaluator" : "replica " + std::to_string(replica)) << " of "
             << num_replicas << " (" << (FLAGS_sync_replicas ? "sync" : "async")
             << "), " << spec.num_ps() << " parameter servers, "
             << train.size() << " training examples";
   psrt::Trainer trainer(options, model.get(), &client, &train,
-                        replica == 0 ? &test : nullptr);
-  return trainer.Run().status();
+                        replica <= 0 ? &test : nullptr);
+  return evaluator ? trainer.RunEvaluator() : trainer.Run().status();
 }
 
 }  // namespace

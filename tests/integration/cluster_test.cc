@@ -5,11 +5,14 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/safetensors.h"
+#include "common/tfrecord.h"
+#include "proto/event.pb.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_fixture.h"
 
@@ -131,6 +134,56 @@ TEST_F(ClusterTest, BoundedStalenessKeepsWorkersWithinOneStep) {
   }
   EXPECT_GE(steps[0] + steps[1], 200);
   EXPECT_LE(std::abs(steps[0] - steps[1]), 1) << steps[0] << " vs " << steps[1];
+}
+
+TEST_F(ClusterTest, EvaluatorTaskAndTfRecordInputAndTensorBoardEvents) {
+  // TFRecords made by the converter (the 10000 test images, for speed).
+  CommandResult convert = RunCommand(absl::StrCat(
+      "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/idx_to_tfrecord.sh --out_dir ", dir_,
+      "/tfr"));
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  const std::string data = dir_ + "/tfr/test.tfrecords";
+  // A TF_CONFIG-shaped spec with an evaluator task.
+  std::string spec = ReadFile(MakeSpec(1, 3));
+  spec = std::regex_replace(spec, std::regex(R"(("worker": \[[^,]*, [^,]*), ([^\]]*)\])"),
+                            "$1], \"evaluator\": [$2]");
+  std::ofstream(dir_ + "/eval.json") << spec;
+  CommandResult r = Launch(dir_ + "/eval.json", dir_ + "/logs",
+                           absl::StrCat("--sync_replicas --train_steps=300 --eval_every_steps=100 "
+                                        "--learning_rate=0.1 --moving_average_decay=0.99 "
+                                        "--eval_moving_average --train_data=", data,
+                                        " --test_data=", data, " --logdir=", dir_, "/tb"));
+  ASSERT_EQ(r.exit_code, 0) << spec << r.output;
+  const std::string evaluator = ReadFile(dir_ + "/logs/evaluator-0.log");
+  EXPECT_NE(evaluator.find("eval: step 300, test_accuracy"), std::string::npos) << evaluator;
+  EXPECT_NE(evaluator.find("(moving averages)"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/logs/worker-0.log").find("10000 training examples"),
+            std::string::npos);
+
+  // The chief's and the evaluator's event files hold the scalars.
+  for (const std::string sub : {"/tb", "/tb/eval"}) {
+    CommandResult files = RunCommand("ls " + dir_ + sub + "/events.out.tfevents.*");
+    ASSERT_EQ(files.exit_code, 0) << files.output;
+    auto reader = TFRecordReader::Open(files.output.substr(0, files.output.find('\n')));
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::set<std::string> tags;
+    std::string record;
+    while (true) {
+      auto more = (*reader)->ReadRecord(&record);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      tf::Event event;
+      ASSERT_TRUE(event.ParseFromString(record));
+      for (const auto& value : event.summary().value()) tags.insert(value.tag());
+    }
+    EXPECT_EQ(tags.count("eval/accuracy"), 1u) << sub;
+    if (sub == "/tb") {
+      for (const char* tag : {"loss", "learning_rate", "examples_per_sec",
+                              "stale_gradients_dropped"}) {
+        EXPECT_EQ(tags.count(tag), 1u) << tag;
+      }
+    }
+  }
 }
 
 TEST_F(ClusterTest, MalformedSpecIsRefusedBeforeAnythingStarts) {
