@@ -25,10 +25,11 @@ std::string FormatDuration(double secs) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainerOptions& options, Model* model, PsClient* client,
+Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
                  const Dataset* train, const Dataset* test)
     : options_(options),
-      model_(model),
+      towers_(towers),
+      model_(towers->tower(0)),
       client_(client),
       train_(train),
       test_(test) {}
@@ -305,7 +306,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       last_eval_step = pulled.version;
     }
     batches.NextBatch(options_.batch_size, &images, &labels);
-    float loss = model_->ComputeGradients(params, images, labels, &grads);
+    float loss = towers_->ComputeGradients(params, images, labels, &grads);
     loss += Regularize(params, &grads);
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat(

@@ -32,6 +32,7 @@
 #include "proto/psrt.pb.h"
 #include "worker/idx_dataset.h"
 #include "worker/ps_client.h"
+#include "worker/towers.h"
 
 namespace psrt {
 
@@ -77,8 +78,9 @@ struct TrainResult {
 class Trainer {
  public:
   // REQUIRES: all pointers outlive the trainer; `test` may be null for
-  // replicas other than the chief.
-  Trainer(const TrainerOptions& options, Model* model, PsClient* client,
+  // replicas other than the chief. Gradients come from the towers (one or
+  // more); tower 0 also initializes and evaluates.
+  Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
           const Dataset* train, const Dataset* test);
   absl::StatusOr<TrainResult> Run();
 
@@ -104,7 +106,8 @@ class Trainer {
   void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
 
   const TrainerOptions options_;
-  Model* const model_;
+  Towers* const towers_;
+  Model* const model_;  // Tower 0.
   PsClient* const client_;
   const Dataset* const train_;
   const Dataset* const test_;

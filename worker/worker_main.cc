@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <thread>
 #include <type_traits>
 #include <memory>
 #include <string>
@@ -52,6 +53,10 @@ DEFINE_bool(describe_model, false,
             "\"params=N\", and exit (needs no cluster).");
 DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
+DEFINE_int32(num_gpus, 1,
+             "Towers per worker (in-graph replication): each batch is split "
+             "over this many device contexts and their gradients are averaged "
+             "before one push. Towers run on CPU contexts in this build.");
 DEFINE_int64(train_steps, 2000, "Stop when the global step reaches this.");
 DEFINE_bool(sync_replicas, false,
             "Synchronous training (SyncReplicas): average the gradients of "
@@ -255,8 +260,21 @@ absl::Status Run() {
   const int num_replicas = spec.num_replicas();
 
   ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> model,
-                   psrt::NewModel(FLAGS_model, model_options));
+  if (FLAGS_num_gpus < 1 || FLAGS_num_gpus > FLAGS_batch_size) {
+    return absl::InvalidArgumentError("--num_gpus must be in 1..--batch_size");
+  }
+  std::vector<std::unique_ptr<psrt::Model>> tower_models;
+  if (FLAGS_num_gpus > 1 && model_options.intra_op_threads == 0) {
+    model_options.intra_op_threads =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / FLAGS_num_gpus);
+  }
+  for (int i = 0; i < FLAGS_num_gpus; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> tower,
+                     psrt::NewModel(FLAGS_model, model_options));
+    tower_models.push_back(std::move(tower));
+  }
+  psrt::Towers towers(std::move(tower_models));
+  psrt::Model* model = towers.tower(0);
 
   psrt::PlacementOptions placement_options;
   ASSIGN_OR_RETURN(placement_options.strategy,
@@ -337,7 +355,7 @@ absl::Status Run() {
             << num_replicas << " (" << (FLAGS_sync_replicas ? "sync" : "async")
             << "), " << spec.num_ps() << " parameter servers, "
             << train.size() << " training examples";
-  psrt::Trainer trainer(options, model.get(), &client, &train,
+  psrt::Trainer trainer(options, &towers, &client, &train,
                         replica <= 0 ? &test : nullptr);
   return evaluator ? trainer.RunEvaluator() : trainer.Run().status();
 }

@@ -1,0 +1,59 @@
+#include "worker/towers.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "glog/logging.h"
+
+namespace psrt {
+
+Towers::Towers(std::vector<std::unique_ptr<Model>> towers)
+    : towers_(std::move(towers)), slices_(towers_.size()), tower_grads_(towers_.size()) {
+  CHECK(!towers_.empty());
+}
+
+float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
+                               absl::Span<const int32_t> labels,
+                               std::vector<Tensor>* grads) {
+  const int n = size();
+  const int64_t batch = images.dim(0);
+  const int64_t pixels = images.dim(1);
+  CHECK_GE(batch, n) << "a batch of " << batch << " cannot feed " << n << " towers";
+  if (n == 1) return towers_[0]->ComputeGradients(params, images, labels, grads);
+
+  std::vector<int64_t> begin(n + 1, 0);
+  for (int i = 0; i < n; ++i) begin[i + 1] = begin[i] + batch / n + (i < batch % n ? 1 : 0);
+  std::vector<float> losses(n);
+  auto run = [&](int i) {
+    const int64_t rows = begin[i + 1] - begin[i];
+    slices_[i].Resize({rows, pixels});
+    std::copy_n(images.data() + begin[i] * pixels, rows * pixels, slices_[i].data());
+    losses[i] = towers_[i]->ComputeGradients(params, slices_[i],
+                                             labels.subspan(begin[i], rows), &tower_grads_[i]);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back(run, i);
+  run(0);
+  for (auto& t : threads) t.join();
+
+  // Each tower's gradient is the mean over its slice: weight by slice size.
+  grads->resize(params.size());
+  float loss = 0;
+  for (int i = 0; i < n; ++i) {
+    const float weight = static_cast<float>(begin[i + 1] - begin[i]) / batch;
+    loss += weight * losses[i];
+    for (size_t v = 0; v < params.size(); ++v) {
+      Tensor& out = (*grads)[v];
+      const Tensor& g = tower_grads_[i][v];
+      if (i == 0) out.Resize(g.shape());
+      float* o = out.data();
+      const float* x = g.data();
+      for (int64_t j = 0; j < g.num_elements(); ++j) {
+        o[j] = (i == 0 ? 0.0f : o[j]) + weight * x[j];
+      }
+    }
+  }
+  return loss;
+}
+
+}  // namespace psrt
