@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -20,6 +22,17 @@ namespace psrt {
 namespace {
 
 constexpr char kChecksumKey[] = "psrt_crc32";
+constexpr size_t kChecksumDigits = 10;
+
+// Where the checksum's digits start in a header, or npos.
+size_t ChecksumDigitsAt(const std::string& header) {
+  const std::string key = absl::StrCat("\"", kChecksumKey, "\":\"");
+  const size_t at = header.find(key);
+  if (at == std::string::npos || at + key.size() + kChecksumDigits > header.size()) {
+    return std::string::npos;
+  }
+  return at + key.size();
+}
 
 // zlib's crc32 takes lengths as uInt: feed it in pieces.
 uLong Crc32(uLong crc, const char* data, size_t n) {
@@ -71,17 +84,17 @@ absl::Status WriteSafetensors(const std::string& path,
                               std::map<std::string, std::string> metadata) {
   std::vector<std::string> entries;
   size_t offset = 0;
-  uLong crc = crc32(0, nullptr, 0);
   for (const NamedTensor& t : tensors) {
     const size_t bytes = NumElements(t.shape) * sizeof(float);
-    crc = Crc32(crc, reinterpret_cast<const char*>(t.data), bytes);
     entries.push_back(absl::StrCat(
         JsonQuote(t.name), ":{\"dtype\":\"F32\",\"shape\":[",
         absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset, ",",
         offset + bytes, "]}"));
     offset += bytes;
   }
-  metadata[kChecksumKey] = absl::StrCat(crc);
+  // The checksum covers the header too: it is computed with its own ten
+  // digits zeroed, then written into them.
+  metadata[kChecksumKey] = std::string(kChecksumDigits, '0');
   {
     std::vector<std::string> items;
     for (const auto& [k, v] : metadata) {
@@ -92,6 +105,13 @@ absl::Status WriteSafetensors(const std::string& path,
   }
   std::string header = absl::StrCat("{", absl::StrJoin(entries, ","), "}");
   header.resize((header.size() + 7) / 8 * 8, ' ');
+  const size_t digits = ChecksumDigitsAt(header);
+  uLong crc = Crc32(crc32(0, nullptr, 0), header.data(), header.size());
+  for (const NamedTensor& t : tensors) {
+    crc = Crc32(crc, reinterpret_cast<const char*>(t.data),
+                NumElements(t.shape) * sizeof(float));
+  }
+  header.replace(digits, kChecksumDigits, absl::StrFormat("%010u", crc));
   char length[8];
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
@@ -117,6 +137,7 @@ absl::Status WriteSafetensors(const std::string& path,
     status = absl::InternalError(
         absl::StrCat("rename ", tmp, " to ", path, ": ", std::strerror(errno)));
   }
+  if (status.ok()) status = SyncParentDirectory(path);
   if (!status.ok()) ::unlink(tmp.c_str());
   return status;
 }
@@ -205,8 +226,13 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   }
   if (expect != data_size) return bad("trailing bytes after the last tensor");
   if (auto it = file.metadata.find(kChecksumKey); it != file.metadata.end()) {
-    const uLong crc = Crc32(crc32(0, nullptr, 0), bytes.data() + data_start, data_size);
-    if (it->second != absl::StrCat(crc)) {
+    std::string header_text = bytes.substr(8, n);
+    const size_t digits = ChecksumDigitsAt(header_text);
+    if (digits == std::string::npos) return bad("malformed checksum");
+    header_text.replace(digits, kChecksumDigits, std::string(kChecksumDigits, '0'));
+    uLong crc = Crc32(crc32(0, nullptr, 0), header_text.data(), header_text.size());
+    crc = Crc32(crc, bytes.data() + data_start, data_size);
+    if (it->second != absl::StrFormat("%010u", crc)) {
       return absl::DataLossError(absl::StrCat(
           "safetensors file ", path, ": checksum mismatch (stored ", it->second,
           ", computed ", crc, "): the file is corrupt"));

@@ -9,9 +9,10 @@
 // "name" occupies [8 + N + b, 8 + N + e). Offsets are contiguous and
 // non-overlapping; psrt writes the tensors in the order given.
 //
-// Integrity: psrt adds "psrt_crc32" (zlib's CRC-32 of all tensor bytes, in
-// decimal) to __metadata__, and the reader checks it when present, so a
-// corrupt file is refused rather than loaded. Files from other writers have
+// Integrity: psrt adds "psrt_crc32" to __metadata__: zlib's CRC-32 of the
+// whole file after the length, header included (computed with these ten
+// decimal digits set to '0'). The reader checks it when present, so a
+// corrupt file, header or data, is refused rather than loaded. Files from other writers have
 // no checksum and are read as they are.
 #ifndef PSRT_COMMON_SAFETENSORS_H_
 #define PSRT_COMMON_SAFETENSORS_H_

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -46,18 +48,9 @@ bool StepOfFile(const ShardCheckpointId& id, absl::string_view name, int64_t* st
 }
 
 absl::Status WriteIndex(const ShardCheckpointId& id, const std::vector<int64_t>& steps) {
-  const std::string path = IndexPath(id);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (int64_t step : steps) out << FileName(id, step) << "\n";
-    out.flush();
-    if (!out.good()) return absl::InternalError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  std::string text;
+  for (int64_t step : steps) absl::StrAppend(&text, FileName(id, step), "\n");
+  return WriteFileAtomically(IndexPath(id), text);
 }
 
 }  // namespace
@@ -66,9 +59,16 @@ std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
   std::ifstream in(IndexPath(id));
   std::vector<int64_t> steps;
   std::string line;
+  int64_t step = 0;
   while (std::getline(in, line)) {
-    int64_t step = 0;
     if (StepOfFile(id, line, &step)) steps.push_back(step);
+  }
+  // Every file under its final name is complete (written, synced, renamed),
+  // so files the index misses (a crash between the rename and the index
+  // update, a lost index) are listed too.
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(id.dir, error)) {
+    if (StepOfFile(id, entry.path().filename().string(), &step)) steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());

@@ -70,7 +70,8 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
                                                  const ShardStateView& state,
                                                  int keep);
 
-// The steps the index lists, newest first (empty when there is none).
+// The steps the index lists, and those of shard files the index misses,
+// newest first (empty when there is none).
 std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id);
 
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a

@@ -73,5 +73,21 @@ TEST(SafetensorsTest, ReadsEmptyTensorsAtAnyPosition) {
   }
 }
 
+TEST(SafetensorsTest, RefusesAChangedHeader) {
+  Tensor a({4});
+  const std::string path = testing::TempDir() + "/header.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", &a}}, {{"step", "1234"}}).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find("1234");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = '9';  // Still valid JSON, a different step.
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_EQ(ReadSafetensors(path).status().code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace psrt
