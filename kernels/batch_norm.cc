@@ -34,7 +34,8 @@ void ColumnSums(const CpuContext& ctx, int64_t rows, int64_t cols, const F& f,
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = c0; c < c1; ++c) acc[c - c0] += f(r, c);
       }
-      for (int64_t c = c0; c < c1; ++c) out[c] = static_cast<float>(acc[c - c0]);
+      for (int64_t c = c0; c < c1; ++c)
+        out[c] = static_cast<float>(acc[c - c0]);
     }
   });
 }
@@ -69,10 +70,10 @@ void BatchNormTrainingForward(const CpuContext& ctx, const BatchNormShape& s,
         return d * d;
       },
       saved_inv_std);
-  ForEachIndex(0, cols,
-               functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum,
-                                          saved_mean, saved_inv_std,
-                                          moving_mean, moving_var});
+  ForEachIndex(
+      0, cols,
+      functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, saved_mean,
+                                 saved_inv_std, moving_mean, moving_var});
   RunRowCol(ctx, s.rows, cols,
             functor::BatchNormApply{x, saved_mean, saved_inv_std, gamma, beta,
                                     cols, y});
@@ -97,10 +98,9 @@ void BatchNormTrainingBackward(const CpuContext& ctx, const BatchNormShape& s,
       dgamma);
   if (dx == nullptr) return;
   RunRowCol(ctx, s.rows, cols,
-            functor::BatchNormGrad{x, dy, saved_mean, saved_inv_std, gamma,
-                                   dgamma, dbeta,
-                                   1.0f / static_cast<float>(s.rows), cols,
-                                   dx});
+            functor::BatchNormGrad{
+                x, dy, saved_mean, saved_inv_std, gamma, dgamma, dbeta,
+                1.0f / static_cast<float>(s.rows), cols, dx});
 }
 
 void BatchNormInferenceForward(const CpuContext& ctx, const BatchNormShape& s,

@@ -108,10 +108,10 @@ void BatchNormTrainingForward(const CudaContext& ctx, const BatchNormShape& s,
       ctx, cols,
       functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, saved_mean,
                                  saved_inv_std, moving_mean, moving_var});
-  cuda::LaunchForEachRowCol(ctx, s.rows, cols,
-                            functor::BatchNormApply{x, saved_mean,
-                                                    saved_inv_std, gamma, beta,
-                                                    cols, y});
+  cuda::LaunchForEachRowCol(
+      ctx, s.rows, cols,
+      functor::BatchNormApply{x, saved_mean, saved_inv_std, gamma, beta, cols,
+                              y});
 }
 
 void BatchNormTrainingBackward(const CudaContext& ctx, const BatchNormShape& s,

@@ -18,14 +18,13 @@ constexpr int64_t kColumnBufferFloats = 1 << 19;
 constexpr int64_t kMaxThreads = 64;
 
 void CheckShape(const Conv2DShape& s) {
-  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 &&
-        s.in_channels > 0 && s.filter_height > 0 && s.filter_width > 0 &&
-        s.out_channels > 0 && s.stride_height > 0 && s.stride_width > 0)
-      << "bad Conv2DShape: batch=" << s.batch << " input=" << s.in_height
-      << "x" << s.in_width << "x" << s.in_channels
-      << " filter=" << s.filter_height << "x" << s.filter_width << "x"
-      << s.out_channels << " stride=" << s.stride_height << "x"
-      << s.stride_width;
+  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.in_channels > 0 &&
+        s.filter_height > 0 && s.filter_width > 0 && s.out_channels > 0 &&
+        s.stride_height > 0 && s.stride_width > 0)
+      << "bad Conv2DShape: batch=" << s.batch << " input=" << s.in_height << "x"
+      << s.in_width << "x" << s.in_channels << " filter=" << s.filter_height
+      << "x" << s.filter_width << "x" << s.out_channels
+      << " stride=" << s.stride_height << "x" << s.stride_width;
   CHECK(s.out_height() > 0 && s.out_width() > 0)
       << "a " << s.filter_height << "x" << s.filter_width
       << " VALID window does not fit a " << s.in_height << "x" << s.in_width
@@ -35,10 +34,10 @@ void CheckShape(const Conv2DShape& s) {
 // The work split of a convolution: which images each thread takes, and how
 // many it puts in one GEMM.
 struct Plan {
-  int64_t pixels;     // Output pixels per image.
-  int64_t patch;      // fh * fw * in: a column-matrix row.
-  int threads;        // Threads that take a share of the batch.
-  int64_t chunk;      // Images per GEMM.
+  int64_t pixels;  // Output pixels per image.
+  int64_t patch;   // fh * fw * in: a column-matrix row.
+  int threads;     // Threads that take a share of the batch.
+  int64_t chunk;   // Images per GEMM.
 };
 
 Plan MakePlan(const CpuContext& ctx, const Conv2DShape& s) {
@@ -70,15 +69,15 @@ void ZeroFloats(int64_t n, float* dst) {
   Eigen::Map<Eigen::ArrayXf>(dst, n).setZero();
 }
 void AddFloats(const float* src, int64_t n, float* dst) {
-  Eigen::Map<Eigen::ArrayXf>(dst, n) += Eigen::Map<const Eigen::ArrayXf>(src, n);
+  Eigen::Map<Eigen::ArrayXf>(dst, n) +=
+      Eigen::Map<const Eigen::ArrayXf>(src, n);
 }
 
 // Fills the column matrix of `images` images starting at x: row (n, oh, ow)
 // holds the window of output pixel (oh, ow), as [fh, fw, in] with zeros for
 // padding. For each filter row, the window's valid cells are one contiguous
 // run of NHWC memory.
-void Im2Col(const Conv2DShape& s, const float* x, int64_t images,
-            float* col) {
+void Im2Col(const Conv2DShape& s, const float* x, int64_t images, float* col) {
   const int64_t oh_size = s.out_height(), ow_size = s.out_width();
   const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
   const int64_t c = s.in_channels, fw = s.filter_width;
@@ -109,8 +108,7 @@ void Im2Col(const Conv2DShape& s, const float* x, int64_t images,
 
 // The adjoint of Im2Col: adds every column-matrix entry into the input cell
 // it was copied from (padding entries are dropped). dx must start zeroed.
-void Col2Im(const Conv2DShape& s, const float* col, int64_t images,
-            float* dx) {
+void Col2Im(const Conv2DShape& s, const float* col, int64_t images, float* dx) {
   const int64_t oh_size = s.out_height(), ow_size = s.out_width();
   const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
   const int64_t c = s.in_channels, fw = s.filter_width;
@@ -174,26 +172,24 @@ void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       for (int64_t n = begin; n < end; n += p.chunk) {
         const int64_t images = std::min(p.chunk, end - n);
         Im2Col(s, x + n * in_image, images, cols[t]);
-        GemmOnCallingThread(
-            MatMulShape{images * p.pixels, s.out_channels, p.patch, false,
-                        true},
-            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
+        GemmOnCallingThread(MatMulShape{images * p.pixels, s.out_channels,
+                                        p.patch, false, true},
+                            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
       }
     }
   });
 }
 
-void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s,
-                    const float* x, const float* filter, const float* dy,
-                    float* dx, float* dfilter, Workspace* workspace) {
+void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                    const float* filter, const float* dy, float* dx,
+                    float* dfilter, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
     // y = x * filter as [B*H*W, in] x [in, out].
-    MatMulBackward(ctx,
-                   MatMulShape{s.batch * p.pixels, s.out_channels,
-                               s.in_channels},
-                   x, filter, dy, dx, dfilter);
+    MatMulBackward(
+        ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels}, x,
+        filter, dy, dx, dfilter);
     return;
   }
   if (dx == nullptr && dfilter == nullptr) return;
@@ -210,9 +206,8 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s,
                       : workspace->Get(p.threads + t, filter_size);
   }
   const float* filter_t =
-      dx == nullptr
-          ? nullptr
-          : TransposedFilter(s, p, filter, workspace, 2 * p.threads);
+      dx == nullptr ? nullptr
+                    : TransposedFilter(s, p, filter, workspace, 2 * p.threads);
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
   ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
@@ -238,8 +233,8 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s,
         }
         if (dx != nullptr) {
           // d(cols) = dy filter^T: [rows, out] x [out, patch].
-          GemmOnCallingThread(MatMulShape{rows, p.patch, s.out_channels},
-                              1.0f, dy_n, filter_t, 0.0f, cols[t]);
+          GemmOnCallingThread(MatMulShape{rows, p.patch, s.out_channels}, 1.0f,
+                              dy_n, filter_t, 0.0f, cols[t]);
           Col2Im(s, cols[t], images, dx + n * in_image);
         }
       }

@@ -21,12 +21,18 @@ struct ConvGeometry {
   int64_t out_height, out_width, pad_top, pad_left;
   int64_t patch;  // filter_height * filter_width * in_channels
   explicit ConvGeometry(const Conv2DShape& s)
-      : in_height(s.in_height), in_width(s.in_width),
-        in_channels(s.in_channels), filter_height(s.filter_height),
-        filter_width(s.filter_width), out_channels(s.out_channels),
-        stride_height(s.stride_height), stride_width(s.stride_width),
-        out_height(s.out_height()), out_width(s.out_width()),
-        pad_top(s.pad_top()), pad_left(s.pad_left()),
+      : in_height(s.in_height),
+        in_width(s.in_width),
+        in_channels(s.in_channels),
+        filter_height(s.filter_height),
+        filter_width(s.filter_width),
+        out_channels(s.out_channels),
+        stride_height(s.stride_height),
+        stride_width(s.stride_width),
+        out_height(s.out_height()),
+        out_width(s.out_width()),
+        pad_top(s.pad_top()),
+        pad_left(s.pad_left()),
         patch(s.filter_height * s.filter_width * s.in_channels) {}
 };
 
@@ -36,8 +42,8 @@ struct ConvGeometry {
 __global__ void Im2ColKernel(ConvGeometry g, const float* x, int64_t images,
                              float* col) {
   const int64_t n_total = images * g.out_height * g.out_width * g.patch;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-       i < n_total; i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_total;
+       i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t k = i % g.patch;
     const int64_t row = i / g.patch;
     const int64_t ci = k % g.in_channels;
@@ -48,10 +54,10 @@ __global__ void Im2ColKernel(ConvGeometry g, const float* x, int64_t images,
     const int64_t n = row / (g.out_width * g.out_height);
     const int64_t h = oh * g.stride_height - g.pad_top + kh;
     const int64_t w = ow * g.stride_width - g.pad_left + kw;
-    col[i] = h >= 0 && h < g.in_height && w >= 0 && w < g.in_width
-                 ? x[((n * g.in_height + h) * g.in_width + w) * g.in_channels +
-                     ci]
-                 : 0.0f;
+    col[i] =
+        h >= 0 && h < g.in_height && w >= 0 && w < g.in_width
+            ? x[((n * g.in_height + h) * g.in_width + w) * g.in_channels + ci]
+            : 0.0f;
   }
 }
 
@@ -60,8 +66,8 @@ __global__ void Im2ColKernel(ConvGeometry g, const float* x, int64_t images,
 __global__ void Col2ImKernel(ConvGeometry g, const float* col, int64_t images,
                              float* dx) {
   const int64_t n_total = images * g.in_height * g.in_width * g.in_channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-       i < n_total; i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_total;
+       i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t ci = i % g.in_channels;
     const int64_t w = (i / g.in_channels) % g.in_width;
     const int64_t h = (i / (g.in_channels * g.in_width)) % g.in_height;
@@ -94,16 +100,16 @@ int64_t ChunkImages(const Conv2DShape& s, const ConvGeometry& g) {
 void Im2Col(const CudaContext& ctx, const ConvGeometry& g, const float* x,
             int64_t images, float* col) {
   const int64_t n = images * g.out_height * g.out_width * g.patch;
-  Im2ColKernel<<<cuda::BlocksFor(n), cuda::kThreadsPerBlock, 0,
-                 ctx.stream()>>>(g, x, images, col);
+  Im2ColKernel<<<cuda::BlocksFor(n), cuda::kThreadsPerBlock, 0, ctx.stream()>>>(
+      g, x, images, col);
   PSRT_CUDA_CHECK(cudaGetLastError());
 }
 
 void CheckShape(const Conv2DShape& s) {
-  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 &&
-        s.in_channels > 0 && s.filter_height > 0 && s.filter_width > 0 &&
-        s.out_channels > 0 && s.stride_height > 0 && s.stride_width > 0 &&
-        s.out_height() > 0 && s.out_width() > 0)
+  CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.in_channels > 0 &&
+        s.filter_height > 0 && s.filter_width > 0 && s.out_channels > 0 &&
+        s.stride_height > 0 && s.stride_width > 0 && s.out_height() > 0 &&
+        s.out_width() > 0)
       << "bad Conv2DShape";
 }
 
@@ -124,9 +130,8 @@ float* CudaWorkspace::Get(int64_t size) {
   return data_;
 }
 
-void Conv2DForward(const CudaContext& ctx, const Conv2DShape& s,
-                   const float* x, const float* filter, float* y,
-                   CudaWorkspace* workspace) {
+void Conv2DForward(const CudaContext& ctx, const Conv2DShape& s, const float* x,
+                   const float* filter, float* y, CudaWorkspace* workspace) {
   CheckShape(s);
   const ConvGeometry g(s);
   const int64_t pixels = g.out_height * g.out_width;
@@ -141,8 +146,8 @@ void Conv2DForward(const CudaContext& ctx, const Conv2DShape& s,
   for (int64_t n = 0; n < s.batch; n += chunk) {
     const int64_t images = std::min(chunk, s.batch - n);
     Im2Col(ctx, g, x + n * in_image, images, col);
-    Gemm(ctx, MatMulShape{images * pixels, s.out_channels, g.patch}, 1.0f,
-         col, filter, 0.0f, y + n * pixels * s.out_channels);
+    Gemm(ctx, MatMulShape{images * pixels, s.out_channels, g.patch}, 1.0f, col,
+         filter, 0.0f, y + n * pixels * s.out_channels);
   }
 }
 
@@ -154,8 +159,7 @@ void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& s,
   const int64_t pixels = g.out_height * g.out_width;
   if (s.is_pointwise()) {
     MatMulBackward(ctx,
-                   MatMulShape{s.batch * pixels, s.out_channels,
-                               s.in_channels},
+                   MatMulShape{s.batch * pixels, s.out_channels, s.in_channels},
                    x, filter, dy, dx, dfilter);
     return;
   }

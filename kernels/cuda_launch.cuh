@@ -90,8 +90,8 @@ template <class F>
 void LaunchForEachPixelChannel(const CudaContext& ctx, int64_t pixels,
                                int64_t channels, const F& f) {
   if (pixels * channels <= 0) return;
-  ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock,
-                              0, ctx.stream()>>>(pixels, channels, f);
+  ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock, 0,
+                              ctx.stream()>>>(pixels, channels, f);
   PSRT_CUDA_CHECK(cudaGetLastError());
 }
 

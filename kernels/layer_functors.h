@@ -43,11 +43,17 @@ struct PoolGeometry {
   int64_t out_height, out_width, pad_top, pad_left;
   PoolGeometry() = default;
   explicit PoolGeometry(const Pool2DShape& s)
-      : in_height(s.in_height), in_width(s.in_width), channels(s.channels),
-        window_height(s.window_height), window_width(s.window_width),
-        stride_height(s.stride_height), stride_width(s.stride_width),
-        out_height(s.out_height()), out_width(s.out_width()),
-        pad_top(s.pad_top()), pad_left(s.pad_left()) {}
+      : in_height(s.in_height),
+        in_width(s.in_width),
+        channels(s.channels),
+        window_height(s.window_height),
+        window_width(s.window_width),
+        stride_height(s.stride_height),
+        stride_width(s.stride_width),
+        out_height(s.out_height()),
+        out_width(s.out_width()),
+        pad_top(s.pad_top()),
+        pad_left(s.pad_left()) {}
 };
 
 // The valid (unpadded) input cells of output pixel p's window: rows
@@ -128,7 +134,8 @@ struct MaxPool {
     for (int64_t h = win.h_begin; h < win.h_end; ++h) {
       for (int64_t w = win.w_begin; w < win.w_end; ++w) {
         const float* cell = image + (h * g.in_width + w) * C;
-        for (int64_t c = c_begin; c < c_end; ++c) out[c] = MaxF(out[c], cell[c]);
+        for (int64_t c = c_begin; c < c_end; ++c)
+          out[c] = MaxF(out[c], cell[c]);
       }
     }
   }

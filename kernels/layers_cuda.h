@@ -64,9 +64,8 @@ void AvgPoolForward(const CudaContext& ctx, const Pool2DShape& shape,
                     const float* x, float* y);
 void AvgPoolBackward(const CudaContext& ctx, const Pool2DShape& shape,
                      const float* dy, float* dx);
-void GlobalAvgPoolForward(const CudaContext& ctx, const float* x,
-                          int64_t batch, int64_t pixels, int64_t channels,
-                          float* y);
+void GlobalAvgPoolForward(const CudaContext& ctx, const float* x, int64_t batch,
+                          int64_t pixels, int64_t channels, float* y);
 void GlobalAvgPoolBackward(const CudaContext& ctx, const float* dy,
                            int64_t batch, int64_t pixels, int64_t channels,
                            float* dx);

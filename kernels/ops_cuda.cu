@@ -1,5 +1,3 @@
-#include "kernels/ops_cuda.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +5,7 @@
 #include "kernels/cuda_launch.cuh"
 #include "kernels/functors.h"
 #include "kernels/matmul_backward.h"
+#include "kernels/ops_cuda.h"
 
 namespace psrt {
 namespace kernels {

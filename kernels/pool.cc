@@ -22,10 +22,10 @@ void CheckShape(const Pool2DShape& s) {
   CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.channels > 0 &&
         s.window_height > 0 && s.window_width > 0 && s.stride_height > 0 &&
         s.stride_width > 0)
-      << "bad Pool2DShape: batch=" << s.batch << " input=" << s.in_height
-      << "x" << s.in_width << "x" << s.channels
-      << " window=" << s.window_height << "x" << s.window_width
-      << " stride=" << s.stride_height << "x" << s.stride_width;
+      << "bad Pool2DShape: batch=" << s.batch << " input=" << s.in_height << "x"
+      << s.in_width << "x" << s.channels << " window=" << s.window_height << "x"
+      << s.window_width << " stride=" << s.stride_height << "x"
+      << s.stride_width;
   CHECK(s.out_height() > 0 && s.out_width() > 0)
       << "a " << s.window_height << "x" << s.window_width
       << " VALID window does not fit a " << s.in_height << "x" << s.in_width
@@ -52,8 +52,8 @@ void RunPixels(const CpuContext& ctx, int64_t pixels, int64_t channels,
 
 }  // namespace
 
-void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s,
-                    const float* x, float* y) {
+void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s, const float* x,
+                    float* y) {
   CheckShape(s);
   RunPixels(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
             functor::MaxPool{functor::PoolGeometry(s), x, y});
@@ -116,7 +116,8 @@ void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
       for (int64_t oh = 0; oh < g.out_height; ++oh) {
         for (int64_t ow = 0; ow < g.out_width; ++ow) {
           const functor::Window win(g, n, oh, ow);
-          const float* d = dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
+          const float* d =
+              dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
           int64_t c0 = 0;
           for (; c0 + kWidth <= C; c0 += kWidth) {
             RouteMaxGradient<kWidth>(g, win, xi, d, c0, dxi);
@@ -128,8 +129,8 @@ void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
   });
 }
 
-void AvgPoolForward(const CpuContext& ctx, const Pool2DShape& s,
-                    const float* x, float* y) {
+void AvgPoolForward(const CpuContext& ctx, const Pool2DShape& s, const float* x,
+                    float* y) {
   CheckShape(s);
   RunPixels(ctx, s.batch * s.out_height() * s.out_width(), s.channels,
             functor::AvgPool{functor::PoolGeometry(s), x, y});
@@ -142,9 +143,8 @@ void AvgPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
             functor::AvgPoolGrad{functor::PoolGeometry(s), dy, dx});
 }
 
-void GlobalAvgPoolForward(const CpuContext& ctx, const float* x,
-                          int64_t batch, int64_t pixels, int64_t channels,
-                          float* y) {
+void GlobalAvgPoolForward(const CpuContext& ctx, const float* x, int64_t batch,
+                          int64_t pixels, int64_t channels, float* y) {
   CHECK(batch > 0 && pixels > 0 && channels > 0);
   // Image by image, adding whole rows so that reads are contiguous (the GPU
   // runs functor::GlobalAvgPool per (n, c)).

@@ -36,9 +36,8 @@ void AvgPoolBackward(const CpuContext& ctx, const Pool2DShape& shape,
 
 // y[n, c] = mean over the `pixels` pixels of x[n, pixels, channels].
 // Overwrites y.
-void GlobalAvgPoolForward(const CpuContext& ctx, const float* x,
-                          int64_t batch, int64_t pixels, int64_t channels,
-                          float* y);
+void GlobalAvgPoolForward(const CpuContext& ctx, const float* x, int64_t batch,
+                          int64_t pixels, int64_t channels, float* y);
 // dx[n, p, c] = dy[n, c] / pixels. Overwrites dx.
 void GlobalAvgPoolBackward(const CpuContext& ctx, const float* dy,
                            int64_t batch, int64_t pixels, int64_t channels,

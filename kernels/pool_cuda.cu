@@ -58,12 +58,11 @@ void AvgPoolBackward(const CudaContext& ctx, const Pool2DShape& s,
       functor::AvgPoolGrad{functor::PoolGeometry(s), dy, dx});
 }
 
-void GlobalAvgPoolForward(const CudaContext& ctx, const float* x,
-                          int64_t batch, int64_t pixels, int64_t channels,
-                          float* y) {
+void GlobalAvgPoolForward(const CudaContext& ctx, const float* x, int64_t batch,
+                          int64_t pixels, int64_t channels, float* y) {
   CHECK(batch > 0 && pixels > 0 && channels > 0);
-  cuda::LaunchForEachRowCol(
-      ctx, batch, channels, functor::GlobalAvgPool{x, pixels, channels, y});
+  cuda::LaunchForEachRowCol(ctx, batch, channels,
+                            functor::GlobalAvgPool{x, pixels, channels, y});
 }
 
 void GlobalAvgPoolBackward(const CudaContext& ctx, const float* dy,

@@ -112,9 +112,7 @@ struct Pool2DShape {
   PSRT_HOST_DEVICE int64_t pad_left() const {
     return WindowPaddingBefore(in_width, window_width, stride_width, padding);
   }
-  int64_t input_size() const {
-    return batch * in_height * in_width * channels;
-  }
+  int64_t input_size() const { return batch * in_height * in_width * channels; }
   int64_t output_size() const {
     return batch * out_height() * out_width() * channels;
   }

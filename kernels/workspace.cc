@@ -18,7 +18,8 @@ float* Workspace::Get(int slot, int64_t size) {
   if (s.capacity < size || s.data == nullptr) {
     // Round up to whole 64-byte lines, as aligned_alloc requires.
     const int64_t n = (std::max<int64_t>(size, 1) + 15) / 16 * 16;
-    s.data.reset(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+    s.data.reset(
+        static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
     CHECK(s.data != nullptr) << "out of memory for " << n << " floats";
     s.capacity = n;
   }

@@ -30,12 +30,13 @@ struct Module {
 
 int InceptionModule(NetBuilder& net, const std::string& scope, int x,
                     const Module& m) {
-  const int b0 = net.Conv(scope + "/Branch_0/Conv2d_0a_1x1", x, ConvBn(1, m.b1));
-  int b1 = net.Conv(scope + "/Branch_1/Conv2d_0a_1x1", x,
-                    ConvBn(1, m.b3_reduce));
+  const int b0 =
+      net.Conv(scope + "/Branch_0/Conv2d_0a_1x1", x, ConvBn(1, m.b1));
+  int b1 =
+      net.Conv(scope + "/Branch_1/Conv2d_0a_1x1", x, ConvBn(1, m.b3_reduce));
   b1 = net.Conv(scope + "/Branch_1/Conv2d_0b_3x3", b1, ConvBn(3, m.b3));
-  int b2 = net.Conv(scope + "/Branch_2/Conv2d_0a_1x1", x,
-                    ConvBn(1, m.b5_reduce));
+  int b2 =
+      net.Conv(scope + "/Branch_2/Conv2d_0a_1x1", x, ConvBn(1, m.b5_reduce));
   b2 = net.Conv(scope + "/Branch_2/Conv2d_0b_5x5", b2, ConvBn(5, m.b5));
   int b3 = net.MaxPool(x, 3, 1, Padding::kSame);
   b3 = net.Conv(scope + "/Branch_3/Conv2d_0b_1x1", b3, ConvBn(1, m.pool));

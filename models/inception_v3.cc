@@ -17,9 +17,8 @@ class InceptionV3Builder {
   explicit InceptionV3Builder(NetBuilder* net) : net_(*net) {}
 
   // conv + batch norm + ReLU.
-  int Conv(const std::string& scope, int x, int64_t fh, int64_t fw,
-           int64_t out, int64_t stride = 1,
-           Padding padding = Padding::kSame) {
+  int Conv(const std::string& scope, int x, int64_t fh, int64_t fw, int64_t out,
+           int64_t stride = 1, Padding padding = Padding::kSame) {
     ConvSpec spec;
     spec.filter_height = fh;
     spec.filter_width = fw;
@@ -74,13 +73,11 @@ class InceptionV3Builder {
   // 17x17 -> 8x8: 1x1 > 3x3/2 | 1x1 > 1x7 > 7x1 > 3x3/2 | max pool 3x3/2.
   int BlockD(const std::string& s, int x) {
     int b0 = Conv(s + "/Branch_0/Conv2d_0a_1x1", x, 1, 1, 192);
-    b0 = Conv(s + "/Branch_0/Conv2d_1a_3x3", b0, 3, 3, 320, 2,
-              Padding::kValid);
+    b0 = Conv(s + "/Branch_0/Conv2d_1a_3x3", b0, 3, 3, 320, 2, Padding::kValid);
     int b1 = Conv(s + "/Branch_1/Conv2d_0a_1x1", x, 1, 1, 192);
     b1 = Conv(s + "/Branch_1/Conv2d_0b_1x7", b1, 1, 7, 192);
     b1 = Conv(s + "/Branch_1/Conv2d_0c_7x1", b1, 7, 1, 192);
-    b1 = Conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 3, 3, 192, 2,
-              Padding::kValid);
+    b1 = Conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 3, 3, 192, 2, Padding::kValid);
     const int b2 = net_.MaxPool(x, 3, 2, Padding::kValid);
     return net_.Concat({b0, b1, b2});
   }

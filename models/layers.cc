@@ -155,10 +155,9 @@ class FullyConnectedLayer : public Layer {
     if (relu_) kernels::ReluBackward(ctx.cpu, out.data(), d, batch * units_, d);
     kernels::BiasAddBackward(ctx.cpu, d, batch, units_,
                              (*grads)[var_ + 1].data());
-    kernels::MatMulBackward(ctx.cpu, Shape(batch), inputs[0]->data(),
-                            params[var_].data(), d,
-                            din[0] != nullptr ? din[0]->data() : nullptr,
-                            (*grads)[var_].data());
+    kernels::MatMulBackward(
+        ctx.cpu, Shape(batch), inputs[0]->data(), params[var_].data(), d,
+        din[0] != nullptr ? din[0]->data() : nullptr, (*grads)[var_].data());
   }
 
  private:
@@ -174,7 +173,10 @@ class FullyConnectedLayer : public Layer {
 class PoolLayer : public Layer {
  public:
   PoolLayer(bool max, int64_t window, int64_t stride, Padding padding, Dims in)
-      : max_(max), window_(window), stride_(stride), padding_(padding),
+      : max_(max),
+        window_(window),
+        stride_(stride),
+        padding_(padding),
         in_(in) {}
 
   void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
@@ -205,9 +207,9 @@ class PoolLayer : public Layer {
 
  private:
   kernels::Pool2DShape Shape(int64_t batch) const {
-    return kernels::Pool2DShape{batch,   in_.height, in_.width,
-                                in_.channels, window_, window_,
-                                stride_, stride_, padding_};
+    return kernels::Pool2DShape{batch,        in_.height, in_.width,
+                                in_.channels, window_,    window_,
+                                stride_,      stride_,    padding_};
   }
   const bool max_;
   const int64_t window_;
@@ -243,8 +245,10 @@ class GlobalAvgPoolLayer : public Layer {
 class ConcatLayer : public Layer {
  public:
   ConcatLayer(std::vector<int64_t> channels, Dims out)
-      : channels_(std::move(channels)), out_(out),
-        inputs_(channels_.size()), dinputs_(channels_.size()) {}
+      : channels_(std::move(channels)),
+        out_(out),
+        inputs_(channels_.size()),
+        dinputs_(channels_.size()) {}
 
   void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
                absl::Span<const Tensor* const> inputs, int64_t batch,
@@ -315,8 +319,8 @@ std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
   return std::make_unique<ConvLayer>(spec, in, first_var);
 }
 
-std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units,
-                                              bool relu, int first_var) {
+std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool relu,
+                                              int first_var) {
   return std::make_unique<FullyConnectedLayer>(in, units, relu, first_var);
 }
 
@@ -329,8 +333,7 @@ std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in) {
   return std::make_unique<GlobalAvgPoolLayer>(in);
 }
 
-std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels,
-                                      Dims out) {
+std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out) {
   return std::make_unique<ConcatLayer>(std::move(channels), out);
 }
 

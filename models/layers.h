@@ -52,7 +52,8 @@ class Layer {
   virtual ~Layer() = default;
 
   // out = f(inputs), all [batch, dims.size()]. `out` is already shaped.
-  virtual void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
+  virtual void Forward(const StepContext& ctx,
+                       const std::vector<Tensor>& params,
                        absl::Span<const Tensor* const> inputs, int64_t batch,
                        Tensor* out) = 0;
 
@@ -85,13 +86,12 @@ struct ConvSpec {
 std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
                                     int first_var);
 // Fully connected over the flattened input; variables weights, biases.
-std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units,
-                                              bool relu, int first_var);
+std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool relu,
+                                              int first_var);
 std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,
                                     kernels::Padding padding, Dims in);
 std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in);
-std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels,
-                                      Dims out);
+std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out);
 // Identity at inference.
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt);

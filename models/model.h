@@ -48,8 +48,9 @@ class Model {
 
   // Forward and backward pass on one batch, in training mode (batch norm
   // uses and updates batch statistics; dropout drops). `images` is
-  // [B, H*W*C] (NHWC) with pixels in [0, 1]; labels are class ids. Overwrites `grads` (resized to match
-  // params) with d(mean loss)/d(param); returns the mean loss.
+  // [B, H*W*C] (NHWC) with pixels in [0, 1]; labels are class ids. Overwrites
+  // `grads` (resized to match params) with d(mean loss)/d(param); returns the
+  // mean loss.
   virtual float ComputeGradients(const std::vector<Tensor>& params,
                                  const Tensor& images,
                                  absl::Span<const int32_t> labels,
@@ -62,8 +63,8 @@ class Model {
                                absl::Span<const int32_t> labels) = 0;
 };
 
-// The registry: {"mlp", "lenet", "inception_mini", "inception_v3"}. An unknown name is InvalidArgument listing the
-// known ones.
+// The registry: {"mlp", "lenet", "inception_mini", "inception_v3"}. An unknown
+// name is InvalidArgument listing the known ones.
 absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
                                                 const ModelOptions& options);
 

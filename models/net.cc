@@ -222,8 +222,8 @@ class NetModel : public Model {
 NetBuilder::NetBuilder(const ModelOptions& options)
     : options_(options), graph_(std::make_unique<Graph>()) {
   Graph::Node input;
-  input.dims = Dims{options.input_height, options.input_width,
-                    options.input_channels};
+  input.dims =
+      Dims{options.input_height, options.input_width, options.input_channels};
   input.what = "input";
   graph_->nodes.push_back(std::move(input));
 }
@@ -264,10 +264,10 @@ int NetBuilder::Conv(const std::string& scope, int input,
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
   const int64_t fan_in = spec.filter_height * spec.filter_width * in.channels;
-  AddVariable(scope + "/weights",
-              {spec.filter_height, spec.filter_width, in.channels,
-               spec.out_channels},
-              {std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
+  AddVariable(
+      scope + "/weights",
+      {spec.filter_height, spec.filter_width, in.channels, spec.out_channels},
+      {std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
   if (spec.bias) AddVariable(scope + "/biases", {spec.out_channels}, {0, 0});
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});

@@ -15,11 +15,11 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-using ::testing::FloatNear;
-using ::testing::Pointwise;
 using testing::Dot;
 using testing::ExpectGradientsMatch;
+using ::testing::FloatNear;
 using testing::Garbage;
+using ::testing::Pointwise;
 using testing::RandomVector;
 
 TEST(BatchNormTest, TrainingForwardNormalizesAndUpdatesMovingStatistics) {
@@ -69,8 +69,7 @@ TEST(BatchNormTest, InferenceUsesMovingStatistics) {
   std::vector<float> y = Garbage(4);
   BatchNormInferenceForward(ctx, s, x, gamma, beta, mean, var, y.data());
   // (x - mean) / sqrt(var + 0.01): channel 0 / 2, channel 1 / 0.5.
-  EXPECT_THAT(y, Pointwise(FloatNear(1e-6f),
-                           std::vector<float>{0, 1, 2, 5}));
+  EXPECT_THAT(y, Pointwise(FloatNear(1e-6f), std::vector<float>{0, 1, 2, 5}));
 }
 
 TEST(BatchNormTest, TrainingGradientMatchesFiniteDifferences) {

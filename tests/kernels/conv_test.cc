@@ -18,11 +18,11 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-using ::testing::FloatNear;
-using ::testing::Pointwise;
 using testing::Dot;
 using testing::ExpectGradientsMatch;
+using ::testing::FloatNear;
 using testing::Garbage;
+using ::testing::Pointwise;
 using testing::RandomVector;
 
 TEST(WindowTest, TensorFlowPaddingRules) {
@@ -96,8 +96,8 @@ std::vector<ConvCase> Cases() {
       {"Same7x1", Shape(2, 9, 4, 2, 7, 1, 3, 1, Padding::kSame)},
       {"Pointwise", Shape(2, 4, 5, 6, 1, 1, 3, 1, Padding::kSame)},
       {"Pointwise1x1Stride2", Shape(2, 5, 5, 3, 1, 1, 2, 2, Padding::kSame)},
-      {"FilterLargerThanInputSame", Shape(1, 3, 3, 2, 5, 5, 2, 1,
-                                          Padding::kSame)},
+      {"FilterLargerThanInputSame",
+       Shape(1, 3, 3, 2, 5, 5, 2, 1, Padding::kSame)},
   };
 }
 

@@ -18,12 +18,12 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::FloatNear;
-using ::testing::Pointwise;
 using testing::Dot;
+using ::testing::ElementsAre;
 using testing::ExpectGradientsMatch;
+using ::testing::FloatNear;
 using testing::Garbage;
+using ::testing::Pointwise;
 using testing::RandomVector;
 
 // ---- MatMul ----

@@ -75,7 +75,9 @@ class OracleTest : public ::testing::Test {
 
 std::map<std::string, std::vector<float>>* OracleTest::fixture_ = nullptr;
 
-Padding PaddingOf(float same) { return same != 0 ? Padding::kSame : Padding::kValid; }
+Padding PaddingOf(float same) {
+  return same != 0 ? Padding::kSame : Padding::kValid;
+}
 
 TEST_F(OracleTest, Conv2D) {
   const std::vector<std::string> cases = Cases("conv");
@@ -83,9 +85,10 @@ TEST_F(OracleTest, Conv2D) {
   for (const std::string& c : cases) {
     const std::vector<float>& v = Get(c + "/shape");
     const int64_t stride = v[7];
-    const Conv2DShape s{int64_t(v[0]), int64_t(v[1]), int64_t(v[2]),
-                        int64_t(v[3]), int64_t(v[4]), int64_t(v[5]),
-                        int64_t(v[6]), stride, stride, PaddingOf(v[8])};
+    const Conv2DShape s{int64_t(v[0]),  int64_t(v[1]), int64_t(v[2]),
+                        int64_t(v[3]),  int64_t(v[4]), int64_t(v[5]),
+                        int64_t(v[6]),  stride,        stride,
+                        PaddingOf(v[8])};
     const std::vector<float>& x = Get(c + "/x");
     const std::vector<float>& f = Get(c + "/filter");
     Workspace ws;
@@ -105,8 +108,9 @@ TEST_F(OracleTest, MaxAndAvgPool) {
   for (const std::string& c : cases) {
     const std::vector<float>& v = Get(c + "/shape");
     const int64_t k = v[4], stride = v[5];
-    const Pool2DShape s{int64_t(v[0]), int64_t(v[1]), int64_t(v[2]),
-                        int64_t(v[3]), k, k, stride, stride, PaddingOf(v[6])};
+    const Pool2DShape s{
+        int64_t(v[0]), int64_t(v[1]), int64_t(v[2]),  int64_t(v[3]), k, k,
+        stride,        stride,        PaddingOf(v[6])};
     const std::vector<float>& x = Get(c + "/x");
     const std::vector<float>& dy = Get(c + "/dy");
     std::vector<float> y(s.output_size()), dx(x.size());

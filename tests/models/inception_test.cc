@@ -82,8 +82,10 @@ TEST(InceptionMiniTest, ModulesAndVariables) {
   EXPECT_EQ(vars[2].name, "Conv2d_1a_3x3/BatchNorm/beta");
   std::vector<std::string> names;
   for (const VariableDef& v : vars) names.push_back(v.name);
-  EXPECT_THAT(names, ::testing::Contains("Mixed_2b/Branch_2/Conv2d_0b_5x5/weights"));
-  EXPECT_THAT(names, ::testing::Contains("Mixed_3a/Branch_3/Conv2d_0b_1x1/weights"));
+  EXPECT_THAT(names,
+              ::testing::Contains("Mixed_2b/Branch_2/Conv2d_0b_5x5/weights"));
+  EXPECT_THAT(names,
+              ::testing::Contains("Mixed_3a/Branch_3/Conv2d_0b_1x1/weights"));
   EXPECT_EQ(vars[vars.size() - 2].name, "Logits/weights");
   EXPECT_EQ(vars[vars.size() - 2].shape, (Shape{128, 10}));
   EXPECT_LT(CountParameters(**mini), 200000);

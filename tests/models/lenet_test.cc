@@ -32,14 +32,14 @@ TEST(LenetTest, VariablesOfTensorFlowsMnistNetwork) {
     shapes.push_back(v.shape);
     params += NumElements(v.shape);
   }
-  EXPECT_THAT(names, ::testing::ElementsAre(
-                         "conv1/weights", "conv1/biases", "conv2/weights",
-                         "conv2/biases", "fc1/weights", "fc1/biases",
-                         "fc2/weights", "fc2/biases"));
-  EXPECT_THAT(shapes, ::testing::ElementsAre(
-                          Shape{5, 5, 1, 32}, Shape{32}, Shape{5, 5, 32, 64},
-                          Shape{64}, Shape{3136, 512}, Shape{512},
-                          Shape{512, 10}, Shape{10}));
+  EXPECT_THAT(names, ::testing::ElementsAre("conv1/weights", "conv1/biases",
+                                            "conv2/weights", "conv2/biases",
+                                            "fc1/weights", "fc1/biases",
+                                            "fc2/weights", "fc2/biases"));
+  EXPECT_THAT(shapes, ::testing::ElementsAre(Shape{5, 5, 1, 32}, Shape{32},
+                                             Shape{5, 5, 32, 64}, Shape{64},
+                                             Shape{3136, 512}, Shape{512},
+                                             Shape{512, 10}, Shape{10}));
   // 800 + 32 + 51200 + 64 + 1605632 + 512 + 5120 + 10.
   EXPECT_EQ(params, 1663370);
 }
@@ -49,7 +49,8 @@ TEST(LenetTest, InitialValuesAreDeterministicAndScaled) {
   std::vector<Tensor> a, b;
   lenet->Initialize(3, &a);
   lenet->Initialize(3, &b);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(ToVector(a[i]), ToVector(b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(ToVector(a[i]), ToVector(b[i]));
   // He initialization: conv2's weights have stddev sqrt(2 / 800) = 0.05.
   double sum_sq = 0;
   for (float x : a[2].flat()) sum_sq += double(x) * x;
@@ -82,8 +83,9 @@ TEST(LenetTest, ThreadCountDoesNotChangeResults) {
   EXPECT_NEAR(one->ComputeGradients(params, images, labels, &g1),
               three->ComputeGradients(params, images, labels, &g3), 1e-5);
   for (size_t i = 0; i < g1.size(); ++i) {
-    EXPECT_THAT(ToVector(g3[i]),
-                ::testing::Pointwise(::testing::FloatNear(1e-5f), ToVector(g1[i])))
+    EXPECT_THAT(
+        ToVector(g3[i]),
+        ::testing::Pointwise(::testing::FloatNear(1e-5f), ToVector(g1[i])))
         << one->variables()[i].name;
   }
   EXPECT_EQ(one->CountCorrect(params, images, labels),

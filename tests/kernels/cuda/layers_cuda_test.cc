@@ -100,8 +100,8 @@ TEST_F(LayersCudaTest, Conv2D) {
     std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
     Workspace ws;
     Conv2DForward(cpu_, s, x.data(), f.data(), y.data(), &ws);
-    Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(),
-                   df.data(), &ws);
+    Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(),
+                   &ws);
 
     CudaWorkspace gws;
     DeviceArray gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()),
@@ -209,7 +209,8 @@ TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
   const int64_t pixels = 333;
   const std::vector<int64_t> channels = {3, 1, 5};
   std::vector<std::vector<float>> xs;
-  for (int i = 0; i < 3; ++i) xs.push_back(RandomVector(pixels * channels[i], 40 + i));
+  for (int i = 0; i < 3; ++i)
+    xs.push_back(RandomVector(pixels * channels[i], 40 + i));
   std::vector<float> y(pixels * 9);
   const float* inputs[] = {xs[0].data(), xs[1].data(), xs[2].data()};
   ConcatChannelsForward(cpu_, pixels, inputs, channels, y.data());
