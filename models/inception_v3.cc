@@ -113,6 +113,12 @@ absl::StatusOr<std::unique_ptr<Model>> NewInceptionV3(
         options.input_height, "x", options.input_width, "x",
         options.input_channels, " and ", options.num_classes, " classes"));
   }
+  if (options.input_height < 75 || options.input_width < 75) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inception_v3 needs inputs of at least 75x75 (299x299 as published), "
+        "got ",
+        options.input_height, "x", options.input_width));
+  }
   NetBuilder net(options);
   InceptionV3Builder v3(&net);
   constexpr Padding kValid = Padding::kValid;
