@@ -11,16 +11,16 @@ namespace psrt {
 namespace kernels {
 
 struct CpuContext::Pool {
-  explicit Pool(int threads) : pool(threads) {}
+  Pool(int threads, bool spin) : pool(threads, spin) {}
   Eigen::ThreadPool pool;
 };
 
-CpuContext::CpuContext(int num_threads) {
+CpuContext::CpuContext(int num_threads, bool spin) {
   if (num_threads <= 0) {
     num_threads = std::max(1u, std::thread::hardware_concurrency());
   }
   num_threads_ = num_threads;
-  if (num_threads_ > 1) pool_ = std::make_unique<Pool>(num_threads_ - 1);
+  if (num_threads_ > 1) pool_ = std::make_unique<Pool>(num_threads_ - 1, spin);
 }
 
 CpuContext::~CpuContext() = default;

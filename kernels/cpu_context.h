@@ -22,8 +22,11 @@ namespace kernels {
 class CpuContext {
  public:
   // num_threads <= 0 means one per hardware thread; 1 runs everything on the
-  // calling thread.
-  explicit CpuContext(int num_threads = 0);
+  // calling thread. With `spin`, idle pool threads spin a while before they
+  // sleep: right for a model's back-to-back ops, wrong for a pool that is
+  // idle most of the time on cores other work needs (the parameter server's,
+  // the PS client's copies), where spinning steals those cores.
+  explicit CpuContext(int num_threads = 0, bool spin = true);
   ~CpuContext();
   CpuContext(const CpuContext&) = delete;
   CpuContext& operator=(const CpuContext&) = delete;

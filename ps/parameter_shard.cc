@@ -85,7 +85,7 @@ class ParameterShard::SnapshotPool
 ParameterShard::ParameterShard(const Options& options)
     : options_(options),
       incarnation_(NewIncarnation()),
-      cpu_(options.threads),
+      cpu_(options.threads, /*spin=*/false),
       pool_(std::make_shared<SnapshotPool>()) {
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }

@@ -41,7 +41,7 @@ proto::VariableMeta MetaOf(const VariableSlice& slice) {
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
     : options_(std::move(options)),
-      copier_(options_.copy_threads),
+      copier_(options_.copy_threads, /*spin=*/false),
       placement_(std::move(placement)),
       variables_(std::move(variables)) {
   CHECK_EQ(placement_.num_shards,
