@@ -35,9 +35,9 @@ flags=(--model=lenet --batch_size=100 --sync_replicas
        --save_checkpoint_steps=1000 --eval_every_steps=1000
        --logdir="$logdir/tb" --log_every_steps=100)
 if [ $tuned -eq 1 ]; then
-  flags+=(--optimizer=momentum --momentum=0.9 --learning_rate=0.01 --train_steps=3000)
+  flags+=(--optimizer=momentum --momentum=0.9 --learning_rate=0.01 --train_steps=1500)
 else
-  flags+=(--optimizer=sgd --learning_rate=0.001 --train_steps=3000)
+  flags+=(--optimizer=sgd --learning_rate=0.001 --train_steps=2000)
 fi
 scripts/launch.sh --cluster_spec "$spec" --logdir "$logdir" \
   --checkpoint_dir "$logdir/ckpt" -- "${flags[@]}" "$@" | grep -v '^final:'
