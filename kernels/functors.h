@@ -29,6 +29,27 @@ namespace functor {
 // Scalar helpers usable on both devices (std:: functions are not all
 // __device__).
 PSRT_HOST_DEVICE inline float MaxF(float a, float b) { return a > b ? a : b; }
+PSRT_HOST_DEVICE inline float ExpF(float v) {
+#if defined(__CUDA_ARCH__)
+  return expf(v);
+#else
+  return std::exp(v);
+#endif
+}
+PSRT_HOST_DEVICE inline float LogF(float v) {
+#if defined(__CUDA_ARCH__)
+  return logf(v);
+#else
+  return std::log(v);
+#endif
+}
+PSRT_HOST_DEVICE inline float SqrtF(float v) {
+#if defined(__CUDA_ARCH__)
+  return sqrtf(v);
+#else
+  return std::sqrt(v);
+#endif
+}
 
 // y[i] = max(x[i], 0). y may alias x.
 struct Relu {
@@ -94,36 +115,20 @@ struct SoftmaxCrossEntropyRow {
     float max = x[0];
     for (int64_t c = 1; c < classes; ++c) max = MaxF(max, x[c]);
     float sum = 0.0f;
-    for (int64_t c = 0; c < classes; ++c) sum += Exp(x[c] - max);
+    for (int64_t c = 0; c < classes; ++c) sum += ExpF(x[c] - max);
     const float inv_rows = 1.0f / static_cast<float>(rows);
     const int32_t label = labels[r];
     // -log(softmax[label]) = log(sum exp(x - max)) - (x[label] - max).
-    const float loss = (Log(sum) - (x[label] - max)) * inv_rows;
+    const float loss = (LogF(sum) - (x[label] - max)) * inv_rows;
     if (dlogits != nullptr) {
       float* d = dlogits + r * classes;
       const float inv_sum = 1.0f / sum;
       for (int64_t c = 0; c < classes; ++c) {
-        const float p = Exp(x[c] - max) * inv_sum;
+        const float p = ExpF(x[c] - max) * inv_sum;
         d[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_rows;
       }
     }
     return loss;
-  }
-
- private:
-  PSRT_HOST_DEVICE static float Exp(float v) {
-#if defined(__CUDA_ARCH__)
-    return expf(v);
-#else
-    return std::exp(v);
-#endif
-  }
-  PSRT_HOST_DEVICE static float Log(float v) {
-#if defined(__CUDA_ARCH__)
-    return logf(v);
-#else
-    return std::log(v);
-#endif
   }
 };
 
@@ -135,10 +140,13 @@ struct SgdUpdate {
   PSRT_HOST_DEVICE void operator()(int64_t i) const { var[i] -= lr * grad[i]; }
 };
 
-// Momentum, as TensorFlow's MomentumOptimizer (use_nesterov = false):
+// Momentum, as TensorFlow's MomentumOptimizer (ApplyMomentum):
 //   accum[i] = momentum * accum[i] + grad[i]
-//   var[i]  -= lr * accum[i]
-struct MomentumUpdate {
+//   var[i]  -= lr * accum[i]                          (use_nesterov = false)
+//   var[i]  -= lr * (grad[i] + momentum * accum[i])   (use_nesterov = true)
+// The choice is a template argument, so neither device branches on it.
+template <bool kNesterov>
+struct MomentumUpdateT {
   float lr;
   float momentum;
   const float* grad;
@@ -147,9 +155,10 @@ struct MomentumUpdate {
   PSRT_HOST_DEVICE void operator()(int64_t i) const {
     const float a = momentum * accum[i] + grad[i];
     accum[i] = a;
-    var[i] -= lr * a;
+    var[i] -= lr * (kNesterov ? grad[i] + momentum * a : a);
   }
 };
+using MomentumUpdate = MomentumUpdateT<false>;
 
 // acc[i] += grad[i].
 struct Accumulate {

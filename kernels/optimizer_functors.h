@@ -6,38 +6,18 @@
 #ifndef PSRT_KERNELS_OPTIMIZER_FUNCTORS_H_
 #define PSRT_KERNELS_OPTIMIZER_FUNCTORS_H_
 
-#include <cmath>
 #include <cstdint>
 
-#include "kernels/functors.h"
+#include "kernels/functors.h"  // MomentumUpdateT, SqrtF
 
 namespace psrt {
 namespace kernels {
 namespace functor {
 
-PSRT_HOST_DEVICE inline float SqrtF(float v) {
-#if defined(__CUDA_ARCH__)
-  return sqrtf(v);
-#else
-  return std::sqrt(v);
-#endif
-}
-
-// ApplyMomentum with use_nesterov:
+// ApplyMomentum with use_nesterov (MomentumUpdateT, functors.h):
 //   accum = momentum * accum + grad
 //   var  -= lr * (grad + momentum * accum)
-struct NesterovMomentumUpdate {
-  float lr;
-  float momentum;
-  const float* grad;
-  float* accum;
-  float* var;
-  PSRT_HOST_DEVICE void operator()(int64_t i) const {
-    const float a = momentum * accum[i] + grad[i];
-    accum[i] = a;
-    var[i] -= lr * (grad[i] + momentum * a);
-  }
-};
+using NesterovMomentumUpdate = MomentumUpdateT<true>;
 
 // ApplyAdagrad: accum += grad^2; var -= lr * grad / sqrt(accum).
 struct AdagradUpdate {

@@ -13,14 +13,8 @@
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using testing::Dot;
-using testing::ExpectGradientsMatch;
-using ::testing::FloatNear;
-using testing::Garbage;
-using ::testing::Pointwise;
-using testing::RandomVector;
 
 TEST(BatchNormTest, TrainingForwardNormalizesAndUpdatesMovingStatistics) {
   CpuContext ctx(2);
@@ -105,5 +99,6 @@ TEST(BatchNormTest, TrainingGradientMatchesFiniteDifferences) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

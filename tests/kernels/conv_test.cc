@@ -16,14 +16,8 @@
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using testing::Dot;
-using testing::ExpectGradientsMatch;
-using ::testing::FloatNear;
-using testing::Garbage;
-using ::testing::Pointwise;
-using testing::RandomVector;
 
 TEST(WindowTest, TensorFlowPaddingRules) {
   // SAME: out = ceil(in / stride); the odd padding cell goes after.
@@ -199,5 +193,6 @@ TEST(ConvDeathTest, ValidFilterLargerThanInput) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

@@ -1,6 +1,9 @@
 // Test helpers shared by the kernel tests: random inputs, NaN-filled output
 // buffers, and the gradient checker (after Caffe's: one checker for every
 // op, comparing each claimed derivative with a central difference).
+//
+// The tests live in psrt::kernels::testing (in an unnamed namespace inside
+// it), where these helpers and the gMock matchers they use are in scope.
 #ifndef PSRT_TESTS_KERNELS_GRADIENT_CHECK_H_
 #define PSRT_TESTS_KERNELS_GRADIENT_CHECK_H_
 
@@ -12,11 +15,17 @@
 #include <random>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
 namespace kernels {
 namespace testing {
+
+// The gMock matchers every kernel test uses.
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::Pointwise;
 
 inline std::vector<float> RandomVector(int64_t n, uint64_t seed,
                                        float lo = -1.0f, float hi = 1.0f) {

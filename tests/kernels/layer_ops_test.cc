@@ -11,15 +11,8 @@
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using testing::Dot;
-using ::testing::ElementsAre;
-using testing::ExpectGradientsMatch;
-using ::testing::FloatNear;
-using testing::Garbage;
-using ::testing::Pointwise;
-using testing::RandomVector;
 
 TEST(ConcatTest, ForwardInterleavesChannelsPerPixel) {
   CpuContext ctx(1);
@@ -118,5 +111,6 @@ TEST(L2LossTest, ValueAndGradient) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

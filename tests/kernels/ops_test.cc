@@ -16,15 +16,8 @@
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using testing::Dot;
-using ::testing::ElementsAre;
-using testing::ExpectGradientsMatch;
-using ::testing::FloatNear;
-using testing::Garbage;
-using ::testing::Pointwise;
-using testing::RandomVector;
 
 // ---- MatMul ----
 
@@ -365,5 +358,6 @@ TEST(SoftmaxCrossEntropyDeathTest, LabelOutOfRange) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

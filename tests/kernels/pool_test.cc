@@ -16,15 +16,8 @@
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using testing::Dot;
-using ::testing::ElementsAre;
-using testing::ExpectGradientsMatch;
-using ::testing::FloatNear;
-using testing::Garbage;
-using ::testing::Pointwise;
-using testing::RandomVector;
 
 Pool2DShape Shape(int64_t batch, int64_t h, int64_t w, int64_t c, int64_t k,
                   int64_t stride, Padding padding) {
@@ -194,5 +187,6 @@ TEST(GlobalAvgPoolTest, ForwardAndGradient) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

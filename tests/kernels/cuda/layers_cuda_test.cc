@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,21 +16,12 @@
 #include "kernels/layer_ops.h"
 #include "kernels/pool.h"
 #include "kernels/workspace.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
-
-using ::testing::FloatNear;
-using ::testing::Pointwise;
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // 1e-5 of the largest magnitude: sums of hundreds of products differ in
 // their last bits between the CPU's and cuBLAS's summation orders.
@@ -41,47 +31,7 @@ float Tolerance(const std::vector<float>& v) {
   return 1e-5f * m + 1e-6f;
 }
 
-// A device copy of a host vector, read back with ToHost.
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<float>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()),
-              cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  explicit DeviceArray(size_t size) : DeviceArray(std::vector<float>(size)) {}
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  float* get() { return data_; }
-  std::vector<float> ToHost() const {
-    std::vector<float> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t bytes() const { return size_ * sizeof(float); }
-  size_t size_;
-  float* data_ = nullptr;
-};
-
-class LayersCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    absl::StatusOr<std::unique_ptr<CudaContext>> gpu = CudaContext::Create(0);
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    gpu_ = *std::move(gpu);
-  }
-  void Sync() { ASSERT_TRUE(gpu_->Synchronize().ok()); }
-
-  CpuContext cpu_{2};
-  std::unique_ptr<CudaContext> gpu_;
-};
+class LayersCudaTest : public CudaParityTest {};
 
 TEST_F(LayersCudaTest, Conv2D) {
   const Conv2DShape shapes[] = {
@@ -104,7 +54,7 @@ TEST_F(LayersCudaTest, Conv2D) {
                    &ws);
 
     CudaWorkspace gws;
-    DeviceArray gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()),
+    DeviceArray<float> gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()),
         gdf(f.size());
     Conv2DForward(*gpu_, s, gx.get(), gf.get(), gy.get(), &gws);
     Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(),
@@ -136,8 +86,8 @@ TEST_F(LayersCudaTest, Pools) {
     AvgPoolForward(cpu_, s, x.data(), avg_y.data());
     AvgPoolBackward(cpu_, s, dy.data(), avg_dx.data());
 
-    DeviceArray gx(x), gdy(dy), gmax_y(max_y.size()), gavg_y(avg_y.size()),
-        gmax_dx(x.size()), gavg_dx(x.size());
+    DeviceArray<float> gx(x), gdy(dy), gmax_y(max_y.size()),
+        gavg_y(avg_y.size()), gmax_dx(x.size()), gavg_dx(x.size());
     MaxPoolForward(*gpu_, s, gx.get(), gmax_y.get());
     MaxPoolBackward(*gpu_, s, gx.get(), gmax_y.get(), gdy.get(), gmax_dx.get());
     AvgPoolForward(*gpu_, s, gx.get(), gavg_y.get());
@@ -156,7 +106,7 @@ TEST_F(LayersCudaTest, Pools) {
   std::vector<float> y(batch * channels), dx(x.size());
   GlobalAvgPoolForward(cpu_, x.data(), batch, pixels, channels, y.data());
   GlobalAvgPoolBackward(cpu_, dy.data(), batch, pixels, channels, dx.data());
-  DeviceArray gx(x), gdy(dy), gy(y.size()), gdx(dx.size());
+  DeviceArray<float> gx(x), gdy(dy), gy(y.size()), gdx(dx.size());
   GlobalAvgPoolForward(*gpu_, gx.get(), batch, pixels, channels, gy.get());
   GlobalAvgPoolBackward(*gpu_, gdy.get(), batch, pixels, channels, gdx.get());
   Sync();
@@ -174,9 +124,9 @@ TEST_F(LayersCudaTest, BatchNorm) {
   std::vector<float> mm = RandomVector(s.channels, 34), mv(s.channels, 1.0f);
   std::vector<float> mean(s.channels), inv_std(s.channels), y(n), dx(n),
       dgamma(s.channels), dbeta(s.channels), y_inf(n);
-  DeviceArray gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gmm(mm), gmv(mv),
-      gmean(s.channels), ginv(s.channels), gy(n), gdx(n), gdgamma(s.channels),
-      gdbeta(s.channels), gy_inf(n);
+  DeviceArray<float> gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gmm(mm),
+      gmv(mv), gmean(s.channels), ginv(s.channels), gy(n), gdx(n),
+      gdgamma(s.channels), gdbeta(s.channels), gy_inf(n);
   BatchNormTrainingForward(cpu_, s, x.data(), gamma.data(), beta.data(),
                            mm.data(), mv.data(), mean.data(), inv_std.data(),
                            y.data());
@@ -214,10 +164,10 @@ TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
   std::vector<float> y(pixels * 9);
   const float* inputs[] = {xs[0].data(), xs[1].data(), xs[2].data()};
   ConcatChannelsForward(cpu_, pixels, inputs, channels, y.data());
-  DeviceArray g0(xs[0]), g1(xs[1]), g2(xs[2]), gy(y.size());
+  DeviceArray<float> g0(xs[0]), g1(xs[1]), g2(xs[2]), gy(y.size());
   const float* ginputs[] = {g0.get(), g1.get(), g2.get()};
   ConcatChannelsForward(*gpu_, pixels, ginputs, channels, gy.get());
-  DeviceArray gd0(xs[0].size()), gd2(xs[2].size());
+  DeviceArray<float> gd0(xs[0].size()), gd2(xs[2].size());
   float* gdinputs[] = {gd0.get(), nullptr, gd2.get()};
   ConcatChannelsBackward(*gpu_, pixels, gy.get(), channels, gdinputs);
 
@@ -229,7 +179,7 @@ TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
   const float l2 = L2LossForward(cpu_, x.data(), n);
   std::vector<float> dl2(n);
   L2LossBackward(cpu_, x.data(), n, 0.5f, dl2.data());
-  DeviceArray gx(x), gdrop(n), gddrop(n), gl2(1), gdl2(n);
+  DeviceArray<float> gx(x), gdrop(n), gddrop(n), gl2(1), gdl2(n);
   DropoutForward(*gpu_, gx.get(), n, 0.7f, 99, gdrop.get());
   DropoutBackward(*gpu_, gx.get(), n, 0.7f, 99, gddrop.get());
   L2LossForward(*gpu_, gx.get(), n, gl2.get());
@@ -245,5 +195,6 @@ TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt

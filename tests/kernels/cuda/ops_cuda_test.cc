@@ -4,7 +4,6 @@
 // Built only with PSRT_CUDA, linked with psrt_kernels_cuda.
 #include "kernels/ops_cuda.h"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -13,64 +12,14 @@
 #include "kernels/cpu_context.h"
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace psrt {
 namespace kernels {
+namespace testing {
 namespace {
 
-using ::testing::FloatNear;
-using ::testing::Pointwise;
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// A device array of T, filled from and read back to host vectors.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()),
-              cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  explicit DeviceArray(size_t size) : DeviceArray(std::vector<T>(size)) {}
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() { return data_; }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t bytes() const { return size_ * sizeof(T); }
-  size_t size_;
-  T* data_ = nullptr;
-};
-
-class OpsCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    absl::StatusOr<std::unique_ptr<CudaContext>> gpu = CudaContext::Create(0);
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    gpu_ = *std::move(gpu);
-  }
-  void Sync() { ASSERT_TRUE(gpu_->Synchronize().ok()); }
-
-  CpuContext cpu_{2};
-  std::unique_ptr<CudaContext> gpu_;
-};
+class OpsCudaTest : public CudaParityTest {};
 
 TEST_F(OpsCudaTest, MatMulForwardAndBackward) {
   for (bool ta : {false, true}) {
@@ -165,5 +114,6 @@ TEST_F(OpsCudaTest, OptimizerUpdates) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace kernels
 }  // namespace psrt
