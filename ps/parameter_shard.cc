@@ -1,4 +1,5 @@
 #include "ps/parameter_shard.h"
+#include "ps/snapshot_pool.h"
 
 #include <atomic>
 #include <limits>
@@ -45,42 +46,6 @@ bool SameVariables(const std::vector<proto::VariableMeta>& held,
 }
 
 }  // namespace
-
-// Recycles snapshot buffers, so that serving a pull never touches fresh
-// pages after the first few pulls.
-class ParameterShard::SnapshotPool
-    : public std::enable_shared_from_this<SnapshotPool> {
- public:
-  // A buffer of `n` floats with unspecified contents.
-  std::shared_ptr<Snapshot> New(int64_t n) {
-    std::unique_ptr<Snapshot> snapshot;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!free_.empty()) {
-        snapshot = std::move(free_.back());
-        free_.pop_back();
-      }
-    }
-    if (snapshot == nullptr) snapshot = std::make_unique<Snapshot>();
-    snapshot->values.Resize({n});
-    std::shared_ptr<SnapshotPool> self = shared_from_this();
-    return std::shared_ptr<Snapshot>(snapshot.release(),
-                                     [self](Snapshot* s) { self->Return(s); });
-  }
-
- private:
-  static constexpr size_t kMaxFree = 4;
-  void Return(Snapshot* snapshot) {
-    absl::MutexLock lock(&mu_);
-    if (free_.size() < kMaxFree) {
-      free_.emplace_back(snapshot);
-    } else {
-      delete snapshot;
-    }
-  }
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<Snapshot>> free_ ABSL_GUARDED_BY(mu_);
-};
 
 ParameterShard::ParameterShard(const Options& options)
     : options_(options),
@@ -496,107 +461,6 @@ void ParameterShard::WaitUntilFinished(absl::Duration grace) {
       changed_.Wait(&mu_);
     }
   }
-}
-
-absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
-                                                 int keep) {
-  if (options_.checkpoint_dir.empty()) {
-    return absl::FailedPreconditionError(
-        "save: this parameter server has no --checkpoint_dir");
-  }
-  if (keep < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("save: keep must be >= 1, got ", keep));
-  }
-  absl::MutexLock save_lock(&save_mu_);
-  ShardStateView view;
-  std::shared_ptr<const Snapshot> values, average;
-  std::vector<std::shared_ptr<Snapshot>> slots;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!initialized_) {
-      return absl::FailedPreconditionError("save: the shard holds no model yet");
-    }
-    if (version >= 0 && version != version_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "save: asked for version ", version, ", the shard is at ", version_));
-    }
-    view.config = config_;
-    view.variables = variables_;
-    view.version = version_;
-    view.num_elements = total_elements_;
-    values = current_;  // Copy on write keeps these two unchanged.
-    average = average_;
-    for (auto& [name, tensor] : optimizer_->slots()) {
-      slots.push_back(pool_->New(total_elements_));
-      std::memcpy(slots.back()->values.data(), tensor->data(), tensor->num_bytes());
-      view.slots.emplace_back(name, slots.back()->values.data());
-    }
-  }
-  view.values = values->values.data();
-  view.average = average ? average->values.data() : nullptr;
-  ASSIGN_OR_RETURN(std::string path,
-                   WriteShardCheckpoint(checkpoint_id(), step, view, keep));
-  LOG(INFO) << "saved " << path << " (version " << view.version << ")";
-  return path;
-}
-
-absl::Status ParameterShard::LoadLocked(ShardState state) {
-  RETURN_IF_ERROR(ValidateTrainingConfig(state.config));
-  const int64_t total = state.values.num_elements();
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                   NewOptimizer(state.config, total));
-  auto slots = optimizer->slots();
-  if (slots.size() != state.slots.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "restore: the checkpoint has ", state.slots.size(),
-        " optimizer slots, its optimizer needs ", slots.size()));
-  }
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].first != state.slots[i].first) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "restore: optimizer slot \"", slots[i].first, "\" missing from the checkpoint"));
-    }
-    *slots[i].second = std::move(state.slots[i].second);
-  }
-  optimizer_ = std::move(optimizer);
-  config_ = state.config;
-  variables_ = std::move(state.variables);
-  total_elements_ = total;
-  current_ = pool_->New(total);
-  std::memcpy(current_->values.data(), state.values.data(), state.values.num_bytes());
-  average_.reset();
-  if (config_.moving_average_decay() > 0) {
-    average_ = pool_->New(total);
-    const Tensor& from = state.average.num_elements() == total ? state.average : state.values;
-    std::memcpy(average_->values.data(), from.data(), from.num_bytes());
-  }
-  sum_.Resize({total});
-  clocks_.assign(config_.num_replicas(), 0);
-  pushed_.clear();
-  version_ = state.version;
-  restored_step_ = state.step;
-  initialized_ = true;
-  ready_ = false;  // Until the chief confirms this is the state to train on.
-  changed_.SignalAll();
-  return absl::OkStatus();
-}
-
-absl::Status ParameterShard::Restore(int64_t step) {
-  ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(checkpoint_id(), step));
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(LoadLocked(std::move(state)));
-  LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")";
-  return absl::OkStatus();
-}
-
-absl::Status ParameterShard::RestoreLatest() {
-  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
-  for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
-    absl::Status status = Restore(step);
-    if (status.ok()) return status;
-    LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace psrt
