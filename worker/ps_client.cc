@@ -12,6 +12,7 @@
 #include "common/tensor_frame.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace psrt {
 namespace {
@@ -38,16 +39,59 @@ proto::VariableMeta MetaOf(const VariableSlice& slice) {
 
 }  // namespace
 
+struct PsClient::Rpc {
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per shard.
+  std::function<std::string(int)> shard_name;
+  // Calls `method` on every shard at once; `on_response` runs on gRPC's
+  // thread for each reply. Errors are prefixed with the shard's name.
+  absl::Status CallAll(
+      const std::string& method, absl::Duration timeout,
+      const std::vector<grpc::ByteBuffer>& requests,
+      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response);
+};
+
+absl::Status PsClient::Rpc::CallAll(
+    const std::string& method, absl::Duration timeout,
+    const std::vector<grpc::ByteBuffer>& requests,
+    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response) {
+  const int n = static_cast<int>(stubs.size());
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<grpc::ByteBuffer> responses(n);
+  std::vector<absl::Status> statuses(n);
+  absl::BlockingCounter pending(n);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (int k = 0; k < n; ++k) {
+    contexts[k].set_deadline(deadline);
+    stubs[k]->UnaryCall(
+        &contexts[k], method, grpc::StubOptions(), &requests[k], &responses[k],
+        [&, k](grpc::Status status) {
+          statuses[k] = status.ok() ? on_response(k, responses[k])
+                                    : FromGrpcStatus(status);
+          pending.DecrementCount();
+        });
+  }
+  pending.Wait();
+  for (int k = 0; k < n; ++k) {
+    if (!statuses[k].ok()) {
+      return absl::Status(statuses[k].code(),
+                          absl::StrCat(shard_name(k), ": ", statuses[k].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
     : options_(std::move(options)),
       copier_(options_.copy_threads, /*spin=*/false),
       placement_(std::move(placement)),
-      variables_(std::move(variables)) {
+      variables_(std::move(variables)),
+      rpc_(std::make_unique<Rpc>()) {
   CHECK_EQ(placement_.num_shards,
            static_cast<int>(options_.ps_addresses.size()));
+  rpc_->shard_name = [this](int k) { return ShardName(k); };
   for (const std::string& address : options_.ps_addresses) {
-    stubs_.push_back(std::make_unique<grpc::GenericStub>(NewPsChannel(address)));
+    rpc_->stubs.push_back(std::make_unique<grpc::GenericStub>(NewPsChannel(address)));
   }
   push_headers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -63,36 +107,6 @@ PsClient::~PsClient() = default;
 
 std::string PsClient::ShardName(int shard) const {
   return absl::StrCat("ps/", shard, " (", options_.ps_addresses[shard], ")");
-}
-
-absl::Status PsClient::CallAll(
-    const std::string& method, absl::Duration timeout,
-    const std::vector<grpc::ByteBuffer>& requests,
-    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response) {
-  const int n = num_shards();
-  std::vector<grpc::ClientContext> contexts(n);
-  std::vector<grpc::ByteBuffer> responses(n);
-  std::vector<absl::Status> statuses(n);
-  absl::BlockingCounter pending(n);
-  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
-  for (int k = 0; k < n; ++k) {
-    contexts[k].set_deadline(deadline);
-    stubs_[k]->UnaryCall(
-        &contexts[k], method, grpc::StubOptions(), &requests[k], &responses[k],
-        [&, k](grpc::Status status) {
-          statuses[k] = status.ok() ? on_response(k, responses[k])
-                                    : FromGrpcStatus(status);
-          pending.DecrementCount();
-        });
-  }
-  pending.Wait();
-  for (int k = 0; k < n; ++k) {
-    if (!statuses[k].ok()) {
-      return absl::Status(statuses[k].code(),
-                          absl::StrCat(ShardName(k), ": ", statuses[k].message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
@@ -111,7 +125,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       grpc::ByteBuffer response;
       absl::Notification done;
       grpc::Status status;
-      stubs_[k]->UnaryCall(&context, kGetStatus, grpc::StubOptions(), &request,
+      rpc_->stubs[k]->UnaryCall(&context, kGetStatus, grpc::StubOptions(), &request,
                            &response, [&](grpc::Status s) {
                              status = std::move(s);
                              done.Notify();
@@ -156,7 +170,7 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
     }
     requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
   }
-  absl::Status status = CallAll(kInit, options_.rpc_timeout, requests,
+  absl::Status status = rpc_->CallAll(kInit, options_.rpc_timeout, requests,
                                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
   requests.clear();
   released.Wait();  // gRPC no longer reads `params`.
@@ -167,7 +181,7 @@ absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
   std::vector<grpc::ByteBuffer> requests(num_shards(),
                                          SerializeToByteBuffer(proto::StatusRequest()));
   std::vector<proto::StatusResponse> statuses(num_shards());
-  RETURN_IF_ERROR(CallAll(kGetStatus, options_.rpc_timeout, requests,
+  RETURN_IF_ERROR(rpc_->CallAll(kGetStatus, options_.rpc_timeout, requests,
                           [&](int k, const grpc::ByteBuffer& response) {
                             return ParseFromByteBuffer(response, &statuses[k]);
                           }));
@@ -229,7 +243,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());
-  RETURN_IF_ERROR(CallAll(
+  RETURN_IF_ERROR(rpc_->CallAll(
       kPull, options_.pull_timeout + absl::Seconds(10), requests,
       [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
         TensorFrameReader reader;
@@ -285,7 +299,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
                                          [&] { released.DecrementCount(); }));
   }
   std::vector<proto::PushResponse> responses(num_shards());
-  absl::Status status = CallAll(kPush, options_.rpc_timeout, requests,
+  absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, requests,
                                 [&](int k, const grpc::ByteBuffer& response) {
                                   return ParseFromByteBuffer(response, &responses[k]);
                                 });
@@ -306,7 +320,7 @@ void PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  absl::Status status = CallAll(kShutdown, absl::Seconds(10), requests,
+  absl::Status status = rpc_->CallAll(kShutdown, absl::Seconds(10), requests,
                                 [](int, const grpc::ByteBuffer&) {
                                   return absl::OkStatus();
                                 });
@@ -320,7 +334,7 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
   request.set_keep(keep);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
-  return CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), requests,
+  return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 
@@ -328,7 +342,7 @@ absl::Status PsClient::Restore(int64_t step) {
   proto::RestoreRequest request;
   request.set_step(step);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  return CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5), requests,
+  return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5), requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 

@@ -26,7 +26,6 @@
 #include "absl/time/time.h"
 #include "common/placement.h"
 #include "common/tensor.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
 
@@ -87,23 +86,20 @@ class PsClient {
   // Every shard loads checkpoint `step`.
   absl::Status Restore(int64_t step);
 
-  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  int num_shards() const { return placement_.num_shards; }
   const std::vector<int64_t>& shard_versions() const { return versions_; }
 
  private:
-  // Calls `method` on every shard at once; `on_response` runs on gRPC's
-  // thread for each reply. Errors are prefixed with the shard's name.
-  absl::Status CallAll(
-      const std::string& method, absl::Duration timeout,
-      const std::vector<grpc::ByteBuffer>& requests,
-      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response);
+  // The gRPC side (stubs and the all-shards call), kept out of this header
+  // so that the trainer never sees a gRPC type.
+  struct Rpc;
   std::string ShardName(int shard) const;
 
   const Options options_;
   const kernels::CpuContext copier_;
   const Placement placement_;
   const std::vector<VariableDef> variables_;
-  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  std::unique_ptr<Rpc> rpc_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
   std::vector<int64_t> versions_;
 };
