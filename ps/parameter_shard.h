@@ -18,6 +18,9 @@
 //    version is >= min_version and every unfinished replica has pushed at
 //    least min_clock gradients (bounded staleness), or training is over; or
 //    it fails with DeadlineExceeded at its deadline.
+//  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
+//    an operator (-1) it ends training: waiting pulls return at once with
+//    training_done, pushes are no longer applied.
 //
 // Memory. Gradients are consumed from the request in small blocks, straight
 // into the sum (sync) or the optimizer (async): no message-sized copy. A pull
@@ -25,9 +28,6 @@
 // the buffer still shared with a pull in flight first moves to a fresh buffer
 // (copy on write). Buffers are recycled, so steady state touches no new
 // pages.
-//  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
-//    an operator (-1) it ends training: waiting pulls return at once with
-//    training_done, pushes are no longer applied.
 //
 // Thread safety: every method is thread-safe. Pull callbacks never run under
 // the shard's lock; they run on the thread of Pull, of the Push or Shutdown

@@ -140,7 +140,7 @@ absl::Status Status() {
   for (size_t k = 0; k < statuses.size(); ++k) {
     const auto& s = statuses[k];
     std::printf(
-        "ps/%zu initialized=%d mode=%s version=%lld variables=%d pushes=%lld "
+        "ps/%zu initialized=%d mode=%s version=%lld variables=%d gradients_accepted=%lld "
         "stale_dropped=%lld done=%d\n",
         k, s.initialized(), psrt::proto::SyncMode_Name(s.config().mode()).c_str(),
         static_cast<long long>(s.version()), s.variables_size(),
