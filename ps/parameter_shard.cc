@@ -2,6 +2,7 @@
 #include "ps/snapshot_pool.h"
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <cstring>
 #include <random>
@@ -127,6 +128,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   });
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
+  last_push_.assign(config_.num_replicas(), {0, 0});
   if (config_.moving_average_decay() > 0) {
     average_ = pool_->New(total);
     std::memcpy(average_->values.data(), values, total * sizeof(float));
@@ -230,25 +232,96 @@ void ParameterShard::ForEachBlock(
   });
 }
 
+absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
+                                            size_t data_size) const {
+  if (!initialized_) {
+    return absl::FailedPreconditionError(
+        "push: this parameter server has not been initialized by the chief");
+  }
+  if (!ready_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: this parameter server restored checkpoint ", restored_step_,
+        " and waits for the chief to confirm it; pull again"));
+  }
+  RETURN_IF_ERROR(ValidateTensors(header.variables(), data_size, "push"));
+  if (header.replica() < 0 || header.replica() >= config_.num_replicas()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push: replica ", header.replica(), " is not in 0..",
+                     config_.num_replicas() - 1));
+  }
+  if (config_.mode() == proto::SYNC && header.version() > version_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: gradients computed from version ", header.version(),
+        " but this shard is at version ", version_,
+        " (it restarted or was rolled back); pull again"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ParameterShard::FirstNonFinite(const ByteSource& data) {
+  std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
+  ForEachBlock(data, [&](int64_t begin, absl::Span<const float> block) {
+    // Exponent bits all ones: Inf or NaN. Branch-free, so it vectorizes.
+    uint32_t bad = 0;
+    for (float x : block) {
+      uint32_t bits;
+      std::memcpy(&bits, &x, sizeof(bits));
+      bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad == 0) return;
+    for (size_t i = 0; i < block.size(); ++i) {
+      if (!std::isfinite(block[i])) {
+        int64_t index = begin + static_cast<int64_t>(i);
+        int64_t seen = first.load();
+        while (index < seen && !first.compare_exchange_weak(seen, index)) {
+        }
+        return;
+      }
+    }
+  });
+  const int64_t index = first.load();
+  return index == std::numeric_limits<int64_t>::max() ? -1 : index;
+}
+
+const proto::VariableMeta& ParameterShard::VariableAt(int64_t index) const {
+  for (const proto::VariableMeta& meta : variables_) {
+    const int64_t n = *CheckedNumElements(MetaShape(meta));
+    if (index < n) return meta;
+    index -= n;
+  }
+  return variables_.back();
+}
+
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const proto::PushHeader& header, ByteSource* data) {
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
   proto::PushResponse response;
+  response.set_incarnation(incarnation_);
   {
     absl::MutexLock lock(&mu_);
-    if (!initialized_) {
-      return absl::FailedPreconditionError(
-          "push: this parameter server has not been initialized by the chief");
-    }
-    RETURN_IF_ERROR(ValidateTensors(header.variables(), data->size(), "push"));
+    RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
     const int replica = header.replica();
-    if (replica < 0 || replica >= config_.num_replicas()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push: replica ", replica, " is not in 0..",
-                       config_.num_replicas() - 1));
+    auto& last_push = last_push_[replica];
+    const bool retry = header.worker_incarnation() != 0 &&
+                       header.worker_incarnation() == last_push.first &&
+                       header.step() <= last_push.second;
+    const bool takes_gradient =
+        !retry && !training_done_ &&
+        (config_.mode() == proto::ASYNC ||
+         (header.version() == version_ && pushed_.count(replica) == 0));
+    const int64_t nonfinite = takes_gradient ? FirstNonFinite(*data) : -1;
+    if (nonfinite >= 0 && !options_.skip_nonfinite_gradients) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
+          replica, " holds NaN or Inf; nothing was applied"));
     }
     response.set_training_done(training_done_);
-    if (training_done_) {
+    if (retry) {
+      response.set_accepted(true);  // Taken already; not applied twice.
+    } else if (training_done_) {
+      response.set_accepted(false);
+    } else if (nonfinite >= 0) {
+      ++nonfinite_dropped_;
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
       BeginUpdate();
@@ -262,11 +335,6 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     } else if (header.version() < version_) {
       ++stale_dropped_;
       response.set_accepted(false);
-    } else if (header.version() > version_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "push: gradients computed from version ", header.version(),
-          " but this shard is at version ", version_,
-          " (did the parameter server restart?)"));
     } else if (pushed_.count(replica) > 0) {
       response.set_accepted(true);  // A retry of an accepted push.
     } else {
@@ -295,6 +363,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         ++version_;
         pushed_.clear();
       }
+    }
+    if (response.accepted() && !retry) {
+      last_push = {header.worker_incarnation(), header.step()};
     }
     response.set_version(version_);
     TakeReadyWaiters(&ready);
@@ -354,6 +425,10 @@ void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
     if (!initialized_) {
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
+    } else if (!ready_) {
+      reply = absl::AbortedError(absl::StrCat(
+          "pull: this parameter server restored checkpoint ", restored_step_,
+          " and waits for the chief to confirm it"));
     } else if (ReadyLocked(options)) {
       reply = MakeReplyLocked(options.moving_average);
     } else {
@@ -379,11 +454,16 @@ void ParameterShard::DeadlineLoop() {
     }
     waiters_.swap(still_waiting);
     if (expired.empty()) continue;
+    std::vector<int> missing;  // Replicas whose gradient never came.
+    for (int r = 0; r < config_.num_replicas(); ++r) {
+      if (pushed_.count(r) == 0 && finished_replicas_.count(r) == 0) missing.push_back(r);
+    }
     const std::string state =
         config_.mode() == proto::SYNC
             ? absl::StrCat("shard at version ", version_, " with gradients from ",
                            pushed_.size(), " of ", config_.replicas_to_aggregate(),
-                           " replicas")
+                           " replicas; none yet from replica(s) ",
+                           absl::StrJoin(missing, ", "))
             : absl::StrCat("shard at version ", version_,
                            ", slowest replica at step ", MinClockLocked());
     mu_.Unlock();
@@ -411,6 +491,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_incarnation(incarnation_);
   status.set_pushes_applied(pushes_applied_);
   status.set_stale_pushes_dropped(stale_dropped_);
+  status.set_nonfinite_pushes_dropped(nonfinite_dropped_);
   status.set_training_done(training_done_);
   status.set_restored_step(restored_step_);
   status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());

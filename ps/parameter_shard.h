@@ -11,13 +11,23 @@
 //    have arrived, their mean is applied once by the optimizer and the
 //    version becomes t+1. A push tagged < t is stale: dropped and counted. A
 //    second push from the same replica at t is a retry: acknowledged, not
-//    applied again. A push tagged > t is FailedPrecondition.
+//    applied again. A push tagged > t is Aborted (the shard was rolled back
+//    under the sender, which must pull again).
 //  - Async mode: every push is applied on arrival; the version counts the
 //    pushes applied.
+//  - Either mode: a push carrying the (worker_incarnation, step) of one
+//    already taken from that replica is a retry: acknowledged, not applied.
+//    A push holding NaN or Inf is refused (InvalidArgument) or, with
+//    Options::skip_nonfinite_gradients, dropped and counted; either way
+//    nothing is applied.
 //  - Pull(min_version, min_clock) is answered with the values as soon as the
 //    version is >= min_version and every unfinished replica has pushed at
 //    least min_clock gradients (bounded staleness), or training is over; or
 //    it fails with DeadlineExceeded at its deadline.
+//  - Restore(step) replaces the state with a checkpoint and makes the shard
+//    not ready: waiting pulls fail with Aborted, and pushes and pulls fail
+//    with Aborted until the chief confirms the state with Init. A shard that
+//    restored its checkpoint at start is likewise not ready.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -74,6 +84,9 @@ class ParameterShard {
     std::string checkpoint_dir;
     int shard = 0;
     int num_shards = 1;
+    // Pushes holding NaN or Inf: false refuses them with InvalidArgument,
+    // true drops them (accepted = false) and counts them.
+    bool skip_nonfinite_gradients = false;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -152,6 +165,16 @@ class ParameterShard {
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
       size_t data_size, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Refuses what Push must not apply: Aborted when the shard is not ready or
+  // the push comes from a version it has not reached; InvalidArgument for a
+  // malformed push. OK otherwise.
+  absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The index of the first NaN or Inf element of `data`, or -1.
+  int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The variable that holds element `index` of the shard.
+  const proto::VariableMeta& VariableAt(int64_t index) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes *buffer safe to modify: copies it if a pull still shares it.
   void MakeWritable(std::shared_ptr<Snapshot>* buffer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -179,8 +202,10 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
 
-  // Replaces the state with a loaded checkpoint.
-  absl::Status LoadLocked(ShardState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the state with a loaded checkpoint; moves the waiting pulls to
+  // *aborted (the caller fails them with Aborted, outside the lock).
+  absl::Status LoadLocked(ShardState state, std::vector<Waiter>* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardCheckpointId checkpoint_id() const {
     return {options_.checkpoint_dir, options_.shard, options_.num_shards};
   }
@@ -207,6 +232,9 @@ class ParameterShard {
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t nonfinite_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per replica: the (worker_incarnation, step) of its last push taken.
+  std::vector<std::pair<int64_t, int64_t>> last_push_ ABSL_GUARDED_BY(mu_);
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);

@@ -54,7 +54,8 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   return path;
 }
 
-absl::Status ParameterShard::LoadLocked(ShardState state) {
+absl::Status ParameterShard::LoadLocked(ShardState state,
+                                        std::vector<Waiter>* aborted) {
   RETURN_IF_ERROR(ValidateTrainingConfig(state.config));
   const int64_t total = state.values.num_elements();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
@@ -86,7 +87,12 @@ absl::Status ParameterShard::LoadLocked(ShardState state) {
   }
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
+  last_push_.assign(config_.num_replicas(), {0, 0});
   pushed_.clear();
+  // Pulls waiting for a version of the replaced state will not get it.
+  aborted->insert(aborted->end(), std::make_move_iterator(waiters_.begin()),
+                  std::make_move_iterator(waiters_.end()));
+  waiters_.clear();
   version_ = state.version;
   restored_step_ = state.step;
   initialized_ = true;
@@ -97,9 +103,17 @@ absl::Status ParameterShard::LoadLocked(ShardState state) {
 
 absl::Status ParameterShard::Restore(int64_t step) {
   ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(checkpoint_id(), step));
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(LoadLocked(std::move(state)));
-  LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")";
+  std::vector<Waiter> aborted;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(LoadLocked(std::move(state), &aborted));
+    LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")";
+  }
+  for (Waiter& w : aborted) {
+    w.done(absl::AbortedError(absl::StrCat(
+        "pull: this parameter server was rolled back to checkpoint ", step,
+        "; pull again")));
+  }
   return absl::OkStatus();
 }
 

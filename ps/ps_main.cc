@@ -37,6 +37,10 @@ DEFINE_int64(max_message_mb, 2048,
              "Largest request accepted, in MiB; larger ones are refused "
              "before they are buffered.");
 DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
+DEFINE_string(nonfinite_gradients, "reject",
+              "A pushed gradient holding NaN or Inf is never applied: "
+              "\"reject\" fails the push (the worker stops with the error), "
+              "\"skip\" drops it and counts it (psrtctl status).");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -69,7 +73,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (FLAGS_nonfinite_gradients != "reject" && FLAGS_nonfinite_gradients != "skip") {
+    LOG(ERROR) << "--nonfinite_gradients must be reject or skip, got \""
+               << FLAGS_nonfinite_gradients << "\"";
+    return 2;
+  }
   psrt::ParameterShard::Options options;
+  options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   options.threads = FLAGS_threads;
   options.checkpoint_dir = FLAGS_checkpoint_dir;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,45 +41,137 @@ proto::VariableMeta MetaOf(const VariableSlice& slice) {
 
 }  // namespace
 
+// Which failures a call retries, with backoff, until Options::retry_timeout.
+enum class RetryOn {
+  kNothing,
+  kUnavailable,             // Safe when the call may be repeated.
+  kUnavailableOrDeadline,   // Pushes: a repeated one is deduplicated.
+};
+
 struct PsClient::Rpc {
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per shard.
   std::function<std::string(int)> shard_name;
+  absl::Duration retry_timeout;
   // Calls `method` on every shard at once; `on_response` runs on gRPC's
-  // thread for each reply. Errors are prefixed with the shard's name.
+  // thread for each reply. A shard whose call fails as `retry_on` allows is
+  // called again after a backoff, on its own; the first other error cancels
+  // the calls still running and is returned, prefixed with the shard's name.
   absl::Status CallAll(
-      const std::string& method, absl::Duration timeout,
+      const std::string& method, absl::Duration timeout, RetryOn retry_on,
       const std::vector<grpc::ByteBuffer>& requests,
       const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response);
 };
 
 absl::Status PsClient::Rpc::CallAll(
-    const std::string& method, absl::Duration timeout,
+    const std::string& method, absl::Duration timeout, RetryOn retry_on,
     const std::vector<grpc::ByteBuffer>& requests,
     const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response) {
   const int n = static_cast<int>(stubs.size());
-  std::vector<grpc::ClientContext> contexts(n);
-  std::vector<grpc::ByteBuffer> responses(n);
-  std::vector<absl::Status> statuses(n);
-  absl::BlockingCounter pending(n);
-  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
-  for (int k = 0; k < n; ++k) {
-    contexts[k].set_deadline(deadline);
-    stubs[k]->UnaryCall(
-        &contexts[k], method, grpc::StubOptions(), &requests[k], &responses[k],
-        [&, k](grpc::Status status) {
-          statuses[k] = status.ok() ? on_response(k, responses[k])
-                                    : FromGrpcStatus(status);
-          pending.DecrementCount();
-        });
+  struct Attempt {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;
+  };
+  // Every attempt stays alive until the last callback has run.
+  std::vector<std::unique_ptr<Attempt>> attempts;
+  std::vector<Attempt*> running(n, nullptr);
+  absl::Mutex mu;
+  std::vector<std::optional<absl::Status>> finished(n);  // Guarded by mu.
+  int in_flight = 0;                                      // Guarded by mu.
+
+  auto start = [&](int k) {  // REQUIRES: mu not held; in_flight counted.
+    attempts.push_back(std::make_unique<Attempt>());
+    Attempt* attempt = attempts.back().get();
+    attempt->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    running[k] = attempt;
+    stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k],
+                        &attempt->response, [&, k, attempt](grpc::Status status) {
+                          absl::Status result = status.ok()
+                                                    ? on_response(k, attempt->response)
+                                                    : FromGrpcStatus(status);
+                          absl::MutexLock lock(&mu);
+                          finished[k] = std::move(result);
+                          --in_flight;
+                        });
+  };
+  auto retryable = [retry_on](const absl::Status& status) {
+    return (retry_on != RetryOn::kNothing && absl::IsUnavailable(status)) ||
+           (retry_on == RetryOn::kUnavailableOrDeadline && absl::IsDeadlineExceeded(status));
+  };
+
+  const absl::Time give_up = absl::Now() + retry_timeout;
+  std::vector<absl::Time> retry_at(n, absl::InfiniteFuture());
+  std::vector<absl::Duration> backoff(n, absl::Milliseconds(100));
+  std::vector<bool> done(n, false);
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu);
+    in_flight = n;
   }
-  pending.Wait();
-  for (int k = 0; k < n; ++k) {
-    if (!statuses[k].ok()) {
-      return absl::Status(statuses[k].code(),
-                          absl::StrCat(shard_name(k), ": ", statuses[k].message()));
+  for (int k = 0; k < n; ++k) start(k);
+
+  mu.Lock();
+  while (true) {
+    for (int k = 0; k < n; ++k) {
+      if (!finished[k].has_value()) continue;
+      absl::Status status = *std::move(finished[k]);
+      finished[k].reset();
+      running[k] = nullptr;
+      if (status.ok()) {
+        done[k] = true;
+      } else if (error.ok() && retryable(status) && absl::Now() < give_up) {
+        if (backoff[k] == absl::Milliseconds(100)) {  // The first retry.
+          LOG(WARNING) << shard_name(k) << ": " << status.message()
+                       << "; retrying for up to " << retry_timeout;
+        }
+        retry_at[k] = absl::Now() + backoff[k];
+        backoff[k] = std::min(backoff[k] * 2, absl::Seconds(2));
+      } else {
+        done[k] = true;
+        if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
+          const bool gave_up = retryable(status);
+          error = absl::Status(
+              status.code(),
+              absl::StrCat(shard_name(k), ": ", status.message(),
+                           gave_up ? absl::StrCat(" (still failing after ",
+                                                  absl::FormatDuration(retry_timeout),
+                                                  " of retries)")
+                                   : ""));
+        }
+        // Nothing else matters now: stop the other shards' calls.
+        for (int j = 0; j < n; ++j) {
+          if (running[j] != nullptr) running[j]->context.TryCancel();
+          if (retry_at[j] != absl::InfiniteFuture()) {
+            retry_at[j] = absl::InfiniteFuture();
+            done[j] = true;
+          }
+        }
+      }
     }
+    if (in_flight == 0 && std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
+      break;
+    }
+    const absl::Time now = absl::Now();
+    absl::Time next_retry = absl::InfiniteFuture();
+    for (int k = 0; k < n; ++k) {
+      if (retry_at[k] <= now) {
+        retry_at[k] = absl::InfiniteFuture();
+        ++in_flight;
+        mu.Unlock();
+        start(k);
+        mu.Lock();
+      }
+      next_retry = std::min(next_retry, retry_at[k]);
+    }
+    mu.AwaitWithDeadline(absl::Condition(
+                             +[](std::vector<std::optional<absl::Status>>* f) {
+                               return std::any_of(f->begin(), f->end(),
+                                                  [](const auto& s) { return s.has_value(); });
+                             },
+                             &finished),
+                         next_retry);
   }
-  return absl::OkStatus();
+  mu.Unlock();
+  return error;
 }
 
 PsClient::PsClient(Options options, Placement placement,
@@ -90,6 +184,7 @@ PsClient::PsClient(Options options, Placement placement,
   CHECK_EQ(placement_.num_shards,
            static_cast<int>(options_.ps_addresses.size()));
   rpc_->shard_name = [this](int k) { return ShardName(k); };
+  rpc_->retry_timeout = options_.retry_timeout;
   for (const std::string& address : options_.ps_addresses) {
     rpc_->stubs.push_back(std::make_unique<grpc::GenericStub>(NewPsChannel(address)));
   }
@@ -101,6 +196,18 @@ PsClient::PsClient(Options options, Placement placement,
     }
   }
   versions_.assign(num_shards(), 0);
+  incarnations_.assign(num_shards(), 0);
+  std::random_device device;
+  worker_incarnation_ = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1;
+}
+
+absl::Status PsClient::CheckIncarnation(int shard, int64_t incarnation) {
+  const int64_t known = incarnations_[shard];
+  incarnations_[shard] = incarnation;
+  if (known == 0 || known == incarnation) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      ShardName(shard), " restarted (new incarnation ", incarnation,
+      "): it restored its last checkpoint; pull again"));
 }
 
 PsClient::~PsClient() = default;
@@ -170,7 +277,7 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
     }
     requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
   }
-  absl::Status status = rpc_->CallAll(kInit, options_.rpc_timeout, requests,
+  absl::Status status = rpc_->CallAll(kInit, options_.rpc_timeout, RetryOn::kUnavailable, requests,
                                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
   requests.clear();
   released.Wait();  // gRPC no longer reads `params`.
@@ -181,7 +288,7 @@ absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
   std::vector<grpc::ByteBuffer> requests(num_shards(),
                                          SerializeToByteBuffer(proto::StatusRequest()));
   std::vector<proto::StatusResponse> statuses(num_shards());
-  RETURN_IF_ERROR(rpc_->CallAll(kGetStatus, options_.rpc_timeout, requests,
+  RETURN_IF_ERROR(rpc_->CallAll(kGetStatus, options_.rpc_timeout, RetryOn::kUnavailable, requests,
                           [&](int k, const grpc::ByteBuffer& response) {
                             return ParseFromByteBuffer(response, &statuses[k]);
                           }));
@@ -196,6 +303,10 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
     ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> statuses, GetStatus());
     std::vector<std::string> waiting;
     for (int k = 0; k < num_shards(); ++k) {
+      if (statuses[k].training_done()) {
+        return absl::CancelledError(
+            absl::StrCat(ShardName(k), ": the chief has ended training"));
+      }
       if (!statuses[k].ready()) waiting.push_back(ShardName(k));
     }
     if (waiting.empty()) {
@@ -244,7 +355,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());
   RETURN_IF_ERROR(rpc_->CallAll(
-      kPull, options_.pull_timeout + absl::Seconds(10), requests,
+      kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
       [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
         TensorFrameReader reader;
         RETURN_IF_ERROR(reader.Open(response, &headers[k]));
@@ -274,6 +385,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
+    RETURN_IF_ERROR(CheckIncarnation(k, headers[k].incarnation()));
     versions_[k] = headers[k].version();
     result.version = std::min(result.version, headers[k].version());
     result.training_done |= headers[k].training_done();
@@ -287,8 +399,11 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   absl::BlockingCounter released(num_shards());
   std::vector<grpc::ByteBuffer> requests;
   requests.reserve(num_shards());
+  ++push_step_;  // Retries below resend the same (worker, step).
   for (int k = 0; k < num_shards(); ++k) {
     push_headers_[k].set_version(versions_[k]);
+    push_headers_[k].set_worker_incarnation(worker_incarnation_);
+    push_headers_[k].set_step(push_step_);
     std::vector<absl::Span<const char>> chunks;
     for (int s : placement_.shard_slices[k]) {
       const VariableSlice& slice = placement_.slices[s];
@@ -299,7 +414,8 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
                                          [&] { released.DecrementCount(); }));
   }
   std::vector<proto::PushResponse> responses(num_shards());
-  absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, requests,
+  absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline,
+                                      requests,
                                 [&](int k, const grpc::ByteBuffer& response) {
                                   return ParseFromByteBuffer(response, &responses[k]);
                                 });
@@ -309,6 +425,9 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   released.Wait();
   RETURN_IF_ERROR(status);
   PushResult result;
+  for (int k = 0; k < num_shards(); ++k) {
+    RETURN_IF_ERROR(CheckIncarnation(k, responses[k].incarnation()));
+  }
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();
     result.training_done |= r.training_done();
@@ -320,7 +439,7 @@ void PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  absl::Status status = rpc_->CallAll(kShutdown, absl::Seconds(10), requests,
+  absl::Status status = rpc_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
                                 [](int, const grpc::ByteBuffer&) {
                                   return absl::OkStatus();
                                 });
@@ -334,7 +453,8 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
   request.set_keep(keep);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
-  return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), requests,
+  return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,
+                       requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 
@@ -342,7 +462,8 @@ absl::Status PsClient::Restore(int64_t step) {
   proto::RestoreRequest request;
   request.set_step(step);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5), requests,
+  return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
+                       RetryOn::kUnavailable, requests,
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 

@@ -12,6 +12,16 @@
 // next Push tags each shard's gradients with it. In sync mode the shards
 // move in lockstep, so all of them are equal.
 //
+// Faults: a shard that is unreachable (UNAVAILABLE) is called again with
+// backoff for up to Options::retry_timeout, alone, while the other shards'
+// calls go on; the first other error cancels the calls still running. A
+// push is retried with the same (worker incarnation, step), so the shard
+// never applies it twice. Pull and Push return Aborted when a shard answers
+// with an incarnation other than the one it answered with before (it
+// restarted and restored a checkpoint), or when the shard itself says its
+// state was replaced: the caller then waits for the model to be ready again
+// and pulls.
+//
 // Thread safety: not thread-safe; one trainer thread drives it.
 #ifndef PSRT_WORKER_PS_CLIENT_H_
 #define PSRT_WORKER_PS_CLIENT_H_
@@ -42,6 +52,9 @@ class PsClient {
     absl::Duration pull_timeout = absl::Seconds(300);
     // Threads that copy pulled values into the parameters; 0: one per core.
     int copy_threads = 0;
+    // How long an unreachable shard is retried before the call fails (a
+    // supervised parameter server restarts within this).
+    absl::Duration retry_timeout = absl::Seconds(60);
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.
@@ -65,7 +78,8 @@ class PsClient {
                     const std::vector<Tensor>& params);
   // Waits until the chief has made every shard ready (initialized or
   // restored, and confirmed), checks that it holds exactly this worker's
-  // variables, and returns the chief's config.
+  // variables, and returns the chief's config. Cancelled when the chief has
+  // already ended training.
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
       absl::Duration timeout);
   // Fills `params` (one tensor per variable, already shaped) with values of
@@ -87,13 +101,16 @@ class PsClient {
   absl::Status Restore(int64_t step);
 
   int num_shards() const { return placement_.num_shards; }
+  // "ps/K (host:port)", as errors and logs name a shard.
+  std::string ShardName(int shard) const;
   const std::vector<int64_t>& shard_versions() const { return versions_; }
 
  private:
   // The gRPC side (stubs and the all-shards call), kept out of this header
   // so that the trainer never sees a gRPC type.
   struct Rpc;
-  std::string ShardName(int shard) const;
+  // Records the incarnation a shard answered with; Aborted if it changed.
+  absl::Status CheckIncarnation(int shard, int64_t incarnation);
 
   const Options options_;
   const kernels::CpuContext copier_;
@@ -102,6 +119,9 @@ class PsClient {
   std::unique_ptr<Rpc> rpc_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
   std::vector<int64_t> versions_;
+  std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
+  int64_t worker_incarnation_ = 0;     // Random id of this client.
+  int64_t push_step_ = 0;              // Pushes sent so far.
 };
 
 }  // namespace psrt

@@ -34,38 +34,42 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client
       train_(train),
       test_(test) {}
 
-absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& initial) {
+absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
+                                          bool after_fault) {
   ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> shards, client_->GetStatus());
   checkpoints_ = std::all_of(shards.begin(), shards.end(),
                              [](const auto& s) { return s.has_checkpoint_dir(); });
-  if (!checkpoints_ && (options_.save_checkpoint_steps > 0 || options_.save_checkpoint_secs > 0)) {
+  if (!checkpoints_ && !after_fault &&
+      (options_.save_checkpoint_steps > 0 || options_.save_checkpoint_secs > 0)) {
     LOG(INFO) << "no checkpoints: not every parameter server has a --checkpoint_dir";
   }
-  std::set<int64_t> restored;
-  bool any_initialized = false;
-  for (const auto& s : shards) {
-    any_initialized |= s.initialized();
-    if (s.initialized()) restored.insert(s.restored_step());
+  std::vector<std::string> empty;  // Shards that hold no model.
+  std::set<int64_t> restored;      // Checkpoints restored by unconfirmed shards.
+  bool all_ready = true;
+  for (int k = 0; k < client_->num_shards(); ++k) {
+    all_ready &= shards[k].ready();
+    if (!shards[k].initialized()) empty.push_back(client_->ShardName(k));
+    if (shards[k].initialized() && !shards[k].ready()) restored.insert(shards[k].restored_step());
   }
-  if (!any_initialized) {
-    RETURN_IF_ERROR(client_->Init(options_.config, initial));
-    LOG(INFO) << "chief initialized " << initial.size() << " variables on "
+  // Init marks initialized shards ready (their state is kept) and
+  // initializes the others.
+  if (empty.size() == shards.size() && !after_fault) {
+    RETURN_IF_ERROR(client_->Init(options_.config, values));
+    LOG(INFO) << "chief initialized " << values.size() << " variables on "
               << client_->num_shards() << " parameter servers";
     return absl::OkStatus();
   }
-  const bool consistent = restored.size() == 1 &&
-                          std::all_of(shards.begin(), shards.end(),
-                                      [](const auto& s) { return s.initialized(); });
-  if (consistent) {
-    if (*restored.begin() >= 0) {
-      LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
-    } else {
-      LOG(INFO) << "the parameter servers already hold the model; continuing";
-    }
-    return client_->Init(options_.config, initial);  // Marks them ready.
+  if (all_ready) {
+    LOG(INFO) << "the parameter servers already hold the model; continuing";
+    return client_->Init(options_.config, values);
   }
-  // Some shards restored another checkpoint than others (one was corrupt, or
-  // only some restarted): move all to the newest step that all of them hold.
+  if (empty.empty() && restored.size() == 1 &&
+      std::none_of(shards.begin(), shards.end(), [](const auto& s) { return s.ready(); })) {
+    LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
+    return client_->Init(options_.config, values);
+  }
+  // Some shards restarted (or restored another checkpoint than the others):
+  // move all of them to the newest step that all of them hold.
   std::vector<int64_t> common(shards[0].checkpoint_steps().begin(),
                               shards[0].checkpoint_steps().end());
   for (const auto& s : shards) {
@@ -78,17 +82,49 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& initial) {
   for (int64_t step : common) {
     absl::Status status = client_->Restore(step);
     if (status.ok()) {
-      LOG(WARNING) << "the parameter servers held different checkpoints; all "
-                      "restored checkpoint " << step;
-      return client_->Init(options_.config, initial);  // Marks them ready.
+      LOG(WARNING) << "the parameter servers held different states; all of them "
+                      "now hold checkpoint " << step;
+      return client_->Init(options_.config, values);  // Marks them ready.
     }
     LOG(WARNING) << "cannot restore checkpoint " << step << " everywhere: "
                  << status.message();
+  }
+  if (!empty.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        absl::StrJoin(empty, ", "), " lost the model (restarted without a "
+        "checkpoint to restore) and no checkpoint is held by every parameter "
+        "server: give every ps task --checkpoint_dir so that a restarted one "
+        "can recover"));
   }
   return absl::FailedPreconditionError(
       "the parameter servers hold different states and no checkpoint that "
       "all of them can restore; remove their checkpoint directories (or "
       "restore them) and start again");
+}
+
+absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* params,
+                              PsClient::PullResult* pulled) {
+  constexpr int kMaxRecoveries = 20;
+  if (++recoveries_ > kMaxRecoveries) {
+    return absl::Status(cause.code(), absl::StrCat("gave up after ", kMaxRecoveries,
+                                                   " recoveries: ", cause.message()));
+  }
+  LOG(WARNING) << "the parameter servers' state changed (" << cause.message()
+               << "); waiting for them to be ready and pulling again";
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
+  if (options_.replica == 0) RETURN_IF_ERROR(RecoverOrInitialize(*params, true));
+  absl::StatusOr<proto::TrainingConfig> ready =
+      client_->WaitForModelReady(options_.startup_timeout);
+  if (absl::IsCancelled(ready.status())) {
+    pulled->training_done = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ready.status());
+  ASSIGN_OR_RETURN(*pulled, client_->Pull(0, params));
+  LOG(WARNING) << "recovered in " << absl::Now() - start
+               << ": carrying on at global step " << pulled->version;
+  return absl::OkStatus();
 }
 
 float Trainer::Regularize(const std::vector<Tensor>& params,
@@ -222,7 +258,13 @@ absl::Status Trainer::RunEvaluator() {
         LOG(INFO) << "the parameter servers are gone: training is over";
         break;
       }
-      return pulled.status();
+      if (!absl::IsAborted(pulled.status())) return pulled.status();
+      LOG(WARNING) << pulled.status().message() << "; waiting for the model";
+      absl::Status ready = client_->WaitForModelReady(options_.startup_timeout).status();
+      if (absl::IsCancelled(ready)) break;
+      RETURN_IF_ERROR(ready);
+      next = 0;
+      continue;
     }
     RETURN_IF_ERROR(Evaluate(pulled->version, &params).status());
     if (pulled->training_done || pulled->version >= options_.train_steps) break;
@@ -250,13 +292,19 @@ absl::StatusOr<TrainResult> Trainer::Train() {
 
   RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
   if (chief) {
-    RETURN_IF_ERROR(RecoverOrInitialize(params));
+    RETURN_IF_ERROR(RecoverOrInitialize(params, /*after_fault=*/false));
     if (!options_.logdir.empty()) {
       ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir));
     }
   }
-  ASSIGN_OR_RETURN(proto::TrainingConfig chief_config,
-                   client_->WaitForModelReady(options_.startup_timeout));
+  absl::StatusOr<proto::TrainingConfig> ready =
+      client_->WaitForModelReady(options_.startup_timeout);
+  if (absl::IsCancelled(ready.status())) {
+    LOG(INFO) << ready.status().message() << "; nothing to do";
+    return TrainResult();
+  }
+  RETURN_IF_ERROR(ready.status());
+  const proto::TrainingConfig& chief_config = *ready;
   if (chief_config.mode() != options_.config.mode() ||
       chief_config.num_replicas() != options_.config.num_replicas()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -269,29 +317,47 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
   start_step_ = pulled.version;
   start_time_ = absl::Now();
-  BatchIterator batches(train_, options_.replica, options_.num_replicas,
-                        options_.shuffle, options_.seed + 1000 * options_.replica);
-  if (pulled.version > 0) {
-    // Each replica consumed one batch per step (sync), or about 1/W of the
-    // steps (async), before the checkpoint.
-    const int64_t steps = sync ? pulled.version : pulled.version / options_.num_replicas;
+  // This replica's data, positioned after what it consumed before global
+  // step `version`: one batch per step (sync), or about 1/W of the steps
+  // (async). A resumed or recovered sync run thus sees the same data as an
+  // uninterrupted one.
+  auto data_from_step = [&](int64_t version) {
+    BatchIterator batches(train_, options_.replica, options_.num_replicas,
+                          options_.shuffle, options_.seed + 1000 * options_.replica);
+    const int64_t steps = sync ? version : version / options_.num_replicas;
     batches.Skip(steps * options_.batch_size);
-    LOG(INFO) << "resuming at global step " << pulled.version;
-  }
+    return batches;
+  };
+  BatchIterator batches = data_from_step(pulled.version);
+  if (pulled.version > 0) LOG(INFO) << "resuming at global step " << pulled.version;
 
   Tensor images;
   std::vector<int32_t> labels;
   TrainResult result;
   absl::Time interval_start = absl::Now();
   absl::Time last_save = absl::Now();
-  int64_t last_saved_step = chief ? pulled.version : -1;
+  // A first checkpoint right away, so that a parameter server that restarts
+  // early has one to restore; a resumed run has one at its step already.
+  int64_t last_saved_step = pulled.version > 0 ? pulled.version : -1;
   int64_t last_eval_step = pulled.version;
   int64_t interval_steps = 0;
   double interval_loss = 0;
   int64_t stale = 0;
+  int64_t clock_base = 0;  // Local steps before the shards' clocks restarted.
+  // The shards' state was replaced (a restart or a rollback): wait for them,
+  // pull, and carry on. Any other error ends training.
+  auto recover_or_fail = [&](const absl::Status& status) -> absl::Status {
+    if (!absl::IsAborted(status)) return status;
+    RETURN_IF_ERROR(Recover(status, &params, &pulled));
+    batches = data_from_step(pulled.version);
+    clock_base = result.local_steps;
+    last_eval_step = std::min(last_eval_step, pulled.version);
+    return absl::OkStatus();
+  };
   while (!pulled.training_done && pulled.version < options_.train_steps) {
     if (chief && checkpoints_ && pulled.version > last_saved_step &&
-        ((options_.save_checkpoint_steps > 0 &&
+        (pulled.version == 0 ||
+         (options_.save_checkpoint_steps > 0 &&
           pulled.version % options_.save_checkpoint_steps == 0) ||
          (options_.save_checkpoint_secs > 0 &&
           absl::Now() - last_save >= absl::Seconds(options_.save_checkpoint_secs)))) {
@@ -302,7 +368,11 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     }
     if (chief && options_.eval_every_steps > 0 &&
         pulled.version >= last_eval_step + options_.eval_every_steps) {
-      RETURN_IF_ERROR(Evaluate(pulled.version, &params).status());
+      absl::Status evaluated = Evaluate(pulled.version, &params).status();
+      if (!evaluated.ok()) {
+        RETURN_IF_ERROR(recover_or_fail(evaluated));
+        continue;
+      }
       last_eval_step = pulled.version;
     }
     batches.NextBatch(options_.batch_size, &images, &labels);
@@ -313,16 +383,26 @@ absl::StatusOr<TrainResult> Trainer::Train() {
           "loss became ", loss, " at step ", pulled.version,
           " (learning rate too high?)"));
     }
-    ASSIGN_OR_RETURN(PsClient::PushResult pushed, client_->Push(grads));
-    if (!pushed.accepted) ++stale;
+    absl::StatusOr<PsClient::PushResult> pushed = client_->Push(grads);
+    if (!pushed.ok()) {
+      RETURN_IF_ERROR(recover_or_fail(pushed.status()));
+      continue;
+    }
+    if (!pushed->accepted) ++stale;
     ++result.local_steps;
     ++interval_steps;
     interval_loss += loss;
-    const int64_t min_clock =
-        !sync && options_.staleness >= 0 ? result.local_steps - options_.staleness : 0;
-    ASSIGN_OR_RETURN(pulled, client_->Pull(sync ? pulled.version + 1 : 0, &params,
-                                           /*moving_average=*/false, min_clock));
-    if (pushed.training_done) pulled.training_done = true;
+    const int64_t min_clock = !sync && options_.staleness >= 0
+                                  ? result.local_steps - clock_base - options_.staleness
+                                  : 0;
+    absl::StatusOr<PsClient::PullResult> next = client_->Pull(
+        sync ? pulled.version + 1 : 0, &params, /*moving_average=*/false, min_clock);
+    if (!next.ok()) {
+      RETURN_IF_ERROR(recover_or_fail(next.status()));
+      continue;
+    }
+    pulled = *next;
+    if (pushed->training_done) pulled.training_done = true;
 
     if (result.local_steps % options_.log_every_steps == 0) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - interval_start);

@@ -17,6 +17,13 @@
 // A resumed worker skips the data it consumed before the checkpoint, so a
 // sync run with fixed data order resumes exactly.
 //
+// Faults: when a shard restarts (and restores its last checkpoint) or is
+// rolled back, the calls of every worker fail with Aborted; each worker then
+// waits for the shards, the chief restores all of them to the newest
+// checkpoint they all hold, and every worker pulls and carries on from that
+// step. A restarted worker rejoins like a late one: it pulls the current
+// version and continues.
+//
 // Thread safety: not thread-safe; Run() is called once.
 #ifndef PSRT_WORKER_TRAINER_H_
 #define PSRT_WORKER_TRAINER_H_
@@ -97,8 +104,17 @@ class Trainer {
     double loss = 0;
   };
   absl::StatusOr<TrainResult> Train();
-  // Chief: restore a consistent checkpoint on every shard, or initialize.
-  absl::Status RecoverOrInitialize(const std::vector<Tensor>& initial);
+  // Chief: bring every shard to one state and confirm it: initialize them
+  // (at start, when none holds the model), keep what they hold (all ready,
+  // or all restored the same checkpoint), or restore the newest checkpoint
+  // all of them hold. `values` initializes; after a fault, shards that lost
+  // the model are an error instead.
+  absl::Status RecoverOrInitialize(const std::vector<Tensor>& values, bool after_fault);
+  // After an Aborted call (a shard restarted or was rolled back): waits for
+  // the shards, has the chief recover them, waits until they are ready and
+  // pulls. Sets pulled->training_done if the chief ended training meanwhile.
+  absl::Status Recover(const absl::Status& cause, std::vector<Tensor>* params,
+                       PsClient::PullResult* pulled);
   // Adds weight decay to the gradients and clips them; returns the L2 loss.
   float Regularize(const std::vector<Tensor>& params, std::vector<Tensor>* grads);
   absl::Status Save(int64_t step);
@@ -116,6 +132,7 @@ class Trainer {
   bool checkpoints_ = false;  // Every shard can save.
   absl::Time start_time_;
   int64_t start_step_ = 0;
+  int recoveries_ = 0;
 };
 
 }  // namespace psrt

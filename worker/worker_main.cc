@@ -115,6 +115,10 @@ DEFINE_int32(log_every_steps, 100, "Log a progress line every this many local st
 DEFINE_int32(intra_op_threads, 0, "Threads for the kernels; 0: number of cores.");
 DEFINE_double(startup_timeout_secs, 300,
               "How long to wait for the parameter servers and the chief.");
+DEFINE_double(ps_retry_secs, 60,
+              "How long an unreachable parameter server is retried (with "
+              "backoff) before the worker gives up; a supervised one that "
+              "restarts within this is recovered from.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version (sync mode waits "
               "for the slowest worker); then the worker fails.");
@@ -348,6 +352,7 @@ absl::Status Run() {
   }
   client_options.replica = replica;
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
+  client_options.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
   psrt::PsClient client(client_options, std::move(placement), model->variables());
 
   LOG(INFO) << cluster.task.ToString() << " is "

@@ -1,6 +1,8 @@
 #include "ps/parameter_shard.h"
 
 #include <atomic>
+#include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -49,10 +51,14 @@ void InitShard(ParameterShard* shard, const proto::TrainingConfig& config,
 
 absl::StatusOr<proto::PushResponse> PushFrom(ParameterShard* shard, int replica,
                                              int64_t version,
-                                             const std::vector<float>& grad) {
+                                             const std::vector<float>& grad,
+                                             int64_t worker_incarnation = 0,
+                                             int64_t step = 0) {
   proto::PushHeader header;
   header.set_replica(replica);
   header.set_version(version);
+  header.set_worker_incarnation(worker_incarnation);
+  header.set_step(step);
   *header.add_variables() = Meta("w", {kSize});
   return shard->Push(header, Bytes(grad).get());
 }
@@ -122,7 +128,7 @@ TEST(ParameterShardTest, SyncVersionsAdvanceInLockstep) {
     ASSERT_EQ(PushFrom(&shard, 0, v, {1, 1, 1, 1})->version(), v);
     ASSERT_EQ(PushFrom(&shard, 1, v, {1, 1, 1, 1})->version(), v + 1);
     auto future = PushFrom(&shard, 0, v + 2, {1, 1, 1, 1});
-    EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(future.status().code(), absl::StatusCode::kAborted);
   }
   auto pulled = PullNow(&shard, 5);
   EXPECT_EQ(pulled->first, 5);
@@ -159,6 +165,9 @@ TEST(ParameterShardTest, WaitingPullFailsAtItsDeadline) {
   const absl::Duration waited = absl::Now() - start;
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(pulled.status().message().find("1 of 2"), absl::string_view::npos)
+      << pulled.status();
+  EXPECT_NE(pulled.status().message().find("none yet from replica(s) 1"),
+            absl::string_view::npos)
       << pulled.status();
   EXPECT_GE(waited, absl::Milliseconds(190));
   EXPECT_LT(waited, absl::Seconds(3));
@@ -413,6 +422,101 @@ TEST(ParameterShardTest, BoundedStalenessHoldsAFastWorkerBack) {
   EXPECT_EQ(stalled.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(stalled.message().find("slowest replica at step 2"), absl::string_view::npos)
       << stalled;
+}
+
+TEST(ParameterShardTest, AsyncRetriedPushIsAppliedOnce) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, 2, 1));
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}, /*worker_incarnation=*/7, 1).ok());
+  auto retry = PushFrom(&shard, 0, 0, {1, 1, 1, 1}, 7, 1);  // Same (worker, step).
+  ASSERT_TRUE(retry.ok());
+  EXPECT_TRUE(retry->accepted());
+  EXPECT_EQ(retry->version(), 1);
+  EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{-1, -1, -1, -1}));
+  // The next step, and a restarted worker (new incarnation, step 1 again).
+  ASSERT_TRUE(PushFrom(&shard, 0, 1, {1, 1, 1, 1}, 7, 2).ok());
+  ASSERT_TRUE(PushFrom(&shard, 0, 2, {1, 1, 1, 1}, 9, 1).ok());
+  EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{-3, -3, -3, -3}));
+  EXPECT_EQ(shard.GetStatus().pushes_applied(), 3);
+}
+
+TEST(ParameterShardTest, NonFiniteGradientsAreRefusedOrSkipped) {
+  for (bool skip : {false, true}) {
+    SCOPED_TRACE(skip ? "skip" : "reject");
+    ParameterShard::Options options;
+    options.skip_nonfinite_gradients = skip;
+    ParameterShard shard(options);
+    InitShard(&shard, Config(proto::SYNC, 2, 2), {1, 2, 3, 4});
+    ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+    auto bad = PushFrom(&shard, 1, 0, {1, std::nanf(""), 1, 1});
+    if (skip) {
+      ASSERT_TRUE(bad.ok()) << bad.status();
+      EXPECT_FALSE(bad->accepted());
+      EXPECT_EQ(shard.GetStatus().nonfinite_pushes_dropped(), 1);
+    } else {
+      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(bad.status().message().find("\"w\" from replica 1 holds NaN or Inf"),
+                absl::string_view::npos)
+          << bad.status();
+    }
+    auto inf = PushFrom(&shard, 1, 0, {1, 1, 1, -INFINITY});
+    EXPECT_NE(inf.ok() && inf->accepted(), true);
+    // Nothing was applied and replica 1 can still push a good gradient.
+    EXPECT_EQ(shard.GetStatus().version(), 0);
+    auto good = PushFrom(&shard, 1, 0, {3, 3, 3, 3});
+    ASSERT_TRUE(good.ok());
+    EXPECT_EQ(good->version(), 1);
+    EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-1, 0, 1, 2}));
+  }
+}
+
+TEST(ParameterShardTest, RestoreAbortsWaitingPullsUntilTheChiefConfirms) {
+  ParameterShard::Options options;
+  options.checkpoint_dir = testing::TempDir() + "/restore_aborts";
+  std::filesystem::remove_all(options.checkpoint_dir);
+  std::filesystem::create_directories(options.checkpoint_dir);
+  ParameterShard shard(options);
+  const proto::TrainingConfig config = Config(proto::SYNC, 2, 2);
+  InitShard(&shard, config);
+  ASSERT_TRUE(shard.Save(/*step=*/0, /*version=*/0, /*keep=*/2).ok());
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushFrom(&shard, 1, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushFrom(&shard, 0, 1, {1, 1, 1, 1}).ok());
+
+  absl::Notification done;
+  absl::Status waited;
+  shard.Pull({.min_version = 2, .deadline = absl::Now() + absl::Seconds(30)},
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+               waited = reply.status();
+               done.Notify();
+             });
+  ASSERT_TRUE(shard.Restore(0).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+
+  // Not ready: pushes and pulls are Aborted, whatever version they name.
+  EXPECT_FALSE(shard.GetStatus().ready());
+  EXPECT_EQ(PullNow(&shard, 0).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(PushFrom(&shard, 1, 0, {1, 1, 1, 1}).status().code(),
+            absl::StatusCode::kAborted);
+
+  // The chief confirms (Init with the same variables keeps the state).
+  proto::InitHeader header;
+  *header.mutable_config() = config;
+  *header.add_variables() = Meta("w", {kSize});
+  std::vector<float> ignored(kSize, 5.0f);
+  auto confirmed = shard.Init(header, Bytes(ignored).get());
+  ASSERT_TRUE(confirmed.ok());
+  EXPECT_FALSE(*confirmed);
+  auto pulled = PullNow(&shard, 0);
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->first, 0);
+  EXPECT_EQ(pulled->second, (std::vector<float>{0, 0, 0, 0}));
+  // Replica 0's push at version 1 came before the rollback: it is from the
+  // future now.
+  EXPECT_EQ(PushFrom(&shard, 0, 1, {1, 1, 1, 1}).status().code(),
+            absl::StatusCode::kAborted);
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {2, 2, 2, 2}).ok());
 }
 
 }  // namespace
