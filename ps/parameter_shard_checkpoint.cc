@@ -30,6 +30,10 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
     if (!initialized_) {
       return absl::FailedPreconditionError("save: the shard holds no model yet");
     }
+    if (!ready_) {
+      return absl::AbortedError(
+          "save: the shard restored a checkpoint the chief has not confirmed");
+    }
     if (version >= 0 && version != version_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "save: asked for version ", version, ", the shard is at ", version_));

@@ -112,16 +112,27 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
   LOG(WARNING) << "the parameter servers' state changed (" << cause.message()
                << "); waiting for them to be ready and pulling again";
   const absl::Time start = absl::Now();
-  RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
-  if (options_.replica == 0) RETURN_IF_ERROR(RecoverOrInitialize(*params, true));
-  absl::StatusOr<proto::TrainingConfig> ready =
-      client_->WaitForModelReady(options_.startup_timeout);
-  if (absl::IsCancelled(ready.status())) {
-    pulled->training_done = true;
-    return absl::OkStatus();
+  while (true) {
+    RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
+    if (options_.replica == 0) RETURN_IF_ERROR(RecoverOrInitialize(*params, true));
+    absl::StatusOr<proto::TrainingConfig> ready =
+        client_->WaitForModelReady(options_.startup_timeout);
+    if (absl::IsCancelled(ready.status())) {
+      pulled->training_done = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(ready.status());
+    absl::StatusOr<PsClient::PullResult> pull = client_->Pull(0, params);
+    if (pull.ok()) {
+      *pulled = *pull;
+      break;
+    }
+    // A restart seen only now, or another rollback meanwhile: again.
+    if (!absl::IsAborted(pull.status()) || ++recoveries_ > kMaxRecoveries) {
+      return pull.status();
+    }
+    LOG(WARNING) << pull.status().message();
   }
-  RETURN_IF_ERROR(ready.status());
-  ASSIGN_OR_RETURN(*pulled, client_->Pull(0, params));
   LOG(WARNING) << "recovered in " << absl::Now() - start
                << ": carrying on at global step " << pulled->version;
   return absl::OkStatus();

@@ -3,7 +3,9 @@
 #ifndef PSRT_TESTS_INTEGRATION_CLUSTER_FIXTURE_H_
 #define PSRT_TESTS_INTEGRATION_CLUSTER_FIXTURE_H_
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +16,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 
@@ -65,6 +69,62 @@ inline double MaxAbsDiff(const std::string& path_a, const std::string& path_b) {
   }
   return diff;
 }
+
+// One task started by the test itself (not by launch.sh), so that the test
+// can kill -9 it and start it again. Its output is appended to `log`. The
+// destructor kills it if it still runs. Not thread-safe.
+class TaskProcess {
+ public:
+  TaskProcess(std::string command, std::string log)
+      : command_(std::move(command)), log_(std::move(log)) {}
+  ~TaskProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  TaskProcess(const TaskProcess&) = delete;
+  TaskProcess& operator=(const TaskProcess&) = delete;
+
+  void Start() {
+    const std::string shell = absl::StrCat("exec ", command_, " >> ", log_, " 2>&1");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/bash", "bash", "-c", shell.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  // kill -9, as a crash would end it.
+  void Kill() {
+    ASSERT_GT(pid_, 0);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // Its exit code, or -1 (and it is killed) if it still runs after `timeout`.
+  int Wait(absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (absl::Now() >= give_up) {
+        Kill();
+        return -1;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return -1;
+  }
+  const std::string& log() const { return log_; }
+
+ private:
+  const std::string command_;
+  const std::string log_;
+  pid_t pid_ = -1;
+};
 
 class ClusterFixture : public testing::Test {
  protected:
