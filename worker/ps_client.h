@@ -31,6 +31,8 @@
 
 namespace psrt {
 
+class TransportSecurity;  // common/transport_security.h
+
 class PsClient {
  public:
   struct Options {
@@ -42,6 +44,8 @@ class PsClient {
     absl::Duration pull_timeout = absl::Seconds(300);
     // Threads that copy pulled values into the parameters; 0: one per core.
     int copy_threads = 0;
+    // TLS and the auth token of every channel; null: plaintext, no token.
+    std::shared_ptr<const TransportSecurity> security;
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.
