@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,11 +25,14 @@
 namespace psrt {
 namespace {
 
-// Certificates made once by scripts/make_test_certs.sh: the cluster's CA with
+// Certificates made once per process by scripts/make_test_certs.sh (ctest
+// runs each test in its own process, several at once): the cluster's CA with
 // a certificate for the loopback host and one for another host, and a second
 // CA (an attacker's) with its own loopback certificate.
+std::string* cert_base = nullptr;
 std::string* cert_dir = nullptr;
 std::string* rogue_dir = nullptr;
+bool certs_made = false;
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -38,28 +42,34 @@ std::string ReadText(const std::string& path) {
   return contents.str();
 }
 
-std::string Make(const std::string& dir, const std::string& hosts) {
+bool MakeCerts(const std::string& dir, const std::string& hosts) {
   const std::string command =
       absl::StrCat(PSRT_SOURCE_DIR, "/scripts/make_test_certs.sh --out ", dir, " ", hosts,
                    " >/dev/null");
   const int status = std::system(command.c_str());
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
-  return dir;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 class TransportSecurityTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string base = testing::TempDir() + "transport_security_test";
-    std::system(("rm -rf " + base).c_str());
-    cert_dir = new std::string(Make(base + "/certs", "127.0.0.1 node-a.example.com"));
-    rogue_dir = new std::string(Make(base + "/rogue", "127.0.0.1"));
+    cert_base = new std::string(
+        absl::StrCat(testing::TempDir(), "transport_security_test.", getpid()));
+    cert_dir = new std::string(*cert_base + "/certs");
+    rogue_dir = new std::string(*cert_base + "/rogue");
+    certs_made = MakeCerts(*cert_dir, "127.0.0.1 node-a.example.com") &&
+                 MakeCerts(*rogue_dir, "127.0.0.1");
   }
+  static void TearDownTestSuite() {
+    std::system(("rm -rf " + *cert_base).c_str());
+  }
+  // A failure to make the certificates fails every test (not skips them).
+  void SetUp() override { ASSERT_TRUE(certs_made) << "make_test_certs.sh failed"; }
 
-  // A file in the test's directory, with `mode`.
+  // A file in this process's directory, with `mode`.
   std::string WriteFile(const std::string& name, const std::string& contents,
                         mode_t mode = 0600) {
-    const std::string path = testing::TempDir() + name;
+    const std::string path = *cert_base + "/" + name;
     std::ofstream(path, std::ios::trunc) << contents;
     chmod(path.c_str(), mode);
     return path;
