@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport_security.h"
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -45,7 +46,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
+                                            const TransportSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
@@ -55,8 +57,8 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   for (const IntSetting& s : kTransportSettings) args.SetInt(s.name, s.value);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, security.ChannelCredentials(), args, security.ClientInterceptors());
 }
 
 void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) {

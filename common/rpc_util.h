@@ -18,11 +18,15 @@
 
 namespace psrt {
 
+class TransportSecurity;
+
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// An insecure channel to "host:port" with psrt's settings.
-std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address);
+// A channel to "host:port" with psrt's settings, protected as `security`
+// says (TLS, the auth token on every call).
+std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
+                                            const TransportSecurity& security);
 
 // Applies psrt's settings to a server builder; larger requests are refused
 // with RESOURCE_EXHAUSTED before they are buffered.

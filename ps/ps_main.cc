@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/cluster_spec.h"
 #include "common/rpc_util.h"
+#include "common/security_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "ps/parameter_shard.h"
@@ -78,6 +78,14 @@ int main(int argc, char** argv) {
                << FLAGS_nonfinite_gradients << "\"";
     return 2;
   }
+
+  absl::StatusOr<std::shared_ptr<const psrt::TransportSecurity>> security =
+      psrt::TransportSecurityFromFlags();
+  if (!security.ok()) {
+    LOG(ERROR) << security.status().message();
+    return 2;
+  }
+
   psrt::ParameterShard::Options options;
   options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
@@ -107,7 +115,7 @@ int main(int argc, char** argv) {
                                                       : FLAGS_bind_host,
       ":", port);
   int bound_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen, (*security)->ServerCredentials(), &bound_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {

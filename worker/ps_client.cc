@@ -12,6 +12,7 @@
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
+#include "common/transport_security.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -185,8 +186,11 @@ PsClient::PsClient(Options options, Placement placement,
            static_cast<int>(options_.ps_addresses.size()));
   rpc_->shard_name = [this](int k) { return ShardName(k); };
   rpc_->retry_timeout = options_.retry_timeout;
+  const TransportSecurity plaintext;
+  const TransportSecurity& security = options_.security ? *options_.security : plaintext;
   for (const std::string& address : options_.ps_addresses) {
-    rpc_->stubs.push_back(std::make_unique<grpc::GenericStub>(NewPsChannel(address)));
+    rpc_->stubs.push_back(
+        std::make_unique<grpc::GenericStub>(NewPsChannel(address, security)));
   }
   push_headers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -240,8 +244,12 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       done.WaitForNotification();
       if (status.ok()) {
         up[k] = true;
+      } else if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        // A missing or wrong auth token does not get better by waiting.
+        return absl::UnauthenticatedError(
+            absl::StrCat(ShardName(k), ": ", status.error_message()));
       } else {
-        waiting.push_back(ShardName(k));
+        waiting.push_back(absl::StrCat(ShardName(k), ": ", status.error_message()));
       }
     }
     if (waiting.empty()) return absl::OkStatus();
@@ -249,10 +257,10 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       return absl::DeadlineExceededError(
           absl::StrCat("parameter servers not reachable after ", 
                        absl::FormatDuration(timeout), ": ",
-                       absl::StrJoin(waiting, ", ")));
+                       absl::StrJoin(waiting, "; ")));
     }
     if (absl::Now() >= next_log) {
-      LOG(INFO) << "waiting for " << absl::StrJoin(waiting, ", ");
+      LOG(INFO) << "waiting for " << absl::StrJoin(waiting, "; ");
       next_log = absl::Now() + absl::Seconds(5);
     }
     absl::SleepFor(backoff);

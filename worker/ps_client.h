@@ -41,6 +41,8 @@
 
 namespace psrt {
 
+class TransportSecurity;  // common/transport_security.h
+
 class PsClient {
  public:
   struct Options {
@@ -55,6 +57,8 @@ class PsClient {
     // How long an unreachable shard is retried before the call fails (a
     // supervised parameter server restarts within this).
     absl::Duration retry_timeout = absl::Seconds(60);
+    // TLS and the auth token of every channel; null: plaintext, no token.
+    std::shared_ptr<const TransportSecurity> security;
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/placement.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -128,6 +129,7 @@ absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
   for (int k = 0; k < spec.num_ps(); ++k) options.ps_addresses.push_back(spec.address("ps", k));
   options.replica = -1;
   options.rpc_timeout = absl::Seconds(5);
+  ASSIGN_OR_RETURN(options.security, psrt::TransportSecurityFromFlags());
   ASSIGN_OR_RETURN(psrt::Placement placement,
                    psrt::ComputePlacement({}, spec.num_ps(), psrt::PlacementOptions()));
   return std::make_unique<psrt::PsClient>(options, std::move(placement),

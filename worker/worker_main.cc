@@ -21,6 +21,7 @@
 #include "common/cluster_spec.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
 #include "gflags/gflags.h"
@@ -259,6 +260,8 @@ absl::Status Run() {
         "psrt_worker runs worker, chief and evaluator tasks, but this task is " +
         cluster.task.ToString() + " (use psrt_ps for ps tasks)");
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security,
+                   psrt::TransportSecurityFromFlags());
   const psrt::ClusterSpec& spec = cluster.spec;
   const int replica = evaluator ? -1 : spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
@@ -351,6 +354,7 @@ absl::Status Run() {
     client_options.ps_addresses.push_back(spec.address("ps", k));
   }
   client_options.replica = replica;
+  client_options.security = security;
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client_options.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
   psrt::PsClient client(client_options, std::move(placement), model->variables());

@@ -1,0 +1,42 @@
+#include "common/security_flags.h"
+
+#include <cstdlib>
+
+#include "common/status_macros.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+
+DEFINE_string(tls_cert, "",
+              "PEM certificate (chain) this task presents to its peers, signed "
+              "by --tls_ca. With --tls_key and --tls_ca: mutual TLS on every "
+              "connection (scripts/make_test_certs.sh makes test ones).");
+DEFINE_string(tls_key, "", "PEM private key of --tls_cert (unencrypted; chmod 600).");
+DEFINE_string(tls_ca, "",
+              "PEM certificate of the cluster's CA: peers must present a "
+              "certificate it signed, and servers one naming their host.");
+DEFINE_string(auth_token_file, "",
+              "File holding the cluster's shared auth token (one line); every "
+              "RPC must carry it. The PSRT_AUTH_TOKEN environment variable "
+              "works instead. Empty and unset: no token.");
+
+namespace psrt {
+
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags() {
+  TransportSecurityOptions options;
+  options.tls_cert_file = FLAGS_tls_cert;
+  options.tls_key_file = FLAGS_tls_key;
+  options.tls_ca_file = FLAGS_tls_ca;
+  options.auth_token_file = FLAGS_auth_token_file;
+  if (const char* token = std::getenv("PSRT_AUTH_TOKEN")) options.auth_token = token;
+  ASSIGN_OR_RETURN(TransportSecurity security, LoadTransportSecurity(options));
+  if (security.has_auth_token() && !security.tls()) {
+    LOG(WARNING) << "auth token without TLS: the token travels in cleartext; "
+                    "add --tls_cert, --tls_key and --tls_ca on untrusted networks";
+  }
+  if (security.tls() || security.has_auth_token()) {
+    LOG(INFO) << "transport security: " << security.Describe();
+  }
+  return std::make_shared<const TransportSecurity>(std::move(security));
+}
+
+}  // namespace psrt

@@ -1,0 +1,27 @@
+// The security flags of every psrt binary that speaks gRPC (psrt_ps,
+// psrt_worker, psrtctl), defined once here instead of in each main file:
+//
+//   --tls_cert=FILE --tls_key=FILE --tls_ca=FILE   mutual TLS
+//   --auth_token_file=FILE                         the shared auth token
+//   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
+//
+// This file belongs to the binaries' side of the "flags are read only in
+// main" rule: library code takes a TransportSecurity, never these flags.
+#ifndef PSRT_COMMON_SECURITY_FLAGS_H_
+#define PSRT_COMMON_SECURITY_FLAGS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/transport_security.h"
+
+namespace psrt {
+
+// Loads the transport security the flags and PSRT_AUTH_TOKEN ask for (see
+// LoadTransportSecurity for the checks), and logs what is on. Call it at
+// start, after gflags has parsed the command line.
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags();
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_SECURITY_FLAGS_H_

@@ -1,0 +1,92 @@
+// TransportSecurity: how every psrt gRPC endpoint protects its connections,
+// in one place for the parameter servers, the workers and psrtctl.
+//
+// Two independent layers, each optional:
+//  - Mutual TLS. Every task presents a certificate signed by the cluster's
+//    CA, and checks its peer's: a server refuses a client without such a
+//    certificate (GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY),
+//    a client checks that the server's certificate is signed by the CA and
+//    names the host it dialed (a SAN DNS name or IP address).
+//  - An auth token: a shared secret that every RPC carries as the metadata
+//    "authorization: Bearer <token>". One mechanism, with or without TLS:
+//    the client side attaches it with a channel interceptor (gRPC sends call
+//    credentials only over TLS), and the server side checks it in gRPC's
+//    auth metadata processor, in constant time, before any service sees the
+//    call; a call without the right token ends UNAUTHENTICATED, and the
+//    header is consumed so that no handler ever sees it. Without TLS the
+//    token travels in cleartext: use it alone only on a trusted network.
+//
+// Loading reads and checks every file at start, so a misconfiguration (a
+// certificate without its key, an unreadable file, bad PEM, a key that does
+// not match its certificate, a certificate the CA did not sign, an empty
+// token) is an error naming the flag and the file, not a failed handshake
+// later. The token itself is never printed: no accessor returns it, and no
+// error message or log line contains it.
+//
+// Thread safety: immutable once loaded; share it freely (const).
+#ifndef PSRT_COMMON_TRANSPORT_SECURITY_H_
+#define PSRT_COMMON_TRANSPORT_SECURITY_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/client_interceptor.h"
+
+namespace psrt {
+
+// Where the secrets come from: file paths, filled from --tls_cert, --tls_key,
+// --tls_ca and --auth_token_file (errors name those flags), plus the token
+// itself when it comes from the environment (PSRT_AUTH_TOKEN).
+struct TransportSecurityOptions {
+  std::string tls_cert_file;  // PEM certificate chain this task presents.
+  std::string tls_key_file;   // PEM private key of that certificate.
+  std::string tls_ca_file;    // PEM certificate(s) of the cluster's CA.
+  std::string auth_token_file;
+  // The token itself, when set (even empty); at most one of these two.
+  std::optional<std::string> auth_token;
+};
+
+class TransportSecurity {
+ public:
+  // Plaintext, no token: what an empty TransportSecurityOptions loads.
+  TransportSecurity() = default;
+
+  bool tls() const { return !cert_pem_.empty(); }
+  bool has_auth_token() const { return !authorization_.empty(); }
+  // "mutual TLS + auth token", "plaintext, no auth token", ...: for logs.
+  std::string Describe() const;
+
+  // For grpc::ServerBuilder::AddListeningPort: TLS that requires and
+  // verifies client certificates, and the token check, as configured.
+  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
+  // For dialing a psrt server: TLS with this task's certificate, verifying
+  // the server against the CA (or plaintext).
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
+  // For grpc::experimental::CreateCustomChannelWithInterceptors: attaches
+  // the token to every call (none without a token).
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+  ClientInterceptors() const;
+
+ private:
+  friend absl::StatusOr<TransportSecurity> LoadTransportSecurity(
+      const TransportSecurityOptions& options);
+
+  std::string ca_pem_, cert_pem_, key_pem_;
+  std::string authorization_;  // "Bearer <token>"; empty: no token.
+};
+
+// Reads and checks every file named in `options` (see the header comment).
+// InvalidArgument (or NotFound / PermissionDenied for files) naming the flag
+// and the file. Warns when a key or token file is readable by every user;
+// refuses one that every user may write.
+absl::StatusOr<TransportSecurity> LoadTransportSecurity(
+    const TransportSecurityOptions& options);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TRANSPORT_SECURITY_H_
