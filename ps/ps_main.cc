@@ -10,7 +10,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "common/cluster_spec.h"
+#include "common/health_reporter.h"
+#include "common/metrics.h"
 #include "common/rpc_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -37,6 +40,9 @@ DEFINE_int64(max_message_mb, 2048,
              "Largest request accepted, in MiB; larger ones are refused "
              "before they are buffered.");
 DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
+DEFINE_int32(metrics_port, 0,
+             "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
+             "0: off.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -69,6 +75,20 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Telemetry: metrics (served with --metrics_port), status and health.
+  int restarts = 0;
+  if (const char* count = std::getenv("PSRT_RESTART_COUNT")) absl::SimpleAtoi(count, &restarts);
+  psrt::Metrics metrics({"ps", cluster->task.index, restarts});
+  psrt::PsMetrics ps_metrics(&metrics);
+  if (FLAGS_metrics_port > 0) {
+    if (absl::Status s = metrics.Serve(FLAGS_bind_host, FLAGS_metrics_port); !s.ok()) {
+      LOG(ERROR) << "--metrics_port: " << s.message();
+      return 2;
+    }
+  }
+  psrt::HealthReporter health({psrt::proto::ParameterServer::service_full_name()});
+  psrt::HealthReporter::EnableHealthService();
+
   psrt::ParameterShard::Options options;
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   options.threads = FLAGS_threads;
@@ -88,7 +108,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  psrt::PsService service(&shard);
+  psrt::PsService service(&shard, &ps_metrics, &health);
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);
@@ -105,12 +125,17 @@ int main(int argc, char** argv) {
                << " (port in use?)";
     return 1;
   }
+  health.Attach(server.get());
+  service.ReportReadiness();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
-            << " (incarnation " << shard.incarnation() << ")";
+            << " (incarnation " << shard.incarnation() << ")"
+            << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
+                                       : "");
 
   shard.WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  health.Detach();
   LOG(INFO) << cluster->task.ToString() << " done: " << shard.GetStatus().version()
             << " versions";
   return 0;

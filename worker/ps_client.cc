@@ -243,9 +243,12 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());
+  const absl::Time start = absl::Now();
+  std::atomic<int64_t> bytes{0};
   RETURN_IF_ERROR(rpc_->CallAll(
       kPull, options_.pull_timeout + absl::Seconds(10), requests,
       [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
+        bytes += response.Length();
         TensorFrameReader reader;
         RETURN_IF_ERROR(reader.Open(response, &headers[k]));
         const std::vector<int>& slices = placement_.shard_slices[k];
@@ -271,6 +274,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
         }
         return absl::OkStatus();
       }));
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordPull(bytes);
+    options_.metrics->RecordPullWait(absl::Now() - start);
+  }
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
@@ -285,6 +292,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     const std::vector<Tensor>& grads) {
   CHECK_EQ(grads.size(), variables_.size());
   absl::BlockingCounter released(num_shards());
+  const absl::Time start = absl::Now();
   std::vector<grpc::ByteBuffer> requests;
   requests.reserve(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -298,6 +306,8 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     requests.push_back(EncodeTensorFrame(push_headers_[k], chunks,
                                          [&] { released.DecrementCount(); }));
   }
+  int64_t bytes = 0;
+  for (const grpc::ByteBuffer& r : requests) bytes += r.Length();
   std::vector<proto::PushResponse> responses(num_shards());
   absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, requests,
                                 [&](int k, const grpc::ByteBuffer& response) {
@@ -307,12 +317,19 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   // write path: return only once gRPC has dropped every reference.
   requests.clear();
   released.Wait();
-  RETURN_IF_ERROR(status);
   PushResult result;
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();
     result.training_done |= r.training_done();
   }
+  if (options_.metrics != nullptr) {
+    const PushOutcome outcome = !status.ok()         ? PushOutcome::kRejected
+                                : result.accepted     ? PushOutcome::kAccepted
+                                : result.training_done ? PushOutcome::kLate
+                                                       : PushOutcome::kStale;
+    options_.metrics->RecordPush(outcome, bytes, absl::Now() - start);
+  }
+  RETURN_IF_ERROR(status);
   return result;
 }
 

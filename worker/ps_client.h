@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/placement.h"
 #include "common/tensor.h"
 #include "kernels/cpu_context.h"
@@ -42,6 +43,9 @@ class PsClient {
     absl::Duration pull_timeout = absl::Seconds(300);
     // Threads that copy pulled values into the parameters; 0: one per core.
     int copy_threads = 0;
+    // Counts pushes and pulls (common/metrics.h); null: not counted.
+    // REQUIRES: outlives the client.
+    TransferMetrics* metrics = nullptr;
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.

@@ -212,6 +212,7 @@ absl::Status Trainer::RunEvaluator() {
   if (!options_.logdir.empty()) {
     ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir + "/eval"));
   }
+  if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_EVALUATING);
   const int64_t every = options_.eval_every_steps > 0 ? options_.eval_every_steps : 1000;
   int64_t next = 0;
   while (true) {
@@ -225,6 +226,7 @@ absl::Status Trainer::RunEvaluator() {
       return pulled.status();
     }
     RETURN_IF_ERROR(Evaluate(pulled->version, &params).status());
+    if (options_.metrics != nullptr) options_.metrics->SetGlobalStep(pulled->version);
     if (pulled->training_done || pulled->version >= options_.train_steps) break;
     next = (pulled->version / every + 1) * every;
   }
@@ -269,6 +271,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
   start_step_ = pulled.version;
   start_time_ = absl::Now();
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetGlobalStep(pulled.version);
+    options_.metrics->SetState(proto::WORKER_TRAINING);
+  }
   BatchIterator batches(train_, options_.replica, options_.num_replicas,
                         options_.shuffle, options_.seed + 1000 * options_.replica);
   if (pulled.version > 0) {
@@ -323,6 +329,9 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     ASSIGN_OR_RETURN(pulled, client_->Pull(sync ? pulled.version + 1 : 0, &params,
                                            /*moving_average=*/false, min_clock));
     if (pushed.training_done) pulled.training_done = true;
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordStep(pulled.version, options_.batch_size);
+    }
 
     if (result.local_steps % options_.log_every_steps == 0) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - interval_start);
