@@ -306,7 +306,9 @@ absl::Status Run() {
   psrt::WorkerMetrics worker_metrics(&metrics);
   if (FLAGS_metrics_port > 0) {
     absl::Status serving = metrics.Serve(FLAGS_bind_host, FLAGS_metrics_port);
-    if (!serving.ok()) return absl::UnavailableError(absl::StrCat("--metrics_port: ", serving.message()));
+    if (!serving.ok()) {
+      return absl::UnavailableError(absl::StrCat("--metrics_port: ", serving.message()));
+    }
     LOG(INFO) << cluster.task.ToString() << " metrics on port " << metrics.port();
   }
   std::unique_ptr<psrt::WorkerStatusServer> status_server =
