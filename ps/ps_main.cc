@@ -10,7 +10,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "common/cluster_spec.h"
+#include "common/health_reporter.h"
+#include "common/metrics.h"
 #include "common/rpc_util.h"
 #include "common/security_flags.h"
 #include "gflags/gflags.h"
@@ -41,6 +44,10 @@ DEFINE_string(nonfinite_gradients, "reject",
               "A pushed gradient holding NaN or Inf is never applied: "
               "\"reject\" fails the push (the worker stops with the error), "
               "\"skip\" drops it and counts it (psrtctl status).");
+
+DEFINE_int32(metrics_port, 0,
+             "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
+             "0: off.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -86,6 +93,20 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Telemetry: metrics (served with --metrics_port), status and health.
+  int restarts = 0;
+  if (const char* count = std::getenv("PSRT_RESTART_COUNT")) absl::SimpleAtoi(count, &restarts);
+  psrt::Metrics metrics({"ps", cluster->task.index, restarts});
+  psrt::PsMetrics ps_metrics(&metrics);
+  if (FLAGS_metrics_port > 0) {
+    if (absl::Status s = metrics.Serve(FLAGS_bind_host, FLAGS_metrics_port); !s.ok()) {
+      LOG(ERROR) << "--metrics_port: " << s.message();
+      return 2;
+    }
+  }
+  psrt::HealthReporter health({psrt::proto::ParameterServer::service_full_name()});
+  psrt::HealthReporter::EnableHealthService();
+
   psrt::ParameterShard::Options options;
   options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
   options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
@@ -106,7 +127,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  psrt::PsService service(&shard);
+  psrt::PsService service(&shard, &ps_metrics, &health);
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);
@@ -123,12 +144,17 @@ int main(int argc, char** argv) {
                << " (port in use?)";
     return 1;
   }
+  health.Attach(server.get());
+  service.ReportReadiness();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
-            << " (incarnation " << shard.incarnation() << ")";
+            << " (incarnation " << shard.incarnation() << ")"
+            << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
+                                       : "");
 
   shard.WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  health.Detach();
   LOG(INFO) << cluster->task.ToString() << " done: " << shard.GetStatus().version()
             << " versions";
   return 0;

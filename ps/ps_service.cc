@@ -1,5 +1,7 @@
 #include "ps/ps_service.h"
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -20,7 +22,22 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
+  if (!reply.ok()) return PushOutcome::kRejected;
+  if (reply->accepted()) return PushOutcome::kAccepted;
+  return reply->training_done() ? PushOutcome::kLate : PushOutcome::kStale;
+}
+
 }  // namespace
+
+void PsService::ReportReadiness() {
+  const proto::StatusResponse status = shard_->GetStatus();
+  if (health_ != nullptr) health_->Set(status.ready());
+  if (metrics_ != nullptr) {
+    metrics_->SetReady(status.ready());
+    metrics_->SetVersion(status.version());
+  }
+}
 
 grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
@@ -38,6 +55,7 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
       LOG(INFO) << (*initialized ? "initialized " : "already held ")
                 << header.variables_size() << " variables ("
                 << reader.size() << " bytes)";
+      ReportReadiness();
     }
   }
   return FinishNow(context, status);
@@ -60,8 +78,12 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   options.min_clock = pull.min_clock();
   options.moving_average = pull.moving_average();
   options.deadline = deadline;
+  // A pull answered after shard_->Pull returned has waited.
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  const absl::Time start = absl::Now();
   shard_->Pull(options,
-               [reactor, response](absl::StatusOr<ParameterShard::PullReply> reply) {
+               [reactor, response, metrics = metrics_, returned,
+                start](absl::StatusOr<ParameterShard::PullReply> reply) {
                  if (!reply.ok()) {
                    reactor->Finish(ToGrpcStatus(reply.status()));
                    return;
@@ -73,29 +95,44 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                      reply->header,
                      {{reinterpret_cast<const char*>(values.data()), values.num_bytes()}},
                      [snapshot]() mutable { snapshot.reset(); });
+                 if (metrics != nullptr) {
+                   metrics->transfers().RecordPull(response->Length());
+                   if (returned->load()) {
+                     metrics->transfers().RecordPullWait(absl::Now() - start);
+                   }
+                 }
                  reactor->Finish(grpc::Status::OK);
                });
+  returned->store(true);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
+  const absl::Time start = absl::Now();
   proto::PushHeader header;
   TensorFrameReader reader;
-  absl::Status status = reader.Open(*request, &header);
-  if (status.ok()) {
-    absl::StatusOr<proto::PushResponse> reply = shard_->Push(header, &reader);
-    status = reply.status();
-    if (reply.ok()) *response = SerializeToByteBuffer(*reply);
+  absl::Status opened = reader.Open(*request, &header);
+  absl::StatusOr<proto::PushResponse> reply =
+      opened.ok() ? shard_->Push(header, &reader) : opened;
+  if (reply.ok()) *response = SerializeToByteBuffer(*reply);
+  if (metrics_ != nullptr) {
+    metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
+                                     absl::Now() - start);
+    if (reply.ok()) metrics_->SetVersion(reply->version());
   }
-  return FinishNow(context, status);
+  return FinishNow(context, reply.status());
 }
 
 grpc::ServerUnaryReactor* PsService::GetStatus(
     grpc::CallbackServerContext* context, const proto::StatusRequest* /*request*/,
     proto::StatusResponse* response) {
   *response = shard_->GetStatus();
+  if (metrics_ != nullptr) {
+    *response->mutable_process() = metrics_->metrics().process_status();
+    *response->mutable_traffic() = metrics_->transfers().traffic();
+  }
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -119,7 +156,10 @@ grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* contex
                                              const proto::RestoreRequest* request,
                                              proto::RestoreResponse* response) {
   absl::Status status = shard_->Restore(request->step());
-  if (status.ok()) response->set_version(shard_->GetStatus().version());
+  if (status.ok()) {
+    response->set_version(shard_->GetStatus().version());
+    ReportReadiness();
+  }
   return FinishNow(context, status);
 }
 

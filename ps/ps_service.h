@@ -7,11 +7,18 @@
 // itself, without a protobuf copy (common/tensor_frame.h). A pull that must
 // wait for a version holds no thread while it waits.
 //
-// Thread safety: gRPC calls the handlers concurrently; the shard is
-// thread-safe.
+// It also counts what it serves into PsMetrics (common/metrics.h), adds the
+// process and traffic to GetStatus's reply, and reports the shard's
+// readiness to the standard health service (NOT_SERVING until the chief has
+// made the shard ready).
+//
+// Thread safety: gRPC calls the handlers concurrently; the shard, the
+// metrics and the health reporter are thread-safe.
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
+#include "common/health_reporter.h"
+#include "common/metrics.h"
 #include "proto/psrt.grpc.pb.h"
 #include "ps/parameter_shard.h"
 
@@ -28,8 +35,16 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
 
 class PsService final : public PsServiceBase {
  public:
-  // REQUIRES: `shard` outlives the service.
-  explicit PsService(ParameterShard* shard) : shard_(shard) {}
+  // REQUIRES: `shard` outlives the service; `metrics` and `health` (either
+  // may be null: not reported) outlive the shard.
+  explicit PsService(ParameterShard* shard, PsMetrics* metrics = nullptr,
+                     HealthReporter* health = nullptr)
+      : shard_(shard), metrics_(metrics), health_(health) {}
+
+  // Publishes the shard's readiness and version to the health service and
+  // the metrics. The handlers call it after Init and Restore; call it once
+  // when the server has started (a shard may have restored a checkpoint).
+  void ReportReadiness();
 
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
@@ -55,6 +70,8 @@ class PsService final : public PsServiceBase {
 
  private:
   ParameterShard* const shard_;
+  PsMetrics* const metrics_;
+  HealthReporter* const health_;
 };
 
 }  // namespace psrt

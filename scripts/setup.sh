@@ -13,7 +13,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
-  libgtest-dev libgmock-dev zlib1g-dev openssl
+  libgtest-dev libgmock-dev zlib1g-dev openssl prometheus-cpp-dev
   dataset-fashion-mnist
 )
 

@@ -362,9 +362,12 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   std::vector<proto::PullHeader> headers(num_shards());
+  const absl::Time start = absl::Now();
+  std::atomic<int64_t> bytes{0};
   RETURN_IF_ERROR(rpc_->CallAll(
       kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
       [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
+        bytes += response.Length();
         TensorFrameReader reader;
         RETURN_IF_ERROR(reader.Open(response, &headers[k]));
         const std::vector<int>& slices = placement_.shard_slices[k];
@@ -390,6 +393,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
         }
         return absl::OkStatus();
       }));
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordPull(bytes);
+    options_.metrics->RecordPullWait(absl::Now() - start);
+  }
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
@@ -405,6 +412,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     const std::vector<Tensor>& grads) {
   CHECK_EQ(grads.size(), variables_.size());
   absl::BlockingCounter released(num_shards());
+  const absl::Time start = absl::Now();
   std::vector<grpc::ByteBuffer> requests;
   requests.reserve(num_shards());
   ++push_step_;  // Retries below resend the same (worker, step).
@@ -421,6 +429,8 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     requests.push_back(EncodeTensorFrame(push_headers_[k], chunks,
                                          [&] { released.DecrementCount(); }));
   }
+  int64_t bytes = 0;
+  for (const grpc::ByteBuffer& r : requests) bytes += r.Length();
   std::vector<proto::PushResponse> responses(num_shards());
   absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline,
                                       requests,
@@ -431,7 +441,6 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   // write path: return only once gRPC has dropped every reference.
   requests.clear();
   released.Wait();
-  RETURN_IF_ERROR(status);
   PushResult result;
   for (int k = 0; k < num_shards(); ++k) {
     RETURN_IF_ERROR(CheckIncarnation(k, responses[k].incarnation()));
@@ -440,6 +449,14 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     result.accepted &= r.accepted();
     result.training_done |= r.training_done();
   }
+  if (options_.metrics != nullptr) {
+    const PushOutcome outcome = !status.ok()         ? PushOutcome::kRejected
+                                : result.accepted     ? PushOutcome::kAccepted
+                                : result.training_done ? PushOutcome::kLate
+                                                       : PushOutcome::kStale;
+    options_.metrics->RecordPush(outcome, bytes, absl::Now() - start);
+  }
+  RETURN_IF_ERROR(status);
   return result;
 }
 

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/placement.h"
 #include "common/tensor.h"
 #include "kernels/cpu_context.h"
@@ -59,6 +60,9 @@ class PsClient {
     absl::Duration retry_timeout = absl::Seconds(60);
     // TLS and the auth token of every channel; null: plaintext, no token.
     std::shared_ptr<const TransportSecurity> security;
+    // Counts pushes and pulls (common/metrics.h); null: not counted.
+    // REQUIRES: outlives the client.
+    TransferMetrics* metrics = nullptr;
   };
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.

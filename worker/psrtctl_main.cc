@@ -2,7 +2,9 @@
 //
 //   psrtctl tasks --cluster_spec=FILE      one line per task: job index address
 //   psrtctl make_spec --ps=N --workers=M [--hosts=h1,h2] [--out=FILE]
-//   psrtctl status --cluster_spec=FILE     version, mode and counters of each ps
+//   psrtctl status --cluster_spec=FILE     one line per task: state, health,
+//                                          step, throughput, memory
+//                                          (exit 1 if a task is unreachable)
 //   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
 //
 // The cluster spec is validated exactly as the ps and worker binaries do it.
@@ -14,19 +16,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/placement.h"
+#include "common/rpc_util.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/psrt.grpc.pb.h"
 #include "worker/ps_client.h"
 
 DEFINE_string(cluster_spec, "", "ClusterSpec JSON file; empty: TF_CONFIG.");
@@ -136,18 +145,115 @@ absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
                                           std::vector<psrt::VariableDef>());
 }
 
+// One task's line of `psrtctl status`, from the standard health service and
+// the task's status RPC (GetStatus on a ps, GetWorkerStatus on the others).
+struct TaskReport {
+  bool reachable = false;
+  std::string line;
+};
+
+constexpr absl::Duration kProbeTimeout = absl::Seconds(3);
+
+std::string FormatProcess(const psrt::proto::ProcessStatus& process) {
+  return absl::StrFormat("rss=%.1fMiB uptime=%.0fs restarts=%d",
+                         process.resident_memory_bytes() / 1048576.0,
+                         process.uptime_secs(), process.restarts());
+}
+
+// The task's overall health ("" service): SERVING, NOT_SERVING, ...
+absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
+  grpc::health::v1::HealthCheckResponse response;
+  RETURN_IF_ERROR(psrt::FromGrpcStatus(grpc::health::v1::Health::NewStub(channel)->Check(
+      &context, grpc::health::v1::HealthCheckRequest(), &response)));
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+// Asks `address` for its health, then calls `rpc` (a status RPC, with a
+// deadline); returns the health, or the first error.
+template <class Rpc>
+absl::StatusOr<std::string> Probe(const std::string& address,
+                                  const psrt::TransportSecurity& security, const Rpc& rpc) {
+  auto channel = psrt::NewPsChannel(address, security);
+  ASSIGN_OR_RETURN(std::string health, CheckHealth(channel));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
+  RETURN_IF_ERROR(psrt::FromGrpcStatus(rpc(channel, &context)));
+  return health;
+}
+
+TaskReport Unreachable(const std::string& name, const std::string& address,
+                       const absl::Status& status) {
+  return {false, absl::StrFormat("%-12s %-22s unreachable  (%s)", name, address,
+                                 status.message())};
+}
+
+TaskReport ProbePs(const std::string& name, const std::string& address,
+                   const psrt::TransportSecurity& security) {
+  psrt::proto::StatusResponse s;
+  absl::StatusOr<std::string> health = Probe(
+      address, security, [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* context) {
+        return psrt::proto::ParameterServer::NewStub(channel)->GetStatus(
+            context, psrt::proto::StatusRequest(), &s);
+      });
+  if (!health.ok()) return Unreachable(name, address, health.status());
+  const char* state = s.training_done() ? "done" : s.ready() ? "serving" : "not ready";
+  return {true, absl::StrFormat(
+                    "%-12s %-22s %-12s health=%s version=%d mode=%s gradients_accepted=%d "
+                    "stale_dropped=%d pushes/s=%.1f MB/s=%.1f %s",
+                    name, address, state, *health, s.version(),
+                    psrt::proto::SyncMode_Name(s.config().mode()), s.pushes_applied(),
+                    s.stale_pushes_dropped(), s.traffic().pushes_per_sec(),
+                    s.traffic().bytes_per_sec() / 1e6, FormatProcess(s.process()))};
+}
+
+TaskReport ProbeWorker(const std::string& name, const std::string& address,
+                       const psrt::TransportSecurity& security) {
+  psrt::proto::WorkerStatusResponse s;
+  absl::StatusOr<std::string> health = Probe(
+      address, security, [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* context) {
+        return psrt::proto::WorkerStatus::NewStub(channel)->GetWorkerStatus(
+            context, psrt::proto::WorkerStatusRequest(), &s);
+      });
+  if (!health.ok()) return Unreachable(name, address, health.status());
+  std::string state = absl::AsciiStrToLower(
+      absl::StripPrefix(psrt::proto::WorkerState_Name(s.state()), "WORKER_"));
+  return {true, absl::StrFormat(
+                    "%-12s %-22s %-12s health=%s step=%d local_steps=%d examples/s=%.1f %s",
+                    name, address, state, *health, s.global_step(), s.local_steps(),
+                    s.examples_per_sec(), FormatProcess(s.process()))};
+}
+
+// One line per task, every task probed at once; fails when a task is
+// unreachable (after printing every line).
 absl::Status Status() {
-  ASSIGN_OR_RETURN(auto client, OperatorClient());
-  ASSIGN_OR_RETURN(auto statuses, client->GetStatus());
-  for (size_t k = 0; k < statuses.size(); ++k) {
-    const auto& s = statuses[k];
-    std::printf(
-        "ps/%zu initialized=%d mode=%s version=%lld variables=%d gradients_accepted=%lld "
-        "stale_dropped=%lld done=%d\n",
-        k, s.initialized(), psrt::proto::SyncMode_Name(s.config().mode()).c_str(),
-        static_cast<long long>(s.version()), s.variables_size(),
-        static_cast<long long>(s.pushes_applied()),
-        static_cast<long long>(s.stale_pushes_dropped()), s.training_done());
+  ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> loaded,
+                   psrt::TransportSecurityFromFlags());
+  const auto security = loaded ? loaded : std::make_shared<const psrt::TransportSecurity>();
+  std::vector<std::future<TaskReport>> reports;
+  for (const char* job : {"ps", "chief", "worker", "evaluator"}) {
+    auto found = spec.jobs().find(job);
+    if (found == spec.jobs().end()) continue;
+    for (size_t i = 0; i < found->second.size(); ++i) {
+      const std::string name = absl::StrCat(job, "/", i);
+      const std::string address = found->second[i];
+      const bool ps = std::string(job) == "ps";
+      reports.push_back(std::async(std::launch::async, [=] {
+        return ps ? ProbePs(name, address, *security) : ProbeWorker(name, address, *security);
+      }));
+    }
+  }
+  int unreachable = 0;
+  for (auto& future : reports) {
+    TaskReport report = future.get();
+    unreachable += report.reachable ? 0 : 1;
+    std::printf("%s\n", report.line.c_str());
+  }
+  if (unreachable > 0) {
+    return absl::UnavailableError(
+        absl::StrCat(unreachable, " of ", reports.size(), " tasks unreachable"));
   }
   return absl::OkStatus();
 }

@@ -259,6 +259,7 @@ absl::Status Trainer::RunEvaluator() {
   if (!options_.logdir.empty()) {
     ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir + "/eval"));
   }
+  if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_EVALUATING);
   const int64_t every = options_.eval_every_steps > 0 ? options_.eval_every_steps : 1000;
   int64_t next = 0;
   while (true) {
@@ -278,6 +279,7 @@ absl::Status Trainer::RunEvaluator() {
       continue;
     }
     RETURN_IF_ERROR(Evaluate(pulled->version, &params).status());
+    if (options_.metrics != nullptr) options_.metrics->SetGlobalStep(pulled->version);
     if (pulled->training_done || pulled->version >= options_.train_steps) break;
     next = (pulled->version / every + 1) * every;
   }
@@ -328,6 +330,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
   start_step_ = pulled.version;
   start_time_ = absl::Now();
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetGlobalStep(pulled.version);
+    options_.metrics->SetState(proto::WORKER_TRAINING);
+  }
   // This replica's data, positioned after what it consumed before global
   // step `version`: one batch per step (sync), or about 1/W of the steps
   // (async). A resumed or recovered sync run thus sees the same data as an
@@ -414,6 +420,9 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     }
     pulled = *next;
     if (pushed->training_done) pulled.training_done = true;
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordStep(pulled.version, options_.batch_size);
+    }
 
     if (result.local_steps % options_.log_every_steps == 0) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - interval_start);

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/event_writer.h"
+#include "common/metrics.h"
 #include "models/model.h"
 #include "proto/psrt.pb.h"
 #include "worker/idx_dataset.h"
@@ -74,6 +75,10 @@ struct TrainerOptions {
   std::string logdir;                 // TensorBoard event files; "": none.
   bool progress_bar = false;          // One redrawn line instead of logs.
   std::string final_params_path;      // Safetensors of the final values.
+
+  // Progress for /metrics and the status RPC: state, steps, examples/sec
+  // (common/metrics.h); null: not reported. REQUIRES: outlives the trainer.
+  WorkerMetrics* metrics = nullptr;
 };
 
 struct TrainResult {

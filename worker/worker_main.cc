@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
 #include "common/security_flags.h"
@@ -31,6 +33,7 @@
 #include "worker/ps_client.h"
 #include "worker/tfrecord_dataset.h"
 #include "worker/trainer.h"
+#include "worker/worker_status_service.h"
 
 DEFINE_string(cluster_spec, "",
               "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
@@ -125,6 +128,12 @@ DEFINE_double(pull_timeout_secs, 300,
               "for the slowest worker); then the worker fails.");
 DEFINE_string(final_params_out, "",
               "Chief: write the final parameters to this safetensors file.");
+DEFINE_string(bind_host, "0.0.0.0",
+              "Interface the task's status and health service listens on (the "
+              "port comes from the cluster spec), and --metrics_port's.");
+DEFINE_int32(metrics_port, 0,
+             "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
+             "0: off.");
 
 namespace {
 
@@ -248,6 +257,37 @@ absl::Status DescribeModel() {
   return absl::OkStatus();
 }
 
+// This task's status and health service, on its own address of the cluster
+// spec. A task that cannot listen there (the port is taken) still trains:
+// the service is for watching the task, and a training job should not fail
+// for want of it; the warning says why it cannot be watched.
+std::unique_ptr<psrt::WorkerStatusServer> StartStatusServer(
+    const psrt::ClusterConfig& cluster, int replica, const psrt::TransportSecurity& security,
+    psrt::WorkerMetrics* metrics) {
+  std::string host;
+  int port = 0;
+  absl::Status status = psrt::SplitHostPort(
+      cluster.spec.address(cluster.task.job, cluster.task.index), &host, &port);
+  psrt::WorkerStatusServer::Options options;
+  options.listen_address = absl::StrCat(
+      FLAGS_bind_host.find(':') != std::string::npos ? "[" + FLAGS_bind_host + "]"
+                                                      : FLAGS_bind_host,
+      ":", port);
+  options.credentials = security.ServerCredentials();
+  options.job = cluster.task.job;
+  options.task_index = cluster.task.index;
+  options.replica = replica;
+  absl::StatusOr<std::unique_ptr<psrt::WorkerStatusServer>> server =
+      status.ok() ? psrt::WorkerStatusServer::Start(options, metrics) : status;
+  if (!server.ok()) {
+    LOG(WARNING) << cluster.task.ToString() << " serves no status or health: "
+                 << server.status().message() << "; training anyway";
+    return nullptr;
+  }
+  LOG(INFO) << cluster.task.ToString() << " status and health on " << options.listen_address;
+  return *std::move(server);
+}
+
 absl::Status Run() {
   const char* tf_config = std::getenv("TF_CONFIG");
   ASSIGN_OR_RETURN(psrt::ClusterConfig cluster,
@@ -265,6 +305,21 @@ absl::Status Run() {
   const psrt::ClusterSpec& spec = cluster.spec;
   const int replica = evaluator ? -1 : spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
+
+  // Telemetry: metrics (--metrics_port); status and health on the task's port.
+  int restarts = 0;
+  if (const char* count = std::getenv("PSRT_RESTART_COUNT")) absl::SimpleAtoi(count, &restarts);
+  psrt::Metrics metrics({cluster.task.job, cluster.task.index, restarts});
+  psrt::WorkerMetrics worker_metrics(&metrics);
+  if (FLAGS_metrics_port > 0) {
+    absl::Status serving = metrics.Serve(FLAGS_bind_host, FLAGS_metrics_port);
+    if (!serving.ok()) {
+      return absl::UnavailableError(absl::StrCat("--metrics_port: ", serving.message()));
+    }
+    LOG(INFO) << cluster.task.ToString() << " metrics on port " << metrics.port();
+  }
+  std::unique_ptr<psrt::WorkerStatusServer> status_server =
+      StartStatusServer(cluster, replica, *security, &worker_metrics);
 
   ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
   if (FLAGS_num_gpus < 1 || FLAGS_num_gpus > FLAGS_batch_size) {
@@ -301,6 +356,7 @@ absl::Status Run() {
   options.seed = FLAGS_seed;
   options.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
   options.final_params_path = FLAGS_final_params_out;
+  options.metrics = &worker_metrics;
   if (FLAGS_batch_size <= 0) {
     return absl::InvalidArgumentError("--batch_size must be positive");
   }
@@ -357,6 +413,7 @@ absl::Status Run() {
   client_options.security = security;
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client_options.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
+  client_options.metrics = &worker_metrics.transfers();
   psrt::PsClient client(client_options, std::move(placement), model->variables());
 
   LOG(INFO) << cluster.task.ToString() << " is "
@@ -366,7 +423,9 @@ absl::Status Run() {
             << train.size() << " training examples";
   psrt::Trainer trainer(options, &towers, &client, &train,
                         replica <= 0 ? &test : nullptr);
-  return evaluator ? trainer.RunEvaluator() : trainer.Run().status();
+  absl::Status status = evaluator ? trainer.RunEvaluator() : trainer.Run().status();
+  worker_metrics.SetState(status.ok() ? psrt::proto::WORKER_DONE : psrt::proto::WORKER_FAILED);
+  return status;
 }
 
 }  // namespace

@@ -1,0 +1,264 @@
+// Operating a running cluster: the standard gRPC health service on every
+// task, Prometheus metrics (--metrics_port), `psrtctl status` and
+// `psrtctl shutdown`, on real psrt_ps and psrt_worker processes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cluster_spec.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/common/prometheus_scrape.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace psrt {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+// A socket listening on a free loopback port, closed on destruction.
+class Listener {
+ public:
+  Listener() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(fd_, 1), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~Listener() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+int FreePort() { return Listener().port(); }
+
+// The standard health check, as any gRPC health client (a Kubernetes probe,
+// grpc_health_probe) makes it: the status, or the RPC's error code.
+std::string CheckHealth(const std::string& address, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return absl::StrCat("error ", status.error_code());
+  return HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return true;
+}
+
+// The line of `psrtctl status` about one task ("ps/0", "worker/0").
+std::string LineOf(const std::string& status, const std::string& task) {
+  const size_t at = status.find(task + " ");
+  if (at == std::string::npos) return "";
+  return status.substr(at, status.find('\n', at) - at);
+}
+
+class OperationsTest : public ClusterFixture {
+ protected:
+  // Starts `command` in the background; its log goes to dir_/NAME.log and
+  // its exit code, when it ends, to dir_/NAME.rc. Stopped in TearDown.
+  void Start(const std::string& name, const std::string& command) {
+    const std::string base = dir_ + "/" + name;
+    RunCommand(absl::StrCat("sh -c '", command, " > ", base, ".log 2>&1 & echo $! > ", base,
+                            ".pid; wait $!; echo $? > ", base, ".rc' > /dev/null 2>&1 &"));
+    ASSERT_TRUE(WaitFor([&] { return !ReadFile(base + ".pid").empty(); }, absl::Seconds(5)));
+    started_.push_back(base);
+  }
+  // The exit code of a task started with Start, once it has exited.
+  bool WaitForExit(const std::string& name, absl::Duration timeout, int* code) {
+    const std::string rc = dir_ + "/" + name + ".rc";
+    if (!WaitFor([&] { return !ReadFile(rc).empty(); }, timeout)) return false;
+    *code = std::stoi(ReadFile(rc));
+    return true;
+  }
+  void TearDown() override {
+    for (const std::string& base : started_) {
+      RunCommand("kill $(cat " + base + ".pid) 2>/dev/null");
+    }
+  }
+  CommandResult Psrtctl(const std::string& args) {
+    return RunCommand(absl::StrCat(bin_, "/psrtctl ", args));
+  }
+
+  std::vector<std::string> started_;
+};
+
+TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
+  const std::string spec_path = MakeSpec(1, 1);
+  auto spec = ClusterSpec::FromFile(spec_path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string ps = spec->address("ps", 0);
+  const std::string worker = spec->address("worker", 0);
+  const int ps_metrics = FreePort();
+  const int worker_metrics = FreePort();
+  const std::string task_flags = " --cluster_spec=" + spec_path + " --task_index=0";
+
+  // A ps alone: alive, but NOT_SERVING until the chief has made it ready.
+  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags,
+                           " --metrics_port=", ps_metrics));
+  ASSERT_TRUE(WaitFor([&] { return CheckHealth(ps, "") != "error 14"; }, absl::Seconds(20)))
+      << ReadFile(dir_ + "/ps.log");
+  EXPECT_EQ(CheckHealth(ps, ""), "NOT_SERVING");
+  EXPECT_EQ(CheckHealth(ps, "psrt.proto.ParameterServer"), "NOT_SERVING");
+  EXPECT_EQ(CheckHealth(ps, "no.such.Service"), "error 5");  // NOT_FOUND.
+  CommandResult status = Psrtctl("status --cluster_spec=" + spec_path);
+  EXPECT_EQ(status.exit_code, 1) << status.output;  // The worker is not up.
+  EXPECT_NE(LineOf(status.output, "ps/0").find("not ready"), std::string::npos) << status.output;
+  EXPECT_NE(LineOf(status.output, "ps/0").find("health=NOT_SERVING"), std::string::npos);
+  EXPECT_NE(LineOf(status.output, "worker/0").find("unreachable"), std::string::npos)
+      << status.output;
+  EXPECT_NE(status.output.find("1 of 2 tasks unreachable"), std::string::npos);
+
+  // A worker that trains until it is told to stop.
+  Start("worker", absl::StrCat(bin_, "/psrt_worker --job_name=worker", task_flags,
+                               " --train_steps=100000000 --log_every_steps=100",
+                               " --metrics_port=", worker_metrics));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        status = Psrtctl("status --cluster_spec=" + spec_path);
+        return status.exit_code == 0 &&
+               LineOf(status.output, "worker/0").find("training") != std::string::npos &&
+               LineOf(status.output, "worker/0").find("step=0 ") == std::string::npos;
+      },
+      absl::Seconds(60)))
+      << status.output << ReadFile(dir_ + "/worker.log");
+  const std::string ps_line = LineOf(status.output, "ps/0");
+  const std::string worker_line = LineOf(status.output, "worker/0");
+  EXPECT_NE(ps_line.find("serving      health=SERVING"), std::string::npos) << ps_line;
+  EXPECT_NE(ps_line.find("mode=ASYNC"), std::string::npos) << ps_line;
+  EXPECT_EQ(ps_line.find("rss=0.0MiB"), std::string::npos) << ps_line;
+  EXPECT_NE(ps_line.find("restarts=0"), std::string::npos) << ps_line;
+  EXPECT_NE(worker_line.find("training     health=SERVING"), std::string::npos) << worker_line;
+  EXPECT_EQ(worker_line.find("rss=0.0MiB"), std::string::npos) << worker_line;
+
+  EXPECT_EQ(CheckHealth(ps, ""), "SERVING");
+  EXPECT_EQ(CheckHealth(ps, "psrt.proto.ParameterServer"), "SERVING");
+  EXPECT_EQ(CheckHealth(worker, ""), "SERVING");
+  EXPECT_EQ(CheckHealth(worker, "psrt.proto.WorkerStatus"), "SERVING");
+
+  // Mid-run scrapes: the worker first, so that the ps has seen at least as
+  // many pushes when it is scraped.
+  const std::string w = HttpGet(worker_metrics, "/metrics");
+  const std::string p = HttpGet(ps_metrics, "/metrics");
+  const std::string wl = R"({job="worker",task="0")";
+  const std::string pl = R"({job="ps",task="0")";
+  const double local_steps = Sample(w, "psrt_worker_local_steps_total" + wl + "}");
+  const double accepted = Sample(w, "psrt_worker_pushes_total" + wl + R"(,result="accepted"})");
+  EXPECT_GT(local_steps, 0);
+  EXPECT_NEAR(accepted, local_steps, 1);
+  EXPECT_NEAR(Sample(w, "psrt_worker_examples_total" + wl + "}"), 100 * local_steps, 100);
+  EXPECT_GT(Sample(w, "psrt_worker_global_step" + wl + "}"), 0);
+  EXPECT_EQ(Sample(w, "psrt_worker_state" + wl + R"(,state="training"})"), 1);
+  EXPECT_GT(Sample(w, "psrt_worker_examples_per_second" + wl + "}"), 0);
+  EXPECT_GE(Sample(w, "psrt_worker_pull_wait_seconds_count" + wl + "}"), local_steps);
+  // One worker, so every push it made reached the one shard, whole: the
+  // default MLP has 407050 float parameters.
+  constexpr double kModelBytes = 407050 * 4;
+  const double ps_accepted = Sample(p, "psrt_ps_pushes_total" + pl + R"(,result="accepted"})");
+  EXPECT_GE(ps_accepted, accepted);
+  EXPECT_EQ(Sample(p, "psrt_ps_pushes_total" + pl + R"(,result="rejected"})"), 0);
+  EXPECT_GE(Sample(p, "psrt_ps_pushed_bytes_total" + pl + "}"), ps_accepted * kModelBytes);
+  EXPECT_GE(Sample(p, "psrt_ps_pulled_bytes_total" + pl + "}"),
+            Sample(p, "psrt_ps_pulls_total" + pl + "}") * kModelBytes);
+  // Async: one version per push. (A push may land between two counters of
+  // one scrape, hence the tolerance.)
+  EXPECT_NEAR(Sample(p, "psrt_ps_version" + pl + "}"), ps_accepted, 1);
+  EXPECT_NEAR(Sample(p, "psrt_ps_push_seconds_count" + pl + "}"), ps_accepted, 1);
+  EXPECT_EQ(Sample(p, "psrt_ps_ready" + pl + "}"), 1);
+  EXPECT_GT(Sample(p, "psrt_process_resident_memory_bytes" + pl + "}"), 1 << 20);
+
+  // An operator ends training: the worker stops, evaluates, says goodbye,
+  // and both exit 0.
+  CommandResult shutdown = Psrtctl("shutdown --cluster_spec=" + spec_path);
+  EXPECT_EQ(shutdown.exit_code, 0) << shutdown.output;
+  int code = -1;
+  ASSERT_TRUE(WaitForExit("worker", absl::Seconds(30), &code)) << ReadFile(dir_ + "/worker.log");
+  EXPECT_EQ(code, 0) << ReadFile(dir_ + "/worker.log");
+  ASSERT_TRUE(WaitForExit("ps", absl::Seconds(30), &code)) << ReadFile(dir_ + "/ps.log");
+  EXPECT_EQ(code, 0) << ReadFile(dir_ + "/ps.log");
+  long step = 0;
+  double accuracy = 0;
+  EXPECT_TRUE(ParseFinal(ReadFile(dir_ + "/worker.log"), &step, &accuracy));
+  EXPECT_GE(step, ps_accepted);
+  EXPECT_NE(ReadFile(dir_ + "/ps.log").find("an operator ended training"), std::string::npos);
+  // Everything is gone now.
+  status = Psrtctl("status --cluster_spec=" + spec_path);
+  EXPECT_NE(status.output.find("2 of 2 tasks unreachable"), std::string::npos) << status.output;
+}
+
+TEST_F(OperationsTest, WorkerWhoseStatusPortIsTakenStillTrains) {
+  const std::string spec_path = MakeSpec(1, 1);
+  auto spec = ClusterSpec::FromFile(spec_path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // Rewrite the spec so that the worker's port is one this test holds.
+  Listener taken;
+  std::string json = ReadFile(spec_path);
+  const std::string worker = spec->address("worker", 0);
+  json.replace(json.find(worker), worker.size(), absl::StrCat("127.0.0.1:", taken.port()));
+  std::ofstream(spec_path) << json;
+
+  CommandResult r = Launch(spec_path, dir_ + "/logs",
+                           "--sync_replicas --train_steps=30 --log_every_steps=10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string log = ReadFile(dir_ + "/logs/worker-0.log");
+  EXPECT_NE(log.find(absl::StrCat("worker/0 serves no status or health: cannot listen on "
+                                  "0.0.0.0:", taken.port())),
+            std::string::npos)
+      << log;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(log, &step, &accuracy)) << log;
+  EXPECT_EQ(step, 30);
+}
+
+TEST_F(OperationsTest, MetricsPortInUseIsRefusedAtStart) {
+  const std::string spec_path = MakeSpec(1, 1);
+  Listener taken;
+  const std::string flags = absl::StrCat(" --cluster_spec=", spec_path,
+                                         " --task_index=0 --metrics_port=", taken.port());
+  CommandResult ps = RunCommand(absl::StrCat("timeout 30 ", bin_, "/psrt_ps --job_name=ps", flags));
+  EXPECT_EQ(ps.exit_code, 2) << ps.output;
+  EXPECT_NE(ps.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 0.0.0.0:",
+                                        taken.port())),
+            std::string::npos)
+      << ps.output;
+  CommandResult worker = RunCommand(
+      absl::StrCat("timeout 30 ", bin_, "/psrt_worker --job_name=worker", flags));
+  EXPECT_EQ(worker.exit_code, 1) << worker.output;
+  EXPECT_NE(worker.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 0.0.0.0:",
+                                            taken.port())),
+            std::string::npos)
+      << worker.output;
+}
+
+}  // namespace
+}  // namespace psrt
