@@ -396,8 +396,8 @@ void FaultRelay::Loop::Run() {
     }
     int timeout_ms = -1;
     if (wake_at != absl::InfiniteFuture()) {
-      timeout_ms = static_cast<int>(
-          std::max<int64_t>(0, absl::ToInt64Milliseconds(absl::Ceil(wake_at - now, absl::Milliseconds(1)))));
+      const absl::Duration wait = absl::Ceil(wake_at - now, absl::Milliseconds(1));
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wait)));
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       LOG(ERROR) << "poll: " << ErrnoText(errno);

@@ -53,7 +53,9 @@ class FaultRelay {
     absl::Duration reset_every = absl::ZeroDuration();  // 0: never.
     absl::Duration stall_every = absl::ZeroDuration();  // 0: never.
     absl::Duration stall_for = absl::Seconds(3);        // Each stall's length.
-    int max_faults = -1;  // Faults injected at most (-1: no limit).
+    // Random and timed faults injected at most (-1: no limit); requested
+    // ones always happen.
+    int max_faults = -1;
     uint64_t seed = 1;    // Of the random faults and the jitter.
     int64_t max_buffered_bytes = 64 << 20;  // Per connection and direction.
   };

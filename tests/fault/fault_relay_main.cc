@@ -27,9 +27,9 @@
 DEFINE_string(listen, "127.0.0.1:0", "host:port to accept clients on; port 0: any free port.");
 DEFINE_string(target, "", "host:port to forward every connection to (required).");
 DEFINE_double(delay_ms, 0, "Delay added to every chunk, each way.");
-DEFINE_double(jitter_ms, 0, "Uniform +/- jitter of the delay (at most --delay_ms); never reorders.");
-DEFINE_double(close_prob, 0, "Probability, per forwarded chunk, of closing the connection (FIN).");
-DEFINE_double(reset_prob, 0, "Probability, per forwarded chunk, of resetting the connection (RST).");
+DEFINE_double(jitter_ms, 0, "Uniform +/- jitter of the delay, at most --delay_ms; never reorders.");
+DEFINE_double(close_prob, 0, "Per forwarded chunk: probability of closing its connection (FIN).");
+DEFINE_double(reset_prob, 0, "Per forwarded chunk: probability of resetting its connection (RST).");
 DEFINE_double(reset_every_secs, 0, "Reset every open connection this often; 0: never.");
 DEFINE_double(stall_every_secs, 0, "Stall every connection this often; 0: never.");
 DEFINE_double(stall_secs, 3, "Length of each stall (timed or SIGUSR2).");

@@ -33,10 +33,14 @@ while [ $# -gt 0 ]; do
     --cut_at_step) cut_at_step="$2"; shift 2 ;;
     --down_secs) down_secs="$2"; shift 2 ;;
     --) shift; worker_flags=("$@"); break ;;
-    *) echo "netns_cluster: unknown argument $1" >&2; sed -n '2,21p' "$0" >&2; exit 2 ;;
+    *) echo "netns_cluster: unknown argument $1" >&2; sed -n '2,21p' "$0" >&2
+       exit 2 ;;
   esac
 done
-[ -n "$bin" ] && [ -n "$out" ] || { echo "netns_cluster: --bin and --out are required" >&2; exit 2; }
+if [ -z "$bin" ] || [ -z "$out" ]; then
+  echo "netns_cluster: --bin and --out are required" >&2
+  exit 2
+fi
 for b in psrt_ps psrt_worker; do
   [ -x "$bin/$b" ] || { echo "netns_cluster: $bin/$b not found" >&2; exit 2; }
 done
@@ -128,11 +132,13 @@ if chief_running; then
   run ip -n "$sw" link set dev "ps$cut_ps" up
   t_up="$(now)"
   step_up="$(chief_step)"
-  say "link of ps/$cut_ps down at step $step_down for $(elapsed "$t_down" "$t_up") s; step $step_up when it came back"
+  say "link of ps/$cut_ps down at step $step_down for $(elapsed "$t_down" "$t_up") s;" \
+      "step $step_up when it came back"
   while chief_running && [ "$(chief_step)" -le "$step_up" ]; do sleep 0.02; done
   if [ "$(chief_step)" -gt "$step_up" ]; then
     t_next="$(now)"
-    say "next step $(elapsed "$t_up" "$t_next") s after the link came back (training stalled $(elapsed "$t_down" "$t_next") s)"
+    say "next step $(elapsed "$t_up" "$t_next") s after the link came back" \
+        "(training stalled $(elapsed "$t_down" "$t_next") s)"
   else
     say "no step after the link came back"
   fi
