@@ -61,6 +61,7 @@ tag="psrt$$"
 sw="$tag-sw"
 namespaces=()
 pids=()
+# shellcheck disable=SC2317  # Run by the EXIT trap.
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
