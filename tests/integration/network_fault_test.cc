@@ -133,9 +133,12 @@ class NetworkFaultTest : public ClusterFixture {
     long step = -1;
     double accuracy = -1;
     const bool final_line = ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy);
-    std::printf("network_fault: %s: launch exit %d, final step %ld, accuracy %.4f, %.1f s%s\n",
-                scenario.c_str(), r.exit_code, step, accuracy,
-                absl::ToDoubleSeconds(absl::Now() - start_), measured.c_str());
+    const std::string outcome =
+        final_line ? absl::StrFormat("final step %d, accuracy %.4f", step, accuracy)
+                   : std::string("no final line");
+    std::printf("network_fault: %s: launch exit %d, %s, %.1f s%s\n", scenario.c_str(),
+                r.exit_code, outcome.c_str(), absl::ToDoubleSeconds(absl::Now() - start_),
+                measured.c_str());
     for (size_t k = 0; k < relays_.size(); ++k) {
       const FaultRelay::Stats s = relays_[k]->stats();
       std::printf("network_fault:   relay of ps/%zu: %lld connections, %lld KB, %lld resets, "
@@ -163,6 +166,9 @@ class NetworkFaultTest : public ClusterFixture {
     relays_[shard]->InjectOnNextChunk(fault, direction, kBulkChunkBytes);
   }
 
+  // Trains through relays that delay every chunk (the test's body).
+  void TrainThroughDelayingRelays(int ps);
+
   std::vector<std::unique_ptr<FaultRelay>> relays_;
   std::thread launch_;
   absl::Notification done_;
@@ -170,21 +176,22 @@ class NetworkFaultTest : public ClusterFixture {
   absl::Time start_;
 };
 
-class DelayTest : public NetworkFaultTest, public testing::WithParamInterface<int> {};
-
-TEST_P(DelayTest, SyncTrainingFinishesThroughDelayingRelays) {
-  const int ps = GetParam();
+// 5 +- 3 ms per chunk, each way: at least 4 ms more a round trip, 16 at most.
+void NetworkFaultTest::TrainThroughDelayingRelays(int ps) {
   FaultRelay::Options options;
-  options.delay = absl::Milliseconds(5);  // Per chunk, each way: >= 10 ms a round trip.
+  options.delay = absl::Milliseconds(5);
   options.jitter = absl::Milliseconds(3);
   ASSERT_NO_FATAL_FAILURE(StartRelayedTraining(ps, options));
   ExpectFinished(absl::StrCat("delay 5+-3 ms, ", ps, " ps"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ps, DelayTest, testing::Values(1, 2),
-                         [](const testing::TestParamInfo<int>& info) {
-                           return absl::StrCat(info.param, "Ps");
-                         });
+TEST_F(NetworkFaultTest, SyncTrainingFinishesThroughADelayingRelayToOnePs) {
+  TrainThroughDelayingRelays(1);
+}
+
+TEST_F(NetworkFaultTest, SyncTrainingFinishesThroughDelayingRelaysToTwoPs) {
+  TrainThroughDelayingRelays(2);
+}
 
 // A stalled relay holds every byte without closing anything: like a link
 // that is down for 4 s and comes back, except that TCP sees no loss (the
@@ -209,6 +216,11 @@ TEST_F(NetworkFaultTest, SyncTrainingSurvivesAFourSecondStallOfOnePs) {
   // TCP had nothing to retransmit), within a few step times.
   EXPECT_LT(next_step - resumed, absl::Seconds(3));
 }
+
+// The four tests below need the worker to recover a broken connection
+// (issue 5). Without that, the Push or Pull in flight returns UNAVAILABLE
+// ("recvmsg:Connection reset by peer"; "Socket closed" after a FIN), the
+// worker exits 1, and its goodbye ends training on every PS.
 
 // A connection reset while a push is on its way to the PS: the request
 // never arrives, so the push may be sent again. (ps/0 holds the weights,
