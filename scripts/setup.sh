@@ -15,6 +15,7 @@ PACKAGES=(
   libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev zlib1g-dev openssl prometheus-cpp-dev
   dataset-fashion-mnist
+  iproute2  # ip netns, for tests/fault/netns_cluster.sh
 )
 
 missing=()
