@@ -23,11 +23,6 @@ namespace {
 // small enough to stay in cache between the copy and the update.
 constexpr int64_t kBlockFloats = 16 * 1024;
 
-int64_t NewIncarnation() {
-  std::random_device device;
-  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());
-  return static_cast<int64_t>(rng() >> 1) | 1;  // Positive, never 0.
-}
 
 Shape MetaShape(const proto::VariableMeta& meta) {
   return Shape(meta.shape().begin(), meta.shape().end());
@@ -106,6 +101,12 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                      total * sizeof(float)));
   }
 
+  if (options_.skip_nonfinite_gradients && header.config().mode() == proto::SYNC) {
+    // Shards would drop different replicas' slices of one step.
+    return absl::FailedPreconditionError(
+        "init: this parameter server runs with --nonfinite_gradients=skip, "
+        "which only async training allows; use reject with --sync_replicas");
+  }
   absl::MutexLock lock(&mu_);
   if (initialized_) {
     if (!SameVariables(variables_, header.variables())) {
@@ -242,6 +243,12 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
     return absl::AbortedError(absl::StrCat(
         "push: this parameter server restored checkpoint ", restored_step_,
         " and waits for the chief to confirm it; pull again"));
+  }
+  if (header.incarnation() != 0 && header.incarnation() != incarnation_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: gradients computed against incarnation ", header.incarnation(),
+        " of this parameter server, which is now incarnation ", incarnation_,
+        " (it restarted or was rolled back); pull again"));
   }
   RETURN_IF_ERROR(ValidateTensors(header.variables(), data_size, "push"));
   if (header.replica() < 0 || header.replica() >= config_.num_replicas()) {
@@ -429,6 +436,11 @@ void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
       reply = absl::AbortedError(absl::StrCat(
           "pull: this parameter server restored checkpoint ", restored_step_,
           " and waits for the chief to confirm it"));
+    } else if (options.incarnation != 0 && options.incarnation != incarnation_) {
+      reply = absl::AbortedError(absl::StrCat(
+          "pull: expected incarnation ", options.incarnation,
+          " of this parameter server, which is now incarnation ", incarnation_,
+          " (it restarted or was rolled back)"));
     } else if (ReadyLocked(options)) {
       reply = MakeReplyLocked(options.moving_average);
     } else {
@@ -476,6 +488,17 @@ void ParameterShard::DeadlineLoop() {
     mu_.Lock();
   }
   mu_.Unlock();
+}
+
+int64_t ParameterShard::NewIncarnation() {
+  std::random_device device;
+  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());
+  return static_cast<int64_t>(rng() >> 1) | 1;  // Positive, never 0.
+}
+
+int64_t ParameterShard::incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return incarnation_;
 }
 
 proto::StatusResponse ParameterShard::GetStatus() const {

@@ -24,10 +24,12 @@
 //    version is >= min_version and every unfinished replica has pushed at
 //    least min_clock gradients (bounded staleness), or training is over; or
 //    it fails with DeadlineExceeded at its deadline.
-//  - Restore(step) replaces the state with a checkpoint and makes the shard
-//    not ready: waiting pulls fail with Aborted, and pushes and pulls fail
-//    with Aborted until the chief confirms the state with Init. A shard that
-//    restored its checkpoint at start is likewise not ready.
+//  - Restore(step) replaces the state with a checkpoint, draws a new
+//    incarnation and makes the shard not ready: waiting pulls fail with
+//    Aborted, and pushes and pulls fail with Aborted until the chief
+//    confirms the state with Init. A shard that restored its checkpoint at
+//    start is likewise not ready. Pushes and pulls that name another
+//    incarnation than the shard's fail with Aborted at any time.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -119,6 +121,9 @@ class ParameterShard {
                                            ByteSource* data);
 
   struct PullOptions {
+    // The incarnation the caller expects; another one fails with Aborted.
+    // 0: any.
+    int64_t incarnation = 0;
     int64_t min_version = 0;
     int64_t min_clock = 0;
     bool moving_average = false;  // Reply with the moving averages.
@@ -148,7 +153,8 @@ class ParameterShard {
   // until `grace` has passed since training ended.
   void WaitUntilFinished(absl::Duration grace);
 
-  int64_t incarnation() const { return incarnation_; }
+  // Random, new for each process and each Restore; never 0.
+  int64_t incarnation() const;
 
  private:
   struct Waiter {
@@ -160,6 +166,7 @@ class ParameterShard {
   // The fewest gradients pushed by a replica that has not finished.
   int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   class SnapshotPool;
+  static int64_t NewIncarnation();
 
   absl::Status ValidateTensors(
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
@@ -211,7 +218,7 @@ class ParameterShard {
   }
 
   const Options options_;
-  const int64_t incarnation_;
+  int64_t incarnation_ ABSL_GUARDED_BY(mu_);
   const kernels::CpuContext cpu_;
   std::shared_ptr<SnapshotPool> pool_;
 

@@ -99,6 +99,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   waiters_.clear();
   version_ = state.version;
   restored_step_ = state.step;
+  incarnation_ = NewIncarnation();  // Whoever expects the old state is told.
   initialized_ = true;
   ready_ = false;  // Until the chief confirms this is the state to train on.
   changed_.SignalAll();

@@ -77,6 +77,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   options.min_version = pull.min_version();
   options.min_clock = pull.min_clock();
   options.moving_average = pull.moving_average();
+  options.incarnation = pull.incarnation();
   options.deadline = deadline;
   // A pull answered after shard_->Pull returned has waited.
   auto returned = std::make_shared<std::atomic<bool>>(false);

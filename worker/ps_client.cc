@@ -99,7 +99,8 @@ absl::Status PsClient::Rpc::CallAll(
            (retry_on == RetryOn::kUnavailableOrDeadline && absl::IsDeadlineExceeded(status));
   };
 
-  const absl::Time give_up = absl::Now() + retry_timeout;
+  // Each shard may be retried for retry_timeout from its first failure.
+  std::vector<absl::Time> give_up(n, absl::InfiniteFuture());
   std::vector<absl::Time> retry_at(n, absl::InfiniteFuture());
   std::vector<absl::Duration> backoff(n, absl::Milliseconds(100));
   std::vector<bool> done(n, false);
@@ -119,7 +120,9 @@ absl::Status PsClient::Rpc::CallAll(
       running[k] = nullptr;
       if (status.ok()) {
         done[k] = true;
-      } else if (error.ok() && retryable(status) && absl::Now() < give_up) {
+      } else if (error.ok() && retryable(status) &&
+                 (give_up[k] == absl::InfiniteFuture() || absl::Now() < give_up[k])) {
+        if (give_up[k] == absl::InfiniteFuture()) give_up[k] = absl::Now() + retry_timeout;
         if (backoff[k] == absl::Milliseconds(100)) {  // The first retry.
           LOG(WARNING) << shard_name(k) << ": " << status.message()
                        << "; retrying for up to " << retry_timeout;
@@ -205,13 +208,21 @@ PsClient::PsClient(Options options, Placement placement,
   worker_incarnation_ = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1;
 }
 
-absl::Status PsClient::CheckIncarnation(int shard, int64_t incarnation) {
-  const int64_t known = incarnations_[shard];
-  incarnations_[shard] = incarnation;
-  if (known == 0 || known == incarnation) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat(
-      ShardName(shard), " restarted (new incarnation ", incarnation,
-      "): it restored its last checkpoint; pull again"));
+absl::Status PsClient::CheckIncarnations(const std::vector<int64_t>& answered) {
+  absl::Status status;
+  for (int k = 0; k < num_shards(); ++k) {
+    if (incarnations_[k] != 0 && incarnations_[k] != answered[k] && status.ok()) {
+      status = absl::AbortedError(absl::StrCat(
+          ShardName(k), " restarted or was rolled back (new incarnation ", answered[k],
+          "); pull again"));
+    }
+    incarnations_[k] = answered[k];
+  }
+  return status;
+}
+
+void PsClient::ForgetIncarnations() {
+  std::fill(incarnations_.begin(), incarnations_.end(), 0);
 }
 
 PsClient::~PsClient() = default;
@@ -360,7 +371,11 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_moving_average(moving_average);
   request.set_min_clock(min_clock);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
+  std::vector<grpc::ByteBuffer> requests;
+  for (int k = 0; k < num_shards(); ++k) {
+    request.set_incarnation(incarnations_[k]);
+    requests.push_back(SerializeToByteBuffer(request));
+  }
   std::vector<proto::PullHeader> headers(num_shards());
   const absl::Time start = absl::Now();
   std::atomic<int64_t> bytes{0};
@@ -397,10 +412,12 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     options_.metrics->RecordPull(bytes);
     options_.metrics->RecordPullWait(absl::Now() - start);
   }
+  std::vector<int64_t> incarnations;
+  for (const proto::PullHeader& header : headers) incarnations.push_back(header.incarnation());
+  RETURN_IF_ERROR(CheckIncarnations(incarnations));
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
-    RETURN_IF_ERROR(CheckIncarnation(k, headers[k].incarnation()));
     versions_[k] = headers[k].version();
     result.version = std::min(result.version, headers[k].version());
     result.training_done |= headers[k].training_done();
@@ -420,6 +437,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     push_headers_[k].set_version(versions_[k]);
     push_headers_[k].set_worker_incarnation(worker_incarnation_);
     push_headers_[k].set_step(push_step_);
+    push_headers_[k].set_incarnation(incarnations_[k]);
     std::vector<absl::Span<const char>> chunks;
     for (int s : placement_.shard_slices[k]) {
       const VariableSlice& slice = placement_.slices[s];
@@ -442,9 +460,6 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   requests.clear();
   released.Wait();
   PushResult result;
-  for (int k = 0; k < num_shards(); ++k) {
-    RETURN_IF_ERROR(CheckIncarnation(k, responses[k].incarnation()));
-  }
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();
     result.training_done |= r.training_done();
@@ -456,7 +471,10 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
                                                        : PushOutcome::kStale;
     options_.metrics->RecordPush(outcome, bytes, absl::Now() - start);
   }
-  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(status);  // Before the replies: a failed call has none.
+  std::vector<int64_t> incarnations;
+  for (const proto::PushResponse& r : responses) incarnations.push_back(r.incarnation());
+  RETURN_IF_ERROR(CheckIncarnations(incarnations));
   return result;
 }
 

@@ -16,11 +16,11 @@
 // backoff for up to Options::retry_timeout, alone, while the other shards'
 // calls go on; the first other error cancels the calls still running. A
 // push is retried with the same (worker incarnation, step), so the shard
-// never applies it twice. Pull and Push return Aborted when a shard answers
-// with an incarnation other than the one it answered with before (it
-// restarted and restored a checkpoint), or when the shard itself says its
-// state was replaced: the caller then waits for the model to be ready again
-// and pulls.
+// never applies it twice. Pulls and pushes name the incarnation each shard
+// last answered with, and return Aborted when the shard has another one (it
+// restarted and restored a checkpoint, or was rolled back) or says its state
+// is not confirmed: the caller then waits for the model to be ready again,
+// calls ForgetIncarnations, and pulls.
 //
 // Thread safety: not thread-safe; one trainer thread drives it.
 #ifndef PSRT_WORKER_PS_CLIENT_H_
@@ -108,6 +108,10 @@ class PsClient {
   // Every shard loads checkpoint `step`.
   absl::Status Restore(int64_t step);
 
+  // Accept whatever incarnation each shard answers with next: after the
+  // chief has brought the shards to one confirmed state.
+  void ForgetIncarnations();
+
   int num_shards() const { return placement_.num_shards; }
   // "ps/K (host:port)", as errors and logs name a shard.
   std::string ShardName(int shard) const;
@@ -117,8 +121,9 @@ class PsClient {
   // The gRPC side (stubs and the all-shards call), kept out of this header
   // so that the trainer never sees a gRPC type.
   struct Rpc;
-  // Records the incarnation a shard answered with; Aborted if it changed.
-  absl::Status CheckIncarnation(int shard, int64_t incarnation);
+  // Records the incarnation each shard answered with; Aborted if one
+  // changed.
+  absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
 
   const Options options_;
   const kernels::CpuContext copier_;

@@ -59,11 +59,16 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
               << client_->num_shards() << " parameter servers";
     return absl::OkStatus();
   }
-  if (all_ready) {
+  std::set<int64_t> versions;
+  for (const auto& s : shards) versions.insert(s.version());
+  // Sync shards move in lockstep; different versions mean a shard was
+  // brought to another state.
+  const bool lockstep = options_.config.mode() != proto::SYNC || versions.size() == 1;
+  if (all_ready && lockstep) {
     LOG(INFO) << "the parameter servers already hold the model; continuing";
     return client_->Init(options_.config, values);
   }
-  if (empty.empty() && restored.size() == 1 &&
+  if (empty.empty() && restored.size() == 1 && lockstep &&
       std::none_of(shards.begin(), shards.end(), [](const auto& s) { return s.ready(); })) {
     LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
     return client_->Init(options_.config, values);
@@ -112,6 +117,7 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
   LOG(WARNING) << "the parameter servers' state changed (" << cause.message()
                << "); waiting for them to be ready and pulling again";
   const absl::Time start = absl::Now();
+  if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_WAITING);
   while (true) {
     RETURN_IF_ERROR(client_->WaitForServers(options_.startup_timeout));
     if (options_.replica == 0) RETURN_IF_ERROR(RecoverOrInitialize(*params, true));
@@ -122,6 +128,7 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(ready.status());
+    client_->ForgetIncarnations();  // The confirmed state is the one to train on.
     absl::StatusOr<PsClient::PullResult> pull = client_->Pull(0, params);
     if (pull.ok()) {
       *pulled = *pull;
@@ -135,6 +142,7 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
   }
   LOG(WARNING) << "recovered in " << absl::Now() - start
                << ": carrying on at global step " << pulled->version;
+  if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_TRAINING);
   return absl::OkStatus();
 }
 
@@ -368,6 +376,9 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     RETURN_IF_ERROR(Recover(status, &params, &pulled));
     batches = data_from_step(pulled.version);
     clock_base = result.local_steps;
+    // The shards hold a checkpoint of this step (the next ones are saved
+    // again on schedule).
+    last_saved_step = pulled.version;
     last_eval_step = std::min(last_eval_step, pulled.version);
     return absl::OkStatus();
   };
@@ -419,6 +430,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       continue;
     }
     pulled = *next;
+    recoveries_ = 0;  // A step went through: the budget is for a run of faults.
     if (pushed->training_done) pulled.training_done = true;
     if (options_.metrics != nullptr) {
       options_.metrics->RecordStep(pulled.version, options_.batch_size);

@@ -136,7 +136,11 @@ TEST_F(RecoveryTest, SyncJobSurvivesAPsKilledAtARandomStep) {
   std::cout << "killed ps/1; job finished " << absl::Now() - killed << " later" << std::endl;
 
   const std::string chief = ReadFile(dir_ + "/worker-0.log");
-  EXPECT_NE(chief.find("restarted (new incarnation"), std::string::npos) << chief;
+  // The chief saw the restarted shard (its new incarnation, or its
+  // unconfirmed state) and rolled every shard back.
+  EXPECT_TRUE(std::regex_search(
+      chief, std::regex("restarted or was rolled back|waits for the chief to confirm")))
+      << chief;
   EXPECT_NE(chief.find("all of them now hold checkpoint"), std::string::npos) << chief;
   EXPECT_NE(chief.find("recovered in"), std::string::npos) << chief;
   long step = 0;
@@ -215,14 +219,14 @@ TEST_F(RecoveryTest, BackupWorkerCoversForADeadWorker) {
   const std::string spec = MakeSpec(1, 3);
   StartCluster(spec, 1, 3,
                absl::StrCat(kSyncFlags, " --replicas_to_aggregate=2 --train_steps=200 "
-                                        "--pull_timeout_secs=20"));
+                                        "--pull_timeout_secs=90"));
   ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 100))) << AllLogs();
   workers_[2]->Kill();
   const absl::Time killed = absl::Now();
   EXPECT_EQ(workers_[0]->Wait(absl::Seconds(60)), 0) << AllLogs();
   EXPECT_EQ(workers_[1]->Wait(absl::Seconds(60)), 0) << AllLogs();
-  // Never waited for the dead worker's pull deadline.
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(20));
+  // Never waited for the dead worker (its pulls would time out after 90 s).
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(60));
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/worker-0.log"), &step, &accuracy));

@@ -440,34 +440,71 @@ TEST(ParameterShardTest, AsyncRetriedPushIsAppliedOnce) {
   EXPECT_EQ(shard.GetStatus().pushes_applied(), 3);
 }
 
-TEST(ParameterShardTest, NonFiniteGradientsAreRefusedOrSkipped) {
-  for (bool skip : {false, true}) {
-    SCOPED_TRACE(skip ? "skip" : "reject");
-    ParameterShard::Options options;
-    options.skip_nonfinite_gradients = skip;
-    ParameterShard shard(options);
-    InitShard(&shard, Config(proto::SYNC, 2, 2), {1, 2, 3, 4});
-    ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
-    auto bad = PushFrom(&shard, 1, 0, {1, std::nanf(""), 1, 1});
-    if (skip) {
-      ASSERT_TRUE(bad.ok()) << bad.status();
-      EXPECT_FALSE(bad->accepted());
-      EXPECT_EQ(shard.GetStatus().nonfinite_pushes_dropped(), 1);
-    } else {
-      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_NE(bad.status().message().find("\"w\" from replica 1 holds NaN or Inf"),
-                absl::string_view::npos)
-          << bad.status();
-    }
-    auto inf = PushFrom(&shard, 1, 0, {1, 1, 1, -INFINITY});
-    EXPECT_NE(inf.ok() && inf->accepted(), true);
-    // Nothing was applied and replica 1 can still push a good gradient.
-    EXPECT_EQ(shard.GetStatus().version(), 0);
-    auto good = PushFrom(&shard, 1, 0, {3, 3, 3, 3});
-    ASSERT_TRUE(good.ok());
-    EXPECT_EQ(good->version(), 1);
-    EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-1, 0, 1, 2}));
-  }
+TEST(ParameterShardTest, NonFiniteGradientsAreRefused) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2), {1, 2, 3, 4});
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  auto bad = PushFrom(&shard, 1, 0, {1, std::nanf(""), 1, 1});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("\"w\" from replica 1 holds NaN or Inf"),
+            absl::string_view::npos)
+      << bad.status();
+  auto inf = PushFrom(&shard, 1, 0, {1, 1, 1, -INFINITY});
+  EXPECT_EQ(inf.status().code(), absl::StatusCode::kInvalidArgument);
+  // Nothing was applied and replica 1 can still push a good gradient.
+  EXPECT_EQ(shard.GetStatus().version(), 0);
+  auto good = PushFrom(&shard, 1, 0, {3, 3, 3, 3});
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->version(), 1);
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-1, 0, 1, 2}));
+}
+
+TEST(ParameterShardTest, NonFiniteGradientsAreSkippedInAsyncModeOnly) {
+  ParameterShard::Options options;
+  options.skip_nonfinite_gradients = true;
+  ParameterShard shard(options);
+  proto::InitHeader header;
+  *header.mutable_config() = Config(proto::SYNC, 2, 2);
+  *header.add_variables() = Meta("w", {kSize});
+  std::vector<float> values(kSize, 1.0f);
+  auto refused = shard.Init(header, Bytes(values).get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--nonfinite_gradients=skip"),
+            absl::string_view::npos)
+      << refused.status();
+
+  InitShard(&shard, Config(proto::ASYNC, 2, 1), {1, 2, 3, 4});
+  auto bad = PushFrom(&shard, 1, 0, {1, std::nanf(""), 1, 1});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_FALSE(bad->accepted());
+  EXPECT_EQ(shard.GetStatus().nonfinite_pushes_dropped(), 1);
+  EXPECT_EQ(shard.GetStatus().version(), 0);
+  EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(ParameterShardTest, RequestsExpectingAnotherIncarnationAreAborted) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, 1, 1));
+  const int64_t incarnation = shard.incarnation();
+  EXPECT_NE(incarnation, 0);
+  proto::PushHeader header;
+  header.set_incarnation(incarnation + 1);
+  *header.add_variables() = Meta("w", {kSize});
+  std::vector<float> grad(kSize, 1.0f);
+  EXPECT_EQ(shard.Push(header, Bytes(grad).get()).status().code(),
+            absl::StatusCode::kAborted);
+  header.set_incarnation(incarnation);
+  EXPECT_TRUE(shard.Push(header, Bytes(grad).get()).ok());
+
+  absl::Notification done;
+  absl::Status status;
+  shard.Pull({.incarnation = incarnation + 1, .deadline = absl::Now() + absl::Seconds(5)},
+             [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+               status = reply.status();
+               done.Notify();
+             });
+  done.WaitForNotification();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
 }
 
 TEST(ParameterShardTest, RestoreAbortsWaitingPullsUntilTheChiefConfirms) {
@@ -490,7 +527,9 @@ TEST(ParameterShardTest, RestoreAbortsWaitingPullsUntilTheChiefConfirms) {
                waited = reply.status();
                done.Notify();
              });
+  const int64_t before = shard.incarnation();
   ASSERT_TRUE(shard.Restore(0).ok());
+  EXPECT_NE(shard.incarnation(), before);
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
 

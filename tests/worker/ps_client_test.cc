@@ -3,6 +3,7 @@
 // sync aggregation across two clients, and model mismatch detection.
 #include "worker/ps_client.h"
 
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -19,11 +20,13 @@ namespace psrt {
 namespace {
 
 // One parameter-server task: shard + service + gRPC server on a free port.
+// `port` 0 picks a free one; another restarts a task on its old port.
 struct LocalPs {
-  LocalPs() : service(&shard) {
+  explicit LocalPs(int port_to_use = 0) : service(&shard) {
     grpc::ServerBuilder builder;
     ConfigurePsServer(&builder, int64_t{1} << 30);
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port_to_use),
+                             grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
   }
@@ -42,8 +45,10 @@ std::vector<VariableDef> Variables(int64_t rows = 6000) {
 }
 
 std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& shards, int replica,
-                                    const std::vector<VariableDef>& vars) {
+                                    const std::vector<VariableDef>& vars,
+                                    absl::Duration retry_timeout = absl::Seconds(60)) {
   PsClient::Options options;
+  options.retry_timeout = retry_timeout;
   for (LocalPs* ps : shards) options.ps_addresses.push_back(ps->address());
   options.replica = replica;
   options.rpc_timeout = absl::Seconds(30);
@@ -140,6 +145,88 @@ TEST(PsClientTest, WaitForServersNamesTheMissingShard) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(status.message().find("ps/1 (127.0.0.1:1)"), absl::string_view::npos) << status;
   EXPECT_EQ(status.message().find("ps/0"), absl::string_view::npos) << status;
+}
+
+TEST(PsClientTest, RejectedPushKeepsItsErrorAndTheShardsIncarnation) {
+  LocalPs ps0, ps1;
+  const auto vars = Variables(/*rows=*/100);
+  auto chief = NewClient({&ps0, &ps1}, 0, vars);
+  ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
+  proto::TrainingConfig config = SyncConfig(1);
+  config.set_mode(proto::ASYNC);
+  ASSERT_TRUE(chief->Init(config, Filled(vars, 1.0f)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(chief->Pull(0, &params).ok());
+  std::vector<Tensor> grads = Filled(vars, 0.0f);
+  grads[1].data()[3] = std::nanf("");
+  auto pushed = chief->Push(grads);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument) << pushed.status();
+  EXPECT_NE(pushed.status().message().find("\"small\""), absl::string_view::npos)
+      << pushed.status();
+  // Nothing restarted: the next step goes through.
+  grads[1].data()[3] = 0;
+  EXPECT_TRUE(chief->Push(grads).ok());
+  EXPECT_TRUE(chief->Pull(0, &params).ok());
+}
+
+TEST(PsClientTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
+  const auto vars = Variables(/*rows=*/100);
+  auto ps = std::make_unique<LocalPs>();
+  const int port = ps->port;
+  auto client = NewClient({ps.get()}, 0, vars);
+  proto::TrainingConfig config = SyncConfig(1);
+  config.set_mode(proto::ASYNC);
+  ASSERT_TRUE(client->Init(config, Filled(vars, 1.0f)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(client->Pull(0, &params).ok());
+
+  ps.reset();  // The task dies; it comes back on its port 500 ms later.
+  std::thread restart([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    auto back = std::make_unique<LocalPs>(port);
+    proto::InitHeader header;  // As the chief would confirm it.
+    *header.mutable_config() = config;
+    std::vector<Tensor> values = Filled(vars, 2.0f);
+    proto::VariableMeta* big = header.add_variables();
+    big->set_name("big");
+    big->set_dtype(proto::DT_FLOAT);
+    big->add_shape(100);
+    big->add_shape(1024);
+    proto::VariableMeta* small = header.add_variables();
+    small->set_name("small");
+    small->set_dtype(proto::DT_FLOAT);
+    small->add_shape(10);
+    std::string bytes(reinterpret_cast<const char*>(values[0].data()), values[0].num_bytes());
+    bytes.append(reinterpret_cast<const char*>(values[1].data()), values[1].num_bytes());
+    SpanByteSource source(bytes);
+    ASSERT_TRUE(back->shard.Init(header, &source).ok());
+    ps = std::move(back);
+  });
+  absl::StatusOr<PsClient::PullResult> pulled = client->Pull(0, &params);
+  restart.join();
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kAborted) << pulled.status();
+  EXPECT_NE(pulled.status().message().find("restarted or was rolled back"),
+            absl::string_view::npos)
+      << pulled.status();
+  client->ForgetIncarnations();
+  ASSERT_TRUE(client->Pull(0, &params).ok());
+  EXPECT_EQ(params[1].data()[0], 2.0f);
+}
+
+TEST(PsClientTest, GivesUpOnAShardThatStaysDown) {
+  const auto vars = Variables(/*rows=*/100);
+  auto ps = std::make_unique<LocalPs>();
+  auto client = NewClient({ps.get()}, 0, vars, /*retry_timeout=*/absl::Seconds(1));
+  proto::TrainingConfig config = SyncConfig(1);
+  ASSERT_TRUE(client->Init(config, Filled(vars, 1.0f)).ok());
+  ps.reset();
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<PsClient::PullResult> pulled = client->Pull(0, &params);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kUnavailable) << pulled.status();
+  EXPECT_NE(pulled.status().message().find("of retries"), absl::string_view::npos)
+      << pulled.status();
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));
 }
 
 }  // namespace
