@@ -36,10 +36,10 @@
 #
 # Exit status: 0 when every task exited 0; 1 when a task failed for good (the
 # launcher names it, shows the end of its log and stops the others); 2 for bad
-# arguments or a malformed spec (refused before anything starts); 130/143 on
-# Ctrl-C/SIGTERM (every task is stopped). Unless refused at the start, it ends
-# with a summary: each task's final status and restart count, and the task
-# that made the job fail.
+# arguments or a malformed spec (refused before anything starts); 130, 143
+# or 129 on Ctrl-C, SIGTERM or SIGHUP (every task is stopped). Unless refused
+# at the start, it ends with a summary: each task's final status and restart
+# count, and the task that made the job fail.
 set -uo pipefail
 if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
   echo "launch: needs bash 5.1 or newer (wait -n -p), this is $BASH_VERSION" >&2
@@ -48,7 +48,7 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
-usage() { sed -n '2,41p' "$0" >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" >&2; exit 2; }
 spec="" logdir="" ps_flags="" all_hosts=0
 restart_policy=Never max_restarts=3 backoff_secs=1 max_backoff_secs=30
 worker_flags=()

@@ -15,6 +15,7 @@ PACKAGES=(
   libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev zlib1g-dev
   dataset-fashion-mnist
+  python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests
 )
 
 missing=()
