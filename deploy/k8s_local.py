@@ -69,6 +69,7 @@ class Pod:
         self.container = container  # The pod spec's container (a dict).
         self.env = env  # Name -> value, as Kubernetes sets them.
         self.volumes = volumes  # Volume name -> local key (claim or pod/volume).
+        self.local_env = env  # env with the cluster's addresses mapped here.
 
     def argv(self):
         command = self.container.get("command") or [ENTRYPOINT]
@@ -315,9 +316,12 @@ def main():
                 print(f"  in Kubernetes: TF_CONFIG={tf_config_seen_by(pod, pod.env, args.bin_dir)}")
                 print(f"  here:          TF_CONFIG="
                       f"{tf_config_seen_by(pod, pod.local_env, args.bin_dir)}")
-    except (ManifestError, KeyError, TypeError, ValueError, OSError) as e:
-        sys.exit(f"k8s_local: {args.manifest}: {e!r}" if not isinstance(e, ManifestError)
-                 else f"k8s_local: {e}")
+    except ManifestError as e:
+        sys.exit(f"k8s_local: {e}")
+    except KeyError as e:
+        sys.exit(f"k8s_local: {args.manifest}: missing field {e}")
+    except (TypeError, ValueError, OSError, yaml.YAMLError) as e:
+        sys.exit(f"k8s_local: {args.manifest}: {e}")
     if args.render:
         return 0
     for binary in ("psrt_ps", "psrt_worker"):
@@ -328,6 +332,8 @@ def main():
     os.makedirs(logdir, exist_ok=True)
     env = base_env(args.bin_dir)
     running = []
+    # Ctrl-C even when started in the background by a shell (which ignores it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for pod in sorted(pods, key=lambda p: p.job != "ps"):
@@ -345,10 +351,10 @@ def main():
             failed = next((pod for pod, p in running if p.poll()), None)
         if failed is None:
             failed = next((pod for pod, p in running if p.returncode), None)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit) as interrupt:
         print("k8s_local: stopping every pod", file=sys.stderr)
         stop(running)
-        raise
+        return 130 if isinstance(interrupt, KeyboardInterrupt) else interrupt.code
     stop(running)
     for pod, process in running:
         print(f"k8s_local: pod {pod.name} exited with code {process.returncode}")
