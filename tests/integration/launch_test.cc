@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -178,7 +180,8 @@ class LaunchTest : public ClusterFixture {
   }
 };
 
-using Status = std::pair<std::string, int>;
+// A summary row: status and restart count.
+using Row = std::pair<std::string, int>;
 
 TEST_F(LaunchTest, RejectsUnknownPolicyAndBadRestartFlags) {
   const std::string spec = MakeSpec(1, 1);
@@ -205,9 +208,9 @@ TEST_F(LaunchTest, ExitCodePolicyRestartsTasksKilledBySignals) {
                                "--restart_policy=ExitCode --restart_backoff_secs=0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(FakeStarts("worker-1"), 4);
-  EXPECT_EQ(Summary(r.output, "worker/1"), Status("succeeded", 3)) << r.output;
-  EXPECT_EQ(Summary(r.output, "worker/0"), Status("succeeded", 0)) << r.output;
-  EXPECT_EQ(Summary(r.output, "ps/0"), Status("succeeded", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/1"), Row("succeeded", 3)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/0"), Row("succeeded", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "ps/0"), Row("succeeded", 0)) << r.output;
   EXPECT_NE(r.output.find("task worker/1 exited (exit code 137, killed by SIGKILL)"),
             std::string::npos) << r.output;
   // One log per task; each restart appends after a separator line.
@@ -229,10 +232,10 @@ TEST_F(LaunchTest, ExitCodePolicyFailsTheJobOnAPermanentError) {
                                "--restart_policy=ExitCode --restart_backoff_secs=0.1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(FakeStarts("worker-1"), 1);
-  EXPECT_EQ(Summary(r.output, "worker/1"), Status("failed (exit code 2)", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/1"), Row("failed (exit code 2)", 0)) << r.output;
   EXPECT_NE(SummaryRow(r.output, "worker/1").find("<- made the job fail"), std::string::npos);
-  EXPECT_EQ(Summary(r.output, "worker/0"), Status("stopped", 0)) << r.output;
-  EXPECT_EQ(Summary(r.output, "ps/0"), Status("stopped", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/0"), Row("stopped", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "ps/0"), Row("stopped", 0)) << r.output;
   EXPECT_NE(r.output.find("the job failed: task worker/1 failed with exit code 2, not "
                           "restarted: exit codes 1-127 are permanent errors"),
             std::string::npos) << r.output;
@@ -248,7 +251,7 @@ TEST_F(LaunchTest, OnFailureGivesUpAfterMaxRestartsWithDoublingBackoff) {
   const absl::Duration elapsed = absl::Now() - start;
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(FakeStarts("worker-1"), 4);  // The first start and 3 restarts.
-  EXPECT_EQ(Summary(r.output, "worker/1"), Status("failed (exit code 1)", 3)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/1"), Row("failed (exit code 1)", 3)) << r.output;
   // Backoff 0.4 s, doubled to 0.8 s, then capped at 1 s.
   const std::regex delays(
       "restarting it in 0.4s[\\s\\S]*restarting it in 0.8s[\\s\\S]*restarting it in 1s");
@@ -269,9 +272,9 @@ TEST_F(LaunchTest, TaskThatSucceedsIsNeverRestartedAndTheChiefEndsPendingRestart
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   EXPECT_EQ(FakeStarts("worker-1"), 1);
   EXPECT_EQ(FakeStarts("worker-2"), 1);
-  EXPECT_EQ(Summary(r.output, "worker/0"), Status("succeeded", 0)) << r.output;
-  EXPECT_EQ(Summary(r.output, "worker/1"), Status("succeeded", 0)) << r.output;
-  EXPECT_EQ(Summary(r.output, "worker/2"), Status("stopped", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/0"), Row("succeeded", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/1"), Row("succeeded", 0)) << r.output;
+  EXPECT_EQ(Summary(r.output, "worker/2"), Row("stopped", 0)) << r.output;
 }
 
 TEST_F(LaunchTest, EvaluatorIsNeverRestarted) {
@@ -283,7 +286,7 @@ TEST_F(LaunchTest, EvaluatorIsNeverRestarted) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(FakeStarts("evaluator-0"), 1);
   EXPECT_EQ(Summary(r.output, "evaluator/0"),
-            Status("failed (exit code 137, killed by SIGKILL)", 0)) << r.output;
+            Row("failed (exit code 137, killed by SIGKILL)", 0)) << r.output;
   EXPECT_NE(r.output.find("the evaluator is never restarted"), std::string::npos) << r.output;
 }
 
@@ -298,7 +301,7 @@ TEST_F(LaunchTest, TerminateStopsRunningTasksAndPendingRestarts) {
   const std::string output = launch->Output();
   EXPECT_NE(output.find("launch: terminated: stopping every task"), std::string::npos);
   for (const char* task : {"ps/0", "worker/0", "worker/1"}) {
-    EXPECT_EQ(Summary(output, task), Status("stopped", 0)) << task << "\n" << output;
+    EXPECT_EQ(Summary(output, task), Row("stopped", 0)) << task << "\n" << output;
   }
   EXPECT_EQ(FakeStarts("worker-1"), 1);
   EXPECT_TRUE(NoTaskLeft(spec));
@@ -324,9 +327,9 @@ TEST_F(LaunchTest, WorkerKilledMidRunIsRestartedAndRejoinsUnderExitCode) {
   const std::string output = launch->Output();
   EXPECT_NE(output.find("task worker/1 exited (exit code 137, killed by SIGKILL)"),
             std::string::npos) << output;
-  EXPECT_EQ(Summary(output, "worker/1"), Status("succeeded", 1)) << output;
-  EXPECT_EQ(Summary(output, "worker/0"), Status("succeeded", 0)) << output;
-  EXPECT_EQ(Summary(output, "ps/0"), Status("succeeded", 0)) << output;
+  EXPECT_EQ(Summary(output, "worker/1"), Row("succeeded", 1)) << output;
+  EXPECT_EQ(Summary(output, "worker/0"), Row("succeeded", 0)) << output;
+  EXPECT_EQ(Summary(output, "ps/0"), Row("succeeded", 0)) << output;
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy)) << output;
@@ -352,10 +355,10 @@ TEST_F(LaunchTest, WorkerKilledMidRunFailsTheJobUnderNever) {
   ASSERT_EQ(kill(worker, SIGKILL), 0);
   EXPECT_EQ(launch->Wait(absl::Seconds(40)), 1) << launch->Output();
   const std::string output = launch->Output();
-  EXPECT_EQ(Summary(output, "worker/1"), Status("failed (exit code 137, killed by SIGKILL)", 0))
+  EXPECT_EQ(Summary(output, "worker/1"), Row("failed (exit code 137, killed by SIGKILL)", 0))
       << output;
-  EXPECT_EQ(Summary(output, "worker/0"), Status("stopped", 0)) << output;
-  EXPECT_EQ(Summary(output, "ps/0"), Status("stopped", 0)) << output;
+  EXPECT_EQ(Summary(output, "worker/0"), Row("stopped", 0)) << output;
+  EXPECT_EQ(Summary(output, "ps/0"), Row("stopped", 0)) << output;
   EXPECT_NE(output.find("not restarted: --restart_policy=Never"), std::string::npos) << output;
   EXPECT_EQ(ReadFile(worker_log).find("=== restart"), std::string::npos);
   EXPECT_TRUE(NoTaskLeft(spec));
@@ -373,7 +376,7 @@ TEST_F(LaunchTest, InterruptStopsEveryTaskAndPrintsTheSummary) {
   const std::string output = launch->Output();
   EXPECT_NE(output.find("launch: interrupted: stopping every task"), std::string::npos);
   for (const char* task : {"ps/0", "ps/1", "worker/0", "worker/1"}) {
-    EXPECT_EQ(Summary(output, task), Status("stopped", 0)) << task << "\n" << output;
+    EXPECT_EQ(Summary(output, task), Row("stopped", 0)) << task << "\n" << output;
   }
   EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
   EXPECT_TRUE(NoTaskLeft(spec));
