@@ -164,6 +164,16 @@ cancel_restarts() {
   done
 }
 
+# True while one of the processes $@ runs (a zombie has ended: it only
+# waits for the launcher to collect its exit status).
+any_running() {
+  local pid state
+  for pid in "$@"; do
+    { read -r _ _ state _ </proc/"$pid"/stat; } 2>/dev/null && [ "$state" != Z ] && return 0
+  done
+  return 1
+}
+
 # SIGTERM to every task still running; SIGKILL to those alive 10 s later.
 stop_all() {
   cancel_restarts
@@ -171,17 +181,20 @@ stop_all() {
   if [ ${#pids[@]} -gt 0 ]; then
     kill "${pids[@]}" 2>/dev/null
     for _ in $(seq 100); do
-      kill -0 "${pids[@]}" 2>/dev/null || break
+      any_running "${pids[@]}" || break
       sleep 0.1
     done
     kill -9 "${pids[@]}" 2>/dev/null
     for pid in "${pids[@]}"; do
-      wait "$pid" 2>/dev/null
+      # Only a process that is still there can be waited for: bash 5.2 may
+      # have collected one as a signal interrupted `wait -n`, and then
+      # `wait PID` would block until no child at all is left.
+      [ -e /proc/"$pid" ] && wait "$pid" 2>/dev/null
       status_of[${task_of[$pid]}]=stopped
       unset "task_of[$pid]"
     done
   fi
-  [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null && wait "$tail_pid" 2>/dev/null
+  [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
   tail_pid=""
 }
 
@@ -198,17 +211,23 @@ print_summary() {
   fi
 }
 
-# Ends the launcher on a signal: stop everything, summary, 128 + signal.
-# shellcheck disable=SC2317  # Called by the traps below.
-on_signal() {
-  echo "launch: $1: stopping every task" >&2
+# A signal only sets caught_signal: the main loop then stops everything at
+# top level (waiting for children from inside a trap handler can hang bash).
+caught_signal=""
+trap 'caught_signal=INT' INT
+trap 'caught_signal=TERM' TERM
+trap 'caught_signal=HUP' HUP
+
+# Ends the launcher after a signal: stop everything, summary, 128 + signal.
+exit_on_signal() {
+  local code=129 what="hung up"
+  [ "$caught_signal" = INT ] && code=130 what=interrupted
+  [ "$caught_signal" = TERM ] && code=143 what=terminated
+  echo "launch: $what: stopping every task" >&2
   stop_all
   print_summary
-  exit "$2"
+  exit "$code"
 }
-trap 'on_signal interrupted 130' INT
-trap 'on_signal terminated 143' TERM
-trap 'on_signal "hung up" 129' HUP
 
 while read -r job index address; do
   host="${address%:*}"; host="${host#[}"; host="${host%]}"
@@ -232,13 +251,16 @@ if [ ${#started[@]} -eq 0 ]; then
   exit 2
 fi
 if [ -n "$chief_log" ]; then
-  # --pid: the echo ends with the launcher, however the launcher ends.
-  tail --pid=$$ -n +1 -F "$chief_log" 2>/dev/null &
-  tail_pid=$!
+  # Started from a command substitution, so that it is not the launcher's
+  # child (bash's waits end when no child is left); --pid: it ends with the
+  # launcher, however the launcher ends.
+  exec 3>&1
+  tail_pid=$(tail --pid=$$ -n +1 -F "$chief_log" 2>/dev/null >&3 & echo $!)
+  exec 3>&-
 fi
 
 # Waits until a task or a backoff timer ends; sets `finished` to its pid and
-# `code` to its exit status. `wait -n` alone is not enough: a child that dies
+# `code` to its exit status. Returns 1 when a signal came first. `wait -n` alone is not enough: a child that dies
 # by a signal while the launcher runs another command is reaped and reported
 # by bash at once ("PID Killed"), and `wait -n` no longer sees it, though
 # `wait PID` still returns its status.
@@ -249,6 +271,7 @@ wait_for_any() {
     # (2>/dev/null: bash's own "PID Killed" notice; the launcher says it better.)
     wait -n -p finished "${!task_of[@]}" "${!timer_of[@]}" 2>/dev/null
     code=$?
+    [ -n "$caught_signal" ] && return 1
     [ -n "${finished:-}" ] && return
     for pid in "${!task_of[@]}" "${!timer_of[@]}"; do
       if ! kill -0 "$pid" 2>/dev/null; then
@@ -262,7 +285,8 @@ wait_for_any() {
 }
 
 while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
-  wait_for_any
+  [ -n "$caught_signal" ] && exit_on_signal
+  wait_for_any || exit_on_signal
   if [ -n "${timer_of[$finished]:-}" ]; then  # A backoff ended: restart.
     task="${timer_of[$finished]}"
     unset "timer_of[$finished]"
@@ -308,7 +332,7 @@ while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
   exit 1
 done
 sleep 0.2
-[ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null && wait "$tail_pid" 2>/dev/null
+[ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
 print_summary
 echo "launch: all tasks finished; logs in $logdir"
 exit 0
