@@ -140,15 +140,16 @@ class LaunchTest : public ClusterFixture {
                                    dir_, "/logs ", flags, " -- ", worker_flags));
   }
 
-  // The launcher in the background, output in dir_/launch.out.
+  // The launcher in the background, output in dir_/NAME.out.
   std::unique_ptr<BackgroundLaunch> LaunchInBackground(const std::string& env,
                                                        const std::string& spec,
                                                        const std::string& flags,
-                                                       const std::string& worker_flags) {
+                                                       const std::string& worker_flags,
+                                                       const std::string& name = "launch") {
     auto launch = std::make_unique<BackgroundLaunch>(
         absl::StrCat(env, "exec ", source_, "/scripts/launch.sh --cluster_spec ", spec,
                      " --logdir ", dir_, "/logs ", flags, " -- ", worker_flags),
-        dir_ + "/launch.out");
+        absl::StrCat(dir_, "/", name, ".out"));
     EXPECT_TRUE(launch->started());
     return launch;
   }
@@ -304,6 +305,27 @@ TEST_F(LaunchTest, TerminateStopsRunningTasksAndPendingRestarts) {
     EXPECT_EQ(Summary(output, task), Row("stopped", 0)) << task << "\n" << output;
   }
   EXPECT_EQ(FakeStarts("worker-1"), 1);
+  EXPECT_TRUE(NoTaskLeft(spec));
+}
+
+TEST_F(LaunchTest, SignalWhileTasksDieEndsTheLauncher) {
+  // Every task is killed by SIGKILL and the launcher gets SIGTERM at once, a
+  // race that once left bash waiting forever for a child it had collected.
+  const std::string spec = MakeSpec(2, 2);
+  const std::string env = FakeTasks("ps/0=hang ps/1=hang worker/0=hang worker/1=hang");
+  for (int round = 0; round < 5; ++round) {
+    auto launch = LaunchInBackground(env, spec, "", "", absl::StrCat("round", round));
+    ASSERT_TRUE(launch->WaitForOutput("started worker/1", absl::Seconds(20)));
+    for (const char* task : {"ps/0", "ps/1", "worker/0", "worker/1"}) {
+      ASSERT_GT(launch->TaskPid(task), 0) << launch->Output();
+      kill(launch->TaskPid(task), SIGKILL);
+    }
+    launch->Signal(SIGTERM);
+    const int code = launch->Wait(absl::Seconds(20));
+    EXPECT_TRUE(code == 143 || code == 1) << "round " << round << ": " << code << "\n"
+                                          << launch->Output();
+    EXPECT_NE(launch->Output().find("launch: summary"), std::string::npos);
+  }
   EXPECT_TRUE(NoTaskLeft(spec));
 }
 
