@@ -260,10 +260,10 @@ if [ -n "$chief_log" ]; then
 fi
 
 # Waits until a task or a backoff timer ends; sets `finished` to its pid and
-# `code` to its exit status. Returns 1 when a signal came first. `wait -n` alone is not enough: a child that dies
-# by a signal while the launcher runs another command is reaped and reported
-# by bash at once ("PID Killed"), and `wait -n` no longer sees it, though
-# `wait PID` still returns its status.
+# `code` to its exit status; returns 1 when a signal came first. `wait -n`
+# alone is not enough: a child that dies by a signal while the launcher runs
+# another command is reaped and reported by bash at once ("PID Killed"), and
+# `wait -n` no longer sees it, though `wait PID` still returns its status.
 wait_for_any() {
   local pid
   while true; do
