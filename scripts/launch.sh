@@ -3,7 +3,9 @@
 # them.
 #
 #   scripts/launch.sh --cluster_spec FILE [--logdir DIR] [--ps_flags "FLAGS"]
-#                     [--checkpoint_dir DIR] [--all_hosts] -- WORKER_FLAGS...
+#       [--checkpoint_dir DIR] [--all_hosts] [--restart_policy=POLICY]
+#       [--max_restarts=N] [--restart_backoff_secs=S]
+#       [--max_restart_backoff_secs=S] -- WORKER_FLAGS...
 #
 # ps tasks run build/bin/psrt_ps with --ps_flags; worker, chief and
 # evaluator tasks run build/bin/psrt_worker with WORKER_FLAGS. Every task gets
@@ -16,9 +18,28 @@
 #
 # A task "lives on this host" when its host is 127.0.0.1, localhost, ::1, this
 # machine's name or one of its addresses; --all_hosts starts every task here.
-# Exit status: 0 when every task exited 0. When a task fails, the launcher
-# names it, shows the end of its log, stops the other tasks and exits 1.
-# Ctrl-C stops every task. A malformed spec is refused before anything starts.
+#
+# Restarts, with Kubeflow's restart policies (the evaluator is never
+# restarted):
+#   Never      (default) a task that exits non-zero fails the job.
+#   OnFailure  any non-zero exit is retried.
+#   ExitCode   exit codes 1-127 are permanent errors (the job fails); 128-255
+#              (killed by a signal: 130 SIGINT, 137 SIGKILL, 143 SIGTERM) are
+#              retried.
+# A task is restarted at most --max_restarts times (default 3), after
+# --restart_backoff_secs (default 1), doubling per restart of that task up to
+# --max_restart_backoff_secs (default 30). A restart appends to the task's log
+# after a line "=== restart N of task JOB/I (exit code C) ===". A task that
+# exits 0 is never restarted; once the chief has succeeded the job is done and
+# nothing is restarted any more (ps tasks and other workers finish by
+# themselves).
+#
+# Exit status: 0 when every task exited 0; 1 when a task failed for good (the
+# launcher names it, shows the end of its log and stops the others); 2 for bad
+# arguments or a malformed spec (refused before anything starts); 130, 143
+# or 129 on Ctrl-C, SIGTERM or SIGHUP (every task is stopped). Unless refused
+# at the start, it ends with a summary: each task's final status and restart
+# count, and the task that made the job fail.
 set -uo pipefail
 if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
   echo "launch: needs bash 5.1 or newer (wait -n -p), this is $BASH_VERSION" >&2
@@ -27,26 +48,44 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" >&2; exit 2; }
 spec="" logdir="" ps_flags="" all_hosts=0
+restart_policy=Never max_restarts=3 backoff_secs=1 max_backoff_secs=30
 worker_flags=()
 while [ $# -gt 0 ]; do
-  case "$1" in
-    --cluster_spec) spec="${2:-}"; shift 2 ;;
-    --cluster_spec=*) spec="${1#*=}"; shift ;;
-    --logdir) logdir="${2:-}"; shift 2 ;;
-    --logdir=*) logdir="${1#*=}"; shift ;;
-    --ps_flags) ps_flags="${2:-}"; shift 2 ;;
-    --ps_flags=*) ps_flags="${1#*=}"; shift ;;
-    --checkpoint_dir) ps_flags="$ps_flags --checkpoint_dir=${2:-}"; shift 2 ;;
-    --checkpoint_dir=*) ps_flags="$ps_flags --checkpoint_dir=${1#*=}"; shift ;;
-    --all_hosts) all_hosts=1; shift ;;
+  # --flag=value and --flag value are the same.
+  if [[ "$1" == --*=* ]]; then
+    flag="${1%%=*}" value="${1#*=}" used=1
+  else
+    flag="$1" value="${2:-}" used=2
+  fi
+  case "$flag" in
+    --cluster_spec) spec="$value" ;;
+    --logdir) logdir="$value" ;;
+    --ps_flags) ps_flags="$value" ;;
+    --checkpoint_dir) ps_flags="$ps_flags --checkpoint_dir=$value" ;;
+    --restart_policy) restart_policy="$value" ;;
+    --max_restarts) max_restarts="$value" ;;
+    --restart_backoff_secs) backoff_secs="$value" ;;
+    --max_restart_backoff_secs) max_backoff_secs="$value" ;;
+    --all_hosts) all_hosts=1 used=1 ;;
     --) shift; worker_flags=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "launch: unknown argument $1 (worker flags go after --)" >&2; exit 2 ;;
   esac
+  shift "$used" 2>/dev/null || { echo "launch: $flag needs a value" >&2; exit 2; }
 done
 [ -n "$spec" ] || { echo "launch: --cluster_spec FILE is required" >&2; usage; }
+case "$restart_policy" in
+  Never|OnFailure|ExitCode) ;;
+  *) echo "launch: --restart_policy=$restart_policy: must be Never, OnFailure or ExitCode" >&2; exit 2 ;;
+esac
+[[ "$max_restarts" =~ ^[0-9]+$ ]] \
+  || { echo "launch: --max_restarts=$max_restarts: must be a whole number >= 0" >&2; exit 2; }
+for pair in "restart_backoff_secs=$backoff_secs" "max_restart_backoff_secs=$max_backoff_secs"; do
+  [[ "${pair#*=}" =~ ^[0-9]+(\.[0-9]+)?$ ]] \
+    || { echo "launch: --$pair: must be a number of seconds >= 0" >&2; exit 2; }
+done
 for b in psrt_ps psrt_worker psrtctl; do
   [ -x "$bin/$b" ] || { echo "launch: $bin/$b not found: run scripts/setup.sh" >&2; exit 2; }
 done
@@ -57,80 +96,243 @@ logdir="${logdir:-$(mktemp -d /tmp/psrt_logs.XXXXXX)}"
 mkdir -p "$logdir"
 local_hosts=" 127.0.0.1 localhost ::1 $(hostname 2>/dev/null) $(hostname -f 2>/dev/null) $(hostname -I 2>/dev/null) "
 
-declare -A task_of  # pid -> "job/index"
+# Every task started here is a key "job/index", in start order in `started`.
+started=()
+declare -A status_of   # task -> running | restarting | succeeded | failed (exit code C) | stopped
+declare -A restarts_of # task -> restarts so far
+declare -A last_code_of  # task -> its last non-zero exit code
+declare -A task_of     # pid of a running task -> task
+declare -A timer_of    # pid of a backoff timer (a sleep) -> task it restarts
+failed_task="" failure=""
+job_done=0
 chief_log=""
 chief_job=worker
 grep -q '^chief ' <<<"$tasks" && chief_job=chief
 
+log_of() { echo "$logdir/${1/\//-}.log"; }
+
+# Starts task $1 (job/index) in the background; its output goes to its log,
+# appended (">>") when $2 is "append".
+start_task() {
+  local task="$1" job="${1%/*}" index="${1#*/}" log
+  log="$(log_of "$1")"
+  [ "${2:-}" = append ] || : >"$log"
+  local common=(--cluster_spec="$spec" --job_name="$job" --task_index="$index")
+  if [ "$job" = ps ]; then
+    # shellcheck disable=SC2086  # --ps_flags is a list of flags.
+    "$bin/psrt_ps" "${common[@]}" $ps_flags >>"$log" 2>&1 &
+  else
+    "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >>"$log" 2>&1 &
+  fi
+  task_of[$!]="$task"
+  status_of[$task]=running
+}
+
+# Why exit code $1 of task $2 is (or is not) retried: prints "retry" or a
+# reason it is not.
+restart_verdict() {
+  local code="$1" task="$2"
+  if [ "${task%/*}" = evaluator ]; then
+    echo "the evaluator is never restarted"
+  elif [ "$restart_policy" = Never ]; then
+    echo "--restart_policy=Never"
+  elif [ "$restart_policy" = ExitCode ] && [ "$code" -lt 128 ]; then
+    echo "exit codes 1-127 are permanent errors under --restart_policy=ExitCode"
+  elif [ "${restarts_of[$task]}" -ge "$max_restarts" ]; then
+    echo "it was restarted $max_restarts times already (--max_restarts)"
+  else
+    echo retry
+  fi
+}
+
+describe_exit() {
+  if [ "$1" -gt 128 ] && [ "$1" -lt 160 ]; then
+    echo "exit code $1, killed by SIG$(kill -l $(($1 - 128)) 2>/dev/null)"
+  else
+    echo "exit code $1"
+  fi
+}
+
+# Cancels every pending restart (the task stays stopped).
+cancel_restarts() {
+  local pid
+  for pid in "${!timer_of[@]}"; do
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    status_of[${timer_of[$pid]}]=stopped
+    unset "timer_of[$pid]"
+  done
+}
+
+# True while one of the processes $@ runs (a zombie has ended: it only
+# waits for the launcher to collect its exit status).
+any_running() {
+  local pid state
+  for pid in "$@"; do
+    { read -r _ _ state _ </proc/"$pid"/stat; } 2>/dev/null && [ "$state" != Z ] && return 0
+  done
+  return 1
+}
+
 # SIGTERM to every task still running; SIGKILL to those alive 10 s later.
 stop_all() {
-  local pids=("${!task_of[@]}")
+  cancel_restarts
+  local pids=("${!task_of[@]}") pid
   if [ ${#pids[@]} -gt 0 ]; then
     kill "${pids[@]}" 2>/dev/null
     for _ in $(seq 100); do
-      kill -0 "${pids[@]}" 2>/dev/null || break
+      any_running "${pids[@]}" || break
       sleep 0.1
     done
     kill -9 "${pids[@]}" 2>/dev/null
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do
+      # Only a process that is still there can be waited for: bash 5.2 may
+      # have collected one as a signal interrupted `wait -n`, and then
+      # `wait PID` would block until no child at all is left.
+      [ -e /proc/"$pid" ] && wait "$pid" 2>/dev/null
+      status_of[${task_of[$pid]}]=stopped
+      unset "task_of[$pid]"
+    done
   fi
   [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
+  tail_pid=""
 }
-trap 'echo "launch: interrupted: stopping every task" >&2; stop_all; exit 130' INT
-trap 'echo "launch: terminated: stopping every task" >&2; stop_all; exit 143' TERM HUP
+
+print_summary() {
+  local task
+  echo "launch: summary (--restart_policy=$restart_policy, logs in $logdir)"
+  printf '  %-14s %-42s %s\n' TASK STATUS RESTARTS
+  for task in "${started[@]}"; do
+    printf '  %-14s %-42s %s%s\n' "$task" "${status_of[$task]}" "${restarts_of[$task]}" \
+      "$([ "$task" = "$failed_task" ] && echo '   <- made the job fail')"
+  done
+  if [ -n "$failed_task" ]; then
+    echo "launch: the job failed: task $failed_task $failure"
+  fi
+}
+
+# A signal only sets caught_signal: the main loop then stops everything at
+# top level (waiting for children from inside a trap handler can hang bash).
+caught_signal=""
+trap 'caught_signal=INT' INT
+trap 'caught_signal=TERM' TERM
+trap 'caught_signal=HUP' HUP
+
+# Ends the launcher after a signal: stop everything, summary, 128 + signal.
+exit_on_signal() {
+  local code=129 what="hung up"
+  [ "$caught_signal" = INT ] && code=130 what=interrupted
+  [ "$caught_signal" = TERM ] && code=143 what=terminated
+  echo "launch: $what: stopping every task" >&2
+  stop_all
+  print_summary
+  exit "$code"
+}
 
 while read -r job index address; do
   host="${address%:*}"; host="${host#[}"; host="${host%]}"
   if [ $all_hosts -eq 0 ] && [[ "$local_hosts" != *" $host "* ]]; then
     continue
   fi
-  log="$logdir/$job-$index.log"
-  common=(--cluster_spec="$spec" --job_name="$job" --task_index="$index")
-  if [ "$job" = ps ]; then
-    # shellcheck disable=SC2086  # --ps_flags is a list of flags.
-    "$bin/psrt_ps" "${common[@]}" $ps_flags >"$log" 2>&1 &
-  elif [ "$job" = worker ] || [ "$job" = chief ] || [ "$job" = evaluator ]; then
-    "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >"$log" 2>&1 &
-  else
+  if [ "$job" != ps ] && [ "$job" != worker ] && [ "$job" != chief ] && [ "$job" != evaluator ]; then
     echo "launch: skipping $job/$index: psrt has no $job binary yet" >&2
     continue
   fi
-  task_of[$!]="$job/$index"
-  echo "launch: started $job/$index on $address (pid $!, log $log)"
-  [ "$job/$index" = "$chief_job/0" ] && chief_log="$log"
+  task="$job/$index"
+  started+=("$task")
+  restarts_of[$task]=0
+  start_task "$task"
+  echo "launch: started $task on $address (pid $!, log $(log_of "$task"))"
+  [ "$task" = "$chief_job/0" ] && chief_log="$(log_of "$task")"
 done <<<"$tasks"
 
-if [ ${#task_of[@]} -eq 0 ]; then
+if [ ${#started[@]} -eq 0 ]; then
   echo "launch: no task of $spec lives on this host (use --all_hosts?)" >&2
   exit 2
 fi
 if [ -n "$chief_log" ]; then
-  tail -n +1 -F "$chief_log" 2>/dev/null &
-  tail_pid=$!
+  # Started from a command substitution, so that it is not the launcher's
+  # child (bash's waits end when no child is left); --pid: it ends with the
+  # launcher, however the launcher ends.
+  exec 3>&1
+  tail_pid=$(tail --pid=$$ -n +1 -F "$chief_log" 2>/dev/null >&3 & echo $!)
+  exec 3>&-
 fi
 
-while [ ${#task_of[@]} -gt 0 ]; do
-  finished=""
-  wait -n -p finished "${!task_of[@]}"
-  code=$?
-  if [ -z "$finished" ]; then
-    echo "launch: lost track of the tasks (wait returned $code); stopping them" >&2
-    stop_all
-    exit 1
+# Waits until a task or a backoff timer ends; sets `finished` to its pid and
+# `code` to its exit status; returns 1 when a signal came first. `wait -n`
+# alone is not enough: a child that dies by a signal while the launcher runs
+# another command is reaped and reported by bash at once ("PID Killed"), and
+# `wait -n` no longer sees it, though `wait PID` still returns its status.
+wait_for_any() {
+  local pid
+  while true; do
+    finished=""
+    # (2>/dev/null: bash's own "PID Killed" notice; the launcher says it better.)
+    wait -n -p finished "${!task_of[@]}" "${!timer_of[@]}" 2>/dev/null
+    code=$?
+    [ -n "$caught_signal" ] && return 1
+    [ -n "${finished:-}" ] && return
+    for pid in "${!task_of[@]}" "${!timer_of[@]}"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" 2>/dev/null
+        code=$? finished=$pid
+        return
+      fi
+    done
+    sleep 0.1
+  done
+}
+
+while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
+  [ -n "$caught_signal" ] && exit_on_signal
+  wait_for_any || exit_on_signal
+  if [ -n "${timer_of[$finished]:-}" ]; then  # A backoff ended: restart.
+    task="${timer_of[$finished]}"
+    unset "timer_of[$finished]"
+    restarts_of[$task]=$((restarts_of[$task] + 1))
+    echo "=== restart ${restarts_of[$task]} of task $task (exit code ${last_code_of[$task]}) ===" \
+      >>"$(log_of "$task")"
+    start_task "$task" append
+    echo "launch: restarted $task (restart ${restarts_of[$task]} of at most $max_restarts, pid $!)"
+    continue
   fi
   task="${task_of[$finished]}"
   unset "task_of[$finished]"
-  if [ $code -ne 0 ]; then
-    sleep 0.2
-    echo "launch: task $task failed with exit code $code; its log ($logdir/${task/\//-}.log) ends:" >&2
-    tail -n 15 "$logdir/${task/\//-}.log" | sed 's/^/    /' >&2
-    echo "launch: stopping the other tasks" >&2
-    stop_all
-    exit 1
+  if [ "$code" -eq 0 ]; then
+    status_of[$task]=succeeded
+    echo "launch: task $task finished"
+    if [ "$task" = "$chief_job/0" ] && [ $job_done -eq 0 ]; then
+      job_done=1
+      cancel_restarts
+    fi
+    continue
   fi
-  echo "launch: task $task finished"
+  last_code_of[$task]=$code
+  verdict="$(restart_verdict "$code" "$task")"
+  [ $job_done -eq 1 ] && verdict="nothing is restarted after the chief succeeded"
+  if [ "$verdict" = retry ]; then
+    status_of[$task]=restarting
+    delay="$(awk -v b="$backoff_secs" -v n="${restarts_of[$task]}" -v m="$max_backoff_secs" \
+      'BEGIN { d = b * 2 ^ n; if (d > m) d = m; print d }')"
+    echo "launch: task $task exited ($(describe_exit "$code")); restarting it in ${delay}s" >&2
+    sleep "$delay" &
+    timer_of[$!]="$task"
+    continue
+  fi
+  status_of[$task]="failed ($(describe_exit "$code"))"
+  failed_task="$task"
+  failure="failed with $(describe_exit "$code"), not restarted: $verdict"
+  sleep 0.2
+  echo "launch: task $task failed with exit code $code ($verdict); its log ($(log_of "$task")) ends:" >&2
+  tail -n 15 "$(log_of "$task")" | sed 's/^/    /' >&2
+  echo "launch: stopping the other tasks" >&2
+  stop_all
+  print_summary
+  exit 1
 done
 sleep 0.2
 [ -n "${tail_pid:-}" ] && kill "$tail_pid" 2>/dev/null
+print_summary
 echo "launch: all tasks finished; logs in $logdir"
 exit 0

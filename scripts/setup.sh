@@ -16,6 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev zlib1g-dev openssl prometheus-cpp-dev
   dataset-fashion-mnist
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
+  python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests
 )
 
 missing=()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The container's entrypoint: runs this pod's psrt task, with the flags it
+# is given (the pod's args).
+#
+#   TF_CONFIG set (Kubeflow's TFJob injects it; deploy/tfjob.yaml):
+#       runs psrt_ps when TF_CONFIG's task type is "ps", psrt_worker
+#       otherwise. The binaries read cluster and task from TF_CONFIG.
+#   PSRT_CLUSTER, PSRT_JOB and JOB_COMPLETION_INDEX set (a pod of an Indexed
+#   Job; deploy/psrt.yaml): TF_CONFIG becomes
+#       {"cluster": $PSRT_CLUSTER, "task": {"type": "$PSRT_JOB", "index": $JOB_COMPLETION_INDEX}}
+#   A first argument that is a command (psrt_ps, psrtctl, bash, ...) runs
+#       that command instead.
+#
+# It prints the TF_CONFIG it runs with to stderr (kubectl logs shows it).
+# PSRT_ENTRYPOINT_DRY_RUN=1 prints the command line too and exits 0.
+set -euo pipefail
+bin="${PSRT_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}"
+
+if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
+  if [ -x "$bin/$1" ]; then exec "$bin/$1" "${@:2}"; fi
+  exec "$@"
+fi
+
+if [ -z "${TF_CONFIG:-}" ]; then
+  for var in PSRT_CLUSTER PSRT_JOB JOB_COMPLETION_INDEX; do
+    if [ -z "${!var:-}" ]; then
+      echo "entrypoint: neither TF_CONFIG nor $var is set: give the pod TF_CONFIG," \
+           "or PSRT_CLUSTER and PSRT_JOB in an Indexed Job (see deploy/psrt.yaml)" >&2
+      exit 2
+    fi
+  done
+  [[ "$JOB_COMPLETION_INDEX" =~ ^[0-9]+$ ]] \
+    || { echo "entrypoint: JOB_COMPLETION_INDEX=$JOB_COMPLETION_INDEX is not an index" >&2; exit 2; }
+  [[ "$PSRT_JOB" =~ ^[a-z]+$ ]] \
+    || { echo "entrypoint: PSRT_JOB=$PSRT_JOB is not a job name" >&2; exit 2; }
+  export TF_CONFIG="{\"cluster\": $PSRT_CLUSTER, \"task\": {\"type\": \"$PSRT_JOB\", \"index\": $JOB_COMPLETION_INDEX}}"
+fi
+
+# The task's type: "task":{"type":"ps",...} (the binaries validate the rest).
+if [[ "$TF_CONFIG" =~ \"task\"[[:space:]]*:[[:space:]]*\{[^}]*\"type\"[[:space:]]*:[[:space:]]*\"([a-z]+)\" ]]; then
+  type="${BASH_REMATCH[1]}"
+else
+  echo "entrypoint: TF_CONFIG has no task type: $TF_CONFIG" >&2
+  exit 2
+fi
+binary=psrt_worker
+[ "$type" = ps ] && binary=psrt_ps
+
+echo "entrypoint: TF_CONFIG=$TF_CONFIG" >&2
+if [ -n "${PSRT_ENTRYPOINT_DRY_RUN:-}" ]; then
+  echo "entrypoint: would run $binary $*" >&2
+  exit 0
+fi
+exec "$bin/$binary" "$@"
