@@ -365,6 +365,38 @@ TEST_F(LaunchTest, WorkerKilledMidRunIsRestartedAndRejoinsUnderExitCode) {
   EXPECT_NE(ReadFile(dir_ + "/logs/ps-0.log").find("done: 600 versions"), std::string::npos);
 }
 
+// Supervision and recovery together: the launcher restarts a ps killed by
+// SIGKILL, the ps restores its newest checkpoint, and the workers carry on.
+TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
+  const std::string spec = MakeSpec(2, 2);
+  auto launch = LaunchInBackground(
+      "PSRT_BIN_DIR=" + bin_ + " ", spec,
+      absl::StrCat("--restart_policy=ExitCode --checkpoint_dir ", dir_, "/ckpt"),
+      absl::StrCat(kSyncFlags, " --save_checkpoint_steps=50"));
+  const std::string chief_log = dir_ + "/logs/worker-0.log";
+  for (int i = 0; i < 600 && ReadFile(chief_log).find("step 100,") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const pid_t ps = launch->TaskPid("ps/1");
+  ASSERT_GT(ps, 0) << launch->Output();
+  ASSERT_EQ(kill(ps, SIGKILL), 0);
+  ASSERT_EQ(launch->Wait(absl::Seconds(120)), 0) << launch->Output();
+  const std::string output = launch->Output();
+  EXPECT_EQ(Summary(output, "ps/1"), Row("succeeded", 1)) << output;
+  EXPECT_EQ(Summary(output, "worker/0"), Row("succeeded", 0)) << output;
+  EXPECT_EQ(Summary(output, "worker/1"), Row("succeeded", 0)) << output;
+  const std::string chief = ReadFile(chief_log);
+  EXPECT_NE(chief.find("recovered in"), std::string::npos) << chief;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << output;
+  EXPECT_EQ(step, 600);
+  const std::string ps_log = ReadFile(dir_ + "/logs/ps-1.log");
+  const size_t restart = ps_log.find("=== restart 1 of task ps/1 (exit code 137) ===");
+  ASSERT_NE(restart, std::string::npos) << ps_log;
+  EXPECT_NE(ps_log.find("restored checkpoint", restart), std::string::npos) << ps_log;
+}
+
 TEST_F(LaunchTest, WorkerKilledMidRunFailsTheJobUnderNever) {
   const std::string spec = MakeSpec(1, 2);
   auto launch = LaunchInBackground("PSRT_BIN_DIR=" + bin_ + " ", spec, "", kSyncFlags);
