@@ -6,6 +6,9 @@
 //                                          step, throughput, memory
 //                                          (exit 1 if a task is unreachable)
 //   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
+//   psrtctl health --address=HOST:PORT     exit 0 if that task's health
+//                                          service says SERVING (a probe
+//                                          that can carry TLS and the token)
 //
 // The cluster spec is validated exactly as the ps and worker binaries do it.
 #include <arpa/inet.h>
@@ -47,6 +50,7 @@ DEFINE_string(hosts, "127.0.0.1",
               "--base_port + n on other hosts.");
 DEFINE_int32(base_port, 2222, "make_spec: first port on hosts other than this one.");
 DEFINE_string(out, "", "make_spec: output file; empty: stdout.");
+DEFINE_string(address, "", "health: the task to ask, HOST:PORT.");
 
 namespace {
 
@@ -258,6 +262,18 @@ absl::Status Status() {
   return absl::OkStatus();
 }
 
+// One task's health, as a Kubernetes exec probe asks it.
+absl::Status Health() {
+  if (FLAGS_address.empty()) return absl::InvalidArgumentError("--address is required");
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security,
+                   psrt::TransportSecurityFromFlags());
+  ASSIGN_OR_RETURN(std::string health,
+                   CheckHealth(psrt::NewPsChannel(FLAGS_address, *security)));
+  std::printf("%s %s\n", FLAGS_address.c_str(), health.c_str());
+  if (health != "SERVING") return absl::UnavailableError(FLAGS_address + " is " + health);
+  return absl::OkStatus();
+}
+
 absl::Status Shutdown() {
   ASSIGN_OR_RETURN(auto client, OperatorClient());
   RETURN_IF_ERROR(client->WaitForServers(absl::Seconds(5)));
@@ -269,7 +285,7 @@ absl::Status Shutdown() {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "psrtctl tasks|make_spec|status|shutdown [flags]; see --help");
+      "psrtctl tasks|make_spec|status|shutdown|health [flags]; see --help");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
@@ -283,8 +299,10 @@ int main(int argc, char** argv) {
     status = Status();
   } else if (command == "shutdown") {
     status = Shutdown();
+  } else if (command == "health") {
+    status = Health();
   } else {
-    std::fprintf(stderr, "usage: psrtctl tasks|make_spec|status|shutdown [flags]\n");
+    std::fprintf(stderr, "usage: psrtctl tasks|make_spec|status|shutdown|health [flags]\n");
     return 2;
   }
   if (!status.ok()) {

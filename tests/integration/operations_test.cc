@@ -137,6 +137,10 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   EXPECT_NE(LineOf(status.output, "worker/0").find("unreachable"), std::string::npos)
       << status.output;
   EXPECT_NE(status.output.find("1 of 2 tasks unreachable"), std::string::npos);
+  // The one-task probe (for Kubernetes exec probes) fails until it serves.
+  CommandResult probe = Psrtctl("health --address=" + ps);
+  EXPECT_EQ(probe.exit_code, 1) << probe.output;
+  EXPECT_NE(probe.output.find("NOT_SERVING"), std::string::npos) << probe.output;
 
   // A worker that trains until it is told to stop.
   Start("worker", absl::StrCat(bin_, "/psrt_worker --job_name=worker", task_flags,
@@ -164,6 +168,9 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   EXPECT_EQ(CheckHealth(ps, "psrt.proto.ParameterServer"), "SERVING");
   EXPECT_EQ(CheckHealth(worker, ""), "SERVING");
   EXPECT_EQ(CheckHealth(worker, "psrt.proto.WorkerStatus"), "SERVING");
+  probe = Psrtctl("health --address=" + ps);
+  EXPECT_EQ(probe.exit_code, 0) << probe.output;
+  EXPECT_NE(probe.output.find(ps + " SERVING"), std::string::npos) << probe.output;
 
   // Mid-run scrapes: the worker first, so that the ps has seen at least as
   // many pushes when it is scraped.
