@@ -150,6 +150,9 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
       !absl::SimpleAtoi(meta("version"), &state.version)) {
     return bad("malformed metadata");
   }
+  if (state.step != step) {
+    return bad(absl::StrCat("holds step ", state.step, ", not ", step, " (a renamed file?)"));
+  }
   state.config = header.config();
   state.variables.assign(header.variables().begin(), header.variables().end());
 

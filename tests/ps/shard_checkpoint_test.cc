@@ -92,5 +92,19 @@ TEST(ShardCheckpointTest, RefusesAHugeVariableWithoutAllocatingIt) {
       << state.status();
 }
 
+// Found by fuzz/checkpoint_fuzzer.cc: a file whose metadata holds another
+// step than its name was restored, and the shard then reported that step.
+TEST(ShardCheckpointTest, RefusesAFileWhoseStepIsNotItsName) {
+  const ShardCheckpointId id = NewCheckpointDir("renamed");
+  const std::string path = WriteCheckpoint(id, 4);
+  const std::string renamed = id.dir + "/model.ckpt-5.ps-0-of-1.safetensors";
+  std::filesystem::rename(path, renamed);
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 5);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("holds step 4, not 5"), absl::string_view::npos)
+      << state.status();
+  EXPECT_TRUE(ReadShardCheckpoint(id, 4).status().code() == absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace psrt
