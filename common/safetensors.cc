@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -32,6 +33,18 @@ size_t ChecksumDigitsAt(const std::string& header) {
     return std::string::npos;
   }
   return at + key.size();
+}
+
+// Reads a header's dimension or offset: a JSON number that is an integer in
+// [0, max] (anything else, cast to an integer, would be undefined behavior).
+bool GetIndex(const google::protobuf::Value& v, double max, uint64_t* out) {
+  const double d = v.number_value();
+  if (v.kind_case() != google::protobuf::Value::kNumberValue ||
+      !(d >= 0 && d <= max) || d != std::floor(d)) {
+    return false;
+  }
+  *out = static_cast<uint64_t>(d);
+  return true;
 }
 
 // zlib's crc32 takes lengths as uInt: feed it in pieces.
@@ -147,7 +160,11 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  return ParseSafetensors(buffer.str(), path);
+}
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
+                                                 absl::string_view path) {
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors file ", path, ": ", what));
@@ -159,7 +176,9 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     return bad(absl::StrCat("header length ", n, " exceeds the file size ", bytes.size()));
   }
   google::protobuf::Struct header;
-  auto parsed = google::protobuf::util::JsonStringToMessage(bytes.substr(8, n), &header);
+  const absl::string_view header_json = bytes.substr(8, n);
+  auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(header_json.data(), header_json.size()), &header);
   if (!parsed.ok()) return bad(absl::StrCat("malformed JSON header: ", parsed.ToString()));
   const size_t data_start = 8 + n;
   const size_t data_size = bytes.size() - data_start;
@@ -191,19 +210,28 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     }
     Entry e;
     e.name = name;
+    if (shape->kind_case() != google::protobuf::Value::kListValue) {
+      return bad(absl::StrCat("tensor \"", name, "\": shape must be a list"));
+    }
     for (const auto& d : shape->list_value().values()) {
-      if (!(d.number_value() >= 0 && d.number_value() <= kMaxElements)) {
+      uint64_t dim = 0;
+      if (!GetIndex(d, kMaxElements, &dim)) {
         return bad(absl::StrCat("tensor \"", name, "\" has a bad dimension"));
       }
-      e.shape.push_back(static_cast<int64_t>(d.number_value()));
+      e.shape.push_back(static_cast<int64_t>(dim));
     }
     absl::StatusOr<int64_t> elements = CheckedNumElements(e.shape);
     if (!elements.ok()) return bad(absl::StrCat("tensor \"", name, "\": ", elements.status().message()));
-    if (offsets->list_value().values_size() != 2) {
-      return bad(absl::StrCat("tensor \"", name, "\": data_offsets must be [begin, end]"));
+    const auto& range = offsets->list_value();
+    uint64_t begin = 0, end = 0;
+    if (offsets->kind_case() != google::protobuf::Value::kListValue ||
+        range.values_size() != 2 || !GetIndex(range.values(0), data_size, &begin) ||
+        !GetIndex(range.values(1), data_size, &end)) {
+      return bad(absl::StrCat("tensor \"", name, "\": data_offsets must be [begin, end] within the ",
+                              data_size, " data bytes"));
     }
-    e.begin = static_cast<size_t>(offsets->list_value().values(0).number_value());
-    e.end = static_cast<size_t>(offsets->list_value().values(1).number_value());
+    e.begin = begin;
+    e.end = end;
     if (e.begin > e.end || e.end > data_size ||
         e.end - e.begin != static_cast<size_t>(*elements) * sizeof(float)) {
       return bad(absl::StrCat("tensor \"", name, "\": data_offsets [", e.begin, ", ",
@@ -226,7 +254,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   }
   if (expect != data_size) return bad("trailing bytes after the last tensor");
   if (auto it = file.metadata.find(kChecksumKey); it != file.metadata.end()) {
-    std::string header_text = bytes.substr(8, n);
+    std::string header_text(header_json);
     const size_t digits = ChecksumDigitsAt(header_text);
     if (digits == std::string::npos) return bad("malformed checksum");
     header_text.replace(digits, kChecksumDigits, std::string(kChecksumDigits, '0'));

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/tensor.h"
 
 namespace psrt {
@@ -53,6 +54,11 @@ struct SafetensorsFile {
 // malformed JSON, unknown dtype, offsets out of range or inconsistent with
 // the shape, checksum mismatch (DataLoss).
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+
+// The same for a file's bytes already in memory (ReadSafetensors reads the
+// file and calls this); `path` only names them in error messages.
+absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
+                                                 absl::string_view path);
 
 }  // namespace psrt
 

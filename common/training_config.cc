@@ -114,9 +114,9 @@ absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown sync mode ", proto::SyncMode_Name(config.mode())));
   }
-  if (config.num_replicas() < 1) {
+  if (config.num_replicas() < 1 || config.num_replicas() > kMaxReplicas) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "num_replicas must be >= 1, got ", config.num_replicas()));
+        "num_replicas must be in 1..", kMaxReplicas, ", got ", config.num_replicas()));
   }
   if (!(config.moving_average_decay() >= 0 && config.moving_average_decay() < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -13,6 +13,10 @@
 
 namespace psrt {
 
+// The most training replicas a config may name: a parameter server keeps
+// per-replica state, so a corrupt count must not make it allocate gigabytes.
+constexpr int kMaxReplicas = 1 << 16;
+
 // Checks everything: mode and replica counts, learning rate and schedule,
 // the optimizer and its hyperparameters, the moving-average decay. Errors are
 // InvalidArgument naming the field and the value.

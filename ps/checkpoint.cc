@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -149,25 +150,41 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
       !absl::SimpleAtoi(meta("version"), &state.version)) {
     return bad("malformed metadata");
   }
+  if (state.step != step) {
+    return bad(absl::StrCat("holds step ", state.step, ", not ", step, " (a renamed file?)"));
+  }
   state.config = header.config();
   state.variables.assign(header.variables().begin(), header.variables().end());
 
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, tensor] : file.tensors) by_name[name] = &tensor;
+  // The shapes in the header are input too: nothing is sized by them before
+  // they are checked, and the tensors are found, first.
   int64_t total = 0;
-  for (const auto& v : state.variables) total += NumElements(Shape(v.shape().begin(), v.shape().end()));
-  // Concatenates NAME + suffix of every variable; false when one is missing.
+  for (const auto& v : state.variables) {
+    absl::StatusOr<int64_t> n = CheckedNumElements(Shape(v.shape().begin(), v.shape().end()));
+    if (!n.ok()) return bad(absl::StrCat("variable \"", v.name(), "\": ", n.status().message()));
+    total += *n;
+    if (total > kMaxElements) {
+      return bad(absl::StrCat("the variables hold more than ", kMaxElements, " elements"));
+    }
+  }
+  // Concatenates NAME + suffix of every variable; an error when one is
+  // missing or has another shape.
   auto gather = [&](const std::string& suffix, Tensor* out) -> absl::Status {
-    out->Resize({total});
-    int64_t offset = 0;
+    std::vector<const Tensor*> parts;
     for (const auto& v : state.variables) {
       auto it = by_name.find(v.name() + suffix);
-      const Shape shape(v.shape().begin(), v.shape().end());
-      if (it == by_name.end() || it->second->shape() != shape) {
+      if (it == by_name.end() || it->second->shape() != Shape(v.shape().begin(), v.shape().end())) {
         return bad(absl::StrCat("tensor \"", v.name() + suffix, "\" is missing or has the wrong shape"));
       }
-      std::memcpy(out->data() + offset, it->second->data(), it->second->num_bytes());
-      offset += NumElements(shape);
+      parts.push_back(it->second);
+    }
+    out->Resize({total});
+    int64_t offset = 0;
+    for (const Tensor* part : parts) {
+      std::memcpy(out->data() + offset, part->data(), part->num_bytes());
+      offset += part->num_elements();
     }
     return absl::OkStatus();
   };

@@ -75,7 +75,8 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
 std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id);
 
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a
-// corrupt file, InvalidArgument for one that belongs to another shard.
+// corrupt file, InvalidArgument for one that belongs to another shard or
+// step.
 absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
                                                int64_t step);
 

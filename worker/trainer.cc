@@ -305,6 +305,12 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 }
 
 absl::StatusOr<TrainResult> Trainer::Train() {
+  // Replica r reads examples r, r + W, ... (BatchIterator): it needs one.
+  if (train_->size() <= options_.replica) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training data holds ", train_->size(), " examples, too few for ",
+        options_.num_replicas, " replicas: replica ", options_.replica, " gets none"));
+  }
   const bool chief = options_.replica == 0;
   const bool sync = options_.config.mode() == proto::SYNC;
   std::vector<Tensor> params;

@@ -94,6 +94,8 @@ class Trainer {
   // more); tower 0 also initializes and evaluates.
   Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
           const Dataset* train, const Dataset* test);
+  // InvalidArgument, before any RPC, when `train` has no example for this
+  // replica (fewer examples than replicas).
   absl::StatusOr<TrainResult> Run();
 
   // The "evaluator" task of TF_CONFIG: never trains; every eval_every_steps

@@ -89,5 +89,43 @@ TEST(SafetensorsTest, RefusesAChangedHeader) {
   EXPECT_EQ(ReadSafetensors(path).status().code(), absl::StatusCode::kDataLoss);
 }
 
+// A file of `header` JSON and `data_bytes` zero bytes.
+std::string FileBytes(const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
+  return bytes + header + std::string(data_bytes, '\0');
+}
+
+TEST(SafetensorsTest, ParsesBytesInMemory) {
+  auto file = ParseSafetensors(
+      FileBytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8), "mem");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->tensors.size(), 1u);
+  EXPECT_EQ(file->tensors[0].second.shape(), (Shape{2}));
+}
+
+// Found by fuzz/safetensors_fuzzer.cc: offsets such as -16 were cast to
+// size_t (undefined behavior); non-integer or non-number dimensions were
+// truncated or read as 0.
+TEST(SafetensorsTest, RefusesOffsetsAndDimensionsThatAreNotIndices) {
+  for (const char* tensor : {
+           R"("shape":[2],"data_offsets":[-16,8])",
+           R"("shape":[2],"data_offsets":[0,1e300])",
+           R"("shape":[2],"data_offsets":[0.5,8])",
+           R"("shape":[2],"data_offsets":["0",8])",
+           R"("shape":[2],"data_offsets":{"0":8})",
+           R"("shape":[1.5],"data_offsets":[0,4])",
+           R"("shape":["2"],"data_offsets":[0,8])",
+           R"("shape":[-2],"data_offsets":[0,8])",
+           R"("shape":2,"data_offsets":[0,8])",
+       }) {
+    const std::string header = std::string(R"({"t":{"dtype":"F32",)") + tensor + "}}";
+    auto file = ParseSafetensors(FileBytes(header, 8), "mem");
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << header;
+    EXPECT_NE(file.status().message().find("mem: tensor \"t\""), absl::string_view::npos)
+        << file.status();
+  }
+}
+
 }  // namespace
 }  // namespace psrt

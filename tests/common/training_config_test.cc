@@ -45,5 +45,22 @@ TEST(LearningRateTest, PiecewiseConstantAndWarmup) {
   EXPECT_FALSE(ValidateSchedule(*s).ok());
 }
 
+// Found by fuzz/ps_requests_fuzzer.cc: an Init naming 2^31 - 1 replicas
+// made the parameter server allocate 16 GB of per-replica state.
+TEST(ValidateTrainingConfigTest, RefusesReplicaCountsOutOfRange) {
+  proto::TrainingConfig config;
+  config.set_mode(proto::ASYNC);
+  config.set_optimizer(proto::SGD);
+  config.set_learning_rate(0.1f);
+  config.set_num_replicas(kMaxReplicas);
+  EXPECT_TRUE(ValidateTrainingConfig(config).ok());
+  for (int bad : {0, -1, kMaxReplicas + 1, 2147483647}) {
+    config.set_num_replicas(bad);
+    absl::Status status = ValidateTrainingConfig(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("num_replicas"), absl::string_view::npos) << status;
+  }
+}
+
 }  // namespace
 }  // namespace psrt

@@ -1,0 +1,82 @@
+// Fuzzes a parameter server's restore from its checkpoint directory
+// (ps/checkpoint.h: the index file and a safetensors shard file, read by
+// ParameterShard::RestoreLatest as psrt_ps does at start). A checkpoint
+// that restores must then serve pulls and pushes, save, and restore again
+// to the same values.
+//
+// Input: U16 length of the index text, the index text
+// ("checkpoint.ps-0-of-1"), the bytes of "model.ckpt-7.ps-0-of-1.safetensors"
+// (the rest).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/byte_source.h"
+#include "common/tensor.h"
+#include "fuzz/fuzz_util.h"
+#include "glog/logging.h"
+#include "ps/checkpoint.h"
+#include "ps/parameter_shard.h"
+
+namespace {
+
+// The values a pull returns right now (training is never waited for).
+std::vector<float> PullNow(psrt::ParameterShard* shard) {
+  std::vector<float> values;
+  bool answered = false;
+  shard->Pull({}, [&](absl::StatusOr<psrt::ParameterShard::PullReply> reply) {
+    answered = true;
+    CHECK(reply.ok()) << reply.status();
+    int64_t elements = 0;
+    for (const auto& meta : reply->header.variables()) {
+      elements += psrt::NumElements({meta.shape().begin(), meta.shape().end()});
+    }
+    const psrt::Tensor& t = reply->snapshot->values;
+    CHECK_EQ(t.num_elements(), elements);
+    values.assign(t.data(), t.data() + t.num_elements());
+  });
+  CHECK(answered);  // min_version 0 is always ready.
+  return values;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  psrt::fuzz::InitOnce();
+  psrt::fuzz::InputReader in(data, size);
+  psrt::fuzz::ClearScratchDir();
+  psrt::fuzz::WriteScratchFile("checkpoint.ps-0-of-1", in.Bytes(in.U16()));
+  psrt::fuzz::WriteScratchFile("model.ckpt-7.ps-0-of-1.safetensors", in.Rest());
+
+  psrt::ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = psrt::fuzz::ScratchDir();
+  psrt::ParameterShard shard(options);
+  CHECK(shard.RestoreLatest().ok());
+  const psrt::proto::StatusResponse status = shard.GetStatus();
+  if (!status.initialized()) return 0;
+  CHECK_EQ(status.restored_step(), 7);
+
+  PullNow(&shard);
+  psrt::proto::PushHeader push;
+  push.set_replica(0);
+  push.set_version(status.version());
+  *push.mutable_variables() = status.variables();
+  const std::vector<float> zeros(PullNow(&shard).size());
+  psrt::SpanByteSource gradients(
+      {reinterpret_cast<const char*>(zeros.data()), zeros.size() * sizeof(float)});
+  absl::StatusOr<psrt::proto::PushResponse> pushed = shard.Push(push, &gradients);
+  CHECK(pushed.ok()) << pushed.status();
+
+  const std::vector<float> before = PullNow(&shard);
+  absl::StatusOr<std::string> saved = shard.Save(8, -1, 2);
+  CHECK(saved.ok()) << saved.status();
+  const absl::Status restored = shard.Restore(8);
+  CHECK(restored.ok()) << "a checkpoint psrt saved does not restore: " << restored;
+  const std::vector<float> after = PullNow(&shard);
+  CHECK(before.size() == after.size() &&
+        std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0)
+      << "restored values differ from the saved ones";
+  return 0;
+}

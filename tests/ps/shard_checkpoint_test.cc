@@ -1,0 +1,110 @@
+// ReadShardCheckpoint against checkpoints whose own metadata is wrong (the
+// format and the happy path are covered by the integration checkpoint test
+// and export_checkpoint_test).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+#include "ps/checkpoint.h"
+#include "ps/parameter_shard.h"
+
+namespace psrt {
+namespace {
+
+ShardCheckpointId NewCheckpointDir(const std::string& name) {
+  ShardCheckpointId id;
+  id.dir = testing::TempDir() + "/shard_checkpoint_" + name;
+  std::filesystem::remove_all(id.dir);
+  std::filesystem::create_directories(id.dir);
+  return id;
+}
+
+// Writes checkpoint `step` of one variable "w" of shape [2] (SGD, sync).
+std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step) {
+  const std::vector<float> values = {1, 2};
+  ShardStateView view;
+  view.config.set_mode(proto::SYNC);
+  view.config.set_num_replicas(1);
+  view.config.set_replicas_to_aggregate(1);
+  view.config.set_optimizer(proto::SGD);
+  view.config.set_learning_rate(0.1f);
+  proto::VariableMeta meta;
+  meta.set_name("w");
+  meta.set_dtype(proto::DT_FLOAT);
+  meta.add_shape(2);
+  view.variables = {meta};
+  view.version = step;
+  view.num_elements = 2;
+  view.values = values.data();
+  absl::StatusOr<std::string> path = WriteShardCheckpoint(id, step, view, 5);
+  EXPECT_TRUE(path.ok()) << path.status();
+  return path.value_or("");
+}
+
+// Rewrites a checkpoint's variable list (its "header" metadata), keeping the
+// file otherwise intact and its checksum valid.
+void ReplaceInHeader(const std::string& path, const std::string& from,
+                     const std::string& to) {
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::string& header = file->metadata["header"];
+  ASSERT_NE(header.find(from), std::string::npos) << header;
+  header = absl::StrReplaceAll(header, {{from, to}});
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, tensor] : file->tensors) tensors.emplace_back(name, &tensor);
+  ASSERT_TRUE(WriteSafetensors(path, tensors, file->metadata).ok());
+}
+
+// Found by fuzz/checkpoint_fuzzer.cc: a negative dimension in the header
+// crashed psrt_ps (a failed CHECK sizing the values) instead of being
+// refused, so the restore at start could not fall back to an older
+// checkpoint.
+TEST(ShardCheckpointTest, RefusesANegativeDimensionAndRestoresTheOlderOne) {
+  const ShardCheckpointId id = NewCheckpointDir("negative");
+  WriteCheckpoint(id, 1);
+  ReplaceInHeader(WriteCheckpoint(id, 2), "shape: 2", "shape: -2");
+
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 2);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("variable \"w\""), absl::string_view::npos)
+      << state.status();
+
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = id.dir;
+  ParameterShard shard(options);
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  EXPECT_EQ(shard.GetStatus().restored_step(), 1);
+}
+
+// A huge variable whose tensor is not in the file is refused before
+// anything is allocated for it.
+TEST(ShardCheckpointTest, RefusesAHugeVariableWithoutAllocatingIt) {
+  const ShardCheckpointId id = NewCheckpointDir("huge");
+  ReplaceInHeader(WriteCheckpoint(id, 3), "shape: 2", "shape: 549755813888");  // 2^39.
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 3);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("missing or has the wrong shape"),
+            absl::string_view::npos)
+      << state.status();
+}
+
+// Found by fuzz/checkpoint_fuzzer.cc: a file whose metadata holds another
+// step than its name was restored, and the shard then reported that step.
+TEST(ShardCheckpointTest, RefusesAFileWhoseStepIsNotItsName) {
+  const ShardCheckpointId id = NewCheckpointDir("renamed");
+  const std::string path = WriteCheckpoint(id, 4);
+  const std::string renamed = id.dir + "/model.ckpt-5.ps-0-of-1.safetensors";
+  std::filesystem::rename(path, renamed);
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 5);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("holds step 4, not 5"), absl::string_view::npos)
+      << state.status();
+  EXPECT_TRUE(ReadShardCheckpoint(id, 4).status().code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace psrt
