@@ -40,6 +40,24 @@ std::vector<float> PullNow(psrt::ParameterShard* shard) {
   return values;
 }
 
+// Confirms a restored state, as the chief does with Init before training.
+void Confirm(psrt::ParameterShard* shard) {
+  const psrt::proto::StatusResponse status = shard->GetStatus();
+  psrt::proto::InitHeader header;
+  *header.mutable_config() = status.config();
+  *header.mutable_variables() = status.variables();
+  int64_t elements = 0;
+  for (const auto& meta : status.variables()) {
+    elements += psrt::NumElements({meta.shape().begin(), meta.shape().end()});
+  }
+  const std::vector<float> ignored(elements);
+  psrt::SpanByteSource data(
+      {reinterpret_cast<const char*>(ignored.data()), ignored.size() * sizeof(float)});
+  absl::StatusOr<bool> confirmed = shard->Init(header, &data);
+  CHECK(confirmed.ok()) << "a restored state is not confirmed: " << confirmed.status();
+  CHECK(!*confirmed);  // The restored state is kept.
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -57,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const psrt::proto::StatusResponse status = shard.GetStatus();
   if (!status.initialized()) return 0;
   CHECK_EQ(status.restored_step(), 7);
+  Confirm(&shard);
 
   PullNow(&shard);
   psrt::proto::PushHeader push;
@@ -74,6 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CHECK(saved.ok()) << saved.status();
   const absl::Status restored = shard.Restore(8);
   CHECK(restored.ok()) << "a checkpoint psrt saved does not restore: " << restored;
+  Confirm(&shard);
   const std::vector<float> after = PullNow(&shard);
   CHECK(before.size() == after.size() &&
         std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0)

@@ -69,6 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pull_options.min_version = pull.min_version();
         pull_options.min_clock = pull.min_clock();
         pull_options.moving_average = pull.moving_average();
+        pull_options.incarnation = pull.incarnation();
         pull_options.deadline = absl::Now();
         shard.Pull(pull_options, CheckReply);
         break;
