@@ -162,6 +162,10 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
   // they are checked, and the tensors are found, first.
   int64_t total = 0;
   for (const auto& v : state.variables) {
+    if (v.dtype() != proto::DT_FLOAT) {
+      return bad(absl::StrCat("variable \"", v.name(), "\" has dtype ",
+                              proto::DataType_Name(v.dtype()), ", want DT_FLOAT"));
+    }
     absl::StatusOr<int64_t> n = CheckedNumElements(Shape(v.shape().begin(), v.shape().end()));
     if (!n.ok()) return bad(absl::StrCat("variable \"", v.name(), "\": ", n.status().message()));
     total += *n;

@@ -106,5 +106,17 @@ TEST(ShardCheckpointTest, RefusesAFileWhoseStepIsNotItsName) {
   EXPECT_TRUE(ReadShardCheckpoint(id, 4).status().code() == absl::StatusCode::kNotFound);
 }
 
+// Found by fuzz/checkpoint_fuzzer.cc: a variable of another dtype than
+// float was restored, and the chief could then not confirm the state.
+TEST(ShardCheckpointTest, RefusesAVariableThatIsNotFloat) {
+  const ShardCheckpointId id = NewCheckpointDir("dtype");
+  ReplaceInHeader(WriteCheckpoint(id, 6), "dtype: DT_FLOAT", "dtype: DT_INVALID");
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 6);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("\"w\" has dtype DT_INVALID"),
+            absl::string_view::npos)
+      << state.status();
+}
+
 }  // namespace
 }  // namespace psrt
