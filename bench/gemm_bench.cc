@@ -1,0 +1,115 @@
+// gemm_bench: GFLOP/s of every CPU GEMM path (gemm.h) on the GEMM shapes of
+// LeNet's training step at batch 100, in one run:
+//
+//   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2]
+//
+// Per shape and path it prints the single-thread rate (GemmOnCallingThread,
+// timed in thread CPU time, so that other processes on a shared machine
+// distort it little) and the rate of Gemm on a --threads context (wall
+// time). The conv shapes are what one thread multiplies per im2col chunk.
+#include <time.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gflags/gflags.h"
+#include "kernels/cpu_context.h"
+#include "kernels/gemm.h"
+
+DEFINE_int32(threads, 2, "Threads of the context for the parallel Gemm.");
+DEFINE_double(min_seconds, 0.2, "Minimum time per measurement.");
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+struct Case {
+  const char* name;
+  MatMulShape shape;
+  float beta;
+};
+
+// LeNet at batch 100 (conv chunks as conv.cc plans them for 2 threads).
+const Case kCases[] = {
+    {"conv1 fwd", {20384, 32, 25, false, true}, 0.0f},
+    {"conv1 dfilter", {25, 32, 20384, true, false}, 1.0f},
+    {"conv2 fwd", {588, 64, 800, false, true}, 0.0f},
+    {"conv2 dfilter", {800, 64, 588, true, false}, 1.0f},
+    {"conv2 dcols", {588, 800, 64, false, false}, 0.0f},
+    {"fc1 fwd", {100, 512, 3136, false, false}, 0.0f},
+    {"fc1 dx", {100, 3136, 512, false, true}, 0.0f},
+    {"fc1 dw", {3136, 512, 100, true, false}, 0.0f},
+    {"square 512", {512, 512, 512, false, false}, 0.0f},
+};
+
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+double WallSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
+
+// GFLOP/s of fn, repeated until it has run for min_seconds by `clock`.
+template <class Fn>
+double Rate(const MatMulShape& s, double (*clock)(), Fn&& fn) {
+  fn();  // Warm-up: sizes the packing buffers and faults in the pages.
+  int64_t reps = 0;
+  const double start = clock();
+  double elapsed = 0;
+  do {
+    fn();
+    ++reps;
+    elapsed = clock() - start;
+  } while (elapsed < FLAGS_min_seconds);
+  return 2.0 * s.m * s.n * s.k * reps / elapsed * 1e-9;
+}
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void Run() {
+  CpuContext ctx(FLAGS_threads);
+  std::printf("%-14s %5s %5s %5s %2s%2s | %-22s | %-22s\n", "shape", "m", "n",
+              "k", "ta", "tb", "1 thread GFLOP/s", "parallel GFLOP/s");
+  std::printf("%-14s %5s %5s %5s %2s%2s | %10s %11s | %10s %11s\n", "", "", "",
+              "", "", "", "eigen", "avx512", "eigen", "avx512");
+  for (const Case& test : kCases) {
+    const MatMulShape& s = test.shape;
+    const std::vector<float> a = Random(s.m * s.k, 1), b = Random(s.k * s.n, 2);
+    std::vector<float> c(s.m * s.n, 0.0f);
+    double single[2] = {0, 0}, parallel[2] = {0, 0};
+    const GemmPath paths[2] = {GemmPath::kPortable, GemmPath::kAvx512};
+    for (int i = 0; i < 2; ++i) {
+      if (!GemmPathSupported(paths[i])) continue;
+      single[i] = Rate(s, ThreadCpuSeconds, [&] {
+        GemmOnCallingThreadOnPath(paths[i], s, 1.0f, a.data(), b.data(),
+                                  test.beta, c.data());
+      });
+      parallel[i] = Rate(s, WallSeconds, [&] {
+        GemmOnPath(paths[i], ctx, s, 1.0f, a.data(), b.data(), test.beta,
+                   c.data());
+      });
+    }
+    std::printf("%-14s %5ld %5ld %5ld %2d%2d | %10.1f %11.1f | %10.1f %11.1f\n",
+                test.name, long(s.m), long(s.n), long(s.k), s.transpose_a,
+                s.transpose_b, single[0], single[1], parallel[0], parallel[1]);
+  }
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace psrt
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  psrt::kernels::Run();
+  return 0;
+}

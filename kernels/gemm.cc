@@ -1,0 +1,176 @@
+#include "kernels/gemm.h"
+
+#include <algorithm>
+
+#include "Eigen/Core"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+using internal::GemmBlock;
+
+// GEMMs with fewer multiply-adds than this run on one thread.
+constexpr int64_t kMinParallelGemmWork = 1 << 18;
+// Rows or columns per block of the portable path: a multiple of Eigen's
+// register blocking.
+constexpr int64_t kEigenGrain = 32;
+
+using Stride = Eigen::OuterStride<>;
+template <int Order>
+using ConstMatrixMap = Eigen::Map<
+    const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
+    Stride>;
+using RowMajorMap = Eigen::Map<
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+    Stride>;
+
+// The portable path: Eigen's single-threaded GEMM on one block.
+void PortableGemm(const GemmBlock& g) {
+  const MatMulShape& s = g.shape;
+  RowMajorMap c(g.c, s.m, s.n, Stride(g.ldc));
+  auto multiply = [&](const auto& a, const auto& b) {
+    if (g.beta == 0.0f) {
+      c.noalias() = g.alpha * a * b;
+      return;
+    }
+    if (g.beta != 1.0f) c *= g.beta;
+    c.noalias() += g.alpha * a * b;
+  };
+  auto with_a = [&](const auto& b) {
+    if (s.transpose_a) {
+      multiply(ConstMatrixMap<Eigen::ColMajor>(g.a, s.m, s.k, Stride(g.lda)),
+               b);
+    } else {
+      multiply(ConstMatrixMap<Eigen::RowMajor>(g.a, s.m, s.k, Stride(g.lda)),
+               b);
+    }
+  };
+  if (s.transpose_b) {
+    with_a(ConstMatrixMap<Eigen::ColMajor>(g.b, s.k, s.n, Stride(g.ldb)));
+  } else {
+    with_a(ConstMatrixMap<Eigen::RowMajor>(g.b, s.k, s.n, Stride(g.ldb)));
+  }
+}
+
+// c = beta * c, for GEMMs that multiply nothing (k == 0 or alpha == 0).
+void ScaleC(const GemmBlock& g) {
+  for (int64_t i = 0; i < g.shape.m; ++i) {
+    float* row = g.c + i * g.ldc;
+    if (g.beta == 0.0f) {
+      std::fill_n(row, g.shape.n, 0.0f);
+    } else {
+      for (int64_t j = 0; j < g.shape.n; ++j) row[j] *= g.beta;
+    }
+  }
+}
+
+// Runs a whole GEMM block on the calling thread on `path`.
+void RunBlock(GemmPath path, const GemmBlock& g) {
+  if (g.shape.k == 0 || g.alpha == 0.0f) {
+    ScaleC(g);
+  } else if (path == GemmPath::kAvx512) {
+    internal::Avx512Gemm(g);
+  } else {
+    PortableGemm(g);
+  }
+}
+
+// Rows [begin, end) of c, with the rows of op(a) they need.
+GemmBlock Rows(const GemmBlock& g, int64_t begin, int64_t end) {
+  GemmBlock r = g;
+  r.shape.m = end - begin;
+  r.a += g.shape.transpose_a ? begin : begin * g.lda;
+  r.c += begin * g.ldc;
+  return r;
+}
+
+// Columns [begin, end) of c, with the columns of op(b) they need.
+GemmBlock Cols(const GemmBlock& g, int64_t begin, int64_t end) {
+  GemmBlock r = g;
+  r.shape.n = end - begin;
+  r.b += g.shape.transpose_b ? begin * g.ldb : begin;
+  r.c += begin;
+  return r;
+}
+
+GemmBlock WholeGemm(const MatMulShape& s, float alpha, const float* a,
+                    const float* b, float beta, float* c) {
+  CHECK(s.m >= 0 && s.n >= 0 && s.k >= 0)
+      << "negative GEMM dimension: m=" << s.m << " n=" << s.n << " k=" << s.k;
+  return GemmBlock{s,    alpha, a, s.transpose_a ? s.m : s.k,
+                   b,    s.transpose_b ? s.k : s.n,
+                   beta, c,     s.n};
+}
+
+void CheckSupported(GemmPath path) {
+  CHECK(GemmPathSupported(path))
+      << "GEMM path " << static_cast<int>(path) << " is not supported here";
+}
+
+}  // namespace
+
+bool GemmPathSupported(GemmPath path) {
+  switch (path) {
+    case GemmPath::kPortable:
+      return true;
+    case GemmPath::kAvx512:
+      return internal::Avx512GemmSupported();
+  }
+  return false;
+}
+
+GemmPath BestGemmPath() {
+  static const GemmPath best = GemmPathSupported(GemmPath::kAvx512)
+                                   ? GemmPath::kAvx512
+                                   : GemmPath::kPortable;
+  return best;
+}
+
+void GemmOnCallingThreadOnPath(GemmPath path, const MatMulShape& shape,
+                               float alpha, const float* a, const float* b,
+                               float beta, float* c) {
+  CheckSupported(path);
+  const GemmBlock g = WholeGemm(shape, alpha, a, b, beta, c);
+  if (shape.m == 0 || shape.n == 0) return;
+  RunBlock(path, g);
+}
+
+// Splits c along its larger dimension into one block per thread: column
+// blocks of c pair with column blocks of op(b), row blocks with row blocks of
+// op(a). Each thread packs what its block needs on its own.
+void GemmOnPath(GemmPath path, const CpuContext& ctx, const MatMulShape& shape,
+                float alpha, const float* a, const float* b, float beta,
+                float* c) {
+  CheckSupported(path);
+  const GemmBlock g = WholeGemm(shape, alpha, a, b, beta, c);
+  const int64_t m = shape.m, n = shape.n;
+  if (m == 0 || n == 0) return;
+  const bool avx512 = path == GemmPath::kAvx512;
+  const bool small = m * n * shape.k < kMinParallelGemmWork;
+  if (n >= m) {
+    const int64_t grain = avx512 ? internal::kAvx512TileCols : kEigenGrain;
+    ctx.ParallelFor(n, small ? n : grain, [&](int64_t begin, int64_t end) {
+      RunBlock(path, Cols(g, begin, end));
+    });
+  } else {
+    const int64_t grain = avx512 ? internal::kAvx512TileRows : kEigenGrain;
+    ctx.ParallelFor(m, small ? m : grain, [&](int64_t begin, int64_t end) {
+      RunBlock(path, Rows(g, begin, end));
+    });
+  }
+}
+
+void Gemm(const CpuContext& ctx, const MatMulShape& shape, float alpha,
+          const float* a, const float* b, float beta, float* c) {
+  GemmOnPath(BestGemmPath(), ctx, shape, alpha, a, b, beta, c);
+}
+
+void GemmOnCallingThread(const MatMulShape& shape, float alpha, const float* a,
+                         const float* b, float beta, float* c) {
+  GemmOnCallingThreadOnPath(BestGemmPath(), shape, alpha, a, b, beta, c);
+}
+
+}  // namespace kernels
+}  // namespace psrt

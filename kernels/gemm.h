@@ -1,0 +1,79 @@
+// The CPU GEMM behind Gemm and GemmOnCallingThread (ops.h), with its paths:
+//
+//   kPortable  Eigen's GEMM, built for PSRT_KERNELS_MARCH: any CPU.
+//   kAvx512    psrt's own blocked GEMM (gemm_avx512.cc): a 12x32 register
+//              tile of zmm accumulators, K split into L1-sized blocks, op(b)
+//              packed into per-thread buffers that are reused from call to
+//              call. Only on x86-64 CPUs with AVX-512 F/BW/DQ/VL.
+//
+// Gemm picks BestGemmPath() once; the *OnPath functions let tests and
+// benchmarks run each path on purpose (kPortable is the oracle for kAvx512).
+// Both paths follow ops.h's contract: c = alpha * op(a) * op(b) + beta * c,
+// c row-major [m, n], and with beta == 0 the old c is never read. With
+// alpha == 0 or k == 0 neither a nor b is read: c = beta * c.
+//
+// Thread safety: all functions may be called from several threads at once
+// (the packing buffers are per thread).
+#ifndef PSRT_KERNELS_GEMM_H_
+#define PSRT_KERNELS_GEMM_H_
+
+#include <cstdint>
+
+#include "kernels/cpu_context.h"
+#include "kernels/ops.h"
+
+namespace psrt {
+namespace kernels {
+
+enum class GemmPath {
+  kPortable,
+  kAvx512,
+};
+
+// Whether this build and this CPU can run `path` (kPortable always can).
+bool GemmPathSupported(GemmPath path);
+
+// The fastest supported path; what Gemm and GemmOnCallingThread use.
+GemmPath BestGemmPath();
+
+// Gemm and GemmOnCallingThread (ops.h) on a chosen path.
+// REQUIRES: GemmPathSupported(path) (CHECKed); as for Gemm.
+void GemmOnPath(GemmPath path, const CpuContext& ctx, const MatMulShape& shape,
+                float alpha, const float* a, const float* b, float beta,
+                float* c);
+void GemmOnCallingThreadOnPath(GemmPath path, const MatMulShape& shape,
+                               float alpha, const float* a, const float* b,
+                               float beta, float* c);
+
+namespace internal {
+
+// A GEMM block as the paths see it: op(a) [m, k], op(b) [k, n] and c [m, n]
+// with explicit leading dimensions (the row stride of each as stored), so
+// that a block of rows or columns of a larger GEMM is a GemmBlock too.
+struct GemmBlock {
+  MatMulShape shape;
+  float alpha;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float beta;
+  float* c;
+  int64_t ldc;
+};
+
+// The AVX-512 path on the calling thread (gemm_avx512.cc).
+// REQUIRES: Avx512GemmSupported(); m, n, k >= 1; alpha != 0.
+bool Avx512GemmSupported();
+void Avx512Gemm(const GemmBlock& block);
+
+// Rows and columns of c in one AVX-512 register tile: the grains in which
+// the parallel GEMM splits c between threads.
+constexpr int64_t kAvx512TileRows = 12;
+constexpr int64_t kAvx512TileCols = 32;
+
+}  // namespace internal
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_GEMM_H_
