@@ -1,6 +1,7 @@
 #include "kernels/conv.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "Eigen/Core"
 #include "glog/logging.h"
@@ -13,7 +14,7 @@ namespace {
 // A column buffer per thread of at most this many floats (2 MiB, unless
 // one image needs more): GEMMs of several hundred rows, which Eigen runs
 // near its peak, on a buffer that stays in cache.
-constexpr int64_t kColumnBufferFloats = 1 << 19;
+constexpr int64_t kColumnBufferFloats = 1 << 18;
 // Threads that take a share of one convolution (more wait).
 constexpr int64_t kMaxThreads = 64;
 
@@ -59,11 +60,23 @@ void Share(const Conv2DShape& s, const Plan& p, int64_t t, int64_t* begin,
   *end = s.batch * (t + 1) / p.threads;
 }
 
-// Copies and clears of the short runs that im2col moves (a filter row of a
-// single-channel image is 5 floats): Eigen's vectorized loops, which unlike
-// memcpy/memset calls cost nothing per call.
-void CopyFloats(const float* src, int64_t n, float* dst) {
+// Copies and clears of the runs that im2col moves: a filter row of the
+// window, fw * in floats (5 for a one-channel image). Runs of 4 to 16 floats
+// take two overlapping fixed-size moves, so that the shortest, the most
+// numerous, cost no loop; longer ones Eigen's vectorized loop.
+void CopyLongRun(const float* src, int64_t n, float* dst) {
   Eigen::Map<Eigen::ArrayXf>(dst, n) = Eigen::Map<const Eigen::ArrayXf>(src, n);
+}
+inline void CopyFloats(const float* src, int64_t n, float* dst) {
+  if (n >= 4 && n <= 8) {
+    std::memcpy(dst, src, 4 * sizeof(float));
+    std::memcpy(dst + n - 4, src + n - 4, 4 * sizeof(float));
+  } else if (n > 8 && n <= 16) {
+    std::memcpy(dst, src, 8 * sizeof(float));
+    std::memcpy(dst + n - 8, src + n - 8, 8 * sizeof(float));
+  } else {
+    CopyLongRun(src, n, dst);
+  }
 }
 void ZeroFloats(int64_t n, float* dst) {
   Eigen::Map<Eigen::ArrayXf>(dst, n).setZero();
@@ -73,63 +86,74 @@ void AddFloats(const float* src, int64_t n, float* dst) {
       Eigen::Map<const Eigen::ArrayXf>(src, n);
 }
 
-// Fills the column matrix of `images` images starting at x: row (n, oh, ow)
-// holds the window of output pixel (oh, ow), as [fh, fw, in] with zeros for
-// padding. For each filter row, the window's valid cells are one contiguous
-// run of NHWC memory.
-void Im2Col(const Conv2DShape& s, const float* x, int64_t images, float* col) {
+// Walks the column matrix of `images` images: row (n, oh, ow) holds the
+// window of output pixel (oh, ow) of image n as [fh, fw, in], one run of
+// fw * in floats per filter row kh, taken from input row h = oh * sh -
+// pad_top + kh, columns w0 = ow * sw - pad_left onwards. For the part of a
+// run inside the image (contiguous NHWC memory) it calls
+// inside(col_offset, x_offset, count); for padding, outside(col_offset,
+// count). Offsets count floats from the first image and its matrix. Filter
+// rows outermost after the output row, so that the inner loop over ow only
+// steps two offsets.
+template <class Inside, class Outside>
+void WalkColumnMatrix(const Conv2DShape& s, int64_t images, Inside&& inside,
+                      Outside&& outside) {
   const int64_t oh_size = s.out_height(), ow_size = s.out_width();
   const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
   const int64_t c = s.in_channels, fw = s.filter_width;
-  const int64_t row_len = fw * c;
+  const int64_t row_len = fw * c, patch = s.filter_height * row_len;
+  const int64_t image_size = s.in_height * s.in_width * c;
   for (int64_t n = 0; n < images; ++n) {
-    const float* image = x + n * s.in_height * s.in_width * c;
     for (int64_t oh = 0; oh < oh_size; ++oh) {
-      const int64_t h0 = oh * s.stride_height - pad_top;
-      for (int64_t ow = 0; ow < ow_size; ++ow) {
-        const int64_t w0 = ow * s.stride_width - pad_left;
-        const int64_t kw_begin = std::max<int64_t>(0, -w0);
-        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
-        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
-          const int64_t h = h0 + kh;
-          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) {
-            ZeroFloats(row_len, col);
+      const int64_t first_row = (n * oh_size + oh) * ow_size * patch;
+      for (int64_t kh = 0; kh < s.filter_height; ++kh) {
+        const int64_t h = oh * s.stride_height - pad_top + kh;
+        int64_t col = first_row + kh * row_len;
+        if (h < 0 || h >= s.in_height) {
+          for (int64_t ow = 0; ow < ow_size; ++ow, col += patch) {
+            outside(col, row_len);
+          }
+          continue;
+        }
+        const int64_t x_row = n * image_size + h * s.in_width * c;
+        for (int64_t ow = 0; ow < ow_size; ++ow, col += patch) {
+          const int64_t w0 = ow * s.stride_width - pad_left;
+          if (w0 >= 0 && w0 + fw <= s.in_width) {
+            inside(col, x_row + w0 * c, row_len);
             continue;
           }
-          if (kw_begin > 0) ZeroFloats(kw_begin * c, col);
-          CopyFloats(image + (h * s.in_width + w0 + kw_begin) * c,
-                     (kw_end - kw_begin) * c, col + kw_begin * c);
-          if (kw_end < fw) ZeroFloats((fw - kw_end) * c, col + kw_end * c);
+          const int64_t kw_begin = std::max<int64_t>(0, -w0);
+          const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
+          if (kw_begin >= kw_end) {
+            outside(col, row_len);
+            continue;
+          }
+          if (kw_begin > 0) outside(col, kw_begin * c);
+          inside(col + kw_begin * c, x_row + (w0 + kw_begin) * c,
+                 (kw_end - kw_begin) * c);
+          if (kw_end < fw) outside(col + kw_end * c, (fw - kw_end) * c);
         }
       }
     }
   }
 }
 
+// Fills the column matrix of `images` images starting at x (zeros for
+// padding).
+void Im2Col(const Conv2DShape& s, const float* x, int64_t images, float* col) {
+  WalkColumnMatrix(
+      s, images,
+      [&](int64_t c, int64_t i, int64_t n) { CopyFloats(x + i, n, col + c); },
+      [&](int64_t c, int64_t n) { ZeroFloats(n, col + c); });
+}
+
 // The adjoint of Im2Col: adds every column-matrix entry into the input cell
 // it was copied from (padding entries are dropped). dx must start zeroed.
 void Col2Im(const Conv2DShape& s, const float* col, int64_t images, float* dx) {
-  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
-  const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
-  const int64_t c = s.in_channels, fw = s.filter_width;
-  const int64_t row_len = fw * c;
-  for (int64_t n = 0; n < images; ++n) {
-    float* image = dx + n * s.in_height * s.in_width * c;
-    for (int64_t oh = 0; oh < oh_size; ++oh) {
-      const int64_t h0 = oh * s.stride_height - pad_top;
-      for (int64_t ow = 0; ow < ow_size; ++ow) {
-        const int64_t w0 = ow * s.stride_width - pad_left;
-        const int64_t kw_begin = std::max<int64_t>(0, -w0);
-        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
-        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
-          const int64_t h = h0 + kh;
-          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) continue;
-          AddFloats(col + kw_begin * c, (kw_end - kw_begin) * c,
-                    image + (h * s.in_width + w0 + kw_begin) * c);
-        }
-      }
-    }
-  }
+  WalkColumnMatrix(
+      s, images,
+      [&](int64_t c, int64_t i, int64_t n) { AddFloats(col + c, n, dx + i); },
+      [](int64_t, int64_t) {});
 }
 
 // The filter as a row-major [out, patch] matrix (its transpose): Eigen's

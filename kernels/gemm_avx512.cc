@@ -14,8 +14,8 @@
 // few columns of c (a convolution's 32 or 64 output channels) each element
 // of a is used by only one or two strips, and packing it would cost as much
 // as the multiply-adds it feeds. op(b) is read in place, unpacked, when it is
-// already laid out like packed strips would be (not transposed, whole strips)
-// and there are too few row tiles to amortize a copy.
+// laid out as packed strips would be (not transposed, whole strips) and small
+// enough to stay in L2 by itself (a convolution's filter or output gradient).
 //
 // Everything that uses AVX-512 instructions carries PSRT_AVX512_TARGET, so
 // this file builds with the kernels' baseline -march and runs its code only
@@ -54,8 +54,9 @@ static_assert(kNr == 32, "the micro-kernel holds a tile row in two zmm");
 constexpr int64_t kMaxKc = 256;
 // A column block: the packed [kc, nc] block of op(b) (512 KiB) stays in L2.
 constexpr int64_t kMaxNc = 512;
-// op(b) is read in place (when its layout allows) up to this many rows of c.
-constexpr int64_t kMaxRowsUnpacked = 4 * kMr;
+// op(b) is read in place (when its layout allows) up to this size: it then
+// stays in L2 as a packed copy would, and a copy would buy only contiguity.
+constexpr int64_t kMaxUnpackedBFloats = 64 * 1024;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -251,7 +252,7 @@ void Avx512Gemm(const GemmBlock& g) {
   const int64_t m = g.shape.m, n = g.shape.n, k = g.shape.k;
   const bool ta = g.shape.transpose_a, tb = g.shape.transpose_b;
   CHECK(m >= 1 && n >= 1 && k >= 1 && g.alpha != 0.0f);
-  const bool pack_b = tb || n % kNr != 0 || m > kMaxRowsUnpacked;
+  const bool pack_b = tb || n % kNr != 0 || k * n > kMaxUnpackedBFloats;
   // Equal blocks rather than full ones and a sliver.
   const int64_t kc_size = CeilDiv(k, CeilDiv(k, kMaxKc));
   const int64_t nc_size =
