@@ -92,46 +92,60 @@ void AddFloats(const float* src, int64_t n, float* dst) {
 // pad_top + kh, columns w0 = ow * sw - pad_left onwards. For the part of a
 // run inside the image (contiguous NHWC memory) it calls
 // inside(col_offset, x_offset, count); for padding, outside(col_offset,
-// count). Offsets count floats from the first image and its matrix. Filter
-// rows outermost after the output row, so that the inner loop over ow only
-// steps two offsets.
+// count). Offsets count floats from the first image and its matrix. The
+// loop over ow is split where windows start and stop touching the padding,
+// so that the middle part, nearly all of it, only steps two offsets.
 template <class Inside, class Outside>
 void WalkColumnMatrix(const Conv2DShape& s, int64_t images, Inside&& inside,
                       Outside&& outside) {
   const int64_t oh_size = s.out_height(), ow_size = s.out_width();
   const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
-  const int64_t c = s.in_channels, fw = s.filter_width;
-  const int64_t row_len = fw * c, patch = s.filter_height * row_len;
-  const int64_t image_size = s.in_height * s.in_width * c;
+  const int64_t in_height = s.in_height, in_width = s.in_width;
+  const int64_t sh = s.stride_height, sw = s.stride_width;
+  const int64_t c = s.in_channels, fh = s.filter_height, fw = s.filter_width;
+  const int64_t row_len = fw * c, patch = fh * row_len;
+  const int64_t image_size = in_height * in_width * c;
+  // Windows [ow_begin, ow_end) lie inside the image's width.
+  const int64_t ow_begin = std::min(ow_size, (pad_left + sw - 1) / sw);
+  const int64_t ow_end = std::clamp<int64_t>(
+      in_width - fw + pad_left < 0 ? 0 : (in_width - fw + pad_left) / sw + 1,
+      ow_begin, ow_size);
+  // A window that crosses the left or right edge of the image.
+  auto edge_run = [&](int64_t ow, int64_t col, int64_t x_row) {
+    const int64_t w0 = ow * sw - pad_left;
+    const int64_t kw_begin = std::max<int64_t>(0, -w0);
+    const int64_t kw_end = std::min<int64_t>(fw, in_width - w0);
+    if (kw_begin >= kw_end) {
+      outside(col, row_len);
+      return;
+    }
+    if (kw_begin > 0) outside(col, kw_begin * c);
+    inside(col + kw_begin * c, x_row + (w0 + kw_begin) * c,
+           (kw_end - kw_begin) * c);
+    if (kw_end < fw) outside(col + kw_end * c, (fw - kw_end) * c);
+  };
   for (int64_t n = 0; n < images; ++n) {
     for (int64_t oh = 0; oh < oh_size; ++oh) {
       const int64_t first_row = (n * oh_size + oh) * ow_size * patch;
-      for (int64_t kh = 0; kh < s.filter_height; ++kh) {
-        const int64_t h = oh * s.stride_height - pad_top + kh;
-        int64_t col = first_row + kh * row_len;
-        if (h < 0 || h >= s.in_height) {
-          for (int64_t ow = 0; ow < ow_size; ++ow, col += patch) {
-            outside(col, row_len);
+      for (int64_t kh = 0; kh < fh; ++kh) {
+        const int64_t h = oh * sh - pad_top + kh;
+        const int64_t col = first_row + kh * row_len;
+        if (h < 0 || h >= in_height) {
+          for (int64_t ow = 0; ow < ow_size; ++ow) {
+            outside(col + ow * patch, row_len);
           }
           continue;
         }
-        const int64_t x_row = n * image_size + h * s.in_width * c;
-        for (int64_t ow = 0; ow < ow_size; ++ow, col += patch) {
-          const int64_t w0 = ow * s.stride_width - pad_left;
-          if (w0 >= 0 && w0 + fw <= s.in_width) {
-            inside(col, x_row + w0 * c, row_len);
-            continue;
-          }
-          const int64_t kw_begin = std::max<int64_t>(0, -w0);
-          const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
-          if (kw_begin >= kw_end) {
-            outside(col, row_len);
-            continue;
-          }
-          if (kw_begin > 0) outside(col, kw_begin * c);
-          inside(col + kw_begin * c, x_row + (w0 + kw_begin) * c,
-                 (kw_end - kw_begin) * c);
-          if (kw_end < fw) outside(col + kw_end * c, (fw - kw_end) * c);
+        const int64_t x_row = n * image_size + h * in_width * c;
+        for (int64_t ow = 0; ow < ow_begin; ++ow) {
+          edge_run(ow, col + ow * patch, x_row);
+        }
+        int64_t x = x_row + (ow_begin * sw - pad_left) * c;
+        for (int64_t ow = ow_begin; ow < ow_end; ++ow, x += sw * c) {
+          inside(col + ow * patch, x, row_len);
+        }
+        for (int64_t ow = ow_end; ow < ow_size; ++ow) {
+          edge_run(ow, col + ow * patch, x_row);
         }
       }
     }

@@ -54,9 +54,11 @@ static_assert(kNr == 32, "the micro-kernel holds a tile row in two zmm");
 constexpr int64_t kMaxKc = 256;
 // A column block: the packed [kc, nc] block of op(b) (512 KiB) stays in L2.
 constexpr int64_t kMaxNc = 512;
-// op(b) is read in place (when its layout allows) up to this size: it then
-// stays in L2 as a packed copy would, and a copy would buy only contiguity.
+// op(b) is read in place (when its layout allows) up to this size, where it
+// stays in L2 as a packed copy would and a copy would buy only contiguity;
+// or with at most this many row tiles, too few to pay for a copy.
 constexpr int64_t kMaxUnpackedBFloats = 64 * 1024;
+constexpr int64_t kMaxRowTilesUnpacked = 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -252,7 +254,10 @@ void Avx512Gemm(const GemmBlock& g) {
   const int64_t m = g.shape.m, n = g.shape.n, k = g.shape.k;
   const bool ta = g.shape.transpose_a, tb = g.shape.transpose_b;
   CHECK(m >= 1 && n >= 1 && k >= 1 && g.alpha != 0.0f);
-  const bool pack_b = tb || n % kNr != 0 || k * n > kMaxUnpackedBFloats;
+  const int64_t row_tiles = CeilDiv(m, kMr);
+  const bool pack_b = tb || n % kNr != 0 ||
+                      (k * n > kMaxUnpackedBFloats &&
+                       row_tiles > kMaxRowTilesUnpacked);
   // Equal blocks rather than full ones and a sliver.
   const int64_t kc_size = CeilDiv(k, CeilDiv(k, kMaxKc));
   const int64_t nc_size =
@@ -280,8 +285,11 @@ void Avx512Gemm(const GemmBlock& g) {
         t.b_step = g.ldb;
         strip_stride = kNr;
       }
-      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMr, m - i0));
+      // Row tiles of equal height (within one): 25 rows as 9 + 8 + 8, not
+      // 12 + 12 + 1, whose one-row tile would wait on FMA latency.
+      for (int64_t tile = 0, i0 = 0; tile < row_tiles; ++tile) {
+        const int rows = static_cast<int>(m / row_tiles +
+                                          (tile < m % row_tiles ? 1 : 0));
         const MicroKernelFn kernel = kernels[rows - 1];
         t.a = ta ? g.a + p0 * g.lda + i0 : g.a + i0 * g.lda + p0;
         for (int64_t s0 = 0, s = 0; s0 < nc; s0 += kNr, ++s) {
@@ -290,6 +298,7 @@ void Avx512Gemm(const GemmBlock& g) {
           t.cols = static_cast<int>(std::min<int64_t>(kNr, nc - s0));
           kernel(t);
         }
+        i0 += rows;
       }
     }
   }

@@ -137,12 +137,12 @@ TEST_P(GemmPathTest, TinyAndRaggedShapes) {
 TEST_P(GemmPathTest, ShapesThatNeedSeveralBlocks) {
   // k past one 256-deep block (split into equal blocks), n past one
   // 512-wide column block, op(b) read in place (not transposed, whole
-  // 32-column strips, at most 64 Ki floats) and packed, and LeNet-like
-  // shapes.
+  // 32-column strips, and at most 64 Ki floats or at most 4 row tiles) and
+  // packed, row counts that split into unequal tiles, and LeNet-like shapes.
   for (const auto& [m, n, k] :
        {std::tuple{5, 40, 600}, {30, 600, 70}, {13, 1100, 9}, {61, 64, 801},
-        {25, 32, 2000}, {40, 64, 700}, {20, 1024, 70}, {100, 96, 300},
-        {190, 64, 65}}) {
+        {25, 32, 2000}, {40, 64, 700}, {30, 64, 1500}, {60, 1024, 70},
+        {100, 96, 300}, {190, 64, 65}}) {
     Check(Shape(m, n, k), 1.0f, 0.0f);
   }
 }
