@@ -11,9 +11,9 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-// A column buffer per thread of at most this many floats (2 MiB, unless
-// one image needs more): GEMMs of several hundred rows, which Eigen runs
-// near its peak, on a buffer that stays in cache.
+// A column buffer per thread of at most this many floats (1 MiB, unless
+// one image needs more): GEMMs of a few hundred rows or more, which run near
+// their peak, on a buffer that stays in the core's L2 (half of it here).
 constexpr int64_t kColumnBufferFloats = 1 << 18;
 // Threads that take a share of one convolution (more wait).
 constexpr int64_t kMaxThreads = 64;
