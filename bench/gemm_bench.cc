@@ -32,17 +32,21 @@ struct Case {
   float beta;
 };
 
-// LeNet at batch 100 (conv chunks as conv.cc plans them for 2 threads).
+// LeNet at batch 100: its convolutions' GEMMs as one thread runs them per
+// im2col chunk (conv.cc's plan: 13 images of conv1, 1 of conv2), its fully
+// connected layer's whole; then a square GEMM, and one register tile's work
+// with everything in L1 (the micro-kernel's own peak).
 const Case kCases[] = {
-    {"conv1 fwd", {20384, 32, 25, false, true}, 0.0f},
-    {"conv1 dfilter", {25, 32, 20384, true, false}, 1.0f},
-    {"conv2 fwd", {588, 64, 800, false, true}, 0.0f},
-    {"conv2 dfilter", {800, 64, 588, true, false}, 1.0f},
-    {"conv2 dcols", {588, 800, 64, false, false}, 0.0f},
+    {"conv1 fwd", {10192, 32, 25, false, true}, 0.0f},
+    {"conv1 dfilter", {25, 32, 10192, true, false}, 1.0f},
+    {"conv2 fwd", {196, 64, 800, false, true}, 0.0f},
+    {"conv2 dfilter", {800, 64, 196, true, false}, 1.0f},
+    {"conv2 dcols", {196, 800, 64, false, false}, 0.0f},
     {"fc1 fwd", {100, 512, 3136, false, false}, 0.0f},
     {"fc1 dx", {100, 3136, 512, false, true}, 0.0f},
     {"fc1 dw", {3136, 512, 100, true, false}, 0.0f},
     {"square 512", {512, 512, 512, false, false}, 0.0f},
+    {"tile in L1", {12, 32, 256, false, false}, 0.0f},
 };
 
 double ThreadCpuSeconds() {
@@ -52,18 +56,20 @@ double ThreadCpuSeconds() {
 }
 double WallSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
 
-// GFLOP/s of fn, repeated until it has run for min_seconds by `clock`.
+// GFLOP/s of fn, repeated until it has run for min_seconds by `clock`
+// (read between doubling batches of calls: reading the thread CPU clock is
+// a system call, too slow to time a small GEMM call by call).
 template <class Fn>
 double Rate(const MatMulShape& s, double (*clock)(), Fn&& fn) {
   fn();  // Warm-up: sizes the packing buffers and faults in the pages.
   int64_t reps = 0;
   const double start = clock();
   double elapsed = 0;
-  do {
-    fn();
-    ++reps;
+  for (int64_t batch = 1; elapsed < FLAGS_min_seconds; batch *= 2) {
+    for (int64_t i = 0; i < batch; ++i) fn();
+    reps += batch;
     elapsed = clock() - start;
-  } while (elapsed < FLAGS_min_seconds);
+  }
   return 2.0 * s.m * s.n * s.k * reps / elapsed * 1e-9;
 }
 

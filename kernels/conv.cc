@@ -5,6 +5,7 @@
 
 #include "Eigen/Core"
 #include "glog/logging.h"
+#include "kernels/gemm.h"
 #include "kernels/ops.h"
 
 namespace psrt {
@@ -184,6 +185,59 @@ float* TransposedFilter(const Conv2DShape& s, const Plan& p,
   return t;
 }
 
+// The forward without a column matrix, for windows whose rows are long
+// enough to be GEMM depths (fw * in >= kMinDirectRun) on a GEMM path that
+// runs small strided blocks at full speed. Each image is copied into a
+// zero-padded buffer `padded` [hp, wp, in] (whose border stays zero from
+// image to image); there, window row kh of output pixel (oh, ow) is the
+// contiguous run of fw * in floats at padded row oh * sh + kh, column
+// ow * sw, and the runs of one output row's pixels lie sw * in floats apart.
+// So output row oh, [ow_size, out], is the sum over kh of [ow_size, fw * in]
+// (read in place, rows overlapping) times the filter's rows for kh
+// ([fw * in, out]: HWIO as stored).
+constexpr int64_t kMinDirectRun = 64;
+
+bool UseDirectForward(const Conv2DShape& s) {
+  return BestGemmPath() == GemmPath::kAvx512 &&
+         s.filter_width * s.in_channels >= kMinDirectRun;
+}
+
+struct PaddedGeometry {
+  explicit PaddedGeometry(const Conv2DShape& s)
+      : height((s.out_height() - 1) * s.stride_height + s.filter_height),
+        width((s.out_width() - 1) * s.stride_width + s.filter_width),
+        // Input rows and columns that some window reads.
+        rows(std::min(s.in_height, height - s.pad_top())),
+        cols(std::min(s.in_width, width - s.pad_left())) {}
+  int64_t height, width, rows, cols;
+};
+
+void DirectForward(const Conv2DShape& s, const float* x, const float* filter,
+                   int64_t begin, int64_t end, float* padded, float* y) {
+  const PaddedGeometry pad(s);
+  const int64_t c = s.in_channels, out = s.out_channels;
+  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
+  const int64_t run = s.filter_width * c;
+  std::fill_n(padded, pad.height * pad.width * c, 0.0f);
+  for (int64_t n = begin; n < end; ++n) {
+    const float* image = x + n * s.in_height * s.in_width * c;
+    for (int64_t h = 0; h < pad.rows; ++h) {
+      CopyFloats(image + h * s.in_width * c, pad.cols * c,
+                 padded + ((h + s.pad_top()) * pad.width + s.pad_left()) * c);
+    }
+    for (int64_t oh = 0; oh < oh_size; ++oh) {
+      for (int64_t kh = 0; kh < s.filter_height; ++kh) {
+        StridedGemmOnCallingThread(StridedGemm{
+            MatMulShape{ow_size, out, run}, 1.0f,
+            padded + (oh * s.stride_height + kh) * pad.width * c,
+            s.stride_width * c, filter + kh * run * out, out,
+            kh == 0 ? 0.0f : 1.0f, y + (n * oh_size + oh) * ow_size * out,
+            out});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
@@ -193,6 +247,21 @@ void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
   if (s.is_pointwise()) {
     Gemm(ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
          1.0f, x, filter, 0.0f, y);
+    return;
+  }
+  if (UseDirectForward(s)) {
+    const PaddedGeometry pad(s);
+    float* padded[kMaxThreads];
+    for (int t = 0; t < p.threads; ++t) {
+      padded[t] = workspace->Get(t, pad.height * pad.width * s.in_channels);
+    }
+    ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        int64_t begin, end;
+        Share(s, p, t, &begin, &end);
+        DirectForward(s, x, filter, begin, end, padded[t], y);
+      }
+    });
     return;
   }
   float* cols[kMaxThreads];

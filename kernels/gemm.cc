@@ -9,7 +9,6 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-using internal::GemmBlock;
 
 // GEMMs with fewer multiply-adds than this run on one thread.
 constexpr int64_t kMinParallelGemmWork = 1 << 18;
@@ -27,7 +26,7 @@ using RowMajorMap = Eigen::Map<
     Stride>;
 
 // The portable path: Eigen's single-threaded GEMM on one block.
-void PortableGemm(const GemmBlock& g) {
+void PortableGemm(const StridedGemm& g) {
   const MatMulShape& s = g.shape;
   RowMajorMap c(g.c, s.m, s.n, Stride(g.ldc));
   auto multiply = [&](const auto& a, const auto& b) {
@@ -55,7 +54,7 @@ void PortableGemm(const GemmBlock& g) {
 }
 
 // c = beta * c, for GEMMs that multiply nothing (k == 0 or alpha == 0).
-void ScaleC(const GemmBlock& g) {
+void ScaleC(const StridedGemm& g) {
   for (int64_t i = 0; i < g.shape.m; ++i) {
     float* row = g.c + i * g.ldc;
     if (g.beta == 0.0f) {
@@ -67,7 +66,7 @@ void ScaleC(const GemmBlock& g) {
 }
 
 // Runs a whole GEMM block on the calling thread on `path`.
-void RunBlock(GemmPath path, const GemmBlock& g) {
+void RunBlock(GemmPath path, const StridedGemm& g) {
   if (g.shape.k == 0 || g.alpha == 0.0f) {
     ScaleC(g);
   } else if (path == GemmPath::kAvx512) {
@@ -78,8 +77,8 @@ void RunBlock(GemmPath path, const GemmBlock& g) {
 }
 
 // Rows [begin, end) of c, with the rows of op(a) they need.
-GemmBlock Rows(const GemmBlock& g, int64_t begin, int64_t end) {
-  GemmBlock r = g;
+StridedGemm Rows(const StridedGemm& g, int64_t begin, int64_t end) {
+  StridedGemm r = g;
   r.shape.m = end - begin;
   r.a += g.shape.transpose_a ? begin : begin * g.lda;
   r.c += begin * g.ldc;
@@ -87,21 +86,25 @@ GemmBlock Rows(const GemmBlock& g, int64_t begin, int64_t end) {
 }
 
 // Columns [begin, end) of c, with the columns of op(b) they need.
-GemmBlock Cols(const GemmBlock& g, int64_t begin, int64_t end) {
-  GemmBlock r = g;
+StridedGemm Cols(const StridedGemm& g, int64_t begin, int64_t end) {
+  StridedGemm r = g;
   r.shape.n = end - begin;
   r.b += g.shape.transpose_b ? begin * g.ldb : begin;
   r.c += begin;
   return r;
 }
 
-GemmBlock WholeGemm(const MatMulShape& s, float alpha, const float* a,
-                    const float* b, float beta, float* c) {
+void CheckShape(const MatMulShape& s) {
   CHECK(s.m >= 0 && s.n >= 0 && s.k >= 0)
       << "negative GEMM dimension: m=" << s.m << " n=" << s.n << " k=" << s.k;
-  return GemmBlock{s,    alpha, a, s.transpose_a ? s.m : s.k,
-                   b,    s.transpose_b ? s.k : s.n,
-                   beta, c,     s.n};
+}
+
+// The GEMM of ops.h's contract: operands stored densely.
+StridedGemm WholeGemm(const MatMulShape& s, float alpha, const float* a,
+                      const float* b, float beta, float* c) {
+  return StridedGemm{s,    alpha, a, s.transpose_a ? s.m : s.k,
+                     b,    s.transpose_b ? s.k : s.n,
+                     beta, c,     s.n};
 }
 
 void CheckSupported(GemmPath path) {
@@ -128,13 +131,21 @@ GemmPath BestGemmPath() {
   return best;
 }
 
+void StridedGemmOnPath(GemmPath path, const StridedGemm& gemm) {
+  CheckSupported(path);
+  CheckShape(gemm.shape);
+  if (gemm.shape.m == 0 || gemm.shape.n == 0) return;
+  RunBlock(path, gemm);
+}
+
+void StridedGemmOnCallingThread(const StridedGemm& gemm) {
+  StridedGemmOnPath(BestGemmPath(), gemm);
+}
+
 void GemmOnCallingThreadOnPath(GemmPath path, const MatMulShape& shape,
                                float alpha, const float* a, const float* b,
                                float beta, float* c) {
-  CheckSupported(path);
-  const GemmBlock g = WholeGemm(shape, alpha, a, b, beta, c);
-  if (shape.m == 0 || shape.n == 0) return;
-  RunBlock(path, g);
+  StridedGemmOnPath(path, WholeGemm(shape, alpha, a, b, beta, c));
 }
 
 // Splits c along its larger dimension into one block per thread: column
@@ -144,7 +155,8 @@ void GemmOnPath(GemmPath path, const CpuContext& ctx, const MatMulShape& shape,
                 float alpha, const float* a, const float* b, float beta,
                 float* c) {
   CheckSupported(path);
-  const GemmBlock g = WholeGemm(shape, alpha, a, b, beta, c);
+  CheckShape(shape);
+  const StridedGemm g = WholeGemm(shape, alpha, a, b, beta, c);
   const int64_t m = shape.m, n = shape.n;
   if (m == 0 || n == 0) return;
   const bool avx512 = path == GemmPath::kAvx512;

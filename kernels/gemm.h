@@ -45,12 +45,13 @@ void GemmOnCallingThreadOnPath(GemmPath path, const MatMulShape& shape,
                                float alpha, const float* a, const float* b,
                                float beta, float* c);
 
-namespace internal {
-
-// A GEMM block as the paths see it: op(a) [m, k], op(b) [k, n] and c [m, n]
-// with explicit leading dimensions (the row stride of each as stored), so
-// that a block of rows or columns of a larger GEMM is a GemmBlock too.
-struct GemmBlock {
+// A GEMM on strided storage: op(a) [m, k], op(b) [k, n] and c [m, n], each
+// stored row-major with an explicit leading dimension (the distance between
+// consecutive rows as stored: a is stored [m, k], or [k, m] when
+// transposed). Rows of a or of b may overlap, so that a convolution can read
+// the windows of its input in place (row stride = one pixel's channels, row
+// length = a window row); rows of c must not.
+struct StridedGemm {
   MatMulShape shape;
   float alpha;
   const float* a;
@@ -62,10 +63,17 @@ struct GemmBlock {
   int64_t ldc;
 };
 
+// A StridedGemm on the calling thread, on the best path or a chosen one.
+// REQUIRES: as for Gemm; GemmPathSupported(path).
+void StridedGemmOnCallingThread(const StridedGemm& gemm);
+void StridedGemmOnPath(GemmPath path, const StridedGemm& gemm);
+
+namespace internal {
+
 // The AVX-512 path on the calling thread (gemm_avx512.cc).
 // REQUIRES: Avx512GemmSupported(); m, n, k >= 1; alpha != 0.
 bool Avx512GemmSupported();
-void Avx512Gemm(const GemmBlock& block);
+void Avx512Gemm(const StridedGemm& gemm);
 
 // Rows and columns of c in one AVX-512 register tile: the grains in which
 // the parallel GEMM splits c between threads.

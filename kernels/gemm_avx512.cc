@@ -202,7 +202,7 @@ PSRT_AVX512_TARGET void Transpose16x16(__m512 r[16]) {
 // Packs rows [p0, p0 + kc) and columns [j0, j0 + nc) of op(b) into strips of
 // kNr columns: strip s holds row p at dst[(s * kc + p) * kNr], zero-padded
 // past column nc.
-PSRT_AVX512_TARGET void PackB(const GemmBlock& g, int64_t p0, int64_t kc,
+PSRT_AVX512_TARGET void PackB(const StridedGemm& g, int64_t p0, int64_t kc,
                               int64_t j0, int64_t nc, float* dst) {
   for (int64_t s0 = 0; s0 < nc; s0 += kNr, dst += kc * kNr) {
     const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - s0));
@@ -250,7 +250,7 @@ bool Avx512GemmSupported() {
   return supported;
 }
 
-void Avx512Gemm(const GemmBlock& g) {
+void Avx512Gemm(const StridedGemm& g) {
   const int64_t m = g.shape.m, n = g.shape.n, k = g.shape.k;
   const bool ta = g.shape.transpose_a, tb = g.shape.transpose_b;
   CHECK(m >= 1 && n >= 1 && k >= 1 && g.alpha != 0.0f);
@@ -308,7 +308,7 @@ void Avx512Gemm(const GemmBlock& g) {
 
 bool Avx512GemmSupported() { return false; }
 
-void Avx512Gemm(const GemmBlock&) {
+void Avx512Gemm(const StridedGemm&) {
   LOG(FATAL) << "this build has no AVX-512 GEMM";
 }
 

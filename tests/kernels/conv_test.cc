@@ -92,6 +92,14 @@ std::vector<ConvCase> Cases() {
       {"Pointwise1x1Stride2", Shape(2, 5, 5, 3, 1, 1, 2, 2, Padding::kSame)},
       {"FilterLargerThanInputSame",
        Shape(1, 3, 3, 2, 5, 5, 2, 1, Padding::kSame)},
+      // Window rows of 64 floats or more (fw * in), which the AVX-512 path
+      // convolves in place, without a column matrix.
+      {"Same5x5Wide", Shape(2, 7, 6, 16, 5, 5, 5, 1, Padding::kSame)},
+      {"Same3x3Stride2Wide", Shape(2, 9, 8, 24, 3, 3, 4, 2, Padding::kSame)},
+      {"Valid3x3Stride2Wide",
+       Shape(1, 8, 9, 24, 3, 3, 3, 2, Padding::kValid)},
+      {"FilterLargerThanInputSameWide",
+       Shape(1, 3, 3, 16, 5, 5, 2, 1, Padding::kSame)},
   };
 }
 
