@@ -5,7 +5,7 @@
 
 #include "Eigen/Core"
 #include "glog/logging.h"
-#include "kernels/gemm.h"
+#include "kernels/conv_direct.h"
 #include "kernels/ops.h"
 
 namespace psrt {
@@ -185,59 +185,6 @@ float* TransposedFilter(const Conv2DShape& s, const Plan& p,
   return t;
 }
 
-// The forward without a column matrix, for windows whose rows are long
-// enough to be GEMM depths (fw * in >= kMinDirectRun) on a GEMM path that
-// runs small strided blocks at full speed. Each image is copied into a
-// zero-padded buffer `padded` [hp, wp, in] (whose border stays zero from
-// image to image); there, window row kh of output pixel (oh, ow) is the
-// contiguous run of fw * in floats at padded row oh * sh + kh, column
-// ow * sw, and the runs of one output row's pixels lie sw * in floats apart.
-// So output row oh, [ow_size, out], is the sum over kh of [ow_size, fw * in]
-// (read in place, rows overlapping) times the filter's rows for kh
-// ([fw * in, out]: HWIO as stored).
-constexpr int64_t kMinDirectRun = 64;
-
-bool UseDirectForward(const Conv2DShape& s) {
-  return BestGemmPath() == GemmPath::kAvx512 &&
-         s.filter_width * s.in_channels >= kMinDirectRun;
-}
-
-struct PaddedGeometry {
-  explicit PaddedGeometry(const Conv2DShape& s)
-      : height((s.out_height() - 1) * s.stride_height + s.filter_height),
-        width((s.out_width() - 1) * s.stride_width + s.filter_width),
-        // Input rows and columns that some window reads.
-        rows(std::min(s.in_height, height - s.pad_top())),
-        cols(std::min(s.in_width, width - s.pad_left())) {}
-  int64_t height, width, rows, cols;
-};
-
-void DirectForward(const Conv2DShape& s, const float* x, const float* filter,
-                   int64_t begin, int64_t end, float* padded, float* y) {
-  const PaddedGeometry pad(s);
-  const int64_t c = s.in_channels, out = s.out_channels;
-  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
-  const int64_t run = s.filter_width * c;
-  std::fill_n(padded, pad.height * pad.width * c, 0.0f);
-  for (int64_t n = begin; n < end; ++n) {
-    const float* image = x + n * s.in_height * s.in_width * c;
-    for (int64_t h = 0; h < pad.rows; ++h) {
-      CopyFloats(image + h * s.in_width * c, pad.cols * c,
-                 padded + ((h + s.pad_top()) * pad.width + s.pad_left()) * c);
-    }
-    for (int64_t oh = 0; oh < oh_size; ++oh) {
-      for (int64_t kh = 0; kh < s.filter_height; ++kh) {
-        StridedGemmOnCallingThread(StridedGemm{
-            MatMulShape{ow_size, out, run}, 1.0f,
-            padded + (oh * s.stride_height + kh) * pad.width * c,
-            s.stride_width * c, filter + kh * run * out, out,
-            kh == 0 ? 0.0f : 1.0f, y + (n * oh_size + oh) * ow_size * out,
-            out});
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
@@ -249,17 +196,16 @@ void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
          1.0f, x, filter, 0.0f, y);
     return;
   }
-  if (UseDirectForward(s)) {
-    const PaddedGeometry pad(s);
-    float* padded[kMaxThreads];
+  if (internal::DirectConvForwardApplies(s)) {
+    float* scratch[kMaxThreads];
     for (int t = 0; t < p.threads; ++t) {
-      padded[t] = workspace->Get(t, pad.height * pad.width * s.in_channels);
+      scratch[t] = workspace->Get(t, internal::DirectConvForwardScratch(s));
     }
     ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
       for (int64_t t = t_begin; t < t_end; ++t) {
         int64_t begin, end;
         Share(s, p, t, &begin, &end);
-        DirectForward(s, x, filter, begin, end, padded[t], y);
+        internal::DirectConvForward(s, x, filter, begin, end, scratch[t], y);
       }
     });
     return;
@@ -300,21 +246,30 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
     return;
   }
   if (dx == nullptr && dfilter == nullptr) return;
-  // Slot t: thread t's column matrix (and then its d(column matrix));
-  // slot threads + t: thread t's partial dfilter (thread 0 sums into
-  // dfilter itself); slot 2 * threads: the transposed filter.
-  float* cols[kMaxThreads];
+  // Slot t: thread t's column matrix (and then its d(column matrix)), or its
+  // direct-method scratch; slot threads + t: thread t's partial dfilter
+  // (thread 0 sums into dfilter itself); slot 2 * threads: the transposed
+  // (im2col) or flipped (direct) filter.
+  const bool direct = internal::DirectConvBackwardApplies(s);
+  float* scratch[kMaxThreads];
   float* partials[kMaxThreads];
   const int64_t filter_size = s.filter_size();
   for (int t = 0; t < p.threads; ++t) {
-    cols[t] = workspace->Get(t, p.chunk * p.pixels * p.patch);
+    scratch[t] = workspace->Get(
+        t, direct ? internal::DirectConvBackwardScratch(s)
+                  : p.chunk * p.pixels * p.patch);
     partials[t] = t == 0 || dfilter == nullptr
                       ? dfilter
                       : workspace->Get(p.threads + t, filter_size);
   }
-  const float* filter_t =
-      dx == nullptr ? nullptr
-                    : TransposedFilter(s, p, filter, workspace, 2 * p.threads);
+  const float* filter_t = nullptr;
+  if (dx != nullptr && direct) {
+    float* flipped = workspace->Get(2 * p.threads, filter_size);
+    internal::FlipFilter(s, filter, flipped);
+    filter_t = flipped;
+  } else if (dx != nullptr) {
+    filter_t = TransposedFilter(s, p, filter, workspace, 2 * p.threads);
+  }
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
   ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
@@ -324,25 +279,31 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       if (dfilter != nullptr) {
         std::fill_n(partials[t], filter_size, 0.0f);
       }
+      if (direct) {
+        internal::DirectConvBackward(s, x, filter_t, dy, begin, end,
+                                     scratch[t], dx, partials[t]);
+        continue;
+      }
       if (dx != nullptr) {
         std::fill(dx + begin * in_image, dx + end * in_image, 0.0f);
       }
+      float* cols = scratch[t];
       for (int64_t n = begin; n < end; n += p.chunk) {
         const int64_t images = std::min(p.chunk, end - n);
         const int64_t rows = images * p.pixels;
         const float* dy_n = dy + n * out_image;
         if (dfilter != nullptr) {
           // dfilter += cols^T dy: [patch, rows] x [rows, out].
-          Im2Col(s, x + n * in_image, images, cols[t]);
+          Im2Col(s, x + n * in_image, images, cols);
           GemmOnCallingThread(
               MatMulShape{p.patch, s.out_channels, rows, true, false}, 1.0f,
-              cols[t], dy_n, 1.0f, partials[t]);
+              cols, dy_n, 1.0f, partials[t]);
         }
         if (dx != nullptr) {
           // d(cols) = dy filter^T: [rows, out] x [out, patch].
           GemmOnCallingThread(MatMulShape{rows, p.patch, s.out_channels}, 1.0f,
-                              dy_n, filter_t, 0.0f, cols[t]);
-          Col2Im(s, cols[t], images, dx + n * in_image);
+                              dy_n, filter_t, 0.0f, cols);
+          Col2Im(s, cols, images, dx + n * in_image);
         }
       }
     }

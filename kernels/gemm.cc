@@ -54,26 +54,47 @@ void PortableGemm(const StridedGemm& g) {
 }
 
 // c = beta * c, for GEMMs that multiply nothing (k == 0 or alpha == 0).
-void ScaleC(const StridedGemm& g) {
-  for (int64_t i = 0; i < g.shape.m; ++i) {
-    float* row = g.c + i * g.ldc;
-    if (g.beta == 0.0f) {
-      std::fill_n(row, g.shape.n, 0.0f);
+void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) {
+      std::fill_n(row, n, 0.0f);
     } else {
-      for (int64_t j = 0; j < g.shape.n; ++j) row[j] *= g.beta;
+      for (int64_t j = 0; j < n; ++j) row[j] *= beta;
     }
+  }
+}
+
+// Runs a batch-reduce GEMM on the calling thread on `path`.
+void RunBatchReduce(GemmPath path, const BatchReduceGemm& g) {
+  int64_t total_k = 0;
+  for (int64_t i = 0; i < g.count; ++i) total_k += g.terms[i].k;
+  if (total_k == 0 || g.alpha == 0.0f) {
+    ScaleC(g.m, g.n, g.beta, g.c, g.ldc);
+    return;
+  }
+  if (path == GemmPath::kAvx512) {
+    internal::Avx512Gemm(g);
+    return;
+  }
+  float beta = g.beta;  // The first term scales c, the others add to it.
+  for (int64_t i = 0; i < g.count; ++i) {
+    const GemmTerm& term = g.terms[i];
+    if (term.k == 0) continue;
+    PortableGemm(StridedGemm{
+        MatMulShape{g.m, g.n, term.k, g.transpose_a, g.transpose_b}, g.alpha,
+        term.a, g.lda, term.b, g.ldb, beta, g.c, g.ldc});
+    beta = 1.0f;
   }
 }
 
 // Runs a whole GEMM block on the calling thread on `path`.
 void RunBlock(GemmPath path, const StridedGemm& g) {
-  if (g.shape.k == 0 || g.alpha == 0.0f) {
-    ScaleC(g);
-  } else if (path == GemmPath::kAvx512) {
-    internal::Avx512Gemm(g);
-  } else {
-    PortableGemm(g);
-  }
+  const GemmTerm term{g.a, g.b, g.shape.k};
+  RunBatchReduce(path, BatchReduceGemm{g.shape.m, g.shape.n,
+                                       g.shape.transpose_a,
+                                       g.shape.transpose_b, &term, 1, g.lda,
+                                       g.ldb, g.alpha, g.beta, g.c, g.ldc});
 }
 
 // Rows [begin, end) of c, with the rows of op(a) they need.
@@ -140,6 +161,22 @@ void StridedGemmOnPath(GemmPath path, const StridedGemm& gemm) {
 
 void StridedGemmOnCallingThread(const StridedGemm& gemm) {
   StridedGemmOnPath(BestGemmPath(), gemm);
+}
+
+void BatchReduceGemmOnPath(GemmPath path, const BatchReduceGemm& gemm) {
+  CheckSupported(path);
+  CHECK(gemm.m >= 0 && gemm.n >= 0 && gemm.count >= 0)
+      << "negative batch-reduce GEMM dimension: m=" << gemm.m
+      << " n=" << gemm.n << " count=" << gemm.count;
+  for (int64_t i = 0; i < gemm.count; ++i) {
+    CHECK_GE(gemm.terms[i].k, 0) << "term " << i;
+  }
+  if (gemm.m == 0 || gemm.n == 0) return;
+  RunBatchReduce(path, gemm);
+}
+
+void BatchReduceGemmOnCallingThread(const BatchReduceGemm& gemm) {
+  BatchReduceGemmOnPath(BestGemmPath(), gemm);
 }
 
 void GemmOnCallingThreadOnPath(GemmPath path, const MatMulShape& shape,

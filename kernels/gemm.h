@@ -68,12 +68,47 @@ struct StridedGemm {
 void StridedGemmOnCallingThread(const StridedGemm& gemm);
 void StridedGemmOnPath(GemmPath path, const StridedGemm& gemm);
 
+// One term of a BatchReduceGemm: op(a) [m, k] times op(b) [k, n].
+struct GemmTerm {
+  const float* a;
+  const float* b;
+  int64_t k;
+};
+
+// A batch-reduce GEMM: c = alpha * sum_i op(a_i) op(b_i) + beta * c over
+// `count` terms that share m, n, the transposes and the leading dimensions
+// (storage as in StridedGemm; rows of a_i or b_i may overlap), each with its
+// own depth. The AVX-512 path sums all terms in registers and writes c once
+// per k block: a direct convolution is one, summing over the rows of a
+// filter window (or, for the filter's gradient, over output rows) without a
+// column matrix.
+struct BatchReduceGemm {
+  int64_t m;
+  int64_t n;
+  bool transpose_a;
+  bool transpose_b;
+  const GemmTerm* terms;
+  int64_t count;
+  int64_t lda;
+  int64_t ldb;
+  float alpha;
+  float beta;
+  float* c;
+  int64_t ldc;
+};
+
+// A BatchReduceGemm on the calling thread, on the best path or a chosen one.
+// REQUIRES: m, n, count, every k >= 0; GemmPathSupported(path).
+void BatchReduceGemmOnCallingThread(const BatchReduceGemm& gemm);
+void BatchReduceGemmOnPath(GemmPath path, const BatchReduceGemm& gemm);
+
 namespace internal {
 
 // The AVX-512 path on the calling thread (gemm_avx512.cc).
-// REQUIRES: Avx512GemmSupported(); m, n, k >= 1; alpha != 0.
+// REQUIRES: Avx512GemmSupported(); m, n >= 1; some term's k >= 1;
+// alpha != 0.
 bool Avx512GemmSupported();
-void Avx512Gemm(const StridedGemm& gemm);
+void Avx512Gemm(const BatchReduceGemm& gemm);
 
 // Rows and columns of c in one AVX-512 register tile: the grains in which
 // the parallel GEMM splits c between threads.

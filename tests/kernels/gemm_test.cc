@@ -5,6 +5,7 @@
 // AVX-512 path skip themselves on CPUs without it.
 #include "kernels/gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -191,6 +192,80 @@ TEST_P(GemmPathTest, SplitOverThreadsMatches) {
   Check(Shape(299, 45, 39), 1.0f, 0.0f, &ctx);
   Check(Shape(121, 700, 300), 0.5f, 1.0f, &ctx);
   Check(Shape(1000, 33, 27), 1.0f, 0.0f, &ctx);
+}
+
+// A batch-reduce GEMM against the definition. Terms live in two shared
+// buffers at staggered offsets, and rows as stored are lda (ldb) floats
+// apart, which may be fewer than a row holds: rows overlap, as when a
+// convolution reads its input in place.
+struct BatchShape {
+  int64_t m, n;
+  std::vector<int64_t> ks;
+  int64_t lda, ldb;
+};
+
+TEST_P(GemmPathTest, BatchReduceSumsItsTerms) {
+  const bool ta = GetParam().transpose_a, tb = GetParam().transpose_b;
+  const BatchShape shapes[] = {
+      {14, 64, {160, 160, 160, 160, 160}, 32, 64},  // Conv forward: overlap.
+      {70, 64, std::vector<int64_t>(14, 14), 32, 64},  // Many short terms.
+      {9, 45, {300, 0, 7}, 301, 45},  // A long term, an empty one, ragged n.
+      {25, 32, {1, 2, 3}, 5, 3},      // Tiny, overlapping both ways.
+      {40, 70, {90, 200}, 20, 33},
+  };
+  for (const BatchShape& shape : shapes) {
+    for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 2.0f}}) {
+      const int64_t m = shape.m, n = shape.n;
+      // Term i starts 7 * i floats into a's buffer, 5 * i into b's.
+      int64_t a_size = 1, b_size = 1;
+      for (size_t i = 0; i < shape.ks.size(); ++i) {
+        const int64_t k = std::max<int64_t>(shape.ks[i], 1);
+        a_size = std::max(a_size, int64_t(7 * i) + 1 +
+                                      (ta ? (k - 1) * shape.lda + m - 1
+                                          : (m - 1) * shape.lda + k - 1));
+        b_size = std::max(b_size, int64_t(5 * i) + 1 +
+                                      (tb ? (n - 1) * shape.ldb + k - 1
+                                          : (k - 1) * shape.ldb + n - 1));
+      }
+      const std::vector<float> a = RandomVector(a_size, 11);
+      const std::vector<float> b = RandomVector(b_size, 12);
+      std::vector<float> c = beta == 0.0f ? Garbage(m * n)
+                                          : RandomVector(m * n, 13);
+      std::vector<GemmTerm> terms;
+      Reference want{std::vector<double>(m * n), std::vector<double>(m * n)};
+      for (size_t t = 0; t < shape.ks.size(); ++t) {
+        const float* at = a.data() + 7 * t;
+        const float* bt = b.data() + 5 * t;
+        const int64_t k = shape.ks[t];
+        terms.push_back(GemmTerm{at, bt, k});
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t p = 0; p < k; ++p) {
+              const double term =
+                  double(ta ? at[p * shape.lda + i] : at[i * shape.lda + p]) *
+                  (tb ? bt[j * shape.ldb + p] : bt[p * shape.ldb + j]);
+              want.value[i * n + j] += alpha * term;
+              want.scale[i * n + j] += std::abs(alpha * term);
+            }
+          }
+        }
+      }
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double old = beta == 0.0f ? 0.0 : double(beta) * c[i];
+        want.value[i] += old;
+        want.scale[i] += std::abs(old) + 1e-30;
+      }
+      BatchReduceGemmOnPath(
+          GetParam().path,
+          BatchReduceGemm{m, n, ta, tb, terms.data(),
+                          static_cast<int64_t>(terms.size()), shape.lda,
+                          shape.ldb, alpha, beta, c.data(), n});
+      ExpectNear(want, c,
+                 "batch " + std::to_string(m) + "x" + std::to_string(n) +
+                     " terms=" + std::to_string(terms.size()) +
+                     " beta=" + std::to_string(beta));
+    }
+  }
 }
 
 TEST(GemmPathSelectionTest, BestPathIsSupportedAndPrefersAvx512) {
