@@ -187,25 +187,29 @@ float* TransposedFilter(const Conv2DShape& s, const Plan& p,
 
 }  // namespace
 
-void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-                   const float* filter, float* y, Workspace* workspace) {
+namespace internal {
+
+void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
+                         const Conv2DShape& s, const float* x,
+                         const float* filter, float* y, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
-    Gemm(ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
-         1.0f, x, filter, 0.0f, y);
+    GemmOnPath(path, ctx,
+               MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
+               1.0f, x, filter, 0.0f, y);
     return;
   }
-  if (internal::DirectConvForwardApplies(s)) {
+  if (DirectConvForwardApplies(path, s)) {
     float* scratch[kMaxThreads];
     for (int t = 0; t < p.threads; ++t) {
-      scratch[t] = workspace->Get(t, internal::DirectConvForwardScratch(s));
+      scratch[t] = workspace->Get(t, DirectConvForwardScratch(s));
     }
     ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
       for (int64_t t = t_begin; t < t_end; ++t) {
         int64_t begin, end;
         Share(s, p, t, &begin, &end);
-        internal::DirectConvForward(s, x, filter, begin, end, scratch[t], y);
+        DirectConvForward(path, s, x, filter, begin, end, scratch[t], y);
       }
     });
     return;
@@ -225,24 +229,34 @@ void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       for (int64_t n = begin; n < end; n += p.chunk) {
         const int64_t images = std::min(p.chunk, end - n);
         Im2Col(s, x + n * in_image, images, cols[t]);
-        GemmOnCallingThread(MatMulShape{images * p.pixels, s.out_channels,
-                                        p.patch, false, true},
-                            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
+        GemmOnCallingThreadOnPath(
+            path,
+            MatMulShape{images * p.pixels, s.out_channels, p.patch, false,
+                        true},
+            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
       }
     }
   });
 }
 
-void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-                    const float* filter, const float* dy, float* dx,
-                    float* dfilter, Workspace* workspace) {
+void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
+                          const Conv2DShape& s, const float* x,
+                          const float* filter, const float* dy, float* dx,
+                          float* dfilter, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
-    // y = x * filter as [B*H*W, in] x [in, out].
-    MatMulBackward(
-        ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels}, x,
-        filter, dy, dx, dfilter);
+    // y = x * filter as [rows, in] x [in, out] (MatMulBackward's formulas).
+    const int64_t rows = s.batch * p.pixels;
+    const int64_t in = s.in_channels, out = s.out_channels;
+    if (dx != nullptr) {  // dx = dy filter^T.
+      GemmOnPath(path, ctx, MatMulShape{rows, in, out, false, true}, 1.0f, dy,
+                 filter, 0.0f, dx);
+    }
+    if (dfilter != nullptr) {  // dfilter = x^T dy.
+      GemmOnPath(path, ctx, MatMulShape{in, out, rows, true, false}, 1.0f, x,
+                 dy, 0.0f, dfilter);
+    }
     return;
   }
   if (dx == nullptr && dfilter == nullptr) return;
@@ -250,14 +264,13 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
   // direct-method scratch; slot threads + t: thread t's partial dfilter
   // (thread 0 sums into dfilter itself); slot 2 * threads: the transposed
   // (im2col) or flipped (direct) filter.
-  const bool direct = internal::DirectConvBackwardApplies(s);
+  const bool direct = DirectConvBackwardApplies(path, s);
   float* scratch[kMaxThreads];
   float* partials[kMaxThreads];
   const int64_t filter_size = s.filter_size();
   for (int t = 0; t < p.threads; ++t) {
     scratch[t] = workspace->Get(
-        t, direct ? internal::DirectConvBackwardScratch(s)
-                  : p.chunk * p.pixels * p.patch);
+        t, direct ? DirectConvBackwardScratch(s) : p.chunk * p.pixels * p.patch);
     partials[t] = t == 0 || dfilter == nullptr
                       ? dfilter
                       : workspace->Get(p.threads + t, filter_size);
@@ -265,7 +278,7 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
   const float* filter_t = nullptr;
   if (dx != nullptr && direct) {
     float* flipped = workspace->Get(2 * p.threads, filter_size);
-    internal::FlipFilter(s, filter, flipped);
+    FlipFilter(s, filter, flipped);
     filter_t = flipped;
   } else if (dx != nullptr) {
     filter_t = TransposedFilter(s, p, filter, workspace, 2 * p.threads);
@@ -280,8 +293,8 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
         std::fill_n(partials[t], filter_size, 0.0f);
       }
       if (direct) {
-        internal::DirectConvBackward(s, x, filter_t, dy, begin, end,
-                                     scratch[t], dx, partials[t]);
+        DirectConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t],
+                           dx, partials[t]);
         continue;
       }
       if (dx != nullptr) {
@@ -295,14 +308,15 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
         if (dfilter != nullptr) {
           // dfilter += cols^T dy: [patch, rows] x [rows, out].
           Im2Col(s, x + n * in_image, images, cols);
-          GemmOnCallingThread(
-              MatMulShape{p.patch, s.out_channels, rows, true, false}, 1.0f,
-              cols, dy_n, 1.0f, partials[t]);
+          GemmOnCallingThreadOnPath(
+              path, MatMulShape{p.patch, s.out_channels, rows, true, false},
+              1.0f, cols, dy_n, 1.0f, partials[t]);
         }
         if (dx != nullptr) {
           // d(cols) = dy filter^T: [rows, out] x [out, patch].
-          GemmOnCallingThread(MatMulShape{rows, p.patch, s.out_channels}, 1.0f,
-                              dy_n, filter_t, 0.0f, cols);
+          GemmOnCallingThreadOnPath(
+              path, MatMulShape{rows, p.patch, s.out_channels}, 1.0f, dy_n,
+              filter_t, 0.0f, cols);
           Col2Im(s, cols, images, dx + n * in_image);
         }
       }
@@ -316,6 +330,21 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       }
     });
   }
+}
+
+}  // namespace internal
+
+void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                   const float* filter, float* y, Workspace* workspace) {
+  internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x, filter, y,
+                                workspace);
+}
+
+void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                    const float* filter, const float* dy, float* dx,
+                    float* dfilter, Workspace* workspace) {
+  internal::Conv2DBackwardOnPath(BestGemmPath(), ctx, s, x, filter, dy, dx,
+                                 dfilter, workspace);
 }
 
 }  // namespace kernels

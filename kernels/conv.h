@@ -15,6 +15,7 @@
 #define PSRT_KERNELS_CONV_H_
 
 #include "kernels/cpu_context.h"
+#include "kernels/gemm.h"
 #include "kernels/window.h"
 #include "kernels/workspace.h"
 
@@ -35,6 +36,22 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& shape,
                     const float* x, const float* filter, const float* dy,
                     float* dx, float* dfilter, Workspace* workspace);
 
+namespace internal {
+
+// Conv2DForward and Conv2DBackward with the GEMMs of a chosen path (those
+// above use BestGemmPath()): the direct method of conv_direct.h on the
+// AVX-512 path (but for the backward of strided convolutions), im2col and
+// one GEMM per chunk of images otherwise. For tests, which run both.
+// REQUIRES: GemmPathSupported(path); as above.
+void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
+                         const Conv2DShape& shape, const float* x,
+                         const float* filter, float* y, Workspace* workspace);
+void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
+                          const Conv2DShape& shape, const float* x,
+                          const float* filter, const float* dy, float* dx,
+                          float* dfilter, Workspace* workspace);
+
+}  // namespace internal
 }  // namespace kernels
 }  // namespace psrt
 

@@ -10,11 +10,6 @@ namespace kernels {
 namespace internal {
 namespace {
 
-// Window rows (fw * channels) shorter than this are too shallow a GEMM
-// depth; such convolutions (a first layer on a one-channel image) take
-// im2col.
-constexpr int64_t kMinRun = 64;
-
 // A convolution as the direct method runs it: input images [in_h, in_w,
 // in_c] go into a zero-padded buffer [height(), width(), in_c] at row
 // pad_top, column pad_left (columns or rows that no window reads are left
@@ -76,7 +71,7 @@ const float* WindowRuns(const Geometry& g, const float* padded, int64_t oh,
 }
 
 // out = the convolution of one padded image, output row by output row.
-void ConvolveImage(const Geometry& g, const float* padded,
+void ConvolveImage(GemmPath path, const Geometry& g, const float* padded,
                    const float* filter, std::vector<GemmTerm>* terms,
                    float* out) {
   terms->resize(g.fh);
@@ -85,14 +80,14 @@ void ConvolveImage(const Geometry& g, const float* padded,
       (*terms)[kh] = GemmTerm{WindowRuns(g, padded, oh, kh),
                               filter + kh * g.run() * g.out_c, g.run()};
     }
-    BatchReduceGemmOnCallingThread(BatchReduceGemm{
+    BatchReduceGemmOnPath(path, BatchReduceGemm{
         g.out_w, g.out_c, false, false, terms->data(), g.fh, g.sw * g.in_c,
         g.out_c, 1.0f, 0.0f, out + oh * g.out_w * g.out_c, g.out_c});
   }
 }
 
 // dfilter += the filter gradient of one padded image and its dy.
-void AddFilterGradient(const Geometry& g, const float* padded,
+void AddFilterGradient(GemmPath path, const Geometry& g, const float* padded,
                        const float* dy, std::vector<GemmTerm>* terms,
                        float* dfilter) {
   terms->resize(g.out_h);
@@ -101,7 +96,7 @@ void AddFilterGradient(const Geometry& g, const float* padded,
       (*terms)[oh] = GemmTerm{WindowRuns(g, padded, oh, kh),
                               dy + oh * g.out_w * g.out_c, g.out_w};
     }
-    BatchReduceGemmOnCallingThread(BatchReduceGemm{
+    BatchReduceGemmOnPath(path, BatchReduceGemm{
         g.run(), g.out_c, true, false, terms->data(), g.out_h, g.sw * g.in_c,
         g.out_c, 1.0f, 1.0f, dfilter + kh * g.run() * g.out_c, g.out_c});
   }
@@ -116,14 +111,13 @@ std::vector<GemmTerm>* TermBuffer() {
 
 }  // namespace
 
-bool DirectConvForwardApplies(const Conv2DShape& s) {
-  return BestGemmPath() == GemmPath::kAvx512 &&
-         s.filter_width * s.in_channels >= kMinRun;
+bool DirectConvForwardApplies(GemmPath path, const Conv2DShape& /*s*/) {
+  return path == GemmPath::kAvx512;
 }
 
-bool DirectConvBackwardApplies(const Conv2DShape& s) {
-  return DirectConvForwardApplies(s) && s.stride_height == 1 &&
-         s.stride_width == 1 && s.filter_width * s.out_channels >= kMinRun;
+bool DirectConvBackwardApplies(GemmPath path, const Conv2DShape& s) {
+  return DirectConvForwardApplies(path, s) && s.stride_height == 1 &&
+         s.stride_width == 1;
 }
 
 int64_t DirectConvForwardScratch(const Conv2DShape& s) {
@@ -134,7 +128,7 @@ int64_t DirectConvBackwardScratch(const Conv2DShape& s) {
   return ForwardGeometry(s).padded_size() + DxGeometry(s).padded_size();
 }
 
-void DirectConvForward(const Conv2DShape& s, const float* x,
+void DirectConvForward(GemmPath path, const Conv2DShape& s, const float* x,
                        const float* filter, int64_t begin, int64_t end,
                        float* scratch, float* y) {
   const Geometry g = ForwardGeometry(s);
@@ -142,7 +136,7 @@ void DirectConvForward(const Conv2DShape& s, const float* x,
   std::vector<GemmTerm>* terms = TermBuffer();
   for (int64_t n = begin; n < end; ++n) {
     Pad(g, x + n * g.in_image(), scratch);
-    ConvolveImage(g, scratch, filter, terms, y + n * g.out_image());
+    ConvolveImage(path, g, scratch, filter, terms, y + n * g.out_image());
   }
 }
 
@@ -160,7 +154,7 @@ void FlipFilter(const Conv2DShape& s, const float* filter, float* flipped) {
   }
 }
 
-void DirectConvBackward(const Conv2DShape& s, const float* x,
+void DirectConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
                         const float* flipped, const float* dy, int64_t begin,
                         int64_t end, float* scratch, float* dx,
                         float* dfilter) {
@@ -174,11 +168,12 @@ void DirectConvBackward(const Conv2DShape& s, const float* x,
     const float* dy_n = dy + n * fwd.out_image();
     if (dfilter != nullptr) {
       Pad(fwd, x + n * fwd.in_image(), padded_x);
-      AddFilterGradient(fwd, padded_x, dy_n, terms, dfilter);
+      AddFilterGradient(path, fwd, padded_x, dy_n, terms, dfilter);
     }
     if (dx != nullptr) {
       Pad(back, dy_n, padded_dy);
-      ConvolveImage(back, padded_dy, flipped, terms, dx + n * back.out_image());
+      ConvolveImage(path, back, padded_dy, flipped, terms,
+                    dx + n * back.out_image());
     }
   }
 }

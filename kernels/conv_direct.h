@@ -16,14 +16,15 @@
 //   dx = the stride-1 convolution of dy, padded by (fh - 1 - pad_top,
 //        fw - 1 - pad_left), by the filter flipped in space with its
 //        channel axes swapped: no column matrix and no scatter-add.
-// Every GEMM has a depth of a window row (fw * in or fw * out) or of an
-// output row, so the method runs where those are long enough for the GEMM to
-// be efficient and the GEMM path runs small strided blocks at full speed.
+// The GEMMs are small (an output row by a window) and many, so the method
+// runs on a GEMM path that runs small strided blocks at full speed, and
+// sums each one's terms in registers.
 #ifndef PSRT_KERNELS_CONV_DIRECT_H_
 #define PSRT_KERNELS_CONV_DIRECT_H_
 
 #include <cstdint>
 
+#include "kernels/gemm.h"
 #include "kernels/window.h"
 
 namespace psrt {
@@ -31,16 +32,18 @@ namespace kernels {
 namespace internal {
 
 // Whether the direct method runs this forward, and this backward (which
-// needs stride 1 as well, for dx).
-bool DirectConvForwardApplies(const Conv2DShape& s);
-bool DirectConvBackwardApplies(const Conv2DShape& s);
+// needs stride 1, for dx), on GEMM path `path`: only the AVX-512 path runs
+// the small strided GEMMs at full speed; Eigen repacks its operands per call.
+bool DirectConvForwardApplies(GemmPath path, const Conv2DShape& s);
+bool DirectConvBackwardApplies(GemmPath path, const Conv2DShape& s);
 
 // Floats of scratch memory each thread passes to the forward and backward.
 int64_t DirectConvForwardScratch(const Conv2DShape& s);
 int64_t DirectConvBackwardScratch(const Conv2DShape& s);
 
-// y for images [begin, end) of the batch. Overwrites their y.
-void DirectConvForward(const Conv2DShape& s, const float* x,
+// y for images [begin, end) of the batch, with `path`'s GEMMs. Overwrites
+// their y.
+void DirectConvForward(GemmPath path, const Conv2DShape& s, const float* x,
                        const float* filter, int64_t begin, int64_t end,
                        float* scratch, float* y);
 
@@ -49,10 +52,10 @@ void DirectConvForward(const Conv2DShape& s, const float* x,
 // (filter_size() floats).
 void FlipFilter(const Conv2DShape& s, const float* filter, float* flipped);
 
-// The backward for images [begin, end): adds their filter gradient into
-// dfilter and overwrites their dx; either may be null to skip it. flipped is
-// FlipFilter's output (unused without dx).
-void DirectConvBackward(const Conv2DShape& s, const float* x,
+// The backward for images [begin, end), with `path`'s GEMMs: adds their
+// filter gradient into dfilter and overwrites their dx; either may be null
+// to skip it. flipped is FlipFilter's output (unused without dx).
+void DirectConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
                         const float* flipped, const float* dy, int64_t begin,
                         int64_t end, float* scratch, float* dx, float* dfilter);
 
