@@ -1,16 +1,21 @@
 // The CPU GEMM behind Gemm and GemmOnCallingThread (ops.h), with its paths:
 //
 //   kPortable  Eigen's GEMM, built for PSRT_KERNELS_MARCH: any CPU.
-//   kAvx512    psrt's own blocked GEMM (gemm_avx512.cc): a 12x32 register
-//              tile of zmm accumulators, K split into L1-sized blocks, op(b)
-//              packed into per-thread buffers that are reused from call to
-//              call. Only on x86-64 CPUs with AVX-512 F/BW/DQ/VL.
+//   kAvx512    psrt's own blocked GEMM (gemm_avx512.cc): up to 12x32 of c
+//              in zmm accumulators, k split into L1-sized blocks, op(a)
+//              read in place, op(b) read in place or packed into a
+//              per-thread buffer that is reused from call to call. Only on
+//              x86-64 CPUs with AVX-512 F/BW/DQ/VL, checked at run time.
+//
+// Beyond ops.h's Gemm, it offers GEMMs on strided storage whose rows may
+// overlap (StridedGemm) and sums of such GEMMs (BatchReduceGemm): the
+// direct convolution (conv_direct.h) is built on them.
 //
 // Gemm picks BestGemmPath() once; the *OnPath functions let tests and
 // benchmarks run each path on purpose (kPortable is the oracle for kAvx512).
 // Both paths follow ops.h's contract: c = alpha * op(a) * op(b) + beta * c,
-// c row-major [m, n], and with beta == 0 the old c is never read. With
-// alpha == 0 or k == 0 neither a nor b is read: c = beta * c.
+// c row-major, and with beta == 0 the old c is never read. With alpha == 0
+// or k == 0 neither a nor b is read: c = beta * c.
 //
 // Thread safety: all functions may be called from several threads at once
 // (the packing buffers are per thread).
