@@ -62,11 +62,17 @@ void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s, const float* x,
 
 namespace {
 
-// A group of channels that MaxPoolBackward routes at once: one float, or
-// eight in a GCC/Clang vector (one AVX register; the compiler splits it on
-// narrower targets), with the same operators.
+// A group of channels that MaxPoolBackward routes at once: one float, or a
+// GCC/Clang vector of one register's width (8 floats with AVX, else 4), with
+// the same operators.
+#if defined(__AVX__)
+constexpr int kVectorLanes = 8;
+#else
+constexpr int kVectorLanes = 4;
+#endif
 using Lane1 = float;
-using Lane8 = float __attribute__((vector_size(8 * sizeof(float))));
+using LaneVector =
+    float __attribute__((vector_size(kVectorLanes * sizeof(float))));
 template <class V>
 constexpr int kLaneCount = sizeof(V) / sizeof(float);
 
@@ -81,7 +87,7 @@ void StoreLanes(const V& v, float* p) {
   std::memcpy(p, &v, sizeof(V));
 }
 inline float LaneOf(Lane1 v, int) { return v; }
-inline float LaneOf(const Lane8& v, int i) { return v[i]; }
+inline float LaneOf(const LaneVector& v, int i) { return v[i]; }
 
 // MaxPoolBackward's work for the channels [c0, c0 + lanes) of one output
 // pixel: finds its window's first max cell per channel and routes the
@@ -143,8 +149,8 @@ void MaxPoolBackwardImages(const functor::PoolGeometry& g, const float* x,
         const functor::Window win(g, n, oh, ow);
         const float* d = dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
         int64_t c0 = 0;
-        for (; c0 + kLaneCount<Lane8> <= C; c0 += kLaneCount<Lane8>) {
-          RouteMaxGradient<Lane8, kDisjoint>(g, win, xi, d, c0, dxi);
+        for (; c0 + kVectorLanes <= C; c0 += kVectorLanes) {
+          RouteMaxGradient<LaneVector, kDisjoint>(g, win, xi, d, c0, dxi);
         }
         for (; c0 < C; ++c0) {
           RouteMaxGradient<Lane1, kDisjoint>(g, win, xi, d, c0, dxi);

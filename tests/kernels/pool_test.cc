@@ -65,7 +65,8 @@ std::vector<PoolCase> Cases() {
       {"Same3x3Stride1", Shape(2, 5, 4, 3, 3, 1, Padding::kSame)},
       {"Same3x3Stride2", Shape(1, 7, 6, 2, 3, 2, Padding::kSame)},
       {"Valid3x3Stride2", Shape(2, 7, 9, 2, 3, 2, Padding::kValid)},
-      // Channels past one group of 8 (routed together) plus a remainder:
+      // Channels past a vector of 8 (with AVX; 4 without), routed
+      // together, plus a remainder:
       // windows that tile the image, that leave cells uncovered, and that
       // overlap.
       {"Same2x2Stride2Channels11", Shape(2, 5, 6, 11, 2, 2, Padding::kSame)},
@@ -142,7 +143,7 @@ TEST(PoolValuesTest, SamePaddingSkipsPaddedCells) {
 
 TEST(PoolValuesTest, MaxPoolTiesGoToTheFirstCell) {
   CpuContext ctx(1);
-  // 9 channels (a group of 8 and one more), all cells 0: every channel's
+  // 9 channels (a vector of 8 and one more), all cells 0: every channel's
   // gradient goes to the window's first cell. Once with a window that tiles
   // the image, once with overlapping (stride 1) windows.
   for (const Pool2DShape& s : {Shape(1, 2, 2, 9, 2, 2, Padding::kValid),
