@@ -9,7 +9,6 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-
 // GEMMs with fewer multiply-adds than this run on one thread.
 constexpr int64_t kMinParallelGemmWork = 1 << 18;
 // Rows or columns per block of the portable path: a multiple of Eigen's
