@@ -1,19 +1,21 @@
 #include "kernels/conv.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "Eigen/Core"
 #include "glog/logging.h"
+#include "kernels/conv_direct.h"
 #include "kernels/ops.h"
 
 namespace psrt {
 namespace kernels {
 namespace {
 
-// A column buffer per thread of at most this many floats (2 MiB, unless
-// one image needs more): GEMMs of several hundred rows, which Eigen runs
-// near its peak, on a buffer that stays in cache.
-constexpr int64_t kColumnBufferFloats = 1 << 19;
+// A column buffer per thread of at most this many floats (1 MiB, unless
+// one image needs more): GEMMs of a few hundred rows or more, which run near
+// their peak, on a buffer that stays in the core's L2 (half of it here).
+constexpr int64_t kColumnBufferFloats = 1 << 18;
 // Threads that take a share of one convolution (more wait).
 constexpr int64_t kMaxThreads = 64;
 
@@ -59,11 +61,23 @@ void Share(const Conv2DShape& s, const Plan& p, int64_t t, int64_t* begin,
   *end = s.batch * (t + 1) / p.threads;
 }
 
-// Copies and clears of the short runs that im2col moves (a filter row of a
-// single-channel image is 5 floats): Eigen's vectorized loops, which unlike
-// memcpy/memset calls cost nothing per call.
-void CopyFloats(const float* src, int64_t n, float* dst) {
+// Copies and clears of the runs that im2col moves: a filter row of the
+// window, fw * in floats (5 for a one-channel image). Runs of 4 to 16 floats
+// take two overlapping fixed-size moves, so that the shortest, the most
+// numerous, cost no loop; longer ones Eigen's vectorized loop.
+void CopyLongRun(const float* src, int64_t n, float* dst) {
   Eigen::Map<Eigen::ArrayXf>(dst, n) = Eigen::Map<const Eigen::ArrayXf>(src, n);
+}
+inline void CopyFloats(const float* src, int64_t n, float* dst) {
+  if (n >= 4 && n <= 8) {
+    std::memcpy(dst, src, 4 * sizeof(float));
+    std::memcpy(dst + n - 4, src + n - 4, 4 * sizeof(float));
+  } else if (n > 8 && n <= 16) {
+    std::memcpy(dst, src, 8 * sizeof(float));
+    std::memcpy(dst + n - 8, src + n - 8, 8 * sizeof(float));
+  } else {
+    CopyLongRun(src, n, dst);
+  }
 }
 void ZeroFloats(int64_t n, float* dst) {
   Eigen::Map<Eigen::ArrayXf>(dst, n).setZero();
@@ -73,63 +87,88 @@ void AddFloats(const float* src, int64_t n, float* dst) {
       Eigen::Map<const Eigen::ArrayXf>(src, n);
 }
 
-// Fills the column matrix of `images` images starting at x: row (n, oh, ow)
-// holds the window of output pixel (oh, ow), as [fh, fw, in] with zeros for
-// padding. For each filter row, the window's valid cells are one contiguous
-// run of NHWC memory.
-void Im2Col(const Conv2DShape& s, const float* x, int64_t images, float* col) {
+// Walks the column matrix of `images` images: row (n, oh, ow) holds the
+// window of output pixel (oh, ow) of image n as [fh, fw, in], one run of
+// fw * in floats per filter row kh, taken from input row h = oh * sh -
+// pad_top + kh, columns w0 = ow * sw - pad_left onwards. For the part of a
+// run inside the image (contiguous NHWC memory) it calls
+// inside(col_offset, x_offset, count); for padding, outside(col_offset,
+// count). Offsets count floats from the first image and its matrix. The
+// loop over ow is split where windows start and stop touching the padding,
+// so that the middle part, nearly all of it, only steps two offsets.
+template <class Inside, class Outside>
+void WalkColumnMatrix(const Conv2DShape& s, int64_t images, Inside&& inside,
+                      Outside&& outside) {
   const int64_t oh_size = s.out_height(), ow_size = s.out_width();
   const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
-  const int64_t c = s.in_channels, fw = s.filter_width;
-  const int64_t row_len = fw * c;
+  const int64_t in_height = s.in_height, in_width = s.in_width;
+  const int64_t sh = s.stride_height, sw = s.stride_width;
+  const int64_t c = s.in_channels, fh = s.filter_height, fw = s.filter_width;
+  const int64_t row_len = fw * c, patch = fh * row_len;
+  const int64_t image_size = in_height * in_width * c;
+  // Windows [ow_begin, ow_end) lie inside the image's width.
+  const int64_t ow_begin = std::min(ow_size, (pad_left + sw - 1) / sw);
+  const int64_t ow_end = std::clamp<int64_t>(
+      in_width - fw + pad_left < 0 ? 0 : (in_width - fw + pad_left) / sw + 1,
+      ow_begin, ow_size);
+  // A window that crosses the left or right edge of the image.
+  auto edge_run = [&](int64_t ow, int64_t col, int64_t x_row) {
+    const int64_t w0 = ow * sw - pad_left;
+    const int64_t kw_begin = std::max<int64_t>(0, -w0);
+    const int64_t kw_end = std::min<int64_t>(fw, in_width - w0);
+    if (kw_begin >= kw_end) {
+      outside(col, row_len);
+      return;
+    }
+    if (kw_begin > 0) outside(col, kw_begin * c);
+    inside(col + kw_begin * c, x_row + (w0 + kw_begin) * c,
+           (kw_end - kw_begin) * c);
+    if (kw_end < fw) outside(col + kw_end * c, (fw - kw_end) * c);
+  };
   for (int64_t n = 0; n < images; ++n) {
-    const float* image = x + n * s.in_height * s.in_width * c;
     for (int64_t oh = 0; oh < oh_size; ++oh) {
-      const int64_t h0 = oh * s.stride_height - pad_top;
-      for (int64_t ow = 0; ow < ow_size; ++ow) {
-        const int64_t w0 = ow * s.stride_width - pad_left;
-        const int64_t kw_begin = std::max<int64_t>(0, -w0);
-        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
-        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
-          const int64_t h = h0 + kh;
-          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) {
-            ZeroFloats(row_len, col);
-            continue;
+      const int64_t first_row = (n * oh_size + oh) * ow_size * patch;
+      for (int64_t kh = 0; kh < fh; ++kh) {
+        const int64_t h = oh * sh - pad_top + kh;
+        const int64_t col = first_row + kh * row_len;
+        if (h < 0 || h >= in_height) {
+          for (int64_t ow = 0; ow < ow_size; ++ow) {
+            outside(col + ow * patch, row_len);
           }
-          if (kw_begin > 0) ZeroFloats(kw_begin * c, col);
-          CopyFloats(image + (h * s.in_width + w0 + kw_begin) * c,
-                     (kw_end - kw_begin) * c, col + kw_begin * c);
-          if (kw_end < fw) ZeroFloats((fw - kw_end) * c, col + kw_end * c);
+          continue;
+        }
+        const int64_t x_row = n * image_size + h * in_width * c;
+        for (int64_t ow = 0; ow < ow_begin; ++ow) {
+          edge_run(ow, col + ow * patch, x_row);
+        }
+        int64_t x = x_row + (ow_begin * sw - pad_left) * c;
+        for (int64_t ow = ow_begin; ow < ow_end; ++ow, x += sw * c) {
+          inside(col + ow * patch, x, row_len);
+        }
+        for (int64_t ow = ow_end; ow < ow_size; ++ow) {
+          edge_run(ow, col + ow * patch, x_row);
         }
       }
     }
   }
 }
 
+// Fills the column matrix of `images` images starting at x (zeros for
+// padding).
+void Im2Col(const Conv2DShape& s, const float* x, int64_t images, float* col) {
+  WalkColumnMatrix(
+      s, images,
+      [&](int64_t c, int64_t i, int64_t n) { CopyFloats(x + i, n, col + c); },
+      [&](int64_t c, int64_t n) { ZeroFloats(n, col + c); });
+}
+
 // The adjoint of Im2Col: adds every column-matrix entry into the input cell
 // it was copied from (padding entries are dropped). dx must start zeroed.
 void Col2Im(const Conv2DShape& s, const float* col, int64_t images, float* dx) {
-  const int64_t oh_size = s.out_height(), ow_size = s.out_width();
-  const int64_t pad_top = s.pad_top(), pad_left = s.pad_left();
-  const int64_t c = s.in_channels, fw = s.filter_width;
-  const int64_t row_len = fw * c;
-  for (int64_t n = 0; n < images; ++n) {
-    float* image = dx + n * s.in_height * s.in_width * c;
-    for (int64_t oh = 0; oh < oh_size; ++oh) {
-      const int64_t h0 = oh * s.stride_height - pad_top;
-      for (int64_t ow = 0; ow < ow_size; ++ow) {
-        const int64_t w0 = ow * s.stride_width - pad_left;
-        const int64_t kw_begin = std::max<int64_t>(0, -w0);
-        const int64_t kw_end = std::min<int64_t>(fw, s.in_width - w0);
-        for (int64_t kh = 0; kh < s.filter_height; ++kh, col += row_len) {
-          const int64_t h = h0 + kh;
-          if (h < 0 || h >= s.in_height || kw_begin >= kw_end) continue;
-          AddFloats(col + kw_begin * c, (kw_end - kw_begin) * c,
-                    image + (h * s.in_width + w0 + kw_begin) * c);
-        }
-      }
-    }
-  }
+  WalkColumnMatrix(
+      s, images,
+      [&](int64_t c, int64_t i, int64_t n) { AddFloats(col + c, n, dx + i); },
+      [](int64_t, int64_t) {});
 }
 
 // The filter as a row-major [out, patch] matrix (its transpose): Eigen's
@@ -148,13 +187,31 @@ float* TransposedFilter(const Conv2DShape& s, const Plan& p,
 
 }  // namespace
 
-void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-                   const float* filter, float* y, Workspace* workspace) {
+namespace internal {
+
+void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
+                         const Conv2DShape& s, const float* x,
+                         const float* filter, float* y, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
-    Gemm(ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
-         1.0f, x, filter, 0.0f, y);
+    GemmOnPath(path, ctx,
+               MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
+               1.0f, x, filter, 0.0f, y);
+    return;
+  }
+  if (DirectConvForwardApplies(path, s)) {
+    float* scratch[kMaxThreads];
+    for (int t = 0; t < p.threads; ++t) {
+      scratch[t] = workspace->Get(t, DirectConvForwardScratch(s));
+    }
+    ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        int64_t begin, end;
+        Share(s, p, t, &begin, &end);
+        DirectConvForward(path, s, x, filter, begin, end, scratch[t], y);
+      }
+    });
     return;
   }
   float* cols[kMaxThreads];
@@ -172,42 +229,60 @@ void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       for (int64_t n = begin; n < end; n += p.chunk) {
         const int64_t images = std::min(p.chunk, end - n);
         Im2Col(s, x + n * in_image, images, cols[t]);
-        GemmOnCallingThread(MatMulShape{images * p.pixels, s.out_channels,
-                                        p.patch, false, true},
-                            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
+        GemmOnCallingThreadOnPath(
+            path,
+            MatMulShape{images * p.pixels, s.out_channels, p.patch, false,
+                        true},
+            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
       }
     }
   });
 }
 
-void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-                    const float* filter, const float* dy, float* dx,
-                    float* dfilter, Workspace* workspace) {
+void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
+                          const Conv2DShape& s, const float* x,
+                          const float* filter, const float* dy, float* dx,
+                          float* dfilter, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
-    // y = x * filter as [B*H*W, in] x [in, out].
-    MatMulBackward(
-        ctx, MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels}, x,
-        filter, dy, dx, dfilter);
+    // y = x * filter as [rows, in] x [in, out] (MatMulBackward's formulas).
+    const int64_t rows = s.batch * p.pixels;
+    const int64_t in = s.in_channels, out = s.out_channels;
+    if (dx != nullptr) {  // dx = dy filter^T.
+      GemmOnPath(path, ctx, MatMulShape{rows, in, out, false, true}, 1.0f, dy,
+                 filter, 0.0f, dx);
+    }
+    if (dfilter != nullptr) {  // dfilter = x^T dy.
+      GemmOnPath(path, ctx, MatMulShape{in, out, rows, true, false}, 1.0f, x,
+                 dy, 0.0f, dfilter);
+    }
     return;
   }
   if (dx == nullptr && dfilter == nullptr) return;
-  // Slot t: thread t's column matrix (and then its d(column matrix));
-  // slot threads + t: thread t's partial dfilter (thread 0 sums into
-  // dfilter itself); slot 2 * threads: the transposed filter.
-  float* cols[kMaxThreads];
+  // Slot t: thread t's column matrix (and then its d(column matrix)), or its
+  // direct-method scratch; slot threads + t: thread t's partial dfilter
+  // (thread 0 sums into dfilter itself); slot 2 * threads: the transposed
+  // (im2col) or flipped (direct) filter.
+  const bool direct = DirectConvBackwardApplies(path, s);
+  float* scratch[kMaxThreads];
   float* partials[kMaxThreads];
   const int64_t filter_size = s.filter_size();
   for (int t = 0; t < p.threads; ++t) {
-    cols[t] = workspace->Get(t, p.chunk * p.pixels * p.patch);
+    scratch[t] = workspace->Get(
+        t, direct ? DirectConvBackwardScratch(s) : p.chunk * p.pixels * p.patch);
     partials[t] = t == 0 || dfilter == nullptr
                       ? dfilter
                       : workspace->Get(p.threads + t, filter_size);
   }
-  const float* filter_t =
-      dx == nullptr ? nullptr
-                    : TransposedFilter(s, p, filter, workspace, 2 * p.threads);
+  const float* filter_t = nullptr;
+  if (dx != nullptr && direct) {
+    float* flipped = workspace->Get(2 * p.threads, filter_size);
+    FlipFilter(s, filter, flipped);
+    filter_t = flipped;
+  } else if (dx != nullptr) {
+    filter_t = TransposedFilter(s, p, filter, workspace, 2 * p.threads);
+  }
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
   ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
@@ -217,25 +292,32 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       if (dfilter != nullptr) {
         std::fill_n(partials[t], filter_size, 0.0f);
       }
+      if (direct) {
+        DirectConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t],
+                           dx, partials[t]);
+        continue;
+      }
       if (dx != nullptr) {
         std::fill(dx + begin * in_image, dx + end * in_image, 0.0f);
       }
+      float* cols = scratch[t];
       for (int64_t n = begin; n < end; n += p.chunk) {
         const int64_t images = std::min(p.chunk, end - n);
         const int64_t rows = images * p.pixels;
         const float* dy_n = dy + n * out_image;
         if (dfilter != nullptr) {
           // dfilter += cols^T dy: [patch, rows] x [rows, out].
-          Im2Col(s, x + n * in_image, images, cols[t]);
-          GemmOnCallingThread(
-              MatMulShape{p.patch, s.out_channels, rows, true, false}, 1.0f,
-              cols[t], dy_n, 1.0f, partials[t]);
+          Im2Col(s, x + n * in_image, images, cols);
+          GemmOnCallingThreadOnPath(
+              path, MatMulShape{p.patch, s.out_channels, rows, true, false},
+              1.0f, cols, dy_n, 1.0f, partials[t]);
         }
         if (dx != nullptr) {
           // d(cols) = dy filter^T: [rows, out] x [out, patch].
-          GemmOnCallingThread(MatMulShape{rows, p.patch, s.out_channels}, 1.0f,
-                              dy_n, filter_t, 0.0f, cols[t]);
-          Col2Im(s, cols[t], images, dx + n * in_image);
+          GemmOnCallingThreadOnPath(
+              path, MatMulShape{rows, p.patch, s.out_channels}, 1.0f, dy_n,
+              filter_t, 0.0f, cols);
+          Col2Im(s, cols, images, dx + n * in_image);
         }
       }
     }
@@ -248,6 +330,21 @@ void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
       }
     });
   }
+}
+
+}  // namespace internal
+
+void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                   const float* filter, float* y, Workspace* workspace) {
+  internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x, filter, y,
+                                workspace);
+}
+
+void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                    const float* filter, const float* dy, float* dx,
+                    float* dfilter, Workspace* workspace) {
+  internal::Conv2DBackwardOnPath(BestGemmPath(), ctx, s, x, filter, dy, dx,
+                                 dfilter, workspace);
 }
 
 }  // namespace kernels

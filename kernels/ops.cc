@@ -12,96 +12,11 @@ namespace psrt {
 namespace kernels {
 namespace {
 
-template <int Order>
-using MatrixMap = Eigen::Map<
-    const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Order>>;
-using RowMajorMap = Eigen::Map<
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-
 // Element-wise ops split into blocks of at least this many elements; below
 // that a thread hand-off costs more than it saves.
 constexpr int64_t kElementGrain = 1 << 15;
-// GEMMs with fewer multiply-adds than this run on one thread.
-constexpr int64_t kMinParallelGemmWork = 1 << 18;
-// Rows or columns per GEMM block: a multiple of Eigen's register blocking.
-constexpr int64_t kGemmGrain = 32;
-
-// c = alpha * a * b + beta * c for one block (Eigen's single-threaded GEMM).
-template <class A, class B, class C>
-void GemmBlock(float alpha, const A& a, const B& b, float beta, C&& c) {
-  if (beta == 0.0f) {
-    c.noalias() = alpha * a * b;
-    return;
-  }
-  if (beta != 1.0f) c *= beta;
-  c.noalias() += alpha * a * b;
-}
-
-// Splits c = op(a) * op(b) along its larger dimension: column blocks of c
-// pair with column blocks of op(b), row blocks with row blocks of op(a).
-template <class A, class B>
-void ParallelGemm(const CpuContext& ctx, const MatMulShape& s, float alpha,
-                  const A& a, const B& b, float beta, float* c_data) {
-  RowMajorMap c(c_data, s.m, s.n);
-  const bool small = s.m * s.n * s.k < kMinParallelGemmWork;
-  if (s.n >= s.m) {
-    ctx.ParallelFor(s.n, small ? s.n : kGemmGrain,
-                    [&](int64_t begin, int64_t end) {
-                      GemmBlock(alpha, a, b.middleCols(begin, end - begin),
-                                beta, c.middleCols(begin, end - begin));
-                    });
-  } else {
-    ctx.ParallelFor(s.m, small ? s.m : kGemmGrain,
-                    [&](int64_t begin, int64_t end) {
-                      GemmBlock(alpha, a.middleRows(begin, end - begin), b,
-                                beta, c.middleRows(begin, end - begin));
-                    });
-  }
-}
-
-// The four storage orders of (a, b) as Eigen maps, handed to fn(a, b).
-template <class Fn>
-void WithOperands(const MatMulShape& s, const float* a, const float* b,
-                  Fn&& fn) {
-  auto with_a = [&](const auto& bm) {
-    if (s.transpose_a) {
-      fn(MatrixMap<Eigen::ColMajor>(a, s.m, s.k), bm);
-    } else {
-      fn(MatrixMap<Eigen::RowMajor>(a, s.m, s.k), bm);
-    }
-  };
-  if (s.transpose_b) {
-    with_a(MatrixMap<Eigen::ColMajor>(b, s.k, s.n));
-  } else {
-    with_a(MatrixMap<Eigen::RowMajor>(b, s.k, s.n));
-  }
-}
-
-void CheckGemmShape(const MatMulShape& shape) {
-  CHECK(shape.m >= 0 && shape.n >= 0 && shape.k >= 0)
-      << "negative GEMM dimension: m=" << shape.m << " n=" << shape.n
-      << " k=" << shape.k;
-}
 
 }  // namespace
-
-void GemmOnCallingThread(const MatMulShape& shape, float alpha, const float* a,
-                         const float* b, float beta, float* c) {
-  CheckGemmShape(shape);
-  if (shape.m == 0 || shape.n == 0) return;
-  WithOperands(shape, a, b, [&](const auto& am, const auto& bm) {
-    GemmBlock(alpha, am, bm, beta, RowMajorMap(c, shape.m, shape.n));
-  });
-}
-
-void Gemm(const CpuContext& ctx, const MatMulShape& shape, float alpha,
-          const float* a, const float* b, float beta, float* c) {
-  CheckGemmShape(shape);
-  if (shape.m == 0 || shape.n == 0) return;
-  WithOperands(shape, a, b, [&](const auto& am, const auto& bm) {
-    ParallelGemm(ctx, shape, alpha, am, bm, beta, c);
-  });
-}
 
 void MatMulForward(const CpuContext& ctx, const MatMulShape& shape,
                    const float* a, const float* b, float* c) {
@@ -124,12 +39,22 @@ void BiasAddForward(const CpuContext& ctx, const float* x, const float* bias,
 
 void BiasAddBackward(const CpuContext& ctx, const float* dy, int64_t rows,
                      int64_t cols, float* dbias) {
-  // Row by row, so that every read is contiguous (the GPU sums by column).
-  Eigen::Map<Eigen::ArrayXf> sum(dbias, cols);
-  sum.setZero();
-  for (int64_t r = 0; r < rows; ++r) {
-    sum += Eigen::Map<const Eigen::ArrayXf>(dy + r * cols, cols);
-  }
+  // Row by row, so that reads are contiguous (the GPU sums by column);
+  // threads take blocks of 16 columns (a cache line of each row), so that
+  // each reads only its own lines.
+  constexpr int64_t kColumnBlock = 16;
+  const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
+  const int64_t grain = std::max<int64_t>(
+      1, kElementGrain / std::max<int64_t>(rows * kColumnBlock, 1));
+  ctx.ParallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
+    const int64_t c0 = begin * kColumnBlock;
+    const int64_t width = std::min(cols, end * kColumnBlock) - c0;
+    Eigen::Map<Eigen::ArrayXf> sum(dbias + c0, width);
+    sum.setZero();
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += Eigen::Map<const Eigen::ArrayXf>(dy + r * cols + c0, width);
+    }
+  });
 }
 
 void ReluForward(const CpuContext& ctx, const float* x, int64_t n, float* y) {

@@ -29,7 +29,8 @@ struct MatMulShape {
 };
 
 // The GEMM: c = alpha * op(a) * op(b) + beta * c. With beta == 0, c is
-// overwritten and its old contents are never read.
+// overwritten and its old contents are never read. Runs the fastest path
+// this CPU supports (gemm.h: AVX-512 or Eigen; defined in gemm.cc).
 // REQUIRES: c does not overlap a or b.
 void Gemm(const CpuContext& ctx, const MatMulShape& shape, float alpha,
           const float* a, const float* b, float beta, float* c);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
@@ -61,35 +62,102 @@ void MaxPoolForward(const CpuContext& ctx, const Pool2DShape& s, const float* x,
 
 namespace {
 
-// MaxPoolBackward's work for channels [c0, c0 + W) of one output pixel:
-// finds its window's first max cell per channel (vectorized over the
-// channels: W is a compile-time width, so there are no masked tails) and
-// adds the pixel's gradient there.
-template <int W>
+// A group of channels that MaxPoolBackward routes at once: one float, or a
+// GCC/Clang vector of one register's width (8 floats with AVX, else 4), with
+// the same operators.
+#if defined(__AVX__)
+constexpr int kVectorLanes = 8;
+#else
+constexpr int kVectorLanes = 4;
+#endif
+using Lane1 = float;
+using LaneVector =
+    float __attribute__((vector_size(kVectorLanes * sizeof(float))));
+template <class V>
+constexpr int kLaneCount = sizeof(V) / sizeof(float);
+
+template <class V>
+V LoadLanes(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V>
+void StoreLanes(const V& v, float* p) {
+  std::memcpy(p, &v, sizeof(V));
+}
+inline float LaneOf(Lane1 v, int) { return v; }
+inline float LaneOf(const LaneVector& v, int i) { return v[i]; }
+
+// MaxPoolBackward's work for the channels [c0, c0 + lanes) of one output
+// pixel: finds its window's first max cell per channel and routes the
+// pixel's gradient there. A window that overlaps no other (kDisjoint)
+// writes all of its cells, zero but at the max, so that dx needs no clearing
+// first; otherwise it adds into the max cell. Cells are numbered row-major
+// within the window (floats, so that the selects stay in float vectors).
+template <class V, bool kDisjoint>
 void RouteMaxGradient(const functor::PoolGeometry& g,
                       const functor::Window& win, const float* xi,
                       const float* d, int64_t c0, float* dxi) {
   const int64_t C = g.channels;
-  float best[W];
-  int32_t where[W];  // 32-bit, so that the blend vectorizes with floats.
-  const int32_t first =
-      static_cast<int32_t>((win.h_begin * g.in_width + win.w_begin) * C + c0);
-  for (int c = 0; c < W; ++c) {
-    best[c] = xi[first + c];
-    where[c] = first;
-  }
+  const int64_t win_width = win.w_end - win.w_begin;
+  auto cell_offset = [&](int64_t h, int64_t w) {
+    return (h * g.in_width + w) * C + c0;
+  };
+  V best = LoadLanes<V>(xi + cell_offset(win.h_begin, win.w_begin));
+  V where = V{} + 0.0f;
+  float number = 0.0f;
   for (int64_t h = win.h_begin; h < win.h_end; ++h) {
-    for (int64_t w = win.w_begin; w < win.w_end; ++w) {
-      const int32_t cell = static_cast<int32_t>((h * g.in_width + w) * C + c0);
-      for (int c = 0; c < W; ++c) {
-        const float v = xi[cell + c];
-        const bool greater = v > best[c];
-        best[c] = greater ? v : best[c];
-        where[c] = greater ? cell : where[c];
+    for (int64_t w = win.w_begin; w < win.w_end; ++w, number += 1.0f) {
+      const V v = LoadLanes<V>(xi + cell_offset(h, w));
+      const auto greater = v > best;
+      best = greater ? v : best;
+      where = greater ? V{} + number : where;
+    }
+  }
+  if (!kDisjoint) {
+    for (int c = 0; c < kLaneCount<V>; ++c) {
+      const int64_t k = static_cast<int64_t>(LaneOf(where, c));
+      dxi[cell_offset(win.h_begin + k / win_width,
+                      win.w_begin + k % win_width) +
+          c] += d[c0 + c];
+    }
+    return;
+  }
+  const V grad = LoadLanes<V>(d + c0);
+  number = 0.0f;
+  for (int64_t h = win.h_begin; h < win.h_end; ++h) {
+    for (int64_t w = win.w_begin; w < win.w_end; ++w, number += 1.0f) {
+      StoreLanes<V>(where == number ? grad : V{} + 0.0f,
+                    dxi + cell_offset(h, w));
+    }
+  }
+}
+
+// MaxPoolBackward on whole images [begin, end).
+template <bool kDisjoint>
+void MaxPoolBackwardImages(const functor::PoolGeometry& g, const float* x,
+                           const float* dy, int64_t begin, int64_t end,
+                           float* dx) {
+  const int64_t C = g.channels;
+  const int64_t image_size = g.in_height * g.in_width * C;
+  for (int64_t n = begin; n < end; ++n) {
+    const float* xi = x + n * image_size;
+    float* dxi = dx + n * image_size;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const functor::Window win(g, n, oh, ow);
+        const float* d = dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
+        int64_t c0 = 0;
+        for (; c0 + kVectorLanes <= C; c0 += kVectorLanes) {
+          RouteMaxGradient<LaneVector, kDisjoint>(g, win, xi, d, c0, dxi);
+        }
+        for (; c0 < C; ++c0) {
+          RouteMaxGradient<Lane1, kDisjoint>(g, win, xi, d, c0, dxi);
+        }
       }
     }
   }
-  for (int c = 0; c < W; ++c) dxi[where[c] + c] += d[c0 + c];
 }
 
 }  // namespace
@@ -101,31 +169,24 @@ void MaxPoolBackward(const CpuContext& ctx, const Pool2DShape& s,
   // The GPU gathers with functor::MaxPoolGrad, which must recheck every
   // window around a cell; the CPU instead scatters: threads own whole
   // images, find each window's first max cell per channel with a scan
-  // vectorized over channels (as the forward does), and add dy there. Both
-  // route each gradient to the same cell.
+  // vectorized over channels (as the forward does), and route dy there. Both
+  // route each gradient to the same cell. When the windows tile the image
+  // (stride == window, and they reach its end: LeNet's 2x2 pools), each
+  // window writes its own cells and dx is written once; otherwise dx is
+  // cleared and the gradients added.
   const functor::PoolGeometry g(s);
-  const int64_t C = g.channels;
-  const int64_t image_size = g.in_height * g.in_width * C;
-  CHECK_LT(image_size, int64_t{1} << 31) << "image too large";
-  constexpr int kWidth = 8;
+  const int64_t image_size = g.in_height * g.in_width * g.channels;
+  const bool tiles =
+      s.stride_height == s.window_height && s.stride_width == s.window_width &&
+      g.out_height * g.stride_height - g.pad_top >= g.in_height &&
+      g.out_width * g.stride_width - g.pad_left >= g.in_width;
   ctx.ParallelFor(s.batch, 1, [&](int64_t begin, int64_t end) {
-    std::fill(dx + begin * image_size, dx + end * image_size, 0.0f);
-    for (int64_t n = begin; n < end; ++n) {
-      const float* xi = x + n * image_size;
-      float* dxi = dx + n * image_size;
-      for (int64_t oh = 0; oh < g.out_height; ++oh) {
-        for (int64_t ow = 0; ow < g.out_width; ++ow) {
-          const functor::Window win(g, n, oh, ow);
-          const float* d =
-              dy + ((n * g.out_height + oh) * g.out_width + ow) * C;
-          int64_t c0 = 0;
-          for (; c0 + kWidth <= C; c0 += kWidth) {
-            RouteMaxGradient<kWidth>(g, win, xi, d, c0, dxi);
-          }
-          for (; c0 < C; ++c0) RouteMaxGradient<1>(g, win, xi, d, c0, dxi);
-        }
-      }
+    if (tiles) {
+      MaxPoolBackwardImages<true>(g, x, dy, begin, end, dx);
+      return;
     }
+    std::fill(dx + begin * image_size, dx + end * image_size, 0.0f);
+    MaxPoolBackwardImages<false>(g, x, dy, begin, end, dx);
   });
 }
 

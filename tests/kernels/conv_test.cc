@@ -1,15 +1,18 @@
 // Conv2D on the CPU: TensorFlow's SAME/VALID geometry, the forward against
 // the definition (direct loops), and the backward against central
 // differences, over strides, paddings, non-square filters, the pointwise
-// (1x1) path and thread counts.
+// (1x1) path, thread counts and both GEMM paths (and so both methods: direct
+// on AVX-512, im2col on the portable path).
 #include "kernels/conv.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_context.h"
+#include "kernels/gemm.h"
 #include "kernels/window.h"
 #include "kernels/workspace.h"
 #include "tests/kernels/gradient_check.h"
@@ -92,13 +95,69 @@ std::vector<ConvCase> Cases() {
       {"Pointwise1x1Stride2", Shape(2, 5, 5, 3, 1, 1, 2, 2, Padding::kSame)},
       {"FilterLargerThanInputSame",
        Shape(1, 3, 3, 2, 5, 5, 2, 1, Padding::kSame)},
+      // More channels: long window rows (fw * in) and non-square filters,
+      // for the direct method (the AVX-512 path's, with no column matrix;
+      // its backward, dx as a convolution of dy, needs stride 1).
+      {"Same5x5Wide", Shape(2, 7, 6, 16, 5, 5, 5, 1, Padding::kSame)},
+      {"Same5x5WideBothWays", Shape(2, 7, 6, 16, 5, 5, 13, 1, Padding::kSame)},
+      {"Same4x4WideBothWays", Shape(1, 6, 7, 16, 4, 4, 16, 1, Padding::kSame)},
+      {"Same3x5WideBothWays", Shape(1, 5, 7, 16, 3, 5, 16, 1, Padding::kSame)},
+      {"Valid3x3WideBothWays",
+       Shape(2, 6, 8, 24, 3, 3, 22, 1, Padding::kValid)},
+      {"Same3x3Stride2Wide", Shape(2, 9, 8, 24, 3, 3, 4, 2, Padding::kSame)},
+      {"Valid3x3Stride2Wide",
+       Shape(1, 8, 9, 24, 3, 3, 3, 2, Padding::kValid)},
+      {"FilterLargerThanInputSameWide",
+       Shape(1, 3, 3, 16, 5, 5, 2, 1, Padding::kSame)},
   };
 }
 
-class ConvTest : public ::testing::TestWithParam<ConvCase> {};
+// Every case runs on every GEMM path: the AVX-512 path convolves by the
+// direct method, the portable one by im2col.
+struct ConvPathCase {
+  ConvCase conv;
+  GemmPath path;
+};
+
+std::vector<ConvPathCase> PathCases() {
+  std::vector<ConvPathCase> cases;
+  for (const ConvCase& conv : Cases()) {
+    for (GemmPath path : {GemmPath::kPortable, GemmPath::kAvx512}) {
+      cases.push_back({conv, path});
+    }
+  }
+  return cases;
+}
+
+std::string PathName(GemmPath path) {
+  return path == GemmPath::kAvx512 ? "Avx512" : "Portable";
+}
+
+void PrintTo(const ConvPathCase& c, std::ostream* os) {
+  *os << c.conv.name << "/" << PathName(c.path);
+}
+
+class ConvTest : public ::testing::TestWithParam<ConvPathCase> {
+ protected:
+  void SetUp() override {
+    if (!GemmPathSupported(GetParam().path)) {
+      GTEST_SKIP() << "this CPU or build lacks the path";
+    }
+  }
+  void Forward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+               const float* f, float* y, Workspace* ws) const {
+    internal::Conv2DForwardOnPath(GetParam().path, ctx, s, x, f, y, ws);
+  }
+  void Backward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                const float* f, const float* dy, float* dx, float* df,
+                Workspace* ws) const {
+    internal::Conv2DBackwardOnPath(GetParam().path, ctx, s, x, f, dy, dx, df,
+                                   ws);
+  }
+};
 
 TEST_P(ConvTest, ForwardMatchesDefinition) {
-  const Conv2DShape& s = GetParam().shape;
+  const Conv2DShape& s = GetParam().conv.shape;
   const std::vector<float> x = RandomVector(s.input_size(), 1);
   const std::vector<float> f = RandomVector(s.filter_size(), 2);
   const std::vector<float> want = NaiveConv(s, x, f);
@@ -106,13 +165,15 @@ TEST_P(ConvTest, ForwardMatchesDefinition) {
     CpuContext ctx(threads);
     Workspace ws;
     std::vector<float> y = Garbage(s.output_size());
-    Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
-    EXPECT_THAT(y, Pointwise(FloatNear(1e-5f), want)) << threads << " threads";
+    Forward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    // Sums of up to 400 products of magnitude ~1, in float: a few ulps of
+    // 10 apart from the double-precision definition.
+    EXPECT_THAT(y, Pointwise(FloatNear(1e-4f), want)) << threads << " threads";
   }
 }
 
 TEST_P(ConvTest, GradientMatchesFiniteDifferences) {
-  const Conv2DShape& s = GetParam().shape;
+  const Conv2DShape& s = GetParam().conv.shape;
   CpuContext ctx(2);
   Workspace ws;
   std::vector<float> x = RandomVector(s.input_size(), 3);
@@ -120,30 +181,51 @@ TEST_P(ConvTest, GradientMatchesFiniteDifferences) {
   const std::vector<float> weights = RandomVector(s.output_size(), 5);
   std::vector<float> y(s.output_size());
   auto loss = [&] {
-    Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    Forward(ctx, s, x.data(), f.data(), y.data(), &ws);
     return Dot(y, weights);
   };
   std::vector<float> dx = Garbage(x.size()), df = Garbage(f.size());
-  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), dx.data(),
-                 df.data(), &ws);
+  Backward(ctx, s, x.data(), f.data(), weights.data(), dx.data(), df.data(),
+           &ws);
   ExpectGradientsMatch({&x, &f}, loss, {dx, df});
 
   // Either output alone gives the same values.
   std::vector<float> dx_only = Garbage(x.size()), df_only = Garbage(f.size());
-  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), dx_only.data(),
-                 nullptr, &ws);
-  Conv2DBackward(ctx, s, x.data(), f.data(), weights.data(), nullptr,
-                 df_only.data(), &ws);
+  Backward(ctx, s, x.data(), f.data(), weights.data(), dx_only.data(), nullptr,
+           &ws);
+  Backward(ctx, s, x.data(), f.data(), weights.data(), nullptr, df_only.data(),
+           &ws);
   EXPECT_THAT(dx_only, Pointwise(FloatNear(1e-6f), dx));
   EXPECT_THAT(df_only, Pointwise(FloatNear(1e-6f), df));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvTest, ::testing::ValuesIn(PathCases()),
+    [](const ::testing::TestParamInfo<ConvPathCase>& info) {
+      return info.param.conv.name + PathName(info.param.path);
+    });
+
+class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
+ protected:
+  void SetUp() override {
+    if (!GemmPathSupported(GetParam())) {
+      GTEST_SKIP() << "this CPU or build lacks the path";
+    }
+  }
+  void Forward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+               const float* f, float* y, Workspace* ws) const {
+    internal::Conv2DForwardOnPath(GetParam(), ctx, s, x, f, y, ws);
+  }
+  void Backward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
+                const float* f, const float* dy, float* dx, float* df,
+                Workspace* ws) const {
+    internal::Conv2DBackwardOnPath(GetParam(), ctx, s, x, f, dy, dx, df, ws);
+  }
+};
 
 // A batch large enough that every thread takes several chunks: LeNet's
 // second layer with a few images.
-TEST(ConvLargeTest, ChunkedBatchMatchesDefinitionAndGradients) {
+TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
   const Conv2DShape s = Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame);
   const std::vector<float> x = RandomVector(s.input_size(), 6);
   const std::vector<float> f = RandomVector(s.filter_size(), 7);
@@ -151,18 +233,48 @@ TEST(ConvLargeTest, ChunkedBatchMatchesDefinitionAndGradients) {
   CpuContext one(1), three(3);
   Workspace ws1, ws3;
   std::vector<float> y1(s.output_size()), y3(s.output_size());
-  Conv2DForward(one, s, x.data(), f.data(), y1.data(), &ws1);
-  Conv2DForward(three, s, x.data(), f.data(), y3.data(), &ws3);
+  Forward(one, s, x.data(), f.data(), y1.data(), &ws1);
+  Forward(three, s, x.data(), f.data(), y3.data(), &ws3);
   EXPECT_THAT(y1, Pointwise(FloatNear(1e-4f), NaiveConv(s, x, f)));
   EXPECT_THAT(y3, Pointwise(FloatNear(1e-4f), y1));
   std::vector<float> dx1(x.size()), df1(f.size()), dx3 = Garbage(x.size()),
                                                    df3 = Garbage(f.size());
-  Conv2DBackward(one, s, x.data(), f.data(), dy.data(), dx1.data(), df1.data(),
-                 &ws1);
-  Conv2DBackward(three, s, x.data(), f.data(), dy.data(), dx3.data(),
-                 df3.data(), &ws3);
+  Backward(one, s, x.data(), f.data(), dy.data(), dx1.data(), df1.data(),
+           &ws1);
+  Backward(three, s, x.data(), f.data(), dy.data(), dx3.data(), df3.data(),
+           &ws3);
   EXPECT_THAT(dx3, Pointwise(FloatNear(1e-4f), dx1));
   EXPECT_THAT(df3, Pointwise(FloatNear(1e-3f), df1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvBatchTest,
+                         ::testing::Values(GemmPath::kPortable,
+                                           GemmPath::kAvx512),
+                         [](const ::testing::TestParamInfo<GemmPath>& info) {
+                           return PathName(info.param);
+                         });
+
+TEST(ConvPathTest, PublicOpsRunTheBestPath) {
+  const Conv2DShape s = Shape(2, 6, 7, 8, 3, 3, 5, 1, Padding::kSame);
+  const std::vector<float> x = RandomVector(s.input_size(), 11);
+  const std::vector<float> f = RandomVector(s.filter_size(), 12);
+  const std::vector<float> dy = RandomVector(s.output_size(), 13);
+  CpuContext ctx(2);
+  Workspace ws;
+  std::vector<float> y(s.output_size()), want_y(s.output_size());
+  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x.data(), f.data(),
+                                want_y.data(), &ws);
+  EXPECT_EQ(y, want_y);
+  std::vector<float> dx(x.size()), df(f.size()), want_dx(x.size()),
+      want_df(f.size());
+  Conv2DBackward(ctx, s, x.data(), f.data(), dy.data(), dx.data(), df.data(),
+                 &ws);
+  internal::Conv2DBackwardOnPath(BestGemmPath(), ctx, s, x.data(), f.data(),
+                                 dy.data(), want_dx.data(), want_df.data(),
+                                 &ws);
+  EXPECT_EQ(dx, want_dx);
+  EXPECT_EQ(df, want_df);
 }
 
 TEST(ConvWorkspaceTest, ReusedWithoutGrowingAfterTheFirstStep) {

@@ -217,6 +217,18 @@ TEST(BiasAddTest, BackwardSumsColumns) {
   EXPECT_THAT(dbias, ElementsAre(5, 7, 9));
 }
 
+TEST(BiasAddTest, BackwardOverManyRowsAndThreads) {
+  // Columns split between threads in blocks of 16, with a ragged last one.
+  CpuContext ctx(3);
+  const int64_t rows = 3000, cols = 70;
+  const std::vector<float> dy = RandomVector(rows * cols, 25);
+  std::vector<double> want(cols, 0.0);
+  for (int64_t i = 0; i < rows * cols; ++i) want[i % cols] += dy[i];
+  std::vector<float> dbias = Garbage(cols);
+  BiasAddBackward(ctx, dy.data(), rows, cols, dbias.data());
+  for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(dbias[c], want[c], 1e-2) << c;
+}
+
 TEST(BiasAddTest, GradientMatchesFiniteDifferences) {
   CpuContext ctx(2);
   const int64_t rows = 4, cols = 3;

@@ -65,6 +65,13 @@ std::vector<PoolCase> Cases() {
       {"Same3x3Stride1", Shape(2, 5, 4, 3, 3, 1, Padding::kSame)},
       {"Same3x3Stride2", Shape(1, 7, 6, 2, 3, 2, Padding::kSame)},
       {"Valid3x3Stride2", Shape(2, 7, 9, 2, 3, 2, Padding::kValid)},
+      // Channels past a vector of 8 (with AVX; 4 without), routed
+      // together, plus a remainder:
+      // windows that tile the image, that leave cells uncovered, and that
+      // overlap.
+      {"Same2x2Stride2Channels11", Shape(2, 5, 6, 11, 2, 2, Padding::kSame)},
+      {"Valid2x2Stride2Leftover", Shape(1, 5, 5, 9, 2, 2, Padding::kValid)},
+      {"Same3x3Stride2Channels10", Shape(1, 7, 6, 10, 3, 2, Padding::kSame)},
   };
 }
 
@@ -136,14 +143,26 @@ TEST(PoolValuesTest, SamePaddingSkipsPaddedCells) {
 
 TEST(PoolValuesTest, MaxPoolTiesGoToTheFirstCell) {
   CpuContext ctx(1);
-  const Pool2DShape s = Shape(1, 2, 2, 1, 2, 2, Padding::kValid);
-  const float x[] = {0, 0, 0, 0};
-  float y;
-  MaxPoolForward(ctx, s, x, &y);
-  const float dy = 5;
-  std::vector<float> dx = Garbage(4);
-  MaxPoolBackward(ctx, s, x, &y, &dy, dx.data());
-  EXPECT_THAT(dx, ElementsAre(5, 0, 0, 0));
+  // 9 channels (a vector of 8 and one more), all cells 0: every channel's
+  // gradient goes to the window's first cell. Once with a window that tiles
+  // the image, once with overlapping (stride 1) windows.
+  for (const Pool2DShape& s : {Shape(1, 2, 2, 9, 2, 2, Padding::kValid),
+                               Shape(1, 2, 3, 9, 2, 1, Padding::kValid)}) {
+    const std::vector<float> x(s.input_size(), 0.0f);
+    std::vector<float> y = Garbage(s.output_size());
+    MaxPoolForward(ctx, s, x.data(), y.data());
+    const std::vector<float> dy = RandomVector(s.output_size(), 1);
+    std::vector<float> dx = Garbage(x.size());
+    MaxPoolBackward(ctx, s, x.data(), y.data(), dy.data(), dx.data());
+    // Window ow starts at column ow: its first cell is (0, ow).
+    std::vector<float> want(x.size(), 0.0f);
+    for (int64_t ow = 0; ow < s.out_width(); ++ow) {
+      for (int64_t c = 0; c < s.channels; ++c) {
+        want[ow * s.channels + c] += dy[ow * s.channels + c];
+      }
+    }
+    EXPECT_THAT(dx, Pointwise(FloatNear(1e-6f), want)) << s.in_width;
+  }
 }
 
 TEST(PoolValuesTest, OverlappingWindowsSumIntoTheSharedMax) {

@@ -1,0 +1,84 @@
+// step_bench: examples/sec of one model's forward + backward pass
+// (Model::ComputeGradients) on random data, with no parameter server, so
+// that the compute of a training step can be timed and profiled alone:
+//
+//   build/bin/step_bench --model=lenet --threads=2 --batch_size=100
+//   perf record -g build/bin/step_bench --model=lenet --steps=200
+//
+// Prints the median over --runs runs of --steps steps each, after one
+// warm-up run, in wall time and in process CPU time (the CPU-time figure is
+// steadier on a shared machine; with spinning pool threads it also counts
+// their spin).
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "models/model.h"
+
+DEFINE_string(model, "lenet", "Model name (mlp, lenet, inception_mini, ...).");
+DEFINE_int32(threads, 2, "Intra-op threads.");
+DEFINE_int32(batch_size, 100, "Examples per step.");
+DEFINE_int32(steps, 20, "Steps per timed run.");
+DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double ProcessCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  psrt::ModelOptions options;
+  options.intra_op_threads = FLAGS_threads;
+  auto model = psrt::NewModel(FLAGS_model, options);
+  CHECK(model.ok()) << model.status();
+  std::vector<psrt::Tensor> params, grads;
+  (*model)->Initialize(/*seed=*/1, &params);
+  const int64_t pixels = int64_t{options.input_height} * options.input_width *
+                         options.input_channels;
+  psrt::Tensor images({FLAGS_batch_size, pixels});
+  std::vector<int32_t> labels(FLAGS_batch_size);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  for (float& v : images.flat()) v = pixel(rng);
+  for (int32_t& l : labels) l = rng() % options.num_classes;
+
+  std::vector<double> wall_eps, cpu_eps;
+  for (int run = 0; run <= FLAGS_runs; ++run) {
+    const absl::Time start = absl::Now();
+    const double cpu_start = ProcessCpuSeconds();
+    for (int step = 0; step < FLAGS_steps; ++step) {
+      (*model)->ComputeGradients(params, images, labels, &grads);
+    }
+    const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+    const double cpu = ProcessCpuSeconds() - cpu_start;
+    if (run == 0) continue;  // Warm-up.
+    const double examples = static_cast<double>(FLAGS_steps) * FLAGS_batch_size;
+    wall_eps.push_back(examples / wall);
+    // CPU seconds shared by the threads: examples per second if each
+    // thread had had its core to itself.
+    cpu_eps.push_back(examples * FLAGS_threads / cpu);
+  }
+  std::printf("step: model=%s threads=%d batch=%d wall_eps=%.0f cpu_eps=%.0f\n",
+              FLAGS_model.c_str(), FLAGS_threads, FLAGS_batch_size,
+              Median(wall_eps), Median(cpu_eps));
+  return 0;
+}
