@@ -256,6 +256,7 @@ void WriteSlices(const std::string& dir, int k, int64_t step,
   for (const VariableDef& def : slices) {
     proto::VariableMeta meta;
     meta.set_name(def.name);
+    meta.set_dtype(proto::DT_FLOAT);
     for (int64_t d : def.shape) meta.add_shape(d);
     view.variables.push_back(meta);
     total += NumElements(def.shape);
