@@ -39,6 +39,7 @@ bool HealthReporter::serving() const {
 void HealthReporter::ApplyLocked() {
   if (health_ == nullptr) return;
   for (const std::string& service : services_) health_->SetServingStatus(service, serving_);
+  health_->SetServingStatus(kLivenessService, true);
 }
 
 }  // namespace psrt

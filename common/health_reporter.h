@@ -1,7 +1,10 @@
 // HealthReporter: the serving status a task reports through gRPC's standard
 // health service (grpc.health.v1.Health, gRPC's built-in implementation):
 // the overall server ("") and the task's own services together, SERVING or
-// NOT_SERVING.
+// NOT_SERVING. The service "psrt.liveness" (kLivenessService) is SERVING as
+// long as the process answers at all: the target of a liveness probe, which
+// must not restart a task that is alive but not ready (a ps waiting for the
+// chief, or being rolled back).
 //
 // Use: EnableHealthService() before building the server; Attach(server) once
 // it started; Set() whenever readiness changes, from any thread; Detach()
@@ -23,6 +26,8 @@
 #include "grpcpp/server.h"
 
 namespace psrt {
+
+inline constexpr char kLivenessService[] = "psrt.liveness";
 
 class HealthReporter {
  public:

@@ -130,6 +130,7 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   EXPECT_EQ(CheckHealth(ps, ""), "NOT_SERVING");
   EXPECT_EQ(CheckHealth(ps, "psrt.proto.ParameterServer"), "NOT_SERVING");
   EXPECT_EQ(CheckHealth(ps, "no.such.Service"), "error 5");  // NOT_FOUND.
+  EXPECT_EQ(CheckHealth(ps, "psrt.liveness"), "SERVING");  // Alive, not ready.
   CommandResult status = Psrtctl("status --cluster_spec=" + spec_path);
   EXPECT_EQ(status.exit_code, 1) << status.output;  // The worker is not up.
   EXPECT_NE(LineOf(status.output, "ps/0").find("not ready"), std::string::npos) << status.output;
