@@ -65,13 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {  // PsService::Pull, with a deadline that has passed.
         psrt::proto::PullRequest pull;
         if (!psrt::ParseFromByteBuffer(request, &pull).ok()) break;
-        psrt::ParameterShard::PullOptions pull_options;
-        pull_options.min_version = pull.min_version();
-        pull_options.min_clock = pull.min_clock();
-        pull_options.moving_average = pull.moving_average();
-        pull_options.incarnation = pull.incarnation();
-        pull_options.deadline = absl::Now();
-        shard.Pull(pull_options, CheckReply);
+        shard.Pull(psrt::ParameterShard::PullOptions::FromRequest(pull, absl::Now()),
+                   CheckReply);
         break;
       }
       case 3: {  // PsService::Save

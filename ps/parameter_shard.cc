@@ -490,6 +490,17 @@ void ParameterShard::DeadlineLoop() {
   mu_.Unlock();
 }
 
+ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
+    const proto::PullRequest& request, absl::Time deadline) {
+  PullOptions options;
+  options.incarnation = request.incarnation();
+  options.min_version = request.min_version();
+  options.min_clock = request.min_clock();
+  options.moving_average = request.moving_average();
+  options.deadline = deadline;
+  return options;
+}
+
 int64_t ParameterShard::NewIncarnation() {
   std::random_device device;
   std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());

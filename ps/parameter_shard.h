@@ -128,6 +128,9 @@ class ParameterShard {
     int64_t min_clock = 0;
     bool moving_average = false;  // Reply with the moving averages.
     absl::Time deadline = absl::InfiniteFuture();
+
+    // What a PullRequest asks for, waiting until `deadline`.
+    static PullOptions FromRequest(const proto::PullRequest& request, absl::Time deadline);
   };
   // Calls `done` exactly once (see the header comment).
   void Pull(const PullOptions& options, PullCallback done);

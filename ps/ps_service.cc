@@ -73,12 +73,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  ParameterShard::PullOptions options;
-  options.min_version = pull.min_version();
-  options.min_clock = pull.min_clock();
-  options.moving_average = pull.moving_average();
-  options.incarnation = pull.incarnation();
-  options.deadline = deadline;
+  const ParameterShard::PullOptions options =
+      ParameterShard::PullOptions::FromRequest(pull, deadline);
   // A pull answered after shard_->Pull returned has waited.
   auto returned = std::make_shared<std::atomic<bool>>(false);
   const absl::Time start = absl::Now();
