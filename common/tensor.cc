@@ -31,9 +31,16 @@ std::string ShapeToString(const Shape& shape) {
   return "[" + absl::StrJoin(shape, ",") + "]";
 }
 
-void Tensor::AlignedFree::operator()(float* p) const { std::free(p); }
+void internal::TensorDeleter::operator()(float* p) const {
+  if (allocator != nullptr) {
+    allocator->Free(p);
+  } else {
+    std::free(p);
+  }
+}
 
-Tensor::Tensor(Shape shape) {
+Tensor::Tensor(Shape shape, HostAllocator* allocator)
+    : data_(nullptr, internal::TensorDeleter{allocator}) {
   Resize(std::move(shape));
   SetZero();
 }
@@ -53,7 +60,10 @@ void Tensor::Resize(Shape shape) {
   if (n <= capacity_) return;
   constexpr size_t kAlignment = 64;
   size_t bytes = (n * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, bytes);
+  HostAllocator* allocator = data_.get_deleter().allocator;
+  data_.reset();  // Frees the old storage before the new is taken.
+  void* p = allocator != nullptr ? allocator->Allocate(bytes)
+                                 : std::aligned_alloc(kAlignment, bytes);
   CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
   data_.reset(static_cast<float*>(p));
   capacity_ = n;

@@ -1,5 +1,10 @@
 // Tensor: a dense float32 tensor in host memory.
 //
+// Storage comes from the default aligned heap, or from a HostAllocator given
+// at construction (page-locked memory that a GPU copies to and from without
+// staging, for the worker's pulled parameters and pushed gradients); Resize
+// and moves keep the allocator.
+//
 // A Tensor owns 64-byte-aligned storage and a shape (row-major, the last
 // dimension varies fastest). Resize() keeps the storage when it is large
 // enough, so a Tensor reused across training steps never touches fresh pages
@@ -39,11 +44,31 @@ struct VariableDef {
   Shape shape;
 };
 
+// HostAllocator: where a Tensor's storage comes from when it is not the
+// default heap. Allocate returns at least `bytes` bytes, 64-byte aligned
+// (null when out of memory). REQUIRES: it outlives every tensor that uses it.
+// Thread-safe.
+class HostAllocator {
+ public:
+  virtual ~HostAllocator() = default;
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+};
+
+namespace internal {
+// Frees a Tensor's storage where it came from.
+struct TensorDeleter {
+  HostAllocator* allocator = nullptr;
+  void operator()(float* p) const;
+};
+}  // namespace internal
+
 class Tensor {
  public:
   Tensor() = default;
-  // A zero-filled tensor of the given shape.
-  explicit Tensor(Shape shape);
+  // A zero-filled tensor of the given shape; storage from `allocator`
+  // (null: the default heap).
+  explicit Tensor(Shape shape, HostAllocator* allocator = nullptr);
 
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
@@ -55,6 +80,7 @@ class Tensor {
   void Resize(Shape shape);
   void SetZero();
 
+  HostAllocator* allocator() const { return data_.get_deleter().allocator; }
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_[i]; }
@@ -69,13 +95,10 @@ class Tensor {
   }
 
  private:
-  struct AlignedFree {
-    void operator()(float* p) const;
-  };
   Shape shape_;
   int64_t num_elements_ = 0;
   int64_t capacity_ = 0;
-  std::unique_ptr<float[], AlignedFree> data_;
+  std::unique_ptr<float[], internal::TensorDeleter> data_;
 };
 
 }  // namespace psrt

@@ -132,6 +132,22 @@ struct SoftmaxCrossEntropyRow {
   }
 };
 
+
+// Whether row `r` of logits[rows, classes] predicts labels[r]: its arg-max
+// (the first maximum, on ties) is the label. 1 or 0.
+struct CorrectPrediction {
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  PSRT_HOST_DEVICE int32_t operator()(int64_t r) const {
+    const float* x = logits + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c) {
+      if (x[c] > x[best]) best = c;
+    }
+    return best == labels[r] ? 1 : 0;
+  }
+};
 // Plain SGD: var[i] -= lr * grad[i].
 struct SgdUpdate {
   float lr;
@@ -172,6 +188,12 @@ struct Scale {
   float scale;
   float* x;
   PSRT_HOST_DEVICE void operator()(int64_t i) const { x[i] *= scale; }
+};
+
+struct Fill {
+  float value;
+  float* x;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const { x[i] = value; }
 };
 
 }  // namespace functor

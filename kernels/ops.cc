@@ -109,5 +109,24 @@ void SoftmaxCrossEntropyBackward(const CpuContext& ctx, const float* logits,
                   });
 }
 
+void SoftmaxCrossEntropyForward(const CpuContext& ctx, const float* logits,
+                                const int32_t* labels, int64_t batch,
+                                int64_t classes, float* loss) {
+  *loss = SoftmaxCrossEntropyForward(ctx, logits, labels, batch, classes);
+}
+
+void CountCorrect(const CpuContext& ctx, const float* logits,
+                  const int32_t* labels, int64_t batch, int64_t classes,
+                  int32_t* correct) {
+  const functor::CorrectPrediction f{logits, labels, classes};
+  int32_t n = 0;
+  for (int64_t r = 0; r < batch; ++r) n += f(r);
+  *correct = n;
+}
+
+void Accumulate(const CpuContext& ctx, const float* x, float* acc, int64_t n) {
+  Accumulate(absl::MakeConstSpan(x, n), absl::MakeSpan(acc, n));
+}
+
 }  // namespace kernels
 }  // namespace psrt

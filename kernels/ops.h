@@ -85,6 +85,21 @@ void SoftmaxCrossEntropyBackward(const CpuContext& ctx, const float* logits,
                                  const int32_t* labels, int64_t batch,
                                  int64_t classes, float* dlogits);
 
+// The forward with the CUDA op's signature (kernels/device.h): writes the
+// mean loss to *loss.
+void SoftmaxCrossEntropyForward(const CpuContext& ctx, const float* logits,
+                                const int32_t* labels, int64_t batch,
+                                int64_t classes, float* loss);
+
+// Writes to *correct the number of rows of logits[batch, classes] whose
+// arg-max (the first, on ties) is the label.
+void CountCorrect(const CpuContext& ctx, const float* logits,
+                  const int32_t* labels, int64_t batch, int64_t classes,
+                  int32_t* correct);
+
+// acc[i] += x[i] over n elements.
+void Accumulate(const CpuContext& ctx, const float* x, float* acc, int64_t n);
+
 }  // namespace kernels
 }  // namespace psrt
 

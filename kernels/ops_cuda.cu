@@ -24,6 +24,15 @@ __global__ void SoftmaxLossKernel(functor::SoftmaxCrossEntropyRow f,
   }
 }
 
+// Adds 1 into *correct for every row predicted right (zeroed beforehand).
+__global__ void CountCorrectKernel(functor::CorrectPrediction f, int64_t rows,
+                                   int32_t* correct) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{blockDim.x} * gridDim.x) {
+    if (f(r)) atomicAdd(correct, 1);
+  }
+}
+
 absl::Status CudaError(const char* what, cudaError_t err) {
   return absl::FailedPreconditionError(
       absl::StrCat(what, ": ", cudaGetErrorString(err)));
@@ -155,6 +164,16 @@ void ApplyMomentum(const CudaContext& ctx, float lr, float momentum,
                      functor::MomentumUpdate{lr, momentum, grad, accum, var});
 }
 
+void CountCorrect(const CudaContext& ctx, const float* logits,
+                  const int32_t* labels, int64_t batch, int64_t classes,
+                  int32_t* correct) {
+  PSRT_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), ctx.stream()));
+  if (batch <= 0) return;
+  CountCorrectKernel<<<BlocksFor(batch), kThreadsPerBlock, 0, ctx.stream()>>>(
+      functor::CorrectPrediction{logits, labels, classes}, batch, correct);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
 void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
                 int64_t n) {
   LaunchForEachIndex(ctx, n, functor::Accumulate{grad, acc});
@@ -162,6 +181,10 @@ void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
 
 void Scale(const CudaContext& ctx, float scale, float* x, int64_t n) {
   LaunchForEachIndex(ctx, n, functor::Scale{scale, x});
+}
+
+void Fill(const CudaContext& ctx, float value, float* x, int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::Fill{value, x});
 }
 
 }  // namespace kernels

@@ -87,6 +87,10 @@ void SoftmaxCrossEntropyForward(const CudaContext& ctx, const float* logits,
 void SoftmaxCrossEntropyBackward(const CudaContext& ctx, const float* logits,
                                  const int32_t* labels, int64_t batch,
                                  int64_t classes, float* dlogits);
+// Writes the number of rows predicted right to the device scalar *correct.
+void CountCorrect(const CudaContext& ctx, const float* logits,
+                  const int32_t* labels, int64_t batch, int64_t classes,
+                  int32_t* correct);
 
 // ---- The element-wise helpers of elementwise.h, over n device floats. ----
 
@@ -97,6 +101,8 @@ void ApplyMomentum(const CudaContext& ctx, float lr, float momentum,
 void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
                 int64_t n);
 void Scale(const CudaContext& ctx, float scale, float* x, int64_t n);
+// x[i] = value.
+void Fill(const CudaContext& ctx, float value, float* x, int64_t n);
 
 }  // namespace kernels
 }  // namespace psrt

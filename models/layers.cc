@@ -1,102 +1,76 @@
 #include "models/layers.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "glog/logging.h"
 #include "kernels/batch_norm.h"
-#include "kernels/conv.h"
-#include "kernels/layer_ops.h"
-#include "kernels/ops.h"
-#include "kernels/pool.h"
 
 namespace psrt {
 namespace {
 
+using kernels::DeviceArray;
 using kernels::Padding;
-
-// Gives t the shape [n], keeping its storage (and shape vector) when it has
-// it already.
-void EnsureVector(Tensor* t, int64_t n) {
-  if (t->rank() != 1 || t->dim(0) != n) t->Resize({n});
-}
+using Params = absl::Span<const float* const>;
+using Inputs = absl::Span<const float* const>;
+using Grads = absl::Span<float* const>;
 
 class ConvLayer : public Layer {
  public:
   ConvLayer(const ConvSpec& spec, Dims in, int first_var)
-      : spec_(spec), in_(in), var_(first_var) {
-    if (spec_.batch_norm) {
-      moving_mean_ = Tensor({spec_.out_channels});
-      moving_var_ = Tensor({spec_.out_channels});
-      for (float& v : moving_var_.flat()) v = 1.0f;
-      saved_mean_ = Tensor({spec_.out_channels});
-      saved_inv_std_ = Tensor({spec_.out_channels});
-    }
-  }
+      : spec_(spec), in_(in), var_(first_var) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
+    kernels::Device& dev = *ctx.device;
     const kernels::Conv2DShape shape = Shape(batch);
     const int64_t rows = batch * shape.out_height() * shape.out_width();
     const int64_t channels = spec_.out_channels;
-    float* conv_out = out->data();
+    float* conv_out = out;
     if (spec_.batch_norm) {
-      EnsureVector(&conv_out_, rows * channels);
-      conv_out = conv_out_.data();
+      InitializeBatchNorm(&dev);
+      conv_out = conv_out_.Reserve(&dev, rows * channels);
     }
-    kernels::Conv2DForward(ctx.cpu, shape, inputs[0]->data(),
-                           params[var_].data(), conv_out, ctx.workspace);
+    dev.Conv2DForward(shape, inputs[0], params[var_], conv_out);
     if (spec_.bias) {
-      kernels::BiasAddForward(ctx.cpu, conv_out, params[var_ + 1].data(), rows,
-                              channels, out->data());
+      dev.BiasAddForward(conv_out, params[var_ + 1], rows, channels, out);
     }
     if (spec_.batch_norm) {
       const kernels::BatchNormShape bn = BnShape(rows);
-      const float* gamma = params[var_ + 1].data();
-      const float* beta = params[var_ + 2].data();
+      const float* gamma = params[var_ + 1];
+      const float* beta = params[var_ + 2];
       if (ctx.training) {
-        kernels::BatchNormTrainingForward(
-            ctx.cpu, bn, conv_out, gamma, beta, moving_mean_.data(),
-            moving_var_.data(), saved_mean_.data(), saved_inv_std_.data(),
-            out->data());
+        dev.BatchNormTrainingForward(bn, conv_out, gamma, beta,
+                                     moving_mean_.data(), moving_var_.data(),
+                                     saved_mean_.data(), saved_inv_std_.data(),
+                                     out);
       } else {
-        kernels::BatchNormInferenceForward(ctx.cpu, bn, conv_out, gamma, beta,
-                                           moving_mean_.data(),
-                                           moving_var_.data(), out->data());
+        dev.BatchNormInferenceForward(bn, conv_out, gamma, beta,
+                                      moving_mean_.data(), moving_var_.data(),
+                                      out);
       }
     }
-    if (spec_.relu) {
-      kernels::ReluForward(ctx.cpu, out->data(), rows * channels, out->data());
-    }
+    if (spec_.relu) dev.ReluForward(out, rows * channels, out);
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
+    kernels::Device& dev = *ctx.device;
     const kernels::Conv2DShape shape = Shape(batch);
     const int64_t rows = batch * shape.out_height() * shape.out_width();
     const int64_t channels = spec_.out_channels;
-    float* d = dout->data();
-    if (spec_.relu) {
-      kernels::ReluBackward(ctx.cpu, out.data(), d, rows * channels, d);
-    }
-    if (spec_.bias) {
-      kernels::BiasAddBackward(ctx.cpu, d, rows, channels,
-                               (*grads)[var_ + 1].data());
-    }
+    float* d = dout;
+    if (spec_.relu) dev.ReluBackward(out, d, rows * channels, d);
+    if (spec_.bias) dev.BiasAddBackward(d, rows, channels, grads[var_ + 1]);
     if (spec_.batch_norm) {
-      kernels::BatchNormTrainingBackward(
-          ctx.cpu, BnShape(rows), conv_out_.data(), d, params[var_ + 1].data(),
-          saved_mean_.data(), saved_inv_std_.data(), d,
-          (*grads)[var_ + 1].data(), (*grads)[var_ + 2].data());
+      dev.BatchNormTrainingBackward(BnShape(rows), conv_out_.data(), d,
+                                    params[var_ + 1], saved_mean_.data(),
+                                    saved_inv_std_.data(), d, grads[var_ + 1],
+                                    grads[var_ + 2]);
     }
-    kernels::Conv2DBackward(ctx.cpu, shape, inputs[0]->data(),
-                            params[var_].data(), d,
-                            din[0] != nullptr ? din[0]->data() : nullptr,
-                            (*grads)[var_].data(), ctx.workspace);
+    dev.Conv2DBackward(shape, inputs[0], params[var_], d, din[0],
+                       grads[var_]);
   }
 
  private:
@@ -116,6 +90,15 @@ class ConvLayer : public Layer {
     return kernels::BatchNormShape{rows, spec_.out_channels, spec_.bn_epsilon,
                                    spec_.bn_momentum};
   }
+  // The moving statistics start at mean 0, variance 1, on the first use.
+  void InitializeBatchNorm(kernels::Device* dev) {
+    if (moving_mean_.data() != nullptr) return;
+    const int64_t c = spec_.out_channels;
+    dev->Fill(moving_mean_.Reserve(dev, c), c, 0.0f);
+    dev->Fill(moving_var_.Reserve(dev, c), c, 1.0f);
+    saved_mean_.Reserve(dev, c);
+    saved_inv_std_.Reserve(dev, c);
+  }
 
   const ConvSpec spec_;
   const Dims in_;
@@ -123,11 +106,11 @@ class ConvLayer : public Layer {
   // Batch norm only: the convolution's output (the batch norm's input),
   // the moving statistics (non-trainable state, kept here, not on the
   // parameter servers) and the batch statistics saved for the backward.
-  Tensor conv_out_;
-  Tensor moving_mean_;
-  Tensor moving_var_;
-  Tensor saved_mean_;
-  Tensor saved_inv_std_;
+  DeviceArray<float> conv_out_;
+  DeviceArray<float> moving_mean_;
+  DeviceArray<float> moving_var_;
+  DeviceArray<float> saved_mean_;
+  DeviceArray<float> saved_inv_std_;
 };
 
 class FullyConnectedLayer : public Layer {
@@ -135,29 +118,22 @@ class FullyConnectedLayer : public Layer {
   FullyConnectedLayer(Dims in, int64_t units, bool relu, int first_var)
       : in_size_(in.size()), units_(units), relu_(relu), var_(first_var) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
-    kernels::MatMulForward(ctx.cpu, Shape(batch), inputs[0]->data(),
-                           params[var_].data(), out->data());
-    kernels::BiasAddForward(ctx.cpu, out->data(), params[var_ + 1].data(),
-                            batch, units_, out->data());
-    if (relu_) {
-      kernels::ReluForward(ctx.cpu, out->data(), batch * units_, out->data());
-    }
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
+    kernels::Device& dev = *ctx.device;
+    dev.MatMulForward(Shape(batch), inputs[0], params[var_], out);
+    dev.BiasAddForward(out, params[var_ + 1], batch, units_, out);
+    if (relu_) dev.ReluForward(out, batch * units_, out);
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
-    float* d = dout->data();
-    if (relu_) kernels::ReluBackward(ctx.cpu, out.data(), d, batch * units_, d);
-    kernels::BiasAddBackward(ctx.cpu, d, batch, units_,
-                             (*grads)[var_ + 1].data());
-    kernels::MatMulBackward(
-        ctx.cpu, Shape(batch), inputs[0]->data(), params[var_].data(), d,
-        din[0] != nullptr ? din[0]->data() : nullptr, (*grads)[var_].data());
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
+    kernels::Device& dev = *ctx.device;
+    if (relu_) dev.ReluBackward(out, dout, batch * units_, dout);
+    dev.BiasAddBackward(dout, batch, units_, grads[var_ + 1]);
+    dev.MatMulBackward(Shape(batch), inputs[0], params[var_], dout, din[0],
+                       grads[var_]);
   }
 
  private:
@@ -179,29 +155,23 @@ class PoolLayer : public Layer {
         padding_(padding),
         in_(in) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
     if (max_) {
-      kernels::MaxPoolForward(ctx.cpu, Shape(batch), inputs[0]->data(),
-                              out->data());
+      ctx.device->MaxPoolForward(Shape(batch), inputs[0], out);
     } else {
-      kernels::AvgPoolForward(ctx.cpu, Shape(batch), inputs[0]->data(),
-                              out->data());
+      ctx.device->AvgPoolForward(Shape(batch), inputs[0], out);
     }
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
     if (din[0] == nullptr) return;
     if (max_) {
-      kernels::MaxPoolBackward(ctx.cpu, Shape(batch), inputs[0]->data(),
-                               out.data(), dout->data(), din[0]->data());
+      ctx.device->MaxPoolBackward(Shape(batch), inputs[0], out, dout, din[0]);
     } else {
-      kernels::AvgPoolBackward(ctx.cpu, Shape(batch), dout->data(),
-                               din[0]->data());
+      ctx.device->AvgPoolBackward(Shape(batch), dout, din[0]);
     }
   }
 
@@ -222,20 +192,18 @@ class GlobalAvgPoolLayer : public Layer {
  public:
   explicit GlobalAvgPoolLayer(Dims in) : in_(in) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
-    kernels::GlobalAvgPoolForward(ctx.cpu, inputs[0]->data(), batch,
-                                  in_.pixels(), in_.channels, out->data());
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
+    ctx.device->GlobalAvgPoolForward(inputs[0], batch, in_.pixels(),
+                                     in_.channels, out);
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
     if (din[0] == nullptr) return;
-    kernels::GlobalAvgPoolBackward(ctx.cpu, dout->data(), batch, in_.pixels(),
-                                   in_.channels, din[0]->data());
+    ctx.device->GlobalAvgPoolBackward(dout, batch, in_.pixels(), in_.channels,
+                                      din[0]);
   }
 
  private:
@@ -245,36 +213,24 @@ class GlobalAvgPoolLayer : public Layer {
 class ConcatLayer : public Layer {
  public:
   ConcatLayer(std::vector<int64_t> channels, Dims out)
-      : channels_(std::move(channels)),
-        out_(out),
-        inputs_(channels_.size()),
-        dinputs_(channels_.size()) {}
+      : channels_(std::move(channels)), out_(out) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
-    for (size_t i = 0; i < inputs.size(); ++i) inputs_[i] = inputs[i]->data();
-    kernels::ConcatChannelsForward(ctx.cpu, batch * out_.pixels(), inputs_,
-                                   channels_, out->data());
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
+    ctx.device->ConcatChannelsForward(batch * out_.pixels(), inputs, channels_,
+                                      out);
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
-    for (size_t i = 0; i < din.size(); ++i) {
-      dinputs_[i] = din[i] != nullptr ? din[i]->data() : nullptr;
-    }
-    kernels::ConcatChannelsBackward(ctx.cpu, batch * out_.pixels(),
-                                    dout->data(), channels_, dinputs_);
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
+    ctx.device->ConcatChannelsBackward(batch * out_.pixels(), dout, channels_,
+                                       din);
   }
 
  private:
   const std::vector<int64_t> channels_;
   const Dims out_;
-  // Pointer lists, sized once so that steps do not allocate.
-  std::vector<const float*> inputs_;
-  std::vector<float*> dinputs_;
 };
 
 class DropoutLayer : public Layer {
@@ -282,24 +238,23 @@ class DropoutLayer : public Layer {
   DropoutLayer(float keep_prob, int64_t size, uint64_t salt)
       : keep_prob_(keep_prob), size_(size), salt_(salt) {}
 
-  void Forward(const StepContext& ctx, const std::vector<Tensor>& params,
-               absl::Span<const Tensor* const> inputs, int64_t batch,
-               Tensor* out) override {
+  void Forward(const StepContext& ctx, Params params, Inputs inputs,
+               int64_t batch, float* out) override {
     if (!ctx.training) {
-      std::memcpy(out->data(), inputs[0]->data(), out->num_bytes());
+      ctx.device->CopyOnDevice(out, inputs[0],
+                               sizeof(float) * batch * size_);
       return;
     }
-    kernels::DropoutForward(ctx.cpu, inputs[0]->data(), batch * size_,
-                            keep_prob_, Seed(ctx), out->data());
+    ctx.device->DropoutForward(inputs[0], batch * size_, keep_prob_, Seed(ctx),
+                               out);
   }
 
-  void Backward(const StepContext& ctx, const std::vector<Tensor>& params,
-                absl::Span<const Tensor* const> inputs, const Tensor& out,
-                int64_t batch, Tensor* dout, absl::Span<Tensor* const> din,
-                std::vector<Tensor>* grads) override {
+  void Backward(const StepContext& ctx, Params params, Inputs inputs,
+                const float* out, int64_t batch, float* dout,
+                absl::Span<float* const> din, Grads grads) override {
     if (din[0] == nullptr) return;
-    kernels::DropoutBackward(ctx.cpu, dout->data(), batch * size_, keep_prob_,
-                             Seed(ctx), din[0]->data());
+    ctx.device->DropoutBackward(dout, batch * size_, keep_prob_, Seed(ctx),
+                                din[0]);
   }
 
  private:

@@ -1,10 +1,13 @@
 // The layers that Net (net.h) chains into models: each a forward/backward
 // pair over [batch, height * width * channels] NHWC activations, calling the
-// kernels of kernels/. Internal to models/.
+// ops of a Device (kernels/device.h), so one layer runs on the CPU or a GPU.
+// Every pointer a layer gets or keeps is in that device's memory. Internal
+// to models/.
 //
 // A layer owns only what is its own across steps: batch-norm moving
-// statistics and the intermediate buffers of a fused conv + batch norm.
-// Outputs, gradients and the workspace belong to Net.
+// statistics and the intermediate buffers of a fused conv + batch norm,
+// allocated on the step's device at their first use. Outputs, gradients and
+// parameters belong to Net.
 #ifndef PSRT_MODELS_LAYERS_H_
 #define PSRT_MODELS_LAYERS_H_
 
@@ -14,10 +17,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/tensor.h"
-#include "kernels/cpu_context.h"
+#include "kernels/device.h"
 #include "kernels/window.h"
-#include "kernels/workspace.h"
 
 namespace psrt {
 
@@ -39,33 +40,34 @@ struct VariableInit {
   float value = 0;
 };
 
-// What a step's forward and backward share.
+// What a step's forward and backward share. The same device on every step
+// of a layer's life.
 struct StepContext {
-  const kernels::CpuContext& cpu;
-  kernels::Workspace* workspace;
+  kernels::Device* device;
   bool training;
   uint64_t step;  // Counts training steps; seeds dropout.
 };
 
+// `params` and `grads` hold one device pointer per variable of the model,
+// in variables() order; a layer uses those of its own variables.
 class Layer {
  public:
   virtual ~Layer() = default;
 
-  // out = f(inputs), all [batch, dims.size()]. `out` is already shaped.
+  // out = f(inputs): [batch, size of each node] arrays.
   virtual void Forward(const StepContext& ctx,
-                       const std::vector<Tensor>& params,
-                       absl::Span<const Tensor* const> inputs, int64_t batch,
-                       Tensor* out) = 0;
+                       absl::Span<const float* const> params,
+                       absl::Span<const float* const> inputs, int64_t batch,
+                       float* out) = 0;
 
   // From the forward's inputs and output and dout = dL/dout (which the
   // layer may overwrite), overwrites din[i] = dL/d inputs[i] (null: not
   // needed) and the gradients of the layer's own variables in `grads`.
   virtual void Backward(const StepContext& ctx,
-                        const std::vector<Tensor>& params,
-                        absl::Span<const Tensor* const> inputs,
-                        const Tensor& out, int64_t batch, Tensor* dout,
-                        absl::Span<Tensor* const> din,
-                        std::vector<Tensor>* grads) = 0;
+                        absl::Span<const float* const> params,
+                        absl::Span<const float* const> inputs, const float* out,
+                        int64_t batch, float* dout, absl::Span<float* const> din,
+                        absl::Span<float* const> grads) = 0;
 };
 
 // Convolution (no bias, bias, or batch norm with gamma and beta) and an

@@ -57,6 +57,9 @@ class Mlp : public Model {
   const std::vector<VariableDef>& variables() const override {
     return variables_;
   }
+  std::string device_name() const override {
+    return absl::StrCat("cpu (", ctx_.num_threads(), " threads)");
+  }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
     std::mt19937_64 rng(seed);
@@ -191,6 +194,11 @@ class Mlp : public Model {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> NewMlp(const ModelOptions& options) {
+  if (options.device.type != kernels::DeviceType::kCpu) {
+    return absl::InvalidArgumentError(
+        "mlp runs on the CPU only; the models that run on a GPU are lenet, "
+        "inception_mini and inception_v3 (or use --device=cpu)");
+  }
   if (options.input_height <= 0 || options.input_width <= 0 ||
       options.input_channels <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
+#include "kernels/device.h"
 
 namespace psrt {
 
@@ -34,6 +35,11 @@ struct ModelOptions {
   int num_classes = 10;
   std::vector<int> hidden_units = {512};  // MLP hidden layer sizes.
   int intra_op_threads = 0;               // 0: number of cores.
+  // Where the forward and backward run. On a GPU the model's parameters,
+  // activations and gradients live in device memory; Initialize and
+  // ComputeGradients still take and give host tensors (page-locked ones,
+  // so that the copies are asynchronous).
+  kernels::DeviceSpec device;
 };
 
 class Model {
@@ -41,6 +47,9 @@ class Model {
   virtual ~Model() = default;
 
   virtual const std::vector<VariableDef>& variables() const = 0;
+
+  // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
+  virtual std::string device_name() const = 0;
 
   // Resizes `params` to one tensor per variable and fills initial values,
   // deterministically from `seed`.

@@ -8,10 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "kernels/cpu_context.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
-#include "kernels/workspace.h"
+#include "kernels/device.h"
 #include "models/initializers.h"
 
 namespace psrt {
@@ -25,6 +22,9 @@ struct NetBuilder::Graph {
     Dims dims;
     std::string what;  // For error messages.
     int consumers = 0;
+    // The node's own variables: [var_begin, var_end) of `variables`.
+    int var_begin = 0;
+    int var_end = 0;
   };
   std::vector<Node> nodes;
   std::vector<VariableDef> variables;
@@ -33,22 +33,25 @@ struct NetBuilder::Graph {
 
 namespace {
 
-// Gives t the shape [rows, cols], keeping its storage (and shape vector)
-// when it has that shape already.
-void EnsureMatrix(Tensor* t, int64_t rows, int64_t cols) {
-  if (t->rank() != 2 || t->dim(0) != rows || t->dim(1) != cols) {
-    t->Resize({rows, cols});
-  }
-}
+using kernels::DeviceArray;
 
 // The model built by NetBuilder: runs its graph's layers forward in node
-// order and backward in reverse.
+// order and backward in reverse, on its device.
+//
+// On a GPU each step copies the parameters and the batch to the device on
+// the compute stream, and each layer's gradients to the host (the caller's
+// tensors) on a side stream as soon as that layer's backward is queued, so
+// the copies overlap the rest of the backward; the step then waits once, for
+// those copies. On the CPU the layers read and write the caller's tensors
+// in place.
 class NetModel : public Model {
  public:
-  NetModel(const ModelOptions& options, NetBuilder::Graph graph)
-      : graph_(std::move(graph)),
-        ctx_(options.intra_op_threads),
-        num_classes_(options.num_classes) {
+  NetModel(const ModelOptions& options, NetBuilder::Graph graph,
+           std::unique_ptr<kernels::Device> device)
+      : device_(std::move(device)),
+        graph_(std::move(graph)),
+        num_classes_(options.num_classes),
+        step_result_({2}, device_->host_allocator()) {
     const size_t n = graph_.nodes.size();
     outputs_.resize(n);
     grads_.resize(n);
@@ -60,11 +63,19 @@ class NetModel : public Model {
       din_ptrs_[i].resize(graph_.nodes[i].inputs.size());
     }
     temps_.resize(n);
+    const size_t vars = graph_.variables.size();
+    param_ptrs_.resize(vars);
+    grad_ptrs_.resize(vars);
+    if (!device_->host_memory()) {
+      device_params_.resize(vars);
+      device_grads_.resize(vars);
+    }
   }
 
   const std::vector<VariableDef>& variables() const override {
     return graph_.variables;
   }
+  std::string device_name() const override { return device_->name(); }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
     // A truncated normal cut at 2 sigma has 0.8796 of its sigma.
@@ -73,7 +84,7 @@ class NetModel : public Model {
     params->resize(graph_.variables.size());
     for (size_t v = 0; v < graph_.variables.size(); ++v) {
       Tensor& t = (*params)[v];
-      t.Resize(graph_.variables[v].shape);
+      t = Tensor(graph_.variables[v].shape, device_->host_allocator());
       const VariableInit& init = graph_.inits[v];
       for (float& x : t.flat()) {
         x = init.stddev > 0
@@ -87,24 +98,28 @@ class NetModel : public Model {
                          const Tensor& images, absl::Span<const int32_t> labels,
                          std::vector<Tensor>* grads) override {
     CheckInputs(params, images, labels);
+    device_->Bind();
     const int64_t batch = images.dim(0);
-    const StepContext step{ctx_, &workspace_, /*training=*/true, step_++};
-    Forward(step, params, images);
-    const int last = static_cast<int>(graph_.nodes.size()) - 1;
-    const float* logits = outputs_[last].data();
-    const float loss = kernels::SoftmaxCrossEntropyForward(
-        ctx_, logits, labels.data(), batch, num_classes_);
-
     grads->resize(params.size());
     for (size_t v = 0; v < params.size(); ++v) {
       if ((*grads)[v].shape() != params[v].shape()) {
-        (*grads)[v].Resize(params[v].shape());
+        (*grads)[v] = Tensor(params[v].shape(), device_->host_allocator());
       }
     }
+    const StepContext step{device_.get(), /*training=*/true, step_++};
+    PlaceStep(params, images, labels, grads);
+    Forward(step, batch);
+    const int last = static_cast<int>(graph_.nodes.size()) - 1;
+    const float* logits = outputs_[last].data();
+    device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
+                                        loss_.Reserve(device_.get(), 1));
+    device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(),
+                                    sizeof(float));
+
     std::fill(grad_ready_.begin(), grad_ready_.end(), false);
-    EnsureMatrix(&grads_[last], batch, num_classes_);
-    kernels::SoftmaxCrossEntropyBackward(ctx_, logits, labels.data(), batch,
-                                         num_classes_, grads_[last].data());
+    device_->SoftmaxCrossEntropyBackward(
+        logits, labels_, batch, num_classes_,
+        grads_[last].Reserve(device_.get(), batch * num_classes_));
     grad_ready_[last] = true;
     for (int i = last; i >= 1; --i) {
       const NetBuilder::Graph::Node& node = graph_.nodes[i];
@@ -113,68 +128,105 @@ class NetModel : public Model {
       CHECK_LE(node.inputs.size(), 8u);
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         const int in = node.inputs[j];
-        Tensor* din = nullptr;
+        float* din = nullptr;
         if (in != NetBuilder::kInput) {
-          const int64_t size = graph_.nodes[in].dims.size();
+          const int64_t size = batch * graph_.nodes[in].dims.size();
           if (!grad_ready_[in]) {
-            din = &grads_[in];
+            din = grads_[in].Reserve(device_.get(), size);
             grad_ready_[in] = true;
           } else {
-            din = &temps_[in];
+            din = temps_[in].Reserve(device_.get(), size);
             accumulate[j] = true;
           }
-          EnsureMatrix(din, batch, size);
         }
         din_ptrs_[i][j] = din;
       }
-      SetInputs(i, images);
-      node.layer->Backward(step, params, in_ptrs_[i], outputs_[i], batch,
-                           &grads_[i], din_ptrs_[i], grads);
+      SetInputs(i);
+      node.layer->Backward(step, param_ptrs_, in_ptrs_[i], outputs_[i].data(),
+                           batch, grads_[i].data(), din_ptrs_[i], grad_ptrs_);
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         if (accumulate[j]) {
-          kernels::Accumulate(temps_[node.inputs[j]].flat(),
-                              grads_[node.inputs[j]].flat());
+          const int in = node.inputs[j];
+          device_->Accumulate(temps_[in].data(), grads_[in].data(),
+                              batch * graph_.nodes[in].dims.size());
+        }
+      }
+      if (!device_->host_memory()) {
+        for (int v = node.var_begin; v < node.var_end; ++v) {
+          device_->CopyToHostAfterCompute((*grads)[v].data(), grad_ptrs_[v],
+                                          (*grads)[v].num_bytes());
         }
       }
     }
-    return loss;
+    const absl::Status copied = device_->WaitForHostCopies();
+    CHECK(copied.ok()) << device_->name() << ": " << copied;
+    return step_result_.data()[0];
   }
 
   int64_t CountCorrect(const std::vector<Tensor>& params, const Tensor& images,
                        absl::Span<const int32_t> labels) override {
     CheckInputs(params, images, labels);
-    const StepContext step{ctx_, &workspace_, /*training=*/false, step_};
-    Forward(step, params, images);
-    const float* logits = outputs_.back().data();
-    int64_t correct = 0;
-    for (int64_t r = 0; r < images.dim(0); ++r) {
-      const float* row = logits + r * num_classes_;
-      int64_t best = 0;
-      for (int64_t c = 1; c < num_classes_; ++c) {
-        if (row[c] > row[best]) best = c;
-      }
-      if (best == labels[r]) ++correct;
-    }
-    return correct;
+    device_->Bind();
+    const StepContext step{device_.get(), /*training=*/false, step_};
+    PlaceStep(params, images, labels, /*grads=*/nullptr);
+    const int64_t batch = images.dim(0);
+    Forward(step, batch);
+    int32_t* correct = correct_.Reserve(device_.get(), 1);
+    device_->CountCorrect(outputs_.back().data(), labels_, batch, num_classes_,
+                          correct);
+    int32_t host_correct = 0;
+    device_->CopyToHostAfterCompute(&host_correct, correct, sizeof(int32_t));
+    const absl::Status copied = device_->WaitForHostCopies();
+    CHECK(copied.ok()) << device_->name() << ": " << copied;
+    return host_correct;
   }
 
  private:
-  void SetInputs(int i, const Tensor& images) {
+  // Points param_ptrs_, grad_ptrs_ (when grads is not null), images_ and
+  // labels_ at the step's data on the device: the caller's own memory on
+  // the CPU; on a GPU, device buffers that the parameters and the batch are
+  // copied into.
+  void PlaceStep(const std::vector<Tensor>& params, const Tensor& images,
+                 absl::Span<const int32_t> labels, std::vector<Tensor>* grads) {
+    kernels::Device* dev = device_.get();
+    if (dev->host_memory()) {
+      for (size_t v = 0; v < params.size(); ++v) {
+        param_ptrs_[v] = params[v].data();
+        if (grads != nullptr) grad_ptrs_[v] = (*grads)[v].data();
+      }
+      images_ = images.data();
+      labels_ = labels.data();
+      return;
+    }
+    for (size_t v = 0; v < params.size(); ++v) {
+      float* p = device_params_[v].Reserve(dev, params[v].num_elements());
+      dev->CopyToDevice(p, params[v].data(), params[v].num_bytes());
+      param_ptrs_[v] = p;
+      grad_ptrs_[v] = device_grads_[v].Reserve(dev, params[v].num_elements());
+    }
+    float* x = device_images_.Reserve(dev, images.num_elements());
+    dev->CopyToDevice(x, images.data(), images.num_bytes());
+    int32_t* y = device_labels_.Reserve(dev, labels.size());
+    dev->CopyToDevice(y, labels.data(), labels.size() * sizeof(int32_t));
+    images_ = x;
+    labels_ = y;
+  }
+
+  void SetInputs(int i) {
     const std::vector<int>& inputs = graph_.nodes[i].inputs;
     for (size_t j = 0; j < inputs.size(); ++j) {
-      in_ptrs_[i][j] =
-          inputs[j] == NetBuilder::kInput ? &images : &outputs_[inputs[j]];
+      in_ptrs_[i][j] = inputs[j] == NetBuilder::kInput
+                           ? images_
+                           : outputs_[inputs[j]].data();
     }
   }
 
-  void Forward(const StepContext& step, const std::vector<Tensor>& params,
-               const Tensor& images) {
-    const int64_t batch = images.dim(0);
+  void Forward(const StepContext& step, int64_t batch) {
     for (size_t i = 1; i < graph_.nodes.size(); ++i) {
       const NetBuilder::Graph::Node& node = graph_.nodes[i];
-      SetInputs(i, images);
-      EnsureMatrix(&outputs_[i], batch, node.dims.size());
-      node.layer->Forward(step, params, in_ptrs_[i], batch, &outputs_[i]);
+      SetInputs(i);
+      float* out = outputs_[i].Reserve(device_.get(), batch * node.dims.size());
+      node.layer->Forward(step, param_ptrs_, in_ptrs_[i], batch, out);
     }
   }
 
@@ -196,25 +248,44 @@ class NetModel : public Model {
         << ", want [batch >= 1, " << size << "]";
     CHECK_EQ(static_cast<int64_t>(labels.size()), images.dim(0))
         << "one label per image";
+    for (size_t i = 0; i < labels.size(); ++i) {
+      CHECK(labels[i] >= 0 && labels[i] < num_classes_)
+          << "label " << labels[i] << " of example " << i
+          << " is outside [0, " << num_classes_ << ")";
+    }
   }
 
+  // Declared first, destroyed last: every array below is in its memory.
+  const std::unique_ptr<kernels::Device> device_;
   const NetBuilder::Graph graph_;
-  kernels::CpuContext ctx_;
   const int64_t num_classes_;
-  kernels::Workspace workspace_;
   uint64_t step_ = 0;
   // Per node, reused from step to step: its output, d(loss)/d(output),
   // whether that gradient has been written in this backward, and the
   // pointer lists handed to its layer.
-  std::vector<Tensor> outputs_;
-  std::vector<Tensor> grads_;
+  std::vector<DeviceArray<float>> outputs_;
+  std::vector<DeviceArray<float>> grads_;
   std::vector<bool> grad_ready_;
-  std::vector<std::vector<const Tensor*>> in_ptrs_;
-  std::vector<std::vector<Tensor*>> din_ptrs_;
+  std::vector<std::vector<const float*>> in_ptrs_;
+  std::vector<std::vector<float*>> din_ptrs_;
   // Per node read by several layers: a later consumer's share of its
-  // gradient, added into grads_ after that consumer's backward. (One per
-  // node, so that each keeps its shape from step to step.)
-  std::vector<Tensor> temps_;
+  // gradient, added into grads_ after that consumer's backward.
+  std::vector<DeviceArray<float>> temps_;
+  // The step's parameters, gradients and batch on the device (PlaceStep).
+  std::vector<const float*> param_ptrs_;
+  std::vector<float*> grad_ptrs_;
+  const float* images_ = nullptr;
+  const int32_t* labels_ = nullptr;
+  // GPU only: the device copies behind those pointers.
+  std::vector<DeviceArray<float>> device_params_;
+  std::vector<DeviceArray<float>> device_grads_;
+  DeviceArray<float> device_images_;
+  DeviceArray<int32_t> device_labels_;
+  // Device scalars, and the host memory (page-locked on a GPU) that the
+  // step's loss is copied into.
+  DeviceArray<float> loss_;
+  DeviceArray<int32_t> correct_;
+  Tensor step_result_;
 };
 
 }  // namespace
@@ -245,6 +316,8 @@ int NetBuilder::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs,
         what, " does not fit its ", in.height, "x", in.width, " input"));
   }
   Graph::Node node;
+  node.var_begin = graph_->nodes.back().var_end;
+  node.var_end = static_cast<int>(graph_->variables.size());
   node.layer = std::move(layer);
   node.inputs = std::move(inputs);
   node.dims = dims;
@@ -361,7 +434,16 @@ absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(
     CHECK_GT(graph_->nodes[i].consumers, 0)
         << model_name << ": " << graph_->nodes[i].what << " is not used";
   }
-  return std::unique_ptr<Model>(new NetModel(options_, std::move(*graph_)));
+  kernels::DeviceSpec spec = options_.device;
+  spec.cpu_threads = options_.intra_op_threads;
+  absl::StatusOr<std::unique_ptr<kernels::Device>> device =
+      kernels::NewDevice(spec);
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat(model_name, ": ", device.status().message()));
+  }
+  return std::unique_ptr<Model>(
+      new NetModel(options_, std::move(*graph_), std::move(*device)));
 }
 
 }  // namespace psrt

@@ -1,0 +1,237 @@
+#include "kernels/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/layers_cuda.h"
+#include "kernels/ops_cuda.h"
+// After the CUDA ops, which it calls.
+#include "kernels/device_ops.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+#define PSRT_CUDA_OK(expr)                                                   \
+  do {                                                                       \
+    const cudaError_t psrt_err_ = (expr);                                    \
+    CHECK_EQ(psrt_err_, cudaSuccess) << #expr << ": "                        \
+                                     << cudaGetErrorString(psrt_err_);       \
+  } while (0)
+
+absl::Status CudaStatus(const char* what, cudaError_t err) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+// Page-locked host memory (cudaHostAlloc, portable to every GPU of the
+// process), so that copies between a tensor and any device are DMA
+// transfers that return at once. One for the process: tensors outlive the
+// devices they were copied to.
+class PinnedHostAllocator final : public HostAllocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();  // Not sticky: clear it; the caller reports.
+      return nullptr;
+    }
+    return p;
+  }
+  void Free(void* p) override { PSRT_CUDA_OK(cudaFreeHost(p)); }
+};
+
+HostAllocator* PinnedAllocator() {
+  static HostAllocator* const allocator = new PinnedHostAllocator;
+  return allocator;
+}
+
+// A caching allocator for one device: freed blocks are kept, keyed by their
+// rounded size, and handed out again, so cudaMalloc (and the device-wide
+// synchronization of cudaFree) happens only while a model grows its buffers,
+// in its first step. All work is on one stream, so a block freed by the host
+// may be reused at once: later work on that stream runs after the work that
+// used it. Sizes round up to 512 bytes, or to 2 MiB above 1 MiB.
+//
+// Thread safety: not thread-safe (one per CudaDevice).
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+  ~CachingAllocator() {
+    LOG_IF(ERROR, !in_use_.empty())
+        << "gpu:" << device_ << ": " << in_use_.size()
+        << " blocks still in use when the device closes";
+    ReleaseCached();
+  }
+
+  void* Allocate(size_t bytes) {
+    const size_t size = RoundUp(bytes);
+    auto cached = free_.find(size);
+    void* p = nullptr;
+    if (cached != free_.end() && !cached->second.empty()) {
+      p = cached->second.back();
+      cached->second.pop_back();
+    } else {
+      cudaError_t err = cudaMalloc(&p, size);
+      if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        ReleaseCached();
+        err = cudaMalloc(&p, size);
+      }
+      CHECK_EQ(err, cudaSuccess)
+          << "gpu:" << device_ << ": cudaMalloc of " << size
+          << " bytes: " << cudaGetErrorString(err) << " ("
+          << stats_.bytes_reserved << " bytes held by psrt)";
+      ++stats_.system_allocations;
+      stats_.bytes_reserved += size;
+    }
+    in_use_.emplace(p, size);
+    stats_.bytes_in_use += size;
+    return p;
+  }
+
+  void Free(void* p) {
+    auto it = in_use_.find(p);
+    CHECK(it != in_use_.end()) << "Free of a block this device did not give";
+    stats_.bytes_in_use -= it->second;
+    free_[it->second].push_back(p);
+    in_use_.erase(it);
+  }
+
+  const DeviceMemoryStats& stats() const { return stats_; }
+
+ private:
+  static size_t RoundUp(size_t bytes) {
+    constexpr size_t kSmall = 512;
+    constexpr size_t kLarge = size_t{2} << 20;
+    const size_t unit = bytes <= (size_t{1} << 20) ? kSmall : kLarge;
+    return (std::max<size_t>(bytes, 1) + unit - 1) / unit * unit;
+  }
+  void ReleaseCached() {
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) {
+        PSRT_CUDA_OK(cudaFree(p));
+        stats_.bytes_reserved -= size;
+      }
+      blocks.clear();
+    }
+  }
+
+  const int device_;
+  std::map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> in_use_;
+  DeviceMemoryStats stats_;
+};
+
+class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
+ public:
+  CudaDevice(std::unique_ptr<CudaContext> ctx, cudaStream_t copy_stream,
+             cudaEvent_t compute_done, std::string gpu_name)
+      : ctx_(std::move(ctx)),
+        copy_stream_(copy_stream),
+        compute_done_(compute_done),
+        name_(absl::StrCat("gpu:", ctx_->device(), " (", gpu_name, ")")),
+        allocator_(ctx_->device()) {}
+
+  ~CudaDevice() override {
+    Bind();
+    const absl::Status synced = Synchronize();
+    LOG_IF(ERROR, !synced.ok()) << name_ << ": " << synced;
+    cudaEventDestroy(compute_done_);
+    cudaStreamDestroy(copy_stream_);
+  }
+
+  DeviceType type() const override { return DeviceType::kGpu; }
+  std::string name() const override { return name_; }
+  void Bind() override { PSRT_CUDA_OK(cudaSetDevice(ctx_->device())); }
+  absl::Status Synchronize() override {
+    RETURN_IF_ERROR(ctx_->Synchronize());
+    return WaitForHostCopies();
+  }
+
+  void* Allocate(size_t bytes) override { return allocator_.Allocate(bytes); }
+  void Free(void* p) override { allocator_.Free(p); }
+  DeviceMemoryStats memory_stats() const override { return allocator_.stats(); }
+  HostAllocator* host_allocator() override { return PinnedAllocator(); }
+
+  void CopyToDevice(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    PSRT_CUDA_OK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+                                 ctx_->stream()));
+  }
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    PSRT_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                 ctx_->stream()));
+  }
+  void Fill(float* x, int64_t n, float value) override {
+    kernels::Fill(*ctx_, value, x, n);
+  }
+  void CopyToHostAfterCompute(void* host, const void* src,
+                              size_t bytes) override {
+    if (bytes == 0) return;
+    // The copy stream waits for the compute stream's work so far, then
+    // copies while the compute stream goes on. One event serves every copy:
+    // cudaStreamWaitEvent takes the record made just before it.
+    PSRT_CUDA_OK(cudaEventRecord(compute_done_, ctx_->stream()));
+    PSRT_CUDA_OK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    PSRT_CUDA_OK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
+                                 copy_stream_));
+  }
+  absl::Status WaitForHostCopies() override {
+    return CudaStatus("cudaStreamSynchronize(copies)",
+                      cudaStreamSynchronize(copy_stream_));
+  }
+
+ protected:
+  const CudaContext& ctx() const override { return *ctx_; }
+  CudaWorkspace* conv_workspace() override { return &workspace_; }
+
+ private:
+  const std::unique_ptr<CudaContext> ctx_;
+  const cudaStream_t copy_stream_;
+  const cudaEvent_t compute_done_;
+  const std::string name_;
+  CachingAllocator allocator_;
+  CudaWorkspace workspace_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu) {
+  const int count = CudaDeviceCount();
+  if (gpu < 0 || gpu >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gpu:", gpu, " asked for, but this process sees ", count,
+        " GPU(s) (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them)"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> ctx, CudaContext::Create(gpu));
+  cudaDeviceProp prop;
+  RETURN_IF_ERROR(CudaStatus("cudaGetDeviceProperties",
+                             cudaGetDeviceProperties(&prop, gpu)));
+  cudaStream_t copy_stream;
+  RETURN_IF_ERROR(CudaStatus(
+      "cudaStreamCreate",
+      cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking)));
+  cudaEvent_t compute_done;
+  const cudaError_t err =
+      cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming);
+  if (err != cudaSuccess) {
+    cudaStreamDestroy(copy_stream);
+    return CudaStatus("cudaEventCreate", err);
+  }
+  return std::unique_ptr<Device>(new CudaDevice(
+      std::move(ctx), copy_stream, compute_done, prop.name));
+}
+
+}  // namespace kernels
+}  // namespace psrt

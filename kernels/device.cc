@@ -1,0 +1,120 @@
+#include "kernels/device.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/batch_norm.h"
+#include "kernels/conv.h"
+#include "kernels/cpu_context.h"
+#include "kernels/layer_ops.h"
+#include "kernels/ops.h"
+#include "kernels/pool.h"
+#include "kernels/workspace.h"
+// After the CPU ops, which it calls.
+#include "kernels/device_ops.h"
+#if PSRT_WITH_CUDA
+#include "kernels/cuda_device.h"
+#include "kernels/ops_cuda.h"
+#endif
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+// The CPU: ops run at once on the calling thread and the context's pool;
+// memory is the aligned heap; copies are memcpy.
+class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
+ public:
+  explicit CpuDevice(int threads) : ctx_(threads) {}
+
+  DeviceType type() const override { return DeviceType::kCpu; }
+  std::string name() const override {
+    return absl::StrCat("cpu (", ctx_.num_threads(), " threads)");
+  }
+  void Bind() override {}
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void* Allocate(size_t bytes) override {
+    constexpr size_t kAlignment = 256;
+    const size_t rounded =
+        (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    CHECK(p != nullptr) << "out of memory allocating " << rounded << " bytes";
+    stats_.bytes_in_use += rounded;
+    stats_.bytes_reserved += rounded;
+    ++stats_.system_allocations;
+    sizes_.emplace_back(p, rounded);
+    return p;
+  }
+  void Free(void* p) override {
+    auto it = std::find_if(sizes_.begin(), sizes_.end(),
+                           [p](const auto& e) { return e.first == p; });
+    CHECK(it != sizes_.end()) << "Free of memory this device did not allocate";
+    stats_.bytes_in_use -= it->second;
+    stats_.bytes_reserved -= it->second;
+    *it = sizes_.back();
+    sizes_.pop_back();
+    std::free(p);
+  }
+  DeviceMemoryStats memory_stats() const override { return stats_; }
+  HostAllocator* host_allocator() override { return nullptr; }
+
+  void CopyToDevice(void* dst, const void* host, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host, bytes);
+  }
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+  void Fill(float* x, int64_t n, float value) override {
+    std::fill_n(x, n, value);
+  }
+  void CopyToHostAfterCompute(void* host, const void* src,
+                              size_t bytes) override {
+    if (bytes > 0) std::memcpy(host, src, bytes);
+  }
+  absl::Status WaitForHostCopies() override { return absl::OkStatus(); }
+
+ protected:
+  const CpuContext& ctx() const override { return ctx_; }
+  Workspace* conv_workspace() override { return &workspace_; }
+
+ private:
+  CpuContext ctx_;
+  Workspace workspace_;
+  DeviceMemoryStats stats_;
+  // Live allocations and their sizes; a model holds a few dozen.
+  std::vector<std::pair<void*, size_t>> sizes_;
+};
+
+}  // namespace
+
+bool BuiltWithCuda() { return PSRT_WITH_CUDA != 0; }
+
+int VisibleGpuCount() {
+#if PSRT_WITH_CUDA
+  return CudaDeviceCount();
+#else
+  return 0;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec) {
+  if (spec.type == DeviceType::kCpu) {
+    return std::unique_ptr<Device>(new CpuDevice(spec.cpu_threads));
+  }
+#if PSRT_WITH_CUDA
+  return NewCudaDevice(spec.gpu);
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "gpu:", spec.gpu,
+      " asked for, but this psrt was built without CUDA (no nvcc when it was "
+      "configured); rebuild with the CUDA toolkit, or use --device=cpu"));
+#endif
+}
+
+}  // namespace kernels
+}  // namespace psrt

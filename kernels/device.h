@@ -1,0 +1,233 @@
+// Device: where a model's forward and backward run, chosen at run time.
+//
+// One interface over the CPU (CpuContext, the ops of ops.h, conv.h, ...) and
+// a CUDA GPU (CudaContext, the ops of ops_cuda.h and layers_cuda.h), so that
+// a model is written once against it (models/net.cc). Each op has the
+// contract of the CPU op of the same name; pointers are the device's memory
+// (host memory on the CPU). The two implementations only forward: the math
+// lives in the kernels and their shared functors.
+//
+// Memory: Allocate/Free go through the device's caching allocator (the heap
+// on the CPU; on a GPU freed blocks are kept for reuse, so a step that frees
+// and allocates the same sizes calls cudaMalloc and cudaFree never).
+// host_allocator() gives page-locked host memory on a GPU (null on the CPU)
+// for the tensors the worker pulls into and pushes from, so that copies
+// between them and the device are asynchronous.
+//
+// Ordering: everything is queued in order on the device's compute stream
+// (the CPU runs it at once). CopyToHostAfterCompute queues a copy on a side
+// stream that starts when the work queued so far is done and overlaps the
+// work queued after it; WaitForHostCopies waits for those copies.
+// Synchronize waits for everything.
+//
+// Thread safety: not thread-safe; one device per thread (towers own one
+// each). REQUIRES: Bind() on the calling thread before the first call there.
+#ifndef PSRT_KERNELS_DEVICE_H_
+#define PSRT_KERNELS_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "kernels/batch_norm.h"
+#include "kernels/ops.h"
+#include "kernels/window.h"
+
+namespace psrt {
+namespace kernels {
+
+enum class DeviceType { kCpu, kGpu };
+
+struct DeviceSpec {
+  DeviceType type = DeviceType::kCpu;
+  int gpu = 0;          // kGpu: the CUDA device ordinal (of the visible ones).
+  int cpu_threads = 0;  // kCpu: intra-op threads; 0 is one per core.
+};
+
+// Counters of a device's allocator, for tests and memory reports.
+struct DeviceMemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t bytes_reserved = 0;     // In use plus cached for reuse.
+  int64_t system_allocations = 0;  // cudaMalloc calls (heap calls on the CPU).
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceType type() const = 0;
+  // "cpu" or "gpu:N (name)", for logs.
+  virtual std::string name() const = 0;
+  // Whether device pointers are host pointers (the CPU): a model then uses
+  // the caller's tensors in place and copies nothing.
+  bool host_memory() const { return type() == DeviceType::kCpu; }
+  // Makes this device current on the calling thread (cudaSetDevice).
+  virtual void Bind() = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- Memory. ----
+  // At least `bytes` bytes, 256-byte aligned; never null (out of memory is
+  // fatal). REQUIRES for Free: p came from Allocate on this device, and no
+  // queued work uses it any more except work on the compute stream.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  virtual DeviceMemoryStats memory_stats() const = 0;
+  virtual HostAllocator* host_allocator() = 0;
+
+  // Copies on the compute stream, in order with the ops. CopyToDevice may
+  // return before `host` has been read: keep it unchanged until the next
+  // Synchronize (or until the copy's result is waited for).
+  virtual void CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
+  virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Fill(float* x, int64_t n, float value) = 0;
+  // See Ordering above. REQUIRES: `src` is not written before
+  // WaitForHostCopies returns.
+  virtual void CopyToHostAfterCompute(void* host, const void* src,
+                                      size_t bytes) = 0;
+  virtual absl::Status WaitForHostCopies() = 0;
+
+  // ---- Ops (ops.h). ----
+  virtual void MatMulForward(const MatMulShape& shape, const float* a,
+                             const float* b, float* c) = 0;
+  virtual void MatMulBackward(const MatMulShape& shape, const float* a,
+                              const float* b, const float* dc, float* da,
+                              float* db) = 0;
+  virtual void BiasAddForward(const float* x, const float* bias, int64_t rows,
+                              int64_t cols, float* y) = 0;
+  virtual void BiasAddBackward(const float* dy, int64_t rows, int64_t cols,
+                               float* dbias) = 0;
+  virtual void ReluForward(const float* x, int64_t n, float* y) = 0;
+  virtual void ReluBackward(const float* y, const float* dy, int64_t n,
+                            float* dx) = 0;
+  // Writes the batch's mean loss to the device scalar *loss.
+  virtual void SoftmaxCrossEntropyForward(const float* logits,
+                                          const int32_t* labels, int64_t batch,
+                                          int64_t classes, float* loss) = 0;
+  virtual void SoftmaxCrossEntropyBackward(const float* logits,
+                                           const int32_t* labels, int64_t batch,
+                                           int64_t classes, float* dlogits) = 0;
+  // Writes to the device scalar *correct the number of rows whose arg-max
+  // (the first, on ties) is the label.
+  virtual void CountCorrect(const float* logits, const int32_t* labels,
+                            int64_t batch, int64_t classes,
+                            int32_t* correct) = 0;
+  // acc[i] += x[i].
+  virtual void Accumulate(const float* x, float* acc, int64_t n) = 0;
+
+  // ---- Layer ops (conv.h, pool.h, batch_norm.h, layer_ops.h). ----
+  // The convolutions use the device's own workspace.
+  virtual void Conv2DForward(const Conv2DShape& shape, const float* x,
+                             const float* filter, float* y) = 0;
+  virtual void Conv2DBackward(const Conv2DShape& shape, const float* x,
+                              const float* filter, const float* dy, float* dx,
+                              float* dfilter) = 0;
+  virtual void MaxPoolForward(const Pool2DShape& shape, const float* x,
+                              float* y) = 0;
+  virtual void MaxPoolBackward(const Pool2DShape& shape, const float* x,
+                               const float* y, const float* dy, float* dx) = 0;
+  virtual void AvgPoolForward(const Pool2DShape& shape, const float* x,
+                              float* y) = 0;
+  virtual void AvgPoolBackward(const Pool2DShape& shape, const float* dy,
+                               float* dx) = 0;
+  virtual void GlobalAvgPoolForward(const float* x, int64_t batch,
+                                    int64_t pixels, int64_t channels,
+                                    float* y) = 0;
+  virtual void GlobalAvgPoolBackward(const float* dy, int64_t batch,
+                                     int64_t pixels, int64_t channels,
+                                     float* dx) = 0;
+  virtual void BatchNormTrainingForward(const BatchNormShape& s, const float* x,
+                                        const float* gamma, const float* beta,
+                                        float* moving_mean, float* moving_var,
+                                        float* saved_mean,
+                                        float* saved_inv_std, float* y) = 0;
+  virtual void BatchNormTrainingBackward(
+      const BatchNormShape& s, const float* x, const float* dy,
+      const float* gamma, const float* saved_mean, const float* saved_inv_std,
+      float* dx, float* dgamma, float* dbeta) = 0;
+  virtual void BatchNormInferenceForward(const BatchNormShape& s,
+                                         const float* x, const float* gamma,
+                                         const float* beta,
+                                         const float* moving_mean,
+                                         const float* moving_var, float* y) = 0;
+  // `inputs` and `dinputs` are host arrays of device pointers.
+  virtual void ConcatChannelsForward(int64_t pixels,
+                                     absl::Span<const float* const> inputs,
+                                     absl::Span<const int64_t> channels,
+                                     float* y) = 0;
+  virtual void ConcatChannelsBackward(int64_t pixels, const float* dy,
+                                      absl::Span<const int64_t> channels,
+                                      absl::Span<float* const> dinputs) = 0;
+  virtual void DropoutForward(const float* x, int64_t n, float keep_prob,
+                              uint64_t seed, float* y) = 0;
+  virtual void DropoutBackward(const float* dy, int64_t n, float keep_prob,
+                               uint64_t seed, float* dx) = 0;
+};
+
+// The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES
+// applies); 0 without a GPU, a driver, or a CUDA build.
+int VisibleGpuCount();
+
+// Whether this binary was built with the CUDA kernels.
+bool BuiltWithCuda();
+
+// The device of `spec`. FailedPrecondition naming the GPU where there is no
+// such GPU, no driver, or no CUDA build.
+absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec);
+
+// DeviceArray: a growable array of T in a device's memory, the device
+// counterpart of a Tensor's storage. Reserve keeps the storage when it is
+// large enough, so buffers reused from step to step allocate once.
+//
+// Thread safety: as the device's.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() { Release(); }
+  DeviceArray(DeviceArray&& other) noexcept { *this = std::move(other); }
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    if (this != &other) {
+      Release();
+      device_ = other.device_;
+      data_ = other.data_;
+      capacity_ = other.capacity_;
+      other.data_ = nullptr;
+      other.capacity_ = 0;
+    }
+    return *this;
+  }
+
+  // At least n elements on `device`; contents unspecified after a growth.
+  // REQUIRES: the same device on every call.
+  T* Reserve(Device* device, int64_t n) {
+    if (n > capacity_ || device_ != device) {
+      Release();
+      device_ = device;
+      data_ = static_cast<T*>(device->Allocate(sizeof(T) * (n > 0 ? n : 1)));
+      capacity_ = n;
+    }
+    return data_;
+  }
+  T* data() const { return data_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  void Release() {
+    if (data_ != nullptr) device_->Free(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  Device* device_ = nullptr;
+  T* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+}  // namespace kernels
+}  // namespace psrt
+
+#endif  // PSRT_KERNELS_DEVICE_H_
