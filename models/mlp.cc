@@ -60,6 +60,7 @@ class Mlp : public Model {
   std::string device_name() const override {
     return absl::StrCat("cpu (", ctx_.num_threads(), " threads)");
   }
+  kernels::DeviceMemoryStats device_memory() const override { return {}; }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
     std::mt19937_64 rng(seed);

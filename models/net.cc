@@ -76,6 +76,9 @@ class NetModel : public Model {
     return graph_.variables;
   }
   std::string device_name() const override { return device_->name(); }
+  kernels::DeviceMemoryStats device_memory() const override {
+    return device_->memory_stats();
+  }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
     // A truncated normal cut at 2 sigma has 0.8796 of its sigma.

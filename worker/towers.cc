@@ -3,9 +3,46 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace psrt {
+
+absl::StatusOr<std::vector<kernels::DeviceSpec>> ChooseTowerDevices(
+    absl::string_view device, int num_gpus, int visible_gpus) {
+  if (device != "auto" && device != "cpu" && device != "gpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", device, " is not one of auto, cpu, gpu"));
+  }
+  if (num_gpus < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_gpus=", num_gpus, " must be at least 1"));
+  }
+  const bool gpu = device == "gpu" || (device == "auto" && visible_gpus > 0);
+  if (!gpu) {
+    if (num_gpus > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num_gpus=", num_gpus, " asks for GPU towers, but training runs on "
+          "the CPU (--device=", device, ", ", visible_gpus, " GPUs visible)"));
+    }
+    return std::vector<kernels::DeviceSpec>{kernels::DeviceSpec{}};
+  }
+  if (num_gpus > visible_gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", device, " --num_gpus=", num_gpus, " asks for ", num_gpus,
+        " GPUs, but this process sees ", visible_gpus,
+        visible_gpus == 0 ? " (no GPU, no driver, a build without CUDA, or "
+                            "CUDA_VISIBLE_DEVICES hides them)"
+                          : " (CUDA_VISIBLE_DEVICES chooses which)"));
+  }
+  std::vector<kernels::DeviceSpec> devices(num_gpus);
+  for (int i = 0; i < num_gpus; ++i) {
+    devices[i].type = kernels::DeviceType::kGpu;
+    devices[i].gpu = i;
+  }
+  return devices;
+}
 
 Towers::Towers(std::vector<std::unique_ptr<Model>> towers)
     : towers_(std::move(towers)), slices_(towers_.size()), tower_grads_(towers_.size()) {
@@ -45,7 +82,9 @@ float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& 
     for (size_t v = 0; v < params.size(); ++v) {
       Tensor& out = (*grads)[v];
       const Tensor& g = tower_grads_[i][v];
-      if (i == 0) out.Resize(g.shape());
+      if (i == 0 && out.shape() != g.shape()) {
+        out = Tensor(g.shape(), g.allocator());
+      }
       float* o = out.data();
       const float* x = g.data();
       for (int64_t j = 0; j < g.num_elements(); ++j) {

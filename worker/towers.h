@@ -1,12 +1,11 @@
 // Towers: in-graph replication inside one worker, as in TensorFlow's
 // multi-GPU examples. A batch is split into N slices; tower i computes the
-// gradients of slice i on its own device context (its own Model instance);
-// the towers' gradients are averaged, weighted by slice size, into one
-// gradient for the whole batch, which the worker pushes once.
-//
-// With CPU contexts (no GPU here) the towers run one per thread; the average
-// then equals the gradient of the whole batch on one device (tested), which
-// is the property the GPU version relies on.
+// gradients of slice i on its own device (its own Model instance, on GPU i
+// with its own stream), one thread per tower; the towers' gradients, copied
+// to the host as each tower's backward produces them, are averaged there,
+// weighted by slice size, into one gradient for the whole batch, which the
+// worker pushes once. The average equals the gradient of the whole batch on
+// one device (tested on CPU towers, and on GPU towers where a GPU is).
 //
 // Thread safety: not thread-safe; one trainer drives it.
 #ifndef PSRT_WORKER_TOWERS_H_
@@ -16,11 +15,22 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
+#include "kernels/device.h"
 #include "models/model.h"
 
 namespace psrt {
+
+// The device of each tower, from the worker's --device (auto, cpu or gpu)
+// and --num_gpus (towers, one per GPU), given the GPUs this process sees:
+// auto is the GPUs when any is visible, else the CPU. InvalidArgument naming
+// the flag for an unknown --device, --device=gpu with no GPU visible, more
+// GPUs than are visible, or --num_gpus > 1 on the CPU.
+absl::StatusOr<std::vector<kernels::DeviceSpec>> ChooseTowerDevices(
+    absl::string_view device, int num_gpus, int visible_gpus);
 
 class Towers {
  public:

@@ -57,10 +57,14 @@ DEFINE_bool(describe_model, false,
             "\"params=N\", and exit (needs no cluster).");
 DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
+DEFINE_string(device, "auto",
+              "Where the forward and backward run: auto (a GPU when one is "
+              "visible, else the CPU), cpu, or gpu (CUDA; an error when none "
+              "is visible). CUDA_VISIBLE_DEVICES chooses the GPUs.");
 DEFINE_int32(num_gpus, 1,
-             "Towers per worker (in-graph replication): each batch is split "
-             "over this many device contexts and their gradients are averaged "
-             "before one push. Towers run on CPU contexts in this build.");
+             "Towers per worker (in-graph replication), one per GPU: each "
+             "batch is split over GPUs 0..N-1 and their gradients are "
+             "averaged before one push. More than are visible is an error.");
 DEFINE_int64(train_steps, 2000, "Stop when the global step reaches this.");
 DEFINE_bool(sync_replicas, false,
             "Synchronous training (SyncReplicas): average the gradients of "
@@ -322,17 +326,23 @@ absl::Status Run() {
       StartStatusServer(cluster, replica, *security, &worker_metrics);
 
   ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
-  if (FLAGS_num_gpus < 1 || FLAGS_num_gpus > FLAGS_batch_size) {
-    return absl::InvalidArgumentError("--num_gpus must be in 1..--batch_size");
+  if (FLAGS_num_gpus > FLAGS_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_gpus=", FLAGS_num_gpus, " towers cannot share a batch of ",
+        FLAGS_batch_size, " (--batch_size)"));
   }
+  const int visible_gpus = psrt::kernels::VisibleGpuCount();
+  ASSIGN_OR_RETURN(
+      std::vector<psrt::kernels::DeviceSpec> tower_devices,
+      psrt::ChooseTowerDevices(FLAGS_device, FLAGS_num_gpus, visible_gpus));
   std::vector<std::unique_ptr<psrt::Model>> tower_models;
-  if (FLAGS_num_gpus > 1 && model_options.intra_op_threads == 0) {
-    model_options.intra_op_threads =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / FLAGS_num_gpus);
-  }
-  for (int i = 0; i < FLAGS_num_gpus; ++i) {
+  for (const psrt::kernels::DeviceSpec& device : tower_devices) {
+    model_options.device = device;
     ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> tower,
                      psrt::NewModel(FLAGS_model, model_options));
+    LOG(INFO) << "tower " << tower_models.size() << " of " << FLAGS_model
+              << " on " << tower->device_name() << " (--device=" << FLAGS_device
+              << ", " << visible_gpus << " GPUs visible)";
     tower_models.push_back(std::move(tower));
   }
   psrt::Towers towers(std::move(tower_models));

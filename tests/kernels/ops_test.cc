@@ -293,6 +293,24 @@ TEST(ReluTest, GradientMatchesFiniteDifferences) {
   ExpectGradientsMatch({&x}, loss, {dx});
 }
 
+// ---- CountCorrect ----
+
+TEST(CountCorrectTest, CountsRowsWhoseFirstMaximumIsTheLabel) {
+  CpuContext ctx(1);
+  const float logits[] = {
+      0, 5, 1,  // arg-max 1
+      2, 2, 1,  // a tie: the first maximum, 0
+      -1, -3, -2,  // arg-max 0
+      1, 1, 4,  // arg-max 2
+  };
+  const int32_t labels[] = {1, 1, 0, 0};
+  int32_t correct = -1;
+  CountCorrect(ctx, logits, labels, 4, 3, &correct);
+  EXPECT_EQ(correct, 2);  // Rows 0 and 2; row 1's tie goes to class 0.
+  CountCorrect(ctx, logits, labels, 0, 3, &correct);
+  EXPECT_EQ(correct, 0);
+}
+
 // ---- SoftmaxCrossEntropy ----
 
 TEST(SoftmaxCrossEntropyTest, KnownValues) {

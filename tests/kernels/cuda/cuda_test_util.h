@@ -22,7 +22,12 @@ namespace psrt {
 namespace kernels {
 namespace testing {
 
-// A device array of T, filled from and read back to host vectors.
+// A device array of T, filled from and read back to host vectors. An
+// output array (made from a size) starts poisoned, every byte 0xFF (NaN for
+// floats), so an op that leaves part of it unwritten fails the comparison.
+// The copies and the poisoning are complete when the constructor returns
+// (the device is synchronized), so ops queued afterwards on any stream, the
+// contexts' non-blocking ones included, read the inputs whole.
 template <class T>
 class DeviceArray {
  public:
@@ -31,8 +36,14 @@ class DeviceArray {
               cudaSuccess);
     EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice),
               cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  explicit DeviceArray(size_t size) : DeviceArray(std::vector<T>(size)) {}
+  explicit DeviceArray(size_t size) : size_(size) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemset(data_, 0xFF, bytes()), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
   ~DeviceArray() { cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;

@@ -41,6 +41,9 @@ TEST_F(LayersCudaTest, Conv2D) {
       {2, 6, 9, 4, 1, 7, 5, 1, 1, Padding::kSame},
       {3, 7, 7, 6, 1, 1, 8, 1, 1, Padding::kSame},
       {100, 14, 14, 32, 5, 5, 64, 1, 1, Padding::kSame},  // LeNet's conv2.
+      // A column matrix of 61440 x 576 floats, over the 2^25 of one chunk:
+      // the forward and backward run in two chunks of the batch.
+      {60, 32, 32, 64, 3, 3, 32, 1, 1, Padding::kSame},
   };
   int i = 0;
   for (const Conv2DShape& s : shapes) {

@@ -94,6 +94,25 @@ TEST_F(OpsCudaTest, SoftmaxCrossEntropy) {
   EXPECT_THAT(gd.ToHost(), Pointwise(FloatNear(1e-7f), d));
 }
 
+TEST_F(OpsCudaTest, CountCorrectAndFill) {
+  const int64_t batch = 1000, classes = 10;
+  const std::vector<float> logits = RandomVector(batch * classes, 11);
+  std::vector<int32_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 3) % classes;
+  int32_t correct = -1;
+  CountCorrect(cpu_, logits.data(), labels.data(), batch, classes, &correct);
+  ASSERT_GT(correct, 0);  // About a tenth of random rows are right.
+
+  DeviceArray<float> glogits(logits), gfilled(257);
+  DeviceArray<int32_t> glabels(labels), gcorrect(1);
+  CountCorrect(*gpu_, glogits.get(), glabels.get(), batch, classes,
+               gcorrect.get());
+  Fill(*gpu_, 2.5f, gfilled.get(), 257);
+  Sync();
+  EXPECT_EQ(gcorrect.ToHost()[0], correct);
+  EXPECT_THAT(gfilled.ToHost(), ::testing::Each(2.5f));
+}
+
 TEST_F(OpsCudaTest, OptimizerUpdates) {
   const int64_t n = 100001;
   const std::vector<float> grad = RandomVector(n, 8);

@@ -1,0 +1,170 @@
+// Whole models on a GPU against the same models on the CPU (the oracle):
+// loss, every gradient, predictions after a training step (batch-norm
+// moving statistics), and a steady state that allocates no device memory
+// (towers on the GPU: tests/worker/towers_test.cc). Every case
+// skips itself where no GPU is visible (or the build has no CUDA), as in CI.
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "models/model.h"
+#include "tests/models/model_test_util.h"
+
+namespace psrt {
+namespace {
+
+using testing::RandomImages;
+
+struct Case {
+  std::string model;
+  int size;  // Input height and width.
+  int channels;
+  int classes;
+  int batch;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.model;
+}
+
+ModelOptions OptionsFor(const Case& c, kernels::DeviceSpec device) {
+  ModelOptions options;
+  options.input_height = options.input_width = c.size;
+  options.input_channels = c.channels;
+  options.num_classes = c.classes;
+  options.intra_op_threads = 2;
+  options.device = device;
+  return options;
+}
+
+kernels::DeviceSpec Gpu(int gpu = 0) {
+  kernels::DeviceSpec spec;
+  spec.type = kernels::DeviceType::kGpu;
+  spec.gpu = gpu;
+  return spec;
+}
+
+std::vector<int32_t> Labels(const Case& c) {
+  std::vector<int32_t> labels(c.batch);
+  for (int i = 0; i < c.batch; ++i) labels[i] = (i * 7 + 3) % c.classes;
+  return labels;
+}
+
+// |a - b| <= 1e-3 * max|reference| + 1e-5 elementwise: the GPU's sums run
+// in another order (and with atomics), so they differ in the last bits.
+void ExpectNear(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  float scale = 0;
+  for (float x : cpu.flat()) scale = std::max(scale, std::abs(x));
+  const float tolerance = 1e-3f * scale + 1e-5f;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < cpu.num_elements(); ++i) {
+    if (!(std::abs(gpu.data()[i] - cpu.data()[i]) <= tolerance)) {
+      if (bad++ < 3) {
+        ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu.data()[i]
+                      << ", cpu " << cpu.data()[i] << " (tolerance "
+                      << tolerance << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.num_elements();
+}
+
+class GpuModelTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (kernels::VisibleGpuCount() == 0) {
+      GTEST_SKIP() << "no GPU visible"
+                   << (kernels::BuiltWithCuda() ? "" : " (built without CUDA)");
+    }
+  }
+};
+
+TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
+  const Case& c = GetParam();
+  auto cpu = NewModel(c.model, OptionsFor(c, {}));
+  auto gpu = NewModel(c.model, OptionsFor(c, Gpu()));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_THAT((*gpu)->device_name(), ::testing::StartsWith("gpu:0"));
+
+  std::vector<Tensor> params, gpu_params;
+  (*cpu)->Initialize(7, &params);
+  (*gpu)->Initialize(7, &gpu_params);  // Page-locked, same values.
+  ASSERT_EQ(params.size(), gpu_params.size());
+  for (size_t v = 0; v < params.size(); ++v) {
+    ExpectNear(gpu_params[v], params[v], "initial " + std::to_string(v));
+  }
+  const Tensor images =
+      RandomImages(c.batch, int64_t{c.size} * c.size * c.channels, 3);
+  const std::vector<int32_t> labels = Labels(c);
+
+  // Two steps, so that the second runs on reused buffers and batch-norm
+  // moving statistics updated once.
+  for (int step = 0; step < 2; ++step) {
+    std::vector<Tensor> cpu_grads, gpu_grads;
+    const float cpu_loss =
+        (*cpu)->ComputeGradients(params, images, labels, &cpu_grads);
+    const float gpu_loss =
+        (*gpu)->ComputeGradients(gpu_params, images, labels, &gpu_grads);
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::abs(cpu_loss) + 1e-5)
+        << "step " << step;
+    ASSERT_EQ(gpu_grads.size(), cpu_grads.size());
+    for (size_t v = 0; v < cpu_grads.size(); ++v) {
+      ExpectNear(gpu_grads[v], cpu_grads[v],
+                 (*cpu)->variables()[v].name + " at step " +
+                     std::to_string(step));
+    }
+  }
+  // Inference mode: the moving statistics both sides have kept.
+  EXPECT_EQ((*gpu)->CountCorrect(gpu_params, images, labels),
+            (*cpu)->CountCorrect(params, images, labels));
+}
+
+TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
+  const Case& c = GetParam();
+  auto gpu = NewModel(c.model, OptionsFor(c, Gpu()));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<Tensor> params, grads;
+  (*gpu)->Initialize(1, &params);
+  const Tensor images =
+      RandomImages(c.batch, int64_t{c.size} * c.size * c.channels, 5);
+  const std::vector<int32_t> labels = Labels(c);
+  (*gpu)->ComputeGradients(params, images, labels, &grads);
+  (*gpu)->CountCorrect(params, images, labels);
+  const kernels::DeviceMemoryStats first = (*gpu)->device_memory();
+  EXPECT_GT(first.system_allocations, 0);
+  for (int i = 0; i < 3; ++i) {
+    (*gpu)->ComputeGradients(params, images, labels, &grads);
+    (*gpu)->CountCorrect(params, images, labels);
+  }
+  const kernels::DeviceMemoryStats later = (*gpu)->device_memory();
+  EXPECT_EQ(later.system_allocations, first.system_allocations);
+  EXPECT_EQ(later.bytes_reserved, first.bytes_reserved);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, GpuModelTest,
+    ::testing::Values(Case{"lenet", 28, 1, 10, 16},
+                      Case{"inception_mini", 28, 1, 10, 8},
+                      Case{"inception_v3", 75, 3, 5, 4}),
+    CaseName);
+
+TEST(GpuModelErrorTest, AGpuThatIsNotThereIsAClearError) {
+  ModelOptions options;
+  options.device = Gpu(kernels::VisibleGpuCount());  // One past the last.
+  auto model = NewModel("lenet", options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(std::string(model.status().message()),
+              ::testing::HasSubstr("lenet: gpu:"));
+}
+
+}  // namespace
+}  // namespace psrt
