@@ -5,7 +5,8 @@
 #   scripts/launch.sh --cluster_spec FILE [--logdir DIR] [--ps_flags "FLAGS"]
 #       [--checkpoint_dir DIR] [--all_hosts] [--restart_policy=POLICY]
 #       [--max_restarts=N] [--restart_backoff_secs=S]
-#       [--max_restart_backoff_secs=S] -- WORKER_FLAGS...
+#       [--max_restart_backoff_secs=S] [--gpus_per_worker=N [--gpus=LIST]]
+#       -- WORKER_FLAGS...
 #
 # ps tasks run build/bin/psrt_ps with --ps_flags; worker, chief and
 # evaluator tasks run build/bin/psrt_worker with WORKER_FLAGS. Every task gets
@@ -18,6 +19,16 @@
 #
 # A task "lives on this host" when its host is 127.0.0.1, localhost, ::1, this
 # machine's name or one of its addresses; --all_hosts starts every task here.
+#
+# GPUs (what DC/OS and Mesos give each task): with --gpus_per_worker=N each
+# worker and chief task started here gets N GPUs of its own, in start order,
+# through CUDA_VISIBLE_DEVICES (and --num_gpus=N, one tower per GPU, unless
+# WORKER_FLAGS set --num_gpus); ps and evaluator tasks get none
+# (CUDA_VISIBLE_DEVICES=""). The GPUs handed out are --gpus=LIST (e.g.
+# 0,1,2,3), else the launcher's own CUDA_VISIBLE_DEVICES, else every GPU
+# nvidia-smi lists; too few is refused before anything starts. A restarted
+# task gets its GPUs back. Without --gpus_per_worker (or with 0) tasks
+# inherit the launcher's environment.
 #
 # Restarts, with Kubeflow's restart policies (the evaluator is never
 # restarted):
@@ -48,8 +59,8 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
-usage() { sed -n '2,42p' "$0" >&2; exit 2; }
-spec="" logdir="" ps_flags="" all_hosts=0
+usage() { sed -n '2,53p' "$0" >&2; exit 2; }
+spec="" logdir="" ps_flags="" all_hosts=0 gpus_per_worker=0 gpu_list=""
 restart_policy=Never max_restarts=3 backoff_secs=1 max_backoff_secs=30
 worker_flags=()
 while [ $# -gt 0 ]; do
@@ -68,6 +79,8 @@ while [ $# -gt 0 ]; do
     --max_restarts) max_restarts="$value" ;;
     --restart_backoff_secs) backoff_secs="$value" ;;
     --max_restart_backoff_secs) max_backoff_secs="$value" ;;
+    --gpus_per_worker) gpus_per_worker="$value" ;;
+    --gpus) gpu_list="$value" ;;
     --all_hosts) all_hosts=1 used=1 ;;
     --) shift; worker_flags=("$@"); break ;;
     -h|--help) usage ;;
@@ -86,6 +99,8 @@ for pair in "restart_backoff_secs=$backoff_secs" "max_restart_backoff_secs=$max_
   [[ "${pair#*=}" =~ ^[0-9]+(\.[0-9]+)?$ ]] \
     || { echo "launch: --$pair: must be a number of seconds >= 0" >&2; exit 2; }
 done
+[[ "$gpus_per_worker" =~ ^[0-9]+$ ]] \
+  || { echo "launch: --gpus_per_worker=$gpus_per_worker: must be a whole number >= 0" >&2; exit 2; }
 for b in psrt_ps psrt_worker psrtctl; do
   [ -x "$bin/$b" ] || { echo "launch: $bin/$b not found: run scripts/setup.sh" >&2; exit 2; }
 done
@@ -111,6 +126,42 @@ grep -q '^chief ' <<<"$tasks" && chief_job=chief
 
 log_of() { echo "$logdir/${1/\//-}.log"; }
 
+# Whether the task at address $1 (host:port) is started here.
+lives_here() {
+  local host="${1%:*}"
+  host="${host#[}"; host="${host%]}"
+  [ $all_hosts -eq 1 ] || [[ "$local_hosts" == *" $host "* ]]
+}
+
+# --gpus_per_worker: the GPUs to hand out, and each training task's share.
+declare -A gpus_of     # worker or chief task -> "2,3"
+free_gpus=()
+if [ "$gpus_per_worker" -gt 0 ]; then
+  if [ -n "$gpu_list" ]; then
+    gpu_source="--gpus=$gpu_list"
+  elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    gpu_list="$CUDA_VISIBLE_DEVICES" gpu_source="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+  else
+    gpu_list="$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, -)"
+    gpu_source="nvidia-smi"
+  fi
+  IFS=, read -r -a free_gpus <<<"$gpu_list"
+  training_tasks=0
+  while read -r job index address; do
+    if { [ "$job" = worker ] || [ "$job" = chief ]; } && lives_here "$address"; then
+      training_tasks=$((training_tasks + 1))
+    fi
+  done <<<"$tasks"
+  needed=$((training_tasks * gpus_per_worker))
+  if [ "${#free_gpus[@]}" -lt "$needed" ]; then
+    echo "launch: --gpus_per_worker=$gpus_per_worker for $training_tasks worker/chief tasks here needs $needed GPUs, but $gpu_source gives ${#free_gpus[@]} (${gpu_list:-none})" >&2
+    exit 2
+  fi
+  has_num_gpus=0
+  for f in "${worker_flags[@]}"; do [[ "$f" == --num_gpus* ]] && has_num_gpus=1; done
+  [ "$has_num_gpus" = 1 ] || worker_flags+=(--num_gpus="$gpus_per_worker")
+fi
+
 # Starts task $1 (job/index) in the background; its output goes to its log,
 # appended (">>") when $2 is "append".
 start_task() {
@@ -118,11 +169,23 @@ start_task() {
   log="$(log_of "$1")"
   [ "${2:-}" = append ] || : >"$log"
   local common=(--cluster_spec="$spec" --job_name="$job" --task_index="$index")
+  local env=()
+  if [ "$gpus_per_worker" -gt 0 ]; then
+    if [ "$job" = worker ] || [ "$job" = chief ]; then
+      if [ -z "${gpus_of[$task]:-}" ]; then
+        gpus_of[$task]="$(IFS=,; echo "${free_gpus[*]:0:$gpus_per_worker}")"
+        free_gpus=("${free_gpus[@]:$gpus_per_worker}")
+      fi
+      env=(CUDA_VISIBLE_DEVICES="${gpus_of[$task]}")
+    else
+      env=(CUDA_VISIBLE_DEVICES=)
+    fi
+  fi
   if [ "$job" = ps ]; then
     # shellcheck disable=SC2086  # --ps_flags is a list of flags.
-    "$bin/psrt_ps" "${common[@]}" $ps_flags >>"$log" 2>&1 &
+    env "${env[@]}" "$bin/psrt_ps" "${common[@]}" $ps_flags >>"$log" 2>&1 &
   else
-    "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >>"$log" 2>&1 &
+    env "${env[@]}" "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >>"$log" 2>&1 &
   fi
   task_of[$!]="$task"
   status_of[$task]=running
@@ -230,10 +293,7 @@ exit_on_signal() {
 }
 
 while read -r job index address; do
-  host="${address%:*}"; host="${host#[}"; host="${host%]}"
-  if [ $all_hosts -eq 0 ] && [[ "$local_hosts" != *" $host "* ]]; then
-    continue
-  fi
+  lives_here "$address" || continue
   if [ "$job" != ps ] && [ "$job" != worker ] && [ "$job" != chief ] && [ "$job" != evaluator ]; then
     echo "launch: skipping $job/$index: psrt has no $job binary yet" >&2
     continue
@@ -242,7 +302,7 @@ while read -r job index address; do
   started+=("$task")
   restarts_of[$task]=0
   start_task "$task"
-  echo "launch: started $task on $address (pid $!, log $(log_of "$task"))"
+  echo "launch: started $task on $address (pid $!, log $(log_of "$task")${gpus_of[$task]:+, GPUs ${gpus_of[$task]}})"
   [ "$task" = "$chief_job/0" ] && chief_log="$(log_of "$task")"
 done <<<"$tasks"
 

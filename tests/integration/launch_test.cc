@@ -184,6 +184,49 @@ class LaunchTest : public ClusterFixture {
 // A summary row: status and restart count.
 using Row = std::pair<std::string, int>;
 
+// --gpus_per_worker: each worker gets its own GPUs through
+// CUDA_VISIBLE_DEVICES, and towers to match; ps tasks get none; a restart
+// keeps them; too few GPUs are refused before anything starts.
+TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
+  const std::string spec = MakeSpec(1, 2);
+  // worker/1 dies at once and is restarted while the chief still runs.
+  const std::string env = FakeTasks("worker/0=0@2 worker/1=137@0.05,0");
+  CommandResult r = LaunchWith(env, spec,
+                               "--gpus=0,1,2,3,4 --gpus_per_worker=2 "
+                               "--restart_policy=ExitCode --restart_backoff_secs=0");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string worker0 = ReadFile(dir_ + "/logs/worker-0.log");
+  const std::string worker1 = ReadFile(dir_ + "/logs/worker-1.log");
+  const std::string ps0 = ReadFile(dir_ + "/logs/ps-0.log");
+  EXPECT_NE(worker0.find("CUDA_VISIBLE_DEVICES=0,1 "), std::string::npos) << worker0;
+  EXPECT_NE(worker0.find("--num_gpus=2"), std::string::npos) << worker0;
+  // Started twice (137 then 0), with the same GPUs both times.
+  EXPECT_EQ(FakeStarts("worker-1"), 2);
+  size_t first = worker1.find("CUDA_VISIBLE_DEVICES=2,3 ");
+  ASSERT_NE(first, std::string::npos) << worker1;
+  EXPECT_NE(worker1.find("CUDA_VISIBLE_DEVICES=2,3 ", first + 1), std::string::npos)
+      << worker1;
+  EXPECT_NE(ps0.find("CUDA_VISIBLE_DEVICES= "), std::string::npos) << ps0;
+  EXPECT_EQ(ps0.find("--num_gpus"), std::string::npos) << ps0;
+  EXPECT_NE(r.output.find("GPUs 2,3"), std::string::npos) << r.output;
+
+  // The user's own --num_gpus stands.
+  r = LaunchWith(env, spec, "--gpus=0,1 --gpus_per_worker=1", "--num_gpus=1 --foo");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ReadFile(dir_ + "/logs/worker-1.log").find("--num_gpus=1 --foo --num_gpus"),
+            std::string::npos);
+
+  r = LaunchWith(env, spec, "--gpus=0,1,2 --gpus_per_worker=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpus_per_worker=2 for 2 worker/chief tasks here needs 4 GPUs, "
+                          "but --gpus=0,1,2 gives 3"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("started"), std::string::npos) << r.output;
+  r = LaunchWith(env, spec, "--gpus_per_worker=two");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpus_per_worker=two"), std::string::npos) << r.output;
+}
+
 TEST_F(LaunchTest, RejectsUnknownPolicyAndBadRestartFlags) {
   const std::string spec = MakeSpec(1, 1);
   const std::string env = FakeTasks("");
