@@ -7,6 +7,11 @@
 // synthetic model (one large variable, partitioned over every shard, plus
 // two small ones), then times rounds of Push (every gradient applied by SGD
 // on the shards) + Pull. Bandwidth counts the bytes of both directions.
+//
+// With --device=gpu the model lives on the GPU, as a GPU worker's does: the
+// tensors pushed from and pulled into are page-locked, and each round also
+// copies the gradients from the device before the push and the parameters
+// to the device after the pull (timed with the rest).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,12 +30,16 @@
 #include "common/rpc_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "kernels/device.h"
 #include "worker/ps_client.h"
 
 DEFINE_string(cluster_spec, "", "Spec of the running ps tasks.");
 DEFINE_double(model_mb, 13, "Model size in MB (10^6 bytes).");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
 DEFINE_int32(rounds, 10, "Push+pull rounds per run.");
+DEFINE_string(device, "cpu",
+              "cpu, or gpu: copy gradients from and parameters to GPU 0 "
+              "every round, through page-locked tensors.");
 
 namespace {
 
@@ -107,11 +116,30 @@ int Run() {
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 
+  psrt::kernels::DeviceSpec device_spec;
+  if (FLAGS_device == "gpu") {
+    device_spec.type = psrt::kernels::DeviceType::kGpu;
+  } else if (FLAGS_device != "cpu") {
+    LOG(ERROR) << "--device=" << FLAGS_device << " is not cpu or gpu";
+    return 2;
+  }
+  auto device = psrt::kernels::NewDevice(device_spec);
+  if (!device.ok()) {
+    LOG(ERROR) << device.status().message();
+    return 2;
+  }
+  psrt::kernels::Device& dev = **device;
+  dev.Bind();
   std::vector<psrt::Tensor> params, grads;
+  std::vector<psrt::kernels::DeviceArray<float>> device_params(vars.size()),
+      device_grads(vars.size());
   size_t model_bytes = 0;
-  for (const auto& v : vars) {
-    params.emplace_back(v.shape);
-    grads.emplace_back(v.shape);
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const psrt::VariableDef& v = vars[i];
+    params.emplace_back(v.shape, dev.host_allocator());
+    grads.emplace_back(v.shape, dev.host_allocator());
+    device_params[i].Reserve(&dev, params.back().num_elements());
+    device_grads[i].Reserve(&dev, params.back().num_elements());
     std::fill_n(grads.back().data(), grads.back().num_elements(), 1e-6f);
     model_bytes += params.back().num_bytes();
   }
@@ -123,10 +151,31 @@ int Run() {
   config.set_learning_rate(1e-3f);
   Check(client.Init(config, params));
 
+  const bool gpu = !dev.host_memory();
   auto round = [&] {
+    if (gpu) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        dev.CopyToHostAfterCompute(grads[i].data(), device_grads[i].data(),
+                                   grads[i].num_bytes());
+      }
+      Check(dev.WaitForHostCopies());
+    }
     Check(client.Push(grads).status());
     Check(client.Pull(0, &params).status());
+    if (gpu) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        dev.CopyToDevice(device_params[i].data(), params[i].data(),
+                         params[i].num_bytes());
+      }
+      Check(dev.Synchronize());
+    }
   };
+  if (gpu) {  // The gradients the device "computed".
+    for (size_t i = 0; i < grads.size(); ++i) {
+      dev.CopyToDevice(device_grads[i].data(), grads[i].data(),
+                       grads[i].num_bytes());
+    }
+  }
   for (int i = 0; i < 3; ++i) round();  // Warm up buffers and connections.
   std::vector<double> pushpull, loopback;
   for (int run = 0; run < FLAGS_runs; ++run) {
@@ -141,9 +190,9 @@ int Run() {
   client.Shutdown();
   const double x = Median(pushpull), y = Median(loopback);
   std::printf(
-      "pushpull: model_mb=%g shards=%d mb_per_s=%.0f loopback_mb_per_s=%.0f "
-      "ratio=%.2f\n",
-      FLAGS_model_mb, shards, x, y, x / y);
+      "pushpull: model_mb=%g shards=%d device=%s mb_per_s=%.0f "
+      "loopback_mb_per_s=%.0f ratio=%.2f\n",
+      FLAGS_model_mb, shards, FLAGS_device.c_str(), x, y, x / y);
   return 0;
 }
 

@@ -4,6 +4,11 @@
 //
 //   build/bin/step_bench --model=lenet --threads=2 --batch_size=100
 //   perf record -g build/bin/step_bench --model=lenet --steps=200
+//   build/bin/step_bench --device=gpu --model=inception_v3 --input_size=299 \
+//       --input_channels=3 --num_classes=1000 --batch_size=32
+//
+// On a GPU a step is what a GPU worker's is: the parameters copied to the
+// device, forward and backward there, the gradients copied back.
 //
 // Prints the median over --runs runs of --steps steps each, after one
 // warm-up run, in wall time and in process CPU time (the CPU-time figure is
@@ -26,6 +31,10 @@ DEFINE_int32(threads, 2, "Intra-op threads.");
 DEFINE_int32(batch_size, 100, "Examples per step.");
 DEFINE_int32(steps, 20, "Steps per timed run.");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
+DEFINE_string(device, "cpu", "cpu, or gpu (GPU 0).");
+DEFINE_int32(input_size, 28, "Input height and width (random images).");
+DEFINE_int32(input_channels, 1, "Input channels.");
+DEFINE_int32(num_classes, 10, "Classes.");
 
 namespace {
 
@@ -48,8 +57,17 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   psrt::ModelOptions options;
   options.intra_op_threads = FLAGS_threads;
+  options.input_height = options.input_width = FLAGS_input_size;
+  options.input_channels = FLAGS_input_channels;
+  options.num_classes = FLAGS_num_classes;
+  CHECK(FLAGS_device == "cpu" || FLAGS_device == "gpu")
+      << "--device=" << FLAGS_device << " is not cpu or gpu";
+  if (FLAGS_device == "gpu") {
+    options.device.type = psrt::kernels::DeviceType::kGpu;
+  }
   auto model = psrt::NewModel(FLAGS_model, options);
   CHECK(model.ok()) << model.status();
+  LOG(INFO) << FLAGS_model << " on " << (*model)->device_name();
   std::vector<psrt::Tensor> params, grads;
   (*model)->Initialize(/*seed=*/1, &params);
   const int64_t pixels = int64_t{options.input_height} * options.input_width *
@@ -77,8 +95,10 @@ int main(int argc, char** argv) {
     // thread had had its core to itself.
     cpu_eps.push_back(examples * FLAGS_threads / cpu);
   }
-  std::printf("step: model=%s threads=%d batch=%d wall_eps=%.0f cpu_eps=%.0f\n",
-              FLAGS_model.c_str(), FLAGS_threads, FLAGS_batch_size,
-              Median(wall_eps), Median(cpu_eps));
+  std::printf(
+      "step: model=%s device=%s threads=%d batch=%d wall_eps=%.1f "
+      "cpu_eps=%.0f\n",
+      FLAGS_model.c_str(), FLAGS_device.c_str(), FLAGS_threads,
+      FLAGS_batch_size, Median(wall_eps), Median(cpu_eps));
   return 0;
 }

@@ -11,7 +11,13 @@ warm-up steps. Only the training step is timed (forward, backward, update),
 with batches prepared beforehand, as psrt's worker reads batches from memory.
 
     /usr/bin/python3 scripts/peers/torch_train.py --model lenet --threads 2
-Needs torch (Debian: apt-get install python3-torch) and numpy.
+    python3 scripts/peers/torch_train.py --model inception_v3 --device cuda \
+        --synthetic --image_size 299 --channels 3 --classes 1000 --batch_size 32
+With --synthetic the batches are random tensors made on the device (no data
+files); with --device cuda every timed run ends with torch.cuda.synchronize().
+inception_v3 is torchvision's (aux_logits=False), the model psrt's
+inception_v3 counts its parameters against.
+Needs torch and numpy (torchvision for inception_v3).
 """
 import argparse
 import gzip
@@ -114,7 +120,15 @@ class InceptionMini(nn.Module):
         return self.logits(x.mean((2, 3)))
 
 
-MODELS = {"mlp": Mlp, "lenet": LeNet, "inception_mini": InceptionMini}
+def InceptionV3(num_classes=1000):
+    import torchvision  # Only this model needs it.
+    return torchvision.models.inception_v3(weights=None, aux_logits=False,
+                                           init_weights=False,
+                                           num_classes=num_classes)
+
+
+MODELS = {"mlp": Mlp, "lenet": LeNet, "inception_mini": InceptionMini,
+          "inception_v3": InceptionV3}
 
 
 def main():
@@ -126,16 +140,32 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="random batches on the device instead of Fashion-MNIST")
+    parser.add_argument("--image_size", type=int, default=28)
+    parser.add_argument("--channels", type=int, default=1)
+    parser.add_argument("--classes", type=int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    device = torch.device(args.device)
     total = (args.warmup + args.steps) * args.batch_size
-    images = torch.from_numpy(read_images(f"{args.data_dir}/train-images-idx3-ubyte.gz", total))
-    labels = torch.from_numpy(read_labels(f"{args.data_dir}/train-labels-idx1-ubyte.gz", total))
+    if args.synthetic:
+        images = torch.rand(total, args.channels, args.image_size, args.image_size,
+                            device=device)
+        labels = torch.randint(0, args.classes, (total,), device=device)
+    else:
+        images = torch.from_numpy(read_images(f"{args.data_dir}/train-images-idx3-ubyte.gz",
+                                              total)).to(device)
+        labels = torch.from_numpy(read_labels(f"{args.data_dir}/train-labels-idx1-ubyte.gz",
+                                              total)).to(device)
     batches = [(images[i:i + args.batch_size], labels[i:i + args.batch_size])
                for i in range(0, len(images), args.batch_size)]
-    model = MODELS[args.model]()
+    model = (MODELS[args.model](args.classes) if args.model == "inception_v3"
+             else MODELS[args.model]()).to(device)
     model.train()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def step(x, y):
@@ -147,12 +177,14 @@ def main():
     for _ in range(args.runs):
         for x, y in batches[:args.warmup]:
             step(x, y)
+        sync()
         start = time.perf_counter()
         for x, y in batches[args.warmup:]:
             step(x, y)
+        sync()
         rates.append(args.steps * args.batch_size / (time.perf_counter() - start))
     print(f"torch: model={args.model} batch={args.batch_size} threads={args.threads} "
-          f"examples_per_sec={statistics.median(rates):.1f}")
+          f"device={args.device} examples_per_sec={statistics.median(rates):.1f}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@
 #   CODE[@SECS]  run SECS seconds (default 0.3), then exit with CODE; codes
 #                129-159 die by signal CODE-128, as a crash would
 #   hang         run until killed
-# Starts are counted in DIR/JOB-I.starts; each start prints its entry, then
-# its CUDA_VISIBLE_DEVICES (or "unset") and arguments.
+# Starts are counted in DIR/JOB-I.starts; each start prints its entry, and
+# with FAKE_SHOW_ENV=1 a second line: its CUDA_VISIBLE_DEVICES (or "unset")
+# and arguments.
 set -u
 job="" index=""
 for arg in "$@"; do
@@ -32,7 +33,9 @@ done
 IFS=, read -r -a entries <<<"$plan"
 entry="${entries[$((starts <= ${#entries[@]} ? starts - 1 : ${#entries[@]} - 1))]}"
 echo "fake $task: start $starts: $entry"
-echo "fake $task: CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} args: $*"
+if [ -n "${FAKE_SHOW_ENV:-}" ]; then
+  echo "fake $task: CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} args: $*"
+fi
 
 if [ "$entry" = hang ]; then
   # exec: the launcher's SIGTERM reaches the sleep itself.

@@ -190,7 +190,7 @@ using Row = std::pair<std::string, int>;
 TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
   const std::string spec = MakeSpec(1, 2);
   // worker/1 dies at once and is restarted while the chief still runs.
-  const std::string env = FakeTasks("worker/0=0@2 worker/1=137@0.05,0");
+  const std::string env = "FAKE_SHOW_ENV=1 " + FakeTasks("worker/0=0@2 worker/1=137@0.05,0");
   CommandResult r = LaunchWith(env, spec,
                                "--gpus=0,1,2,3,4 --gpus_per_worker=2 "
                                "--restart_policy=ExitCode --restart_backoff_secs=0");
