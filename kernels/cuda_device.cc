@@ -235,3 +235,17 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu) {
 
 }  // namespace kernels
 }  // namespace psrt
+
+extern "C" int PsrtCudaDeviceCount() { return psrt::kernels::CudaDeviceCount(); }
+
+extern "C" psrt::kernels::Device* PsrtNewCudaDevice(int gpu,
+                                                    absl::Status* status) {
+  absl::StatusOr<std::unique_ptr<psrt::kernels::Device>> device =
+      psrt::kernels::NewCudaDevice(gpu);
+  if (!device.ok()) {
+    *status = device.status();
+    return nullptr;
+  }
+  *status = absl::OkStatus();
+  return device->release();
+}

@@ -1,5 +1,7 @@
-// The CUDA implementation of Device (device.h), built when PSRT_CUDA is on.
-// Internal to kernels/: callers use NewDevice.
+// The CUDA implementation of Device (device.h), built when PSRT_CUDA is on
+// into the shared library libpsrt_kernels_cuda.so, which device.cc loads at
+// run time and enters through the two C functions below. Internal to
+// kernels/: callers use NewDevice and VisibleGpuCount.
 #ifndef PSRT_KERNELS_CUDA_DEVICE_H_
 #define PSRT_KERNELS_CUDA_DEVICE_H_
 
@@ -19,5 +21,14 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu);
 
 }  // namespace kernels
 }  // namespace psrt
+
+// The library's entry points, looked up by these unmangled names.
+extern "C" {
+// The number of CUDA devices this process sees; 0 without a driver.
+int PsrtCudaDeviceCount();
+// NewCudaDevice(gpu): the device (the caller owns it), or null with the
+// error in *status.
+psrt::kernels::Device* PsrtNewCudaDevice(int gpu, absl::Status* status);
+}
 
 #endif  // PSRT_KERNELS_CUDA_DEVICE_H_

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,8 +18,12 @@
 // After the CPU ops, which it calls.
 #include "kernels/device_ops.h"
 #if PSRT_WITH_CUDA
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+
 #include "kernels/cuda_device.h"
-#include "kernels/ops_cuda.h"
 #endif
 
 namespace psrt {
@@ -90,13 +95,54 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
   std::vector<std::pair<void*, size_t>> sizes_;
 };
 
+#if PSRT_WITH_CUDA
+// libpsrt_kernels_cuda.so (cuda_device.h), loaded from the directory of the
+// running binary on first use; `error` says why it could not be.
+struct CudaLibrary {
+  int (*device_count)() = nullptr;
+  Device* (*new_device)(int, absl::Status*) = nullptr;
+  std::string error;
+};
+
+const CudaLibrary& LoadCudaLibrary() {
+  static const CudaLibrary* const library = [] {
+    auto* lib = new CudaLibrary;
+    std::string dir = ".";
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      dir.assign(exe, n);
+      dir.resize(dir.rfind('/'));
+    }
+    const std::string path = dir + "/libpsrt_kernels_cuda.so";
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      lib->error = absl::StrCat("cannot load the CUDA kernels: ", dlerror());
+      return lib;
+    }
+    lib->device_count =
+        reinterpret_cast<int (*)()>(dlsym(handle, "PsrtCudaDeviceCount"));
+    lib->new_device = reinterpret_cast<Device* (*)(int, absl::Status*)>(
+        dlsym(handle, "PsrtNewCudaDevice"));
+    if (lib->device_count == nullptr || lib->new_device == nullptr) {
+      lib->error = absl::StrCat(path, " lacks psrt's entry points");
+      lib->device_count = nullptr;
+      lib->new_device = nullptr;
+    }
+    return lib;
+  }();
+  return *library;
+}
+#endif
+
 }  // namespace
 
 bool BuiltWithCuda() { return PSRT_WITH_CUDA != 0; }
 
 int VisibleGpuCount() {
 #if PSRT_WITH_CUDA
-  return CudaDeviceCount();
+  const CudaLibrary& cuda = LoadCudaLibrary();
+  return cuda.device_count != nullptr ? cuda.device_count() : 0;
 #else
   return 0;
 #endif
@@ -107,7 +153,15 @@ absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec) {
     return std::unique_ptr<Device>(new CpuDevice(spec.cpu_threads));
   }
 #if PSRT_WITH_CUDA
-  return NewCudaDevice(spec.gpu);
+  const CudaLibrary& cuda = LoadCudaLibrary();
+  if (cuda.new_device == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gpu:", spec.gpu, " asked for: ", cuda.error));
+  }
+  absl::Status status;
+  std::unique_ptr<Device> device(cuda.new_device(spec.gpu, &status));
+  if (device == nullptr) return status;
+  return device;
 #else
   return absl::FailedPreconditionError(absl::StrCat(
       "gpu:", spec.gpu,
