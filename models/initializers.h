@@ -26,6 +26,9 @@ inline double StandardNormal(std::mt19937_64& rng) {
 
 // Like tf.truncated_normal: samples beyond two standard deviations are drawn
 // again (so the result's standard deviation is about 0.88 * stddev).
+// The standard deviation of a normal cut at 2 sigma, in units of sigma.
+constexpr double kTruncatedNormalStddev = 0.87962566103423978;
+
 inline float TruncatedNormal(std::mt19937_64& rng, double stddev) {
   double z;
   do {

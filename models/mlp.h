@@ -7,7 +7,8 @@
 //   hiddenL/weights [unitsL-1, unitsL], hiddenL/biases [unitsL],
 //   softmax_linear/weights [unitsL, classes], softmax_linear/biases [classes].
 // Weights start truncated-normal (cut at 2 stddev) with stddev
-// 1/sqrt(fan_in), biases at zero, as in the TensorFlow example.
+// 1/sqrt(fan_in), biases at zero, as in the TensorFlow example. Built by
+// NetBuilder (net.h), so it runs on the CPU or a GPU.
 #ifndef PSRT_MODELS_MLP_H_
 #define PSRT_MODELS_MLP_H_
 

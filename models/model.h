@@ -50,8 +50,7 @@ class Model {
 
   // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
   virtual std::string device_name() const = 0;
-  // Its device allocator's counters (device.h), for tests and reports; the
-  // MLP, which keeps host tensors only, reports zeros.
+  // Its device allocator's counters (device.h), for tests and reports.
   virtual kernels::DeviceMemoryStats device_memory() const = 0;
 
   // Resizes `params` to one tensor per variable and fills initial values,

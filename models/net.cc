@@ -81,8 +81,6 @@ class NetModel : public Model {
   }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
-    // A truncated normal cut at 2 sigma has 0.8796 of its sigma.
-    constexpr double kTruncatedStddev = 0.87962566103423978;
     std::mt19937_64 rng(seed);
     params->resize(graph_.variables.size());
     for (size_t v = 0; v < graph_.variables.size(); ++v) {
@@ -91,7 +89,8 @@ class NetModel : public Model {
       const VariableInit& init = graph_.inits[v];
       for (float& x : t.flat()) {
         x = init.stddev > 0
-                ? init::TruncatedNormal(rng, init.stddev / kTruncatedStddev)
+                ? init::TruncatedNormal(
+                      rng, init.stddev / init::kTruncatedNormalStddev)
                 : init.value;
       }
     }
@@ -358,11 +357,12 @@ int NetBuilder::Conv(const std::string& scope, int input,
 }
 
 int NetBuilder::FullyConnected(const std::string& scope, int input,
-                               int64_t units, bool relu) {
+                               int64_t units, bool relu,
+                               double weight_stddev) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
-  AddVariable(scope + "/weights", {in.size(), units},
-              {std::sqrt((relu ? 2.0 : 1.0) / in.size()), 0});
+  if (weight_stddev <= 0) weight_stddev = std::sqrt((relu ? 2.0 : 1.0) / in.size());
+  AddVariable(scope + "/weights", {in.size(), units}, {weight_stddev, 0});
   AddVariable(scope + "/biases", {units}, {0, 0});
   return Add(NewFullyConnectedLayer(in, units, relu, first_var), {input},
              Dims{1, 1, units}, scope);

@@ -55,8 +55,10 @@ class NetBuilder {
   // Each returns the new node. A layer that does not fit its input (a VALID
   // window larger than the image) records an error that Build returns.
   int Conv(const std::string& scope, int input, const ConvSpec& spec);
+  // weight_stddev: the standard deviation of the initial weights; 0 for
+  // He's above.
   int FullyConnected(const std::string& scope, int input, int64_t units,
-                     bool relu);
+                     bool relu, double weight_stddev = 0);
   int MaxPool(int input, int64_t window, int64_t stride,
               kernels::Padding padding);
   int AvgPool(int input, int64_t window, int64_t stride,
