@@ -47,7 +47,11 @@ class PinnedHostAllocator final : public HostAllocator {
     }
     return p;
   }
-  void Free(void* p) override { PSRT_CUDA_OK(cudaFreeHost(p)); }
+  void Free(void* p) override {
+    // Not fatal: tensors may outlive a failed or torn-down CUDA context.
+    const cudaError_t err = cudaFreeHost(p);
+    LOG_IF(ERROR, err != cudaSuccess) << "cudaFreeHost: " << cudaGetErrorString(err);
+  }
 };
 
 HostAllocator* PinnedAllocator() {

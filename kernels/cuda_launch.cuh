@@ -1,6 +1,7 @@
-// Launch helpers shared by the .cu files of kernels/: error checks and the
+// Launch helpers shared by the .cu files of kernels/: error checks, the
 // grid-stride kernels that run the functors of functors.h and
-// layer_functors.h one index (or one (row, column) pair) per thread.
+// layer_functors.h one index (or one (row, column) pair) per thread, and a
+// column-sum reduction (bias and batch-norm gradients, batch statistics).
 // Internal to kernels/; included only by .cu files.
 #ifndef PSRT_KERNELS_CUDA_LAUNCH_CUH_
 #define PSRT_KERNELS_CUDA_LAUNCH_CUH_
@@ -94,6 +95,57 @@ void LaunchForEachPixelChannel(const CudaContext& ctx, int64_t pixels,
                               ctx.stream()>>>(pixels, channels, f);
   PSRT_CUDA_CHECK(cudaGetLastError());
 }
+
+constexpr int kColumnsPerBlock = 32;
+constexpr int kRowsPerBlock = 8;
+
+// out[c] += sum over rows of f(r, c): each block sums a 32-column strip
+// over a stride of rows, reduces its 8 row lanes in shared memory and adds
+// the result with one atomic per column. Coalesced: a warp reads 32
+// consecutive columns of a row.
+template <class F>
+__global__ void ColumnSumKernel(int64_t rows, int64_t cols, F f, float* out) {
+  __shared__ float partial[kRowsPerBlock][kColumnsPerBlock + 1];
+  const int64_t c = blockIdx.x * int64_t{kColumnsPerBlock} + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t r = blockIdx.y * int64_t{kRowsPerBlock} + threadIdx.y;
+         r < rows; r += int64_t{gridDim.y} * kRowsPerBlock) {
+      sum += f(r, c);
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int i = 0; i < kRowsPerBlock; ++i) total += partial[i][threadIdx.x];
+    atomicAdd(out + c, total);
+  }
+}
+
+// Overwrites out[cols] with the column sums of f.
+template <class F>
+void ColumnSums(const CudaContext& ctx, int64_t rows, int64_t cols, const F& f,
+                float* out) {
+  PSRT_CUDA_CHECK(cudaMemsetAsync(out, 0, cols * sizeof(float), ctx.stream()));
+  const dim3 block(kColumnsPerBlock, kRowsPerBlock);
+  const int64_t strips = (cols + kColumnsPerBlock - 1) / kColumnsPerBlock;
+  const int64_t row_blocks = std::min<int64_t>(
+      (rows + kRowsPerBlock * 16 - 1) / (kRowsPerBlock * 16), 1024);
+  const dim3 grid(static_cast<unsigned>(strips),
+                  static_cast<unsigned>(std::max<int64_t>(row_blocks, 1)));
+  ColumnSumKernel<<<grid, block, 0, ctx.stream()>>>(rows, cols, f, out);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+struct ScaledValue {
+  const float* x;
+  int64_t cols;
+  float scale;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return x[r * cols + c] * scale;
+  }
+};
 
 }  // namespace cuda
 }  // namespace kernels

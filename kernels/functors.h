@@ -85,19 +85,6 @@ struct BiasAdd {
   }
 };
 
-// dbias[c] = sum over rows of dy[r, c] (overwrites).
-struct BiasGradColumn {
-  const float* dy;
-  int64_t rows;
-  int64_t cols;
-  float* dbias;
-  PSRT_HOST_DEVICE void operator()(int64_t c) const {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += dy[r * cols + c];
-    dbias[c] = sum;
-  }
-};
-
 // Softmax cross-entropy of row `r` of logits[rows, classes] against
 // labels[r], computed stably (max subtracted). Returns the row's loss divided
 // by `rows` (its share of the batch mean), and when dlogits is not null

@@ -24,11 +24,12 @@
 # worker and chief task started here gets N GPUs of its own, in start order,
 # through CUDA_VISIBLE_DEVICES (and --num_gpus=N, one tower per GPU, unless
 # WORKER_FLAGS set --num_gpus); ps and evaluator tasks get none
-# (CUDA_VISIBLE_DEVICES=""). The GPUs handed out are --gpus=LIST (e.g.
-# 0,1,2,3), else the launcher's own CUDA_VISIBLE_DEVICES, else every GPU
-# nvidia-smi lists; too few is refused before anything starts. A restarted
-# task gets its GPUs back. Without --gpus_per_worker (or with 0) tasks
-# inherit the launcher's environment.
+# (CUDA_VISIBLE_DEVICES=""; the evaluator runs with --device=cpu). The GPUs
+# handed out are --gpus=LIST (e.g. 0,1,2,3), else the launcher's own
+# CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists; too few, or one
+# named twice, is refused before anything starts. A restarted task gets its
+# GPUs back. Without --gpus_per_worker (or with 0) tasks inherit the
+# launcher's environment.
 #
 # Restarts, with Kubeflow's restart policies (the evaluator is never
 # restarted):
@@ -59,7 +60,7 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
-usage() { sed -n '2,53p' "$0" >&2; exit 2; }
+usage() { sed -n '2,54p' "$0" >&2; exit 2; }
 spec="" logdir="" ps_flags="" all_hosts=0 gpus_per_worker=0 gpu_list=""
 restart_policy=Never max_restarts=3 backoff_secs=1 max_backoff_secs=30
 worker_flags=()
@@ -99,8 +100,12 @@ for pair in "restart_backoff_secs=$backoff_secs" "max_restart_backoff_secs=$max_
   [[ "${pair#*=}" =~ ^[0-9]+(\.[0-9]+)?$ ]] \
     || { echo "launch: --$pair: must be a number of seconds >= 0" >&2; exit 2; }
 done
-[[ "$gpus_per_worker" =~ ^[0-9]+$ ]] \
+[[ "$gpus_per_worker" =~ ^(0|[1-9][0-9]*)$ ]] \
   || { echo "launch: --gpus_per_worker=$gpus_per_worker: must be a whole number >= 0" >&2; exit 2; }
+if [ -n "$gpu_list" ] && [ "$gpus_per_worker" -eq 0 ]; then
+  echo "launch: --gpus=$gpu_list hands out GPUs only with --gpus_per_worker=N" >&2
+  exit 2
+fi
 for b in psrt_ps psrt_worker psrtctl; do
   [ -x "$bin/$b" ] || { echo "launch: $bin/$b not found: run scripts/setup.sh" >&2; exit 2; }
 done
@@ -157,9 +162,14 @@ if [ "$gpus_per_worker" -gt 0 ]; then
     echo "launch: --gpus_per_worker=$gpus_per_worker for $training_tasks worker/chief tasks here needs $needed GPUs, but $gpu_source gives ${#free_gpus[@]} (${gpu_list:-none})" >&2
     exit 2
   fi
-  has_num_gpus=0
-  for f in "${worker_flags[@]}"; do [[ "$f" == --num_gpus* ]] && has_num_gpus=1; done
-  [ "$has_num_gpus" = 1 ] || worker_flags+=(--num_gpus="$gpus_per_worker")
+  if [ "$(printf '%s\n' "${free_gpus[@]}" | sort | uniq -d)" ]; then
+    echo "launch: $gpu_source names a GPU twice" >&2
+    exit 2
+  fi
+  user_num_gpus=0
+  for f in "${worker_flags[@]}"; do
+    [[ "$f" =~ ^--?num_gpus(=|$) ]] && user_num_gpus=1
+  done
 fi
 
 # Starts task $1 (job/index) in the background; its output goes to its log,
@@ -169,7 +179,7 @@ start_task() {
   log="$(log_of "$1")"
   [ "${2:-}" = append ] || : >"$log"
   local common=(--cluster_spec="$spec" --job_name="$job" --task_index="$index")
-  local env=()
+  local env=() extra=()
   if [ "$gpus_per_worker" -gt 0 ]; then
     if [ "$job" = worker ] || [ "$job" = chief ]; then
       if [ -z "${gpus_of[$task]:-}" ]; then
@@ -177,15 +187,20 @@ start_task() {
         free_gpus=("${free_gpus[@]:$gpus_per_worker}")
       fi
       env=(CUDA_VISIBLE_DEVICES="${gpus_of[$task]}")
+      [ "$user_num_gpus" = 1 ] || extra=(--num_gpus="$gpus_per_worker")
     else
       env=(CUDA_VISIBLE_DEVICES=)
+      # The evaluator has no GPU: it evaluates on the CPU, after the flags
+      # meant for the GPU workers.
+      [ "$job" = evaluator ] && extra=(--device=cpu --num_gpus=1)
     fi
   fi
   if [ "$job" = ps ]; then
     # shellcheck disable=SC2086  # --ps_flags is a list of flags.
     env "${env[@]}" "$bin/psrt_ps" "${common[@]}" $ps_flags >>"$log" 2>&1 &
   else
-    env "${env[@]}" "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" >>"$log" 2>&1 &
+    env "${env[@]}" "$bin/psrt_worker" "${common[@]}" "${worker_flags[@]}" "${extra[@]}" \
+      >>"$log" 2>&1 &
   fi
   task_of[$!]="$task"
   status_of[$task]=running

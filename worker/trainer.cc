@@ -16,8 +16,6 @@
 namespace psrt {
 namespace {
 
-constexpr int64_t kEvalBatch = 500;
-
 std::string FormatDuration(double secs) {
   const int64_t s = static_cast<int64_t>(secs + 0.5);
   return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
@@ -202,8 +200,12 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   Tensor batch;
   int64_t correct = 0;
   double loss = 0;
-  for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
-    const int64_t size = std::min(kEvalBatch, n - begin);
+  // Batches of the training size: a model keeps buffers for the largest
+  // batch it has run (on a GPU, device memory), so a larger evaluation batch
+  // would hold that much more for the rest of training.
+  const int64_t eval_batch = std::max(options_.batch_size, 1);
+  for (int64_t begin = 0; begin < n; begin += eval_batch) {
+    const int64_t size = std::min(eval_batch, n - begin);
     batch.Resize({size, pixels});
     std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
     auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);

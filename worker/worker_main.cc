@@ -331,10 +331,14 @@ absl::Status Run() {
         "--num_gpus=", FLAGS_num_gpus, " towers cannot share a batch of ",
         FLAGS_batch_size, " (--batch_size)"));
   }
-  const int visible_gpus = psrt::kernels::VisibleGpuCount();
-  ASSIGN_OR_RETURN(
-      std::vector<psrt::kernels::DeviceSpec> tower_devices,
-      psrt::ChooseTowerDevices(FLAGS_device, FLAGS_num_gpus, visible_gpus));
+  // --device=cpu does not even load the CUDA libraries.
+  const int visible_gpus =
+      FLAGS_device == "cpu" ? 0 : psrt::kernels::VisibleGpuCount();
+  // The evaluator evaluates on one device.
+  ASSIGN_OR_RETURN(std::vector<psrt::kernels::DeviceSpec> tower_devices,
+                   psrt::ChooseTowerDevices(FLAGS_device,
+                                            evaluator ? 1 : FLAGS_num_gpus,
+                                            visible_gpus));
   std::vector<std::unique_ptr<psrt::Model>> tower_models;
   for (const psrt::kernels::DeviceSpec& device : tower_devices) {
     model_options.device = device;

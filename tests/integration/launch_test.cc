@@ -185,10 +185,16 @@ class LaunchTest : public ClusterFixture {
 using Row = std::pair<std::string, int>;
 
 // --gpus_per_worker: each worker gets its own GPUs through
-// CUDA_VISIBLE_DEVICES, and towers to match; ps tasks get none; a restart
-// keeps them; too few GPUs are refused before anything starts.
+// CUDA_VISIBLE_DEVICES, and towers to match; ps tasks get none, and the
+// evaluator runs on the CPU; a restart keeps them; too few GPUs are refused
+// before anything starts.
 TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
   const std::string spec = MakeSpec(1, 2);
+  {  // And an evaluator (a fake task binds nothing: any port will do).
+    std::string text = ReadFile(spec);
+    text.insert(text.rfind('}'), R"(, "evaluator": ["127.0.0.1:1"])");
+    std::ofstream(spec) << text;
+  }
   // worker/1 dies at once and is restarted while the chief still runs.
   const std::string env = "FAKE_SHOW_ENV=1 " + FakeTasks("worker/0=0@2 worker/1=137@0.05,0");
   CommandResult r = LaunchWith(env, spec,
@@ -209,6 +215,10 @@ TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
   EXPECT_NE(ps0.find("CUDA_VISIBLE_DEVICES= "), std::string::npos) << ps0;
   EXPECT_EQ(ps0.find("--num_gpus"), std::string::npos) << ps0;
   EXPECT_NE(r.output.find("GPUs 2,3"), std::string::npos) << r.output;
+  const std::string evaluator = ReadFile(dir_ + "/logs/evaluator-0.log");
+  EXPECT_NE(evaluator.find("CUDA_VISIBLE_DEVICES= "), std::string::npos) << evaluator;
+  EXPECT_NE(evaluator.find("--task_index=0 --device=cpu --num_gpus=1"), std::string::npos)
+      << evaluator;
 
   // The user's own --num_gpus stands.
   r = LaunchWith(env, spec, "--gpus=0,1 --gpus_per_worker=1", "--num_gpus=1 --foo");
@@ -222,9 +232,18 @@ TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
                           "but --gpus=0,1,2 gives 3"),
             std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("started"), std::string::npos) << r.output;
-  r = LaunchWith(env, spec, "--gpus_per_worker=two");
+  r = LaunchWith(env, spec, "--gpus=0,1,1,2 --gpus_per_worker=2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--gpus_per_worker=two"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--gpus=0,1,1,2 names a GPU twice"), std::string::npos) << r.output;
+  r = LaunchWith(env, spec, "--gpus=0,1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("only with --gpus_per_worker"), std::string::npos) << r.output;
+  for (const std::string bad : {"two", "08"}) {
+    r = LaunchWith(env, spec, "--gpus_per_worker=" + bad);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--gpus_per_worker=" + bad + ": must be a whole number"),
+              std::string::npos) << r.output;
+  }
 }
 
 TEST_F(LaunchTest, RejectsUnknownPolicyAndBadRestartFlags) {
