@@ -13,6 +13,7 @@
 // copies the gradients from the device before the push and the parameters
 // to the device after the pull (timed with the rest).
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -44,6 +45,12 @@ DEFINE_string(device, "cpu",
 namespace {
 
 void Check(const absl::Status& status) { CHECK(status.ok()) << status; }
+
+int64_t MinorFaults() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -177,11 +184,13 @@ int Run() {
     }
   }
   for (int i = 0; i < 3; ++i) round();  // Warm up buffers and connections.
-  std::vector<double> pushpull, loopback;
+  std::vector<double> pushpull, loopback, faults;
   for (int run = 0; run < FLAGS_runs; ++run) {
+    const int64_t faults_before = MinorFaults();
     const absl::Time start = absl::Now();
     for (int i = 0; i < FLAGS_rounds; ++i) round();
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    faults.push_back(double(MinorFaults() - faults_before) / FLAGS_rounds);
     pushpull.push_back(2.0 * model_bytes * FLAGS_rounds / 1e6 / secs);
     loopback.push_back(LoopbackMbPerSec(2 * model_bytes));
     LOG(INFO) << "run " << run << ": push+pull " << pushpull.back()
@@ -191,8 +200,9 @@ int Run() {
   const double x = Median(pushpull), y = Median(loopback);
   std::printf(
       "pushpull: model_mb=%g shards=%d device=%s mb_per_s=%.0f "
-      "loopback_mb_per_s=%.0f ratio=%.2f\n",
-      FLAGS_model_mb, shards, FLAGS_device.c_str(), x, y, x / y);
+      "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
+      FLAGS_model_mb, shards, FLAGS_device.c_str(), x, y, x / y,
+      Median(faults));
   return 0;
 }
 

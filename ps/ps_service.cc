@@ -85,6 +85,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                    reactor->Finish(ToGrpcStatus(reply.status()));
                    return;
                  }
+                 const absl::Duration waited = absl::Now() - start;
+                 reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
                  // The frame references the snapshot until gRPC has sent it.
                  auto snapshot = std::move(reply->snapshot);
                  const Tensor& values = snapshot->values;
@@ -95,7 +97,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                  if (metrics != nullptr) {
                    metrics->transfers().RecordPull(response->Length());
                    if (returned->load()) {
-                     metrics->transfers().RecordPullWait(absl::Now() - start);
+                     metrics->transfers().RecordPullWait(waited);
                    }
                  }
                  reactor->Finish(grpc::Status::OK);

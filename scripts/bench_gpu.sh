@@ -5,7 +5,7 @@
 # and one line for push + pull through a ps task on 127.0.0.1 with the GPU
 # copies included (gradients from the device before each push, parameters to
 # it after each pull, through page-locked tensors):
-#   pushpull: model_mb=13 shards=1 device=gpu mb_per_s=X loopback_mb_per_s=Y ratio=R
+#   pushpull: model_mb=13 shards=1 device=gpu mb_per_s=X tcp_mb_per_s=Y ...
 #
 # psrt's figure is build/bin/step_bench --device=gpu: a GPU worker's step
 # (parameters copied to the GPU, forward, backward, gradients copied back;

@@ -3,7 +3,10 @@
 # the same run. For each model size and shard count it starts K psrt_ps
 # processes on 127.0.0.1, runs bench/pushpull_bench against them (median of
 # --runs runs), and prints
-#   pushpull: model_mb=S shards=K mb_per_s=X loopback_mb_per_s=Y ratio=R
+#   pushpull: model_mb=S shards=K device=cpu mb_per_s=X tcp_mb_per_s=Y
+#             ratio_to_tcp=R minor_faults_per_round=F
+# (tcp: one plain socket pair on 127.0.0.1 moving the same bytes in the same
+# run; faults: the client's, per push + pull round).
 #
 #   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
 set -euo pipefail

@@ -118,11 +118,11 @@ local_hosts=" 127.0.0.1 localhost ::1 $(hostname 2>/dev/null) $(hostname -f 2>/d
 
 # Every task started here is a key "job/index", in start order in `started`.
 started=()
-declare -A status_of   # task -> running | restarting | succeeded | failed (exit code C) | stopped
-declare -A restarts_of # task -> restarts so far
-declare -A last_code_of  # task -> its last non-zero exit code
-declare -A task_of     # pid of a running task -> task
-declare -A timer_of    # pid of a backoff timer (a sleep) -> task it restarts
+declare -A status_of=()   # task -> running | restarting | succeeded | failed (exit code C) | stopped
+declare -A restarts_of=() # task -> restarts so far
+declare -A last_code_of=()  # task -> its last non-zero exit code
+declare -A task_of=()     # pid of a running task -> task
+declare -A timer_of=()    # pid of a backoff timer (a sleep) -> task it restarts
 failed_task="" failure=""
 job_done=0
 chief_log=""
@@ -139,7 +139,7 @@ lives_here() {
 }
 
 # --gpus_per_worker: the GPUs to hand out, and each training task's share.
-declare -A gpus_of     # worker or chief task -> "2,3"
+declare -A gpus_of=()     # worker or chief task -> "2,3"
 free_gpus=()
 if [ "$gpus_per_worker" -gt 0 ]; then
   if [ -n "$gpu_list" ]; then

@@ -421,6 +421,8 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     versions_[k] = headers[k].version();
     result.version = std::min(result.version, headers[k].version());
     result.training_done |= headers[k].training_done();
+    result.waited =
+        std::max(result.waited, absl::Microseconds(headers[k].waited_us()));
   }
   return result;
 }

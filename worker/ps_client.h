@@ -67,6 +67,9 @@ class PsClient {
   struct PullResult {
     int64_t version = 0;  // Lowest version among the shards.
     bool training_done = false;
+    // The longest a shard made the pull wait for its version (PullHeader's
+    // waited_us): the part of the pull's time that is not communication.
+    absl::Duration waited;
   };
   struct PushResult {
     bool accepted = true;  // False if any shard dropped it as stale.

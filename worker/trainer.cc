@@ -230,6 +230,19 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   return result;
 }
 
+void Trainer::ReportTiming(int64_t step, const StepTime& time, int64_t steps) {
+  if (options_.progress_bar || steps <= 0) return;
+  const auto per_step_ms = [steps](absl::Duration d) {
+    return absl::ToDoubleMilliseconds(d) / steps;
+  };
+  LOG(INFO) << absl::StrFormat(
+      "step %d timing: compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f "
+      "(per step; push_ms=%.2f pull_ms=%.2f)",
+      step, per_step_ms(time.compute),
+      per_step_ms(time.push + time.pull - time.waited), per_step_ms(time.waited),
+      per_step_ms(time.push), per_step_ms(time.pull));
+}
+
 void Trainer::Report(int64_t step, double loss, double examples_per_sec,
                      int64_t stale) {
   const double lr = LearningRateAt(options_.config, step);
@@ -375,6 +388,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   int64_t last_eval_step = pulled.version;
   int64_t interval_steps = 0;
   double interval_loss = 0;
+  StepTime interval_time;
   int64_t stale = 0;
   int64_t clock_base = 0;  // Local steps before the shards' clocks restarted.
   // The shards' state was replaced (a restart or a rollback): wait for them,
@@ -412,14 +426,19 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       last_eval_step = pulled.version;
     }
     batches.NextBatch(options_.batch_size, &images, &labels);
+    const absl::Time compute_start = absl::Now();
     float loss = towers_->ComputeGradients(params, images, labels, &grads);
     loss += Regularize(params, &grads);
+    const absl::Time push_start = absl::Now();
+    interval_time.compute += push_start - compute_start;
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat(
           "loss became ", loss, " at step ", pulled.version,
           " (learning rate too high?)"));
     }
     absl::StatusOr<PsClient::PushResult> pushed = client_->Push(grads);
+    const absl::Time pull_start = absl::Now();
+    interval_time.push += pull_start - push_start;
     if (!pushed.ok()) {
       RETURN_IF_ERROR(recover_or_fail(pushed.status()));
       continue;
@@ -438,6 +457,8 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       continue;
     }
     pulled = *next;
+    interval_time.pull += absl::Now() - pull_start;
+    interval_time.waited += pulled.waited;
     recoveries_ = 0;  // A step went through: the budget is for a run of faults.
     if (pushed->training_done) pulled.training_done = true;
     if (options_.metrics != nullptr) {
@@ -449,10 +470,12 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       if (chief || !options_.progress_bar) {
         Report(pulled.version, interval_loss / interval_steps,
                options_.batch_size * interval_steps / secs, stale);
+        ReportTiming(pulled.version, interval_time, interval_steps);
       }
       interval_start = absl::Now();
       interval_steps = 0;
       interval_loss = 0;
+      interval_time = StepTime();
     }
   }
   if (options_.progress_bar && chief) std::fputc('\n', stderr);

@@ -127,6 +127,17 @@ class Trainer {
   absl::Status Save(int64_t step);
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
   void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
+  // Where a log interval's steps spent their time, summed over the steps.
+  struct StepTime {
+    absl::Duration compute;  // Forward, backward and regularization.
+    absl::Duration push;
+    absl::Duration pull;    // Includes `waited`.
+    absl::Duration waited;  // Pulls waiting on the shards for their version.
+  };
+  // Logs `step N timing: compute_ms=C exposed_comm_ms=E wait_ms=W ...`, per
+  // step: exposed communication is push + pull - waited, the time the worker
+  // spends on the wire rather than computing or waiting for the others.
+  void ReportTiming(int64_t step, const StepTime& time, int64_t steps);
 
   const TrainerOptions options_;
   Towers* const towers_;

@@ -223,6 +223,9 @@ TEST_F(LaunchTest, GivesEachWorkerItsOwnGpus) {
   // The user's own --num_gpus stands.
   r = LaunchWith(env, spec, "--gpus=0,1 --gpus_per_worker=1", "--num_gpus=1 --foo");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A run without restarts ends its loop cleanly (bash 5.2's set -u once
+  // called the never-assigned timer table unbound there).
+  EXPECT_EQ(r.output.find("unbound variable"), std::string::npos) << r.output;
   EXPECT_EQ(ReadFile(dir_ + "/logs/worker-1.log").find("--num_gpus=1 --foo --num_gpus"),
             std::string::npos);
 

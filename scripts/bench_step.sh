@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Where a synchronous training step's time goes, 1 ps + 2 workers on
+# 127.0.0.1, beside the compute bound of the same workers measured in the
+# same run (build/bin/step_bench: forward and backward alone, no ps):
+#   step: model=M compute_ms=C exposed_comm_ms=E wait_ms=W
+#   step_bound: model=M job_eps=X bound_eps=Y ratio=R
+# compute, exposed communication (push + pull - waiting) and waiting (for
+# the other worker and the update: the pulls' waited_us) are per step, the
+# median of the chief's log intervals after the first. job_eps is the
+# examples/sec of both workers together; bound_eps is twice step_bench's
+# examples/sec with each worker's threads.
+#
+#   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models="lenet" threads=1 steps=600 batch=100
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --models) models="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+scripts/setup.sh >/dev/null
+work=$(mktemp -d /tmp/psrt_bench_step.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+scripts/make_cluster_spec.sh --ps 1 --workers 2 --out "$work/cluster.json"
+for model in $models; do
+  every=$((steps / 6))
+  scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" -- \
+    --model="$model" --sync_replicas --batch_size="$batch" --device=cpu \
+    --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
+    --progress=log --learning_rate=0.01 >/dev/null
+  log="$work/$model/worker-0.log"
+  field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
+  printf "step: model=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$(field compute_ms)" "$(field exposed_comm_ms)" "$(field wait_ms)"
+  # Both workers run in lockstep: the job's rate is twice the chief's.
+  job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' | awk 'NR > 1 {print $1 * 2}' | median)
+  bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \
+                --batch_size="$batch" 2>/dev/null | sed -n 's/.*wall_eps=\([0-9.]*\).*/\1/p')
+  awk -v m="$model" -v j="$job_eps" -v b="$bound_eps" 'BEGIN {
+    printf "step_bound: model=%s job_eps=%.0f bound_eps=%.0f ratio=%.2f\n", m, j, 2 * b, j / (2 * b)}'
+done
