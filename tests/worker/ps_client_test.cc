@@ -124,6 +124,36 @@ TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) {
   EXPECT_TRUE(ps0.shard.GetStatus().training_done());
 }
 
+// A pull that waits for the other replica's push says how long it waited
+// (PullHeader.waited_us), so the trainer can tell waiting from the wire.
+TEST(PsClientTest, PullReportsHowLongItWaitedForTheVersion) {
+  LocalPs ps;
+  const auto vars = Variables(10);
+  auto chief = NewClient({&ps}, 0, vars);
+  auto other = NewClient({&ps}, 1, vars);
+  ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(chief->Init(SyncConfig(2), Filled(vars, 1.0f)).ok());
+  ASSERT_TRUE(other->WaitForModelReady(absl::Seconds(10)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  for (PsClient* client : {chief.get(), other.get()}) {
+    auto pulled = client->Pull(0, &params);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_LT(pulled->waited, absl::Milliseconds(500));  // Answered at once.
+  }
+  ASSERT_TRUE(chief->Push(Filled(vars, 1.0f)).ok());
+  std::thread late([&] {
+    absl::SleepFor(absl::Seconds(1));
+    ASSERT_TRUE(other->Push(Filled(vars, 1.0f)).ok());
+  });
+  auto next = chief->Pull(1, &params);  // Waits for the other's push.
+  late.join();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->version, 1);
+  EXPECT_GE(next->waited, absl::Milliseconds(900));
+  chief->Shutdown();
+  other->Shutdown();
+}
+
 TEST(PsClientTest, WorkerWithAnotherModelIsRefused) {
   LocalPs ps0;
   auto chief = NewClient({&ps0}, 0, Variables());
