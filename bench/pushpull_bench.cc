@@ -38,6 +38,9 @@ DEFINE_string(cluster_spec, "", "Spec of the running ps tasks.");
 DEFINE_double(model_mb, 13, "Model size in MB (10^6 bytes).");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
 DEFINE_int32(rounds, 10, "Push+pull rounds per run.");
+DEFINE_bool(unix_socket, false,
+            "Reach the shards over their abstract Unix sockets "
+            "(psrt_ps --unix_socket) instead of TCP.");
 DEFINE_string(device, "cpu",
               "cpu, or gpu: copy gradients from and parameters to GPU 0 "
               "every round, through page-locked tensors.");
@@ -120,6 +123,7 @@ int Run() {
 
   psrt::PsClient::Options options;
   for (int k = 0; k < shards; ++k) options.ps_addresses.push_back(spec->address("ps", k));
+  options.unix_socket = FLAGS_unix_socket;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 

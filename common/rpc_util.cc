@@ -1,5 +1,8 @@
 #include "common/rpc_util.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -68,6 +71,26 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) 
   for (const IntSetting& s : kTransportSettings) {
     builder->AddChannelArgument(s.name, s.value);
   }
+}
+
+std::string LocalSocketAddress(int port) {
+  return "unix-abstract:psrt-" + std::to_string(port);
+}
+
+std::string PreferLocalSocket(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return host_port;
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(host_port.substr(colon + 1), &port) || port <= 0) {
+    return host_port;
+  }
+  const bool loopback = host == "localhost" || host == "::1" ||
+                        absl::StartsWith(host, "127.");
+  return loopback ? LocalSocketAddress(port) : host_port;
 }
 
 grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::MessageLite& message) {

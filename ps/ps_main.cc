@@ -48,6 +48,10 @@ DEFINE_string(nonfinite_gradients, "reject",
 DEFINE_int32(metrics_port, 0,
              "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
              "0: off.");
+DEFINE_bool(unix_socket, false,
+            "Also serve on the abstract Unix socket psrt-PORT, for workers on "
+            "this host (psrt_worker --unix_socket), with the same credentials "
+            "(workers with TLS stay on TCP).");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -137,6 +141,10 @@ int main(int argc, char** argv) {
       ":", port);
   int bound_port = 0;
   builder.AddListeningPort(listen, (*security)->ServerCredentials(), &bound_port);
+  if (FLAGS_unix_socket) {
+    builder.AddListeningPort(psrt::LocalSocketAddress(port),
+                             (*security)->ServerCredentials());
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {

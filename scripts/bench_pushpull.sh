@@ -3,20 +3,24 @@
 # the same run. For each model size and shard count it starts K psrt_ps
 # processes on 127.0.0.1, runs bench/pushpull_bench against them (median of
 # --runs runs), and prints
-#   pushpull: model_mb=S shards=K device=cpu mb_per_s=X tcp_mb_per_s=Y
-#             ratio_to_tcp=R minor_faults_per_round=F
-# (tcp: one plain socket pair on 127.0.0.1 moving the same bytes in the same
-# run; faults: the client's, per push + pull round).
+#   pushpull: model_mb=S shards=K transport=T device=cpu mb_per_s=X
+#             tcp_mb_per_s=Y ratio_to_tcp=R minor_faults_per_round=F
+# (transport: how the bench reaches the shards, loopback TCP or their Unix
+# sockets (psrt_ps --unix_socket); tcp_mb_per_s: one plain TCP socket pair on
+# 127.0.0.1 moving the same bytes in the same run; faults: the client's, per
+# push + pull round).
 #
 #   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
+#                             [--transports "tcp unix"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sizes="13 100" shard_counts="1 2" runs=5
+sizes="13 100" shard_counts="1 2" runs=5 transports="tcp unix"
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
     --shards) shard_counts="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
+    --transports) transports="$2"; shift 2 ;;
     *) echo "bench_pushpull.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -26,15 +30,19 @@ work=$(mktemp -d /tmp/psrt_bench.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 for k in $shard_counts; do
   for s in $sizes; do
+   for transport in $transports; do
     "$bin/psrtctl" make_spec --ps="$k" --workers=1 --out="$work/cluster.json"
     pids=()
     for ((i = 0; i < k; i++)); do
       "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=$i \
-        >"$work/ps-$i.log" 2>&1 &
+        --unix_socket >"$work/ps-$i.log" 2>&1 &
       pids+=($!)
     done
     "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb="$s" \
-      --runs="$runs" 2>"$work/bench.log" || { cat "$work/bench.log" >&2; exit 1; }
+      --runs="$runs" --unix_socket="$([ "$transport" = unix ] && echo true || echo false)" \
+      2>"$work/bench.log" | sed "s/ device=/ transport=$transport device=/" ||
+      { cat "$work/bench.log" >&2; exit 1; }
     wait "${pids[@]}"
+   done
   done
 done

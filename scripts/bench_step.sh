@@ -11,14 +11,17 @@
 # examples/sec with each worker's threads.
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
+#                         [--transport tcp|unix]
+# (unix: the workers reach the ps over its Unix socket, --unix_socket).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="lenet" threads=1 steps=600 batch=100
+models="lenet" threads=1 steps=600 batch=100 transport=tcp
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
+    --transport) transport="$2"; shift 2 ;;
     *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -26,17 +29,23 @@ scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_bench_step.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+case "$transport" in
+  tcp) ps_flags="" unix=false ;;
+  unix) ps_flags="--unix_socket" unix=true ;;
+  *) echo "bench_step.sh: --transport must be tcp or unix" >&2; exit 2 ;;
+esac
 scripts/make_cluster_spec.sh --ps 1 --workers 2 --out "$work/cluster.json"
 for model in $models; do
   every=$((steps / 6))
-  scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" -- \
+  scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" \
+    --ps_flags "$ps_flags" -- --unix_socket="$unix" \
     --model="$model" --sync_replicas --batch_size="$batch" --device=cpu \
     --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
   field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
-  printf "step: model=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$(field compute_ms)" "$(field exposed_comm_ms)" "$(field wait_ms)"
+  printf "step: model=%s transport=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$transport" "$(field compute_ms)" "$(field exposed_comm_ms)" "$(field wait_ms)"
   # Both workers run in lockstep: the job's rate is twice the chief's.
   job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' | awk 'NR > 1 {print $1 * 2}' | median)
   bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \

@@ -191,9 +191,15 @@ PsClient::PsClient(Options options, Placement placement,
   rpc_->retry_timeout = options_.retry_timeout;
   const TransportSecurity plaintext;
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
-  for (const std::string& address : options_.ps_addresses) {
+  const bool unix_socket = options_.unix_socket && !security.tls();
+  LOG_IF(WARNING, options_.unix_socket && security.tls())
+      << "unix_socket: TLS channels stay on TCP (certificates name the host)";
+  for (int k = 0; k < num_shards(); ++k) {
+    const std::string& address = options_.ps_addresses[k];
+    const std::string target = unix_socket ? PreferLocalSocket(address) : address;
+    if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
     rpc_->stubs.push_back(
-        std::make_unique<grpc::GenericStub>(NewPsChannel(address, security)));
+        std::make_unique<grpc::GenericStub>(NewPsChannel(target, security)));
   }
   push_headers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {

@@ -60,6 +60,10 @@ class PsClient {
     absl::Duration retry_timeout = absl::Seconds(60);
     // TLS and the auth token of every channel; null: plaintext, no token.
     std::shared_ptr<const TransportSecurity> security;
+    // Reach shards on this host (a loopback address) over their Unix socket
+    // (psrt_ps --unix_socket; rpc_util.h's PreferLocalSocket). Not with TLS,
+    // whose certificates name the TCP host: those stay on TCP.
+    bool unix_socket = false;
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;

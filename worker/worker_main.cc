@@ -57,6 +57,10 @@ DEFINE_bool(describe_model, false,
             "\"params=N\", and exit (needs no cluster).");
 DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
+DEFINE_bool(unix_socket, false,
+            "Reach ps tasks on this host (a loopback address in the spec) "
+            "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
+            "faster than loopback TCP; not with TLS.");
 DEFINE_string(device, "auto",
               "Where the forward and backward run: auto (a GPU when one is "
               "visible, else the CPU), cpu, or gpu (CUDA; an error when none "
@@ -425,6 +429,7 @@ absl::Status Run() {
   }
   client_options.replica = replica;
   client_options.security = security;
+  client_options.unix_socket = FLAGS_unix_socket;
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client_options.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
   client_options.metrics = &worker_metrics.transfers();

@@ -74,10 +74,16 @@ TEST_F(ClusterTest, SyncTwoWorkersEqualOneWorkerOnTheCombinedBatch) {
   const std::string flags =
       "--sync_replicas --optimizer=sgd --learning_rate=0.1 --train_steps=40 "
       "--noshuffle --partition_threshold_bytes=100000 --hidden_units=64";
+  // The two workers reach the shards over their Unix sockets, the one
+  // worker over TCP: the transport changes nothing.
   const std::string two = MakeSpec(2, 2, "two.json");
   CommandResult r2 = Launch(two, dir_ + "/two",
-                            flags + " --batch_size=50 --final_params_out=" + dir_ + "/two.safetensors");
+                            flags + " --unix_socket --batch_size=50 --final_params_out=" +
+                                dir_ + "/two.safetensors",
+                            "--ps_flags --unix_socket");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(ReadFile(dir_ + "/two/worker-1.log").find(") over unix-abstract:psrt-"),
+            std::string::npos);
   const std::string one = MakeSpec(2, 1, "one.json");
   CommandResult r1 = Launch(one, dir_ + "/one",
                             flags + " --batch_size=100 --final_params_out=" + dir_ + "/one.safetensors");

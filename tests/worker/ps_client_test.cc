@@ -3,6 +3,11 @@
 // sync aggregation across two clients, and model mismatch detection.
 #include "worker/ps_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <memory>
 #include <thread>
@@ -152,6 +157,53 @@ TEST(PsClientTest, PullReportsHowLongItWaitedForTheVersion) {
   EXPECT_GE(next->waited, absl::Milliseconds(900));
   chief->Shutdown();
   other->Shutdown();
+}
+
+// A shard that serves only its Unix socket (psrt_ps --unix_socket) is
+// reached by a client with unix_socket, and only by it: the step goes over
+// the socket, not TCP.
+TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
+  // A TCP port held by a plain socket that never speaks gRPC, so that the
+  // shard's address is ours and only its Unix socket answers.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  ParameterShard shard{ParameterShard::Options()};
+  PsService service(&shard);
+  grpc::ServerBuilder builder;
+  ConfigurePsServer(&builder, int64_t{1} << 30);
+  builder.AddListeningPort(LocalSocketAddress(port), grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  const auto vars = Variables(10);
+  auto placement = ComputePlacement(vars, 1, PlacementOptions());
+  ASSERT_TRUE(placement.ok());
+  PsClient::Options options;
+  options.ps_addresses = {absl::StrCat("127.0.0.1:", port)};
+  options.retry_timeout = absl::Seconds(1);
+  PsClient tcp(options, *placement, vars);
+  EXPECT_FALSE(tcp.WaitForServers(absl::Seconds(1)).ok());
+  options.unix_socket = true;
+  PsClient local(options, *placement, vars);
+  ASSERT_TRUE(local.WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(local.Init(SyncConfig(1), Filled(vars, 1.0f)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(local.Pull(0, &params).ok());
+  ASSERT_TRUE(local.Push(Filled(vars, 2.0f)).ok());
+  auto next = local.Pull(1, &params);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(params[1].data()[0], 0.0f);  // 1 - 0.5 * 2.
+  local.Shutdown();
+  server->Shutdown();
+  ::close(holder);
 }
 
 TEST(PsClientTest, WorkerWithAnotherModelIsRefused) {
