@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4: {  // PsService::Restore
         psrt::proto::RestoreRequest restore;
         if (!psrt::ParseFromByteBuffer(request, &restore).ok()) break;
-        shard.Restore(restore.step()).IgnoreError();
+        shard.Restore(restore.step(), restore.recovery_epoch()).IgnoreError();
         break;
       }
       case 5: {  // PsService::Shutdown

@@ -108,6 +108,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
         "which only async training allows; use reject with --sync_replicas");
   }
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(TakeRecoveryEpochLocked(header.recovery_epoch(), "init"));
   if (initialized_) {
     if (!SameVariables(variables_, header.variables())) {
       return absl::FailedPreconditionError(
@@ -528,6 +529,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_nonfinite_pushes_dropped(nonfinite_dropped_);
   status.set_training_done(training_done_);
   status.set_restored_step(restored_step_);
+  status.set_recovery_epoch(recovery_epoch_);
   status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
   if (!options_.checkpoint_dir.empty()) {
     for (int64_t step : ListShardCheckpoints(checkpoint_id())) {

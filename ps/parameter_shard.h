@@ -27,7 +27,10 @@
 //  - Restore(step) replaces the state with a checkpoint, draws a new
 //    incarnation and makes the shard not ready: waiting pulls fail with
 //    Aborted, and pushes and pulls fail with Aborted until the chief
-//    confirms the state with Init. A shard that restored its checkpoint at
+//    confirms the state with Init. Restore and Init name the chief's
+//    recovery round (epoch); one from an older round than the shard has
+//    taken is refused (FailedPrecondition), so a Restore delayed past a later
+//    round's Restore and confirmation changes nothing. A shard that restored its checkpoint at
 //    start is likewise not ready. Pushes and pulls that name another
 //    incarnation than the shard's fail with Aborted at any time.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
@@ -146,8 +149,9 @@ class ParameterShard {
   // and averages by reference, thanks to copy on write); the file is written
   // outside it, so training goes on while it is written.
   absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep);
-  // Loads checkpoint `step`, replacing the state.
-  absl::Status Restore(int64_t step);
+  // Loads checkpoint `step`, replacing the state, for recovery round
+  // `recovery_epoch` (see the header comment; 0 at start).
+  absl::Status Restore(int64_t step, int64_t recovery_epoch = 0);
   // At start: loads the newest checkpoint that reads back intact, skipping
   // (with a warning) corrupt ones. OK with nothing loaded when there is none.
   absl::Status RestoreLatest();
@@ -212,6 +216,10 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
 
+  // FailedPrecondition when `epoch` is older than the newest recovery round
+  // taken; else takes it. `what` names the request for the message.
+  absl::Status TakeRecoveryEpochLocked(int64_t epoch, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces the state with a loaded checkpoint; moves the waiting pulls to
   // *aborted (the caller fails them with Aborted, outside the lock).
   absl::Status LoadLocked(ShardState state, std::vector<Waiter>* aborted)
@@ -251,6 +259,7 @@ class ParameterShard {
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);  // Pushes per replica.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t restored_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t recovery_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // Newest round taken.
   absl::Mutex save_mu_;  // One save at a time; taken before mu_.
   absl::CondVar changed_;  // Signalled on any state change waiters care for.
 

@@ -106,11 +106,27 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::Restore(int64_t step) {
+absl::Status ParameterShard::TakeRecoveryEpochLocked(int64_t epoch,
+                                                     absl::string_view what) {
+  if (epoch < recovery_epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " from recovery round ", epoch, " refused: this parameter "
+        "server has taken round ", recovery_epoch_,
+        " already (a late or reordered request of an abandoned recovery)"));
+  }
+  recovery_epoch_ = epoch;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
   ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(checkpoint_id(), step));
   std::vector<Waiter> aborted;
   {
     absl::MutexLock lock(&mu_);
+    // Checked when the state is replaced, not when the request arrived: a
+    // slow read must not let an older round win.
+    RETURN_IF_ERROR(TakeRecoveryEpochLocked(
+        recovery_epoch, absl::StrCat("restore of checkpoint ", step)));
     RETURN_IF_ERROR(LoadLocked(std::move(state), &aborted));
     LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")";
   }

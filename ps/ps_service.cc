@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* context,
                                              const proto::RestoreRequest* request,
                                              proto::RestoreResponse* response) {
-  absl::Status status = shard_->Restore(request->step());
+  absl::Status status = shard_->Restore(request->step(), request->recovery_epoch());
   if (status.ok()) {
     response->set_version(shard_->GetStatus().version());
     ReportReadiness();

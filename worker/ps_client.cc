@@ -286,13 +286,15 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
 }
 
 absl::Status PsClient::Init(const proto::TrainingConfig& config,
-                            const std::vector<Tensor>& params) {
+                            const std::vector<Tensor>& params,
+                            int64_t recovery_epoch) {
   CHECK_EQ(params.size(), variables_.size());
   absl::BlockingCounter released(num_shards());
   std::vector<grpc::ByteBuffer> requests;
   for (int k = 0; k < num_shards(); ++k) {
     proto::InitHeader header;
     *header.mutable_config() = config;
+    header.set_recovery_epoch(recovery_epoch);
     std::vector<absl::Span<const char>> chunks;
     for (int s : placement_.shard_slices[k]) {
       const VariableSlice& slice = placement_.slices[s];
@@ -509,9 +511,10 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
                  [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 
-absl::Status PsClient::Restore(int64_t step) {
+absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
   proto::RestoreRequest request;
   request.set_step(step);
+  request.set_recovery_epoch(recovery_epoch);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
                        RetryOn::kUnavailable, requests,

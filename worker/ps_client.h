@@ -88,9 +88,11 @@ class PsClient {
   // Waits until every shard answers, retrying with backoff and logging the
   // shards it still waits for. DeadlineExceeded names them.
   absl::Status WaitForServers(absl::Duration timeout);
-  // Chief: registers the variables and their initial values on every shard.
+  // Chief: registers the variables and their initial values on every shard
+  // (or confirms the state they hold), in recovery round `recovery_epoch`
+  // (proto's RestoreRequest).
   absl::Status Init(const proto::TrainingConfig& config,
-                    const std::vector<Tensor>& params);
+                    const std::vector<Tensor>& params, int64_t recovery_epoch = 0);
   // Waits until the chief has made every shard ready (initialized or
   // restored, and confirmed), checks that it holds exactly this worker's
   // variables, and returns the chief's config. Cancelled when the chief has
@@ -112,8 +114,8 @@ class PsClient {
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus();
   // Every shard saves checkpoint `step` if it is at `version` (any: -1).
   absl::Status Save(int64_t step, int64_t version, int keep);
-  // Every shard loads checkpoint `step`.
-  absl::Status Restore(int64_t step);
+  // Every shard loads checkpoint `step`, in recovery round `recovery_epoch`.
+  absl::Status Restore(int64_t step, int64_t recovery_epoch);
 
   // Accept whatever incarnation each shard answers with next: after the
   // chief has brought the shards to one confirmed state.

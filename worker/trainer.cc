@@ -41,6 +41,13 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
       (options_.save_checkpoint_steps > 0 || options_.save_checkpoint_secs > 0)) {
     LOG(INFO) << "no checkpoints: not every parameter server has a --checkpoint_dir";
   }
+  // This recovery round: newer than any the shards have taken, so that a
+  // request of an abandoned round (a Restore still in flight when the chief
+  // moved on) is refused wherever it lands late. Each Restore attempt is a
+  // round of its own.
+  int64_t epoch = 0;
+  for (const auto& s : shards) epoch = std::max(epoch, s.recovery_epoch());
+  ++epoch;
   std::vector<std::string> empty;  // Shards that hold no model.
   std::set<int64_t> restored;      // Checkpoints restored by unconfirmed shards.
   bool all_ready = true;
@@ -52,7 +59,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   // Init marks initialized shards ready (their state is kept) and
   // initializes the others.
   if (empty.size() == shards.size() && !after_fault) {
-    RETURN_IF_ERROR(client_->Init(options_.config, values));
+    RETURN_IF_ERROR(client_->Init(options_.config, values, epoch));
     LOG(INFO) << "chief initialized " << values.size() << " variables on "
               << client_->num_shards() << " parameter servers";
     return absl::OkStatus();
@@ -64,12 +71,12 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   const bool lockstep = options_.config.mode() != proto::SYNC || versions.size() == 1;
   if (all_ready && lockstep) {
     LOG(INFO) << "the parameter servers already hold the model; continuing";
-    return client_->Init(options_.config, values);
+    return client_->Init(options_.config, values, epoch);
   }
   if (empty.empty() && restored.size() == 1 && lockstep &&
       std::none_of(shards.begin(), shards.end(), [](const auto& s) { return s.ready(); })) {
     LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
-    return client_->Init(options_.config, values);
+    return client_->Init(options_.config, values, epoch);
   }
   // Some shards restarted (or restored another checkpoint than the others):
   // move all of them to the newest step that all of them hold.
@@ -83,14 +90,15 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   }
   std::sort(common.rbegin(), common.rend());
   for (int64_t step : common) {
-    absl::Status status = client_->Restore(step);
+    absl::Status status = client_->Restore(step, epoch);
     if (status.ok()) {
       LOG(WARNING) << "the parameter servers held different states; all of them "
                       "now hold checkpoint " << step;
-      return client_->Init(options_.config, values);  // Marks them ready.
+      return client_->Init(options_.config, values, epoch);  // Marks them ready.
     }
     LOG(WARNING) << "cannot restore checkpoint " << step << " everywhere: "
                  << status.message();
+    ++epoch;
   }
   if (!empty.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "common/byte_source.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "ps/checkpoint.h"
@@ -22,20 +23,30 @@ ShardCheckpointId NewCheckpointDir(const std::string& name) {
   return id;
 }
 
-// Writes checkpoint `step` of one variable "w" of shape [2] (SGD, sync).
-std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step) {
-  const std::vector<float> values = {1, 2};
-  ShardStateView view;
-  view.config.set_mode(proto::SYNC);
-  view.config.set_num_replicas(1);
-  view.config.set_replicas_to_aggregate(1);
-  view.config.set_optimizer(proto::SGD);
-  view.config.set_learning_rate(0.1f);
-  proto::VariableMeta meta;
+// The model of the checkpoints below: one variable "w" of shape [2], SGD,
+// sync, one replica.
+proto::InitHeader Model() {
+  proto::InitHeader model;
+  proto::TrainingConfig& config = *model.mutable_config();
+  config.set_mode(proto::SYNC);
+  config.set_num_replicas(1);
+  config.set_replicas_to_aggregate(1);
+  config.set_optimizer(proto::SGD);
+  config.set_learning_rate(0.1f);
+  proto::VariableMeta& meta = *model.add_variables();
   meta.set_name("w");
   meta.set_dtype(proto::DT_FLOAT);
   meta.add_shape(2);
-  view.variables = {meta};
+  return model;
+}
+
+// Writes checkpoint `step` of Model().
+std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step) {
+  const std::vector<float> values = {1, 2};
+  ShardStateView view;
+  const proto::InitHeader model = Model();
+  view.config = model.config();
+  view.variables = {model.variables(0)};
   view.version = step;
   view.num_elements = 2;
   view.values = values.data();
@@ -116,6 +127,53 @@ TEST(ShardCheckpointTest, RefusesAVariableThatIsNotFloat) {
   EXPECT_NE(state.status().message().find("\"w\" has dtype DT_INVALID"),
             absl::string_view::npos)
       << state.status();
+}
+
+// Issue 11's hang: the chief's Restore(40) reached ps/1 after the chief had
+// given up on checkpoint 40 (ps/0 found it corrupt), restored 20 everywhere
+// and confirmed it; ps/1 then sat at 40, not ready, and the job waited for
+// good. A request of an abandoned recovery round must change nothing.
+TEST(ShardCheckpointTest, ALateRestoreOfAnAbandonedRecoveryRoundIsRefused) {
+  const ShardCheckpointId id = NewCheckpointDir("late_restore");
+  WriteCheckpoint(id, 20);
+  WriteCheckpoint(id, 40);
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = id.dir;
+  ParameterShard shard(options);
+
+  // Round 2 (round 1 tried checkpoint 40 and failed elsewhere): restore 20
+  // and confirm it.
+  ASSERT_TRUE(shard.Restore(20, /*recovery_epoch=*/2).ok());
+  proto::InitHeader confirm = Model();
+  confirm.set_recovery_epoch(2);
+  const std::vector<float> unused = {0, 0};
+  SpanByteSource data({reinterpret_cast<const char*>(unused.data()), 8});
+  ASSERT_TRUE(shard.Init(confirm, &data).ok());
+  ASSERT_TRUE(shard.GetStatus().ready());
+  const int64_t incarnation = shard.incarnation();
+
+  // Round 1's Restore(40) lands now.
+  const absl::Status late = shard.Restore(40, /*recovery_epoch=*/1);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_NE(late.message().find("recovery round 1 refused"), absl::string_view::npos) << late;
+  EXPECT_NE(late.message().find("taken round 2"), absl::string_view::npos) << late;
+  proto::StatusResponse status = shard.GetStatus();
+  EXPECT_TRUE(status.ready());
+  EXPECT_EQ(status.restored_step(), 20);
+  EXPECT_EQ(status.version(), 20);
+  EXPECT_EQ(status.recovery_epoch(), 2);
+  EXPECT_EQ(shard.incarnation(), incarnation);
+  // So does a late confirmation of round 1.
+  confirm.set_recovery_epoch(1);
+  EXPECT_EQ(shard.Init(confirm, &data).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // A newer round goes through.
+  ASSERT_TRUE(shard.Restore(40, /*recovery_epoch=*/3).ok());
+  status = shard.GetStatus();
+  EXPECT_EQ(status.restored_step(), 40);
+  EXPECT_FALSE(status.ready());
+  EXPECT_EQ(status.recovery_epoch(), 3);
 }
 
 }  // namespace
