@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "kernels/cuda_check.h"
 #include "kernels/layers_cuda.h"
 #include "kernels/ops_cuda.h"
 // After the CUDA ops, which it calls.
@@ -20,13 +21,6 @@
 namespace psrt {
 namespace kernels {
 namespace {
-
-#define PSRT_CUDA_OK(expr)                                                   \
-  do {                                                                       \
-    const cudaError_t psrt_err_ = (expr);                                    \
-    CHECK_EQ(psrt_err_, cudaSuccess) << #expr << ": "                        \
-                                     << cudaGetErrorString(psrt_err_);       \
-  } while (0)
 
 absl::Status CudaStatus(const char* what, cudaError_t err) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -123,7 +117,7 @@ class CachingAllocator {
   void ReleaseCached() {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
-        PSRT_CUDA_OK(cudaFree(p));
+        PSRT_CUDA_CHECK(cudaFree(p));
         stats_.bytes_reserved -= size;
       }
       blocks.clear();
@@ -156,7 +150,7 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
   DeviceType type() const override { return DeviceType::kGpu; }
   std::string name() const override { return name_; }
-  void Bind() override { PSRT_CUDA_OK(cudaSetDevice(ctx_->device())); }
+  void Bind() override { PSRT_CUDA_CHECK(cudaSetDevice(ctx_->device())); }
   absl::Status Synchronize() override {
     RETURN_IF_ERROR(ctx_->Synchronize());
     return WaitForHostCopies();
@@ -169,12 +163,12 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
   void CopyToDevice(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
-    PSRT_CUDA_OK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
                                  ctx_->stream()));
   }
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    PSRT_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                  ctx_->stream()));
   }
   void Fill(float* x, int64_t n, float value) override {
@@ -186,9 +180,9 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
     // The copy stream waits for the compute stream's work so far, then
     // copies while the compute stream goes on. One event serves every copy:
     // cudaStreamWaitEvent takes the record made just before it.
-    PSRT_CUDA_OK(cudaEventRecord(compute_done_, ctx_->stream()));
-    PSRT_CUDA_OK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
-    PSRT_CUDA_OK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
+    PSRT_CUDA_CHECK(cudaEventRecord(compute_done_, ctx_->stream()));
+    PSRT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
                                  copy_stream_));
   }
   absl::Status WaitForHostCopies() override {

@@ -1,4 +1,5 @@
-// Launch helpers shared by the .cu files of kernels/: error checks, the
+// Launch helpers shared by the .cu files of kernels/ (error checks are in
+// cuda_check.h): the
 // grid-stride kernels that run the functors of functors.h and
 // layer_functors.h one index (or one (row, column) pair) per thread, and a
 // column-sum reduction (bias and batch-norm gradients, batch statistics).
@@ -13,21 +14,8 @@
 #include <cstdint>
 
 #include "glog/logging.h"
+#include "kernels/cuda_check.h"
 #include "kernels/ops_cuda.h"
-
-#define PSRT_CUDA_CHECK(expr)                              \
-  do {                                                     \
-    const cudaError_t psrt_err_ = (expr);                  \
-    CHECK_EQ(psrt_err_, cudaSuccess)                       \
-        << #expr << ": " << cudaGetErrorString(psrt_err_); \
-  } while (0)
-
-#define PSRT_CUBLAS_CHECK(expr)                              \
-  do {                                                       \
-    const cublasStatus_t psrt_st_ = (expr);                  \
-    CHECK_EQ(psrt_st_, CUBLAS_STATUS_SUCCESS)                \
-        << #expr << ": " << cublasGetStatusString(psrt_st_); \
-  } while (0)
 
 namespace psrt {
 namespace kernels {

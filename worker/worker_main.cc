@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <thread>
 #include <type_traits>
 #include <memory>
 #include <string>
