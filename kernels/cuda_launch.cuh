@@ -1,8 +1,8 @@
 // Launch helpers shared by the .cu files of kernels/ (error checks are in
-// cuda_check.h): the
-// grid-stride kernels that run the functors of functors.h and
-// layer_functors.h one index (or one (row, column) pair) per thread, and a
-// column-sum reduction (bias and batch-norm gradients, batch statistics).
+// cuda_check.h): the grid-stride kernels that run the functors of
+// functors.h and layer_functors.h one index (or one (row, column) pair) per
+// thread, and a column-sum reduction (bias and batch-norm gradients, batch
+// statistics).
 // Internal to kernels/; included only by .cu files.
 #ifndef PSRT_KERNELS_CUDA_LAUNCH_CUH_
 #define PSRT_KERNELS_CUDA_LAUNCH_CUH_
