@@ -29,6 +29,7 @@
 #include "common/cluster_spec.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
+#include "common/task_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/device.h"
@@ -110,7 +111,12 @@ int Run() {
     LOG(ERROR) << spec.status().message();
     return 2;
   }
-  const int shards = spec->num_ps();
+  absl::StatusOr<int> stripes = psrt::PsStripesFromFlags();
+  if (!stripes.ok()) {
+    LOG(ERROR) << stripes.status().message();
+    return 2;
+  }
+  const int shards = spec->num_ps() * *stripes;
   const int64_t floats = static_cast<int64_t>(FLAGS_model_mb * 1e6 / 4);
   constexpr int64_t kCols = 1024;
   const int64_t rows = std::max<int64_t>(1, (floats - 2 * kCols) / kCols);
@@ -122,7 +128,8 @@ int Run() {
   CHECK(placement.ok()) << placement.status();
 
   psrt::PsClient::Options options;
-  for (int k = 0; k < shards; ++k) options.ps_addresses.push_back(spec->address("ps", k));
+  for (int k = 0; k < spec->num_ps(); ++k) options.ps_addresses.push_back(spec->address("ps", k));
+  options.ps_stripes = *stripes;
   options.unix_socket = FLAGS_unix_socket;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
@@ -203,9 +210,9 @@ int Run() {
   client.Shutdown();
   const double x = Median(pushpull), y = Median(loopback);
   std::printf(
-      "pushpull: model_mb=%g shards=%d device=%s mb_per_s=%.0f "
+      "pushpull: model_mb=%g shards=%d stripes=%d device=%s mb_per_s=%.0f "
       "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
-      FLAGS_model_mb, shards, FLAGS_device.c_str(), x, y, x / y,
+      FLAGS_model_mb, spec->num_ps(), *stripes, FLAGS_device.c_str(), x, y, x / y,
       Median(faults));
   return 0;
 }

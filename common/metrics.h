@@ -161,7 +161,9 @@ class TransferMetrics {
 };
 
 // PsMetrics: a ps task's metrics, counted by its RPC adapter: the transfers
-// plus psrt_ps_version and psrt_ps_ready.
+// plus psrt_ps_version and psrt_ps_ready. A task of S stripes (psrt_ps
+// --ps_stripes) counts S pushes and pulls per worker push and pull, one per
+// shard, each with its part of the bytes.
 //
 // Thread safety: thread-safe.
 class PsMetrics {

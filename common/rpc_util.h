@@ -32,6 +32,10 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
 // with RESOURCE_EXHAUSTED before they are buffered.
 void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes);
 
+// The request metadata that names the stripe (the shard within a ps
+// process) a call is for (proto/psrt.proto's "Stripes").
+inline constexpr char kStripeMetadata[] = "psrt-stripe";
+
 // The gRPC address of the abstract Unix socket that a task listening on TCP
 // `port` also serves on this host: "unix-abstract:psrt-PORT".
 std::string LocalSocketAddress(int port);

@@ -4,6 +4,8 @@
 // one per machine):
 //   model.ckpt-<step>.ps-<k>-of-<K>.safetensors   shard k's state at <step>
 //   checkpoint.ps-<k>-of-<K>                      shard k's index
+// k counts shards, not ps tasks: with S stripes per task (psrt_ps
+// --ps_stripes) task t holds shards t*S .. t*S+S-1 of K = tasks * S.
 // A shard file is safetensors (common/safetensors.h), loadable with the
 // Python `safetensors` package. Tensors, for each variable slice NAME held by
 // the shard: NAME (the values), NAME/<slot> for each optimizer slot (e.g.

@@ -3,8 +3,9 @@
 
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
 #include "kernels/optimizer_functors.h"
@@ -158,10 +160,12 @@ absl::Status ParameterShard::ValidateTensors(
           absl::StrCat(what, ": tensor ", i, " is \"", got.name(),
                        "\", this shard expects \"", want.name(), "\""));
     }
-    if (got.dtype() != proto::DT_FLOAT) {
+    if (got.dtype() != metas[0].dtype() ||
+        (got.dtype() != proto::DT_FLOAT && got.dtype() != proto::DT_BFLOAT16)) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": variable \"", got.name(), "\" has dtype ",
-          proto::DataType_Name(got.dtype()), ", want DT_FLOAT"));
+          proto::DataType_Name(got.dtype()), ", want DT_FLOAT or DT_BFLOAT16 (",
+          "one dtype for every tensor of a message)"));
     }
     if (MetaShape(got) != MetaShape(want)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -170,10 +174,11 @@ absl::Status ParameterShard::ValidateTensors(
           ShapeToString(MetaShape(want))));
     }
   }
-  if (data_size != static_cast<size_t>(total_elements_) * sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": tensor_data has ", data_size, " bytes, want ",
-                     total_elements_ * sizeof(float)));
+  const size_t want = static_cast<size_t>(total_elements_) *
+                     WireBytesPerElement(metas.empty() ? proto::DT_FLOAT : metas[0].dtype());
+  if (data_size != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": tensor_data has ", data_size, " bytes, want ", want));
   }
   return absl::OkStatus();
 }
@@ -308,6 +313,11 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
+    // From here on the gradients are float32, whatever the wire carried.
+    std::optional<Bf16AsFloatSource> decoded;
+    if (header.variables_size() > 0 && header.variables(0).dtype() == proto::DT_BFLOAT16) {
+      data = &decoded.emplace(*data);
+    }
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
     const bool retry = header.worker_incarnation() != 0 &&
@@ -396,6 +406,7 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
     *reply.header.add_variables() = meta;
   }
   reply.snapshot = moving_average ? average_ : current_;
+  reply.num_bytes = reply.snapshot->values.num_bytes();
   return reply;
 }
 
@@ -427,6 +438,13 @@ bool ParameterShard::ReadyLocked(const PullOptions& options) const {
 }
 
 void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
+  if (options.wire_dtype == proto::DT_BFLOAT16) {
+    // Encoded wherever the reply is made, outside the lock.
+    done = [pool = pool_, done = std::move(done)](absl::StatusOr<PullReply> reply) {
+      if (reply.ok()) EncodeBf16Reply(pool.get(), &*reply);
+      done(std::move(reply));
+    };
+  }
   absl::StatusOr<PullReply> reply;
   {
     absl::MutexLock lock(&mu_);
@@ -451,6 +469,19 @@ void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
     }
   }
   done(std::move(reply));
+}
+
+void ParameterShard::EncodeBf16Reply(SnapshotPool* pool, PullReply* reply) {
+  const Tensor& values = reply->snapshot->values;
+  const int64_t n = values.num_elements();
+  std::shared_ptr<Snapshot> encoded = pool->New((n + 1) / 2);
+  EncodeBf16({values.data(), static_cast<size_t>(n)},
+             {reinterpret_cast<uint16_t*>(encoded->values.data()), static_cast<size_t>(n)});
+  reply->snapshot = std::move(encoded);
+  reply->num_bytes = n * sizeof(uint16_t);
+  for (proto::VariableMeta& meta : *reply->header.mutable_variables()) {
+    meta.set_dtype(proto::DT_BFLOAT16);
+  }
 }
 
 void ParameterShard::DeadlineLoop() {
@@ -498,6 +529,8 @@ ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
   options.min_version = request.min_version();
   options.min_clock = request.min_clock();
   options.moving_average = request.moving_average();
+  options.wire_dtype =
+      request.wire_dtype() == proto::DT_BFLOAT16 ? proto::DT_BFLOAT16 : proto::DT_FLOAT;
   options.deadline = deadline;
   return options;
 }

@@ -101,7 +101,10 @@ class ParameterShard {
   };
   struct PullReply {
     proto::PullHeader header;
+    // The reply's bytes are the first num_bytes of snapshot->values: the
+    // values, or their bfloat16 encoding (PullOptions::wire_dtype).
     std::shared_ptr<const Snapshot> snapshot;
+    size_t num_bytes = 0;
   };
   using PullCallback = std::function<void(absl::StatusOr<PullReply>)>;
 
@@ -130,6 +133,8 @@ class ParameterShard {
     int64_t min_version = 0;
     int64_t min_clock = 0;
     bool moving_average = false;  // Reply with the moving averages.
+    // DT_FLOAT, or DT_BFLOAT16: the reply's values encoded as bfloat16.
+    proto::DataType wire_dtype = proto::DT_FLOAT;
     absl::Time deadline = absl::InfiniteFuture();
 
     // What a PullRequest asks for, waiting until `deadline`.
@@ -215,6 +220,9 @@ class ParameterShard {
   void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
+  // Replaces reply's snapshot with its values as bfloat16, in a buffer from
+  // `pool`.
+  static void EncodeBf16Reply(SnapshotPool* pool, PullReply* reply);
 
   // FailedPrecondition when `epoch` is older than the newest recovery round
   // taken; else takes it. `what` names the request for the message.

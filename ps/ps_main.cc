@@ -2,12 +2,14 @@
 //
 //   psrt_ps --cluster_spec=cluster.json --job_name=ps --task_index=0
 //
-// Serves its shard until the chief ends training and every worker has said
-// goodbye (or --shutdown_grace_secs have passed), then exits 0.
+// Serves its shards (--ps_stripes of them: shards T*S .. T*S+S-1 of task T)
+// until the chief ends training and every worker has said goodbye (or
+// --shutdown_grace_secs have passed), then exits 0.
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
@@ -15,7 +17,7 @@
 #include "common/health_reporter.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
-#include "common/security_flags.h"
+#include "common/task_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "grpcpp/server.h"
@@ -34,12 +36,13 @@ DEFINE_double(shutdown_grace_secs, 30,
               "After the chief ends training, wait at most this long for the "
               "other workers to say goodbye before exiting.");
 DEFINE_string(checkpoint_dir, "",
-              "Directory of this shard's checkpoints: the chief's saves go "
-              "there, and at start the shard restores the newest intact one.");
+              "Directory of this task's checkpoints (a file per stripe): the "
+              "chief's saves go there, and at start each stripe restores its "
+              "newest intact one.");
 DEFINE_int64(max_message_mb, 2048,
              "Largest request accepted, in MiB; larger ones are refused "
              "before they are buffered.");
-DEFINE_int32(threads, 0, "Threads that apply updates; 0: one per core.");
+DEFINE_int32(threads, 0, "Threads that apply updates, per stripe; 0: one per core.");
 DEFINE_string(nonfinite_gradients, "reject",
               "A pushed gradient holding NaN or Inf is never applied: "
               "\"reject\" fails the push (the worker stops with the error), "
@@ -111,14 +114,11 @@ int main(int argc, char** argv) {
   psrt::HealthReporter health({psrt::proto::ParameterServer::service_full_name()});
   psrt::HealthReporter::EnableHealthService();
 
-  psrt::ParameterShard::Options options;
-  options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
-  options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
-  options.threads = FLAGS_threads;
-  options.checkpoint_dir = FLAGS_checkpoint_dir;
-  options.shard = cluster->task.index;
-  options.num_shards = cluster->spec.num_ps();
-  psrt::ParameterShard shard(options);
+  absl::StatusOr<int> stripes = psrt::PsStripesFromFlags();
+  if (!stripes.ok()) {
+    LOG(ERROR) << stripes.status().message();
+    return 2;
+  }
   if (!FLAGS_checkpoint_dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(FLAGS_checkpoint_dir, error);
@@ -126,12 +126,27 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "--checkpoint_dir " << FLAGS_checkpoint_dir << ": " << error.message();
       return 2;
     }
-    if (absl::Status s = shard.RestoreLatest(); !s.ok()) {
-      LOG(ERROR) << s.message();
-      return 1;
+  }
+  std::vector<std::unique_ptr<psrt::ParameterShard>> shards;
+  std::vector<psrt::ParameterShard*> stripe_shards;
+  for (int stripe = 0; stripe < *stripes; ++stripe) {
+    psrt::ParameterShard::Options options;
+    options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
+    options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
+    options.threads = FLAGS_threads;
+    options.checkpoint_dir = FLAGS_checkpoint_dir;
+    options.shard = cluster->task.index * *stripes + stripe;
+    options.num_shards = cluster->spec.num_ps() * *stripes;
+    shards.push_back(std::make_unique<psrt::ParameterShard>(options));
+    stripe_shards.push_back(shards.back().get());
+    if (!FLAGS_checkpoint_dir.empty()) {
+      if (absl::Status s = shards.back()->RestoreLatest(); !s.ok()) {
+        LOG(ERROR) << s.message();
+        return 1;
+      }
     }
   }
-  psrt::PsService service(&shard, &ps_metrics, &health);
+  psrt::PsService service(stripe_shards, &ps_metrics, &health);
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);
@@ -155,15 +170,16 @@ int main(int argc, char** argv) {
   health.Attach(server.get());
   service.ReportReadiness();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
-            << " (incarnation " << shard.incarnation() << ")"
+            << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"
             << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
                                        : "");
 
-  shard.WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
+  // Shutdown reaches every stripe at once, so they finish together.
+  for (auto& shard : shards) shard->WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   health.Detach();
-  LOG(INFO) << cluster->task.ToString() << " done: " << shard.GetStatus().version()
-            << " versions";
+  LOG(INFO) << cluster->task.ToString() << " done: "
+            << shards[0]->GetStatus().version() << " versions";
   return 0;
 }

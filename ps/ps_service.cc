@@ -1,10 +1,13 @@
 #include "ps/ps_service.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
@@ -30,23 +33,47 @@ PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
 
 }  // namespace
 
+absl::StatusOr<ParameterShard*> PsService::ShardOf(
+    const grpc::CallbackServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find(kStripeMetadata);
+  if (it == metadata.end()) return shards_[0];
+  int stripe = -1;
+  const absl::string_view text(it->second.data(), it->second.size());
+  if (!absl::SimpleAtoi(text, &stripe) || stripe < 0 ||
+      stripe >= static_cast<int>(shards_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the call names stripe \"", text, "\", but this ps serves ", shards_.size(),
+        " (psrt_ps --ps_stripes): give every task of the job the same --ps_stripes"));
+  }
+  return shards_[stripe];
+}
+
 void PsService::ReportReadiness() {
-  const proto::StatusResponse status = shard_->GetStatus();
-  if (health_ != nullptr) health_->Set(status.ready());
+  bool ready = true;
+  int64_t version = INT64_MAX;
+  for (ParameterShard* shard : shards_) {
+    const proto::StatusResponse status = shard->GetStatus();
+    ready = ready && status.ready();
+    version = std::min(version, status.version());
+  }
+  if (health_ != nullptr) health_->Set(ready);
   if (metrics_ != nullptr) {
-    metrics_->SetReady(status.ready());
-    metrics_->SetVersion(status.version());
+    metrics_->SetReady(ready);
+    metrics_->SetVersion(version);
   }
 }
 
 grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+  if (!shard.ok()) return FinishNow(context, shard.status());
   proto::InitHeader header;
   TensorFrameReader reader;
   absl::Status status = reader.Open(*request, &header);
   if (status.ok()) {
-    absl::StatusOr<bool> initialized = shard_->Init(header, &reader);
+    absl::StatusOr<bool> initialized = (*shard)->Init(header, &reader);
     status = initialized.status();
     if (initialized.ok()) {
       proto::InitResponse reply;
@@ -64,21 +91,29 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+  if (!shard.ok()) return FinishNow(context, shard.status());
   proto::PullRequest pull;
   absl::Status status = ParseFromByteBuffer(*request, &pull);
+  if (status.ok() && pull.wire_dtype() != proto::DT_INVALID &&
+      pull.wire_dtype() != proto::DT_FLOAT && pull.wire_dtype() != proto::DT_BFLOAT16) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "pull: wire_dtype ", proto::DataType_Name(pull.wire_dtype()),
+        " is not DT_FLOAT or DT_BFLOAT16"));
+  }
   if (!status.ok()) return FinishNow(context, status);
   const absl::Duration timeout = pull.timeout_ms() > 0
                                      ? absl::Milliseconds(pull.timeout_ms())
-                                     : shard_->default_pull_timeout();
+                                     : (*shard)->default_pull_timeout();
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const ParameterShard::PullOptions options =
       ParameterShard::PullOptions::FromRequest(pull, deadline);
-  // A pull answered after shard_->Pull returned has waited.
+  // A pull answered after Pull returned has waited.
   auto returned = std::make_shared<std::atomic<bool>>(false);
   const absl::Time start = absl::Now();
-  shard_->Pull(options,
+  (*shard)->Pull(options,
                [reactor, response, metrics = metrics_, returned,
                 start](absl::StatusOr<ParameterShard::PullReply> reply) {
                  if (!reply.ok()) {
@@ -89,10 +124,10 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                  reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
                  // The frame references the snapshot until gRPC has sent it.
                  auto snapshot = std::move(reply->snapshot);
-                 const Tensor& values = snapshot->values;
                  *response = EncodeTensorFrame(
                      reply->header,
-                     {{reinterpret_cast<const char*>(values.data()), values.num_bytes()}},
+                     {{reinterpret_cast<const char*>(snapshot->values.data()),
+                       reply->num_bytes}},
                      [snapshot]() mutable { snapshot.reset(); });
                  if (metrics != nullptr) {
                    metrics->transfers().RecordPull(response->Length());
@@ -110,11 +145,12 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   proto::PushHeader header;
   TensorFrameReader reader;
-  absl::Status opened = reader.Open(*request, &header);
+  absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
   absl::StatusOr<proto::PushResponse> reply =
-      opened.ok() ? shard_->Push(header, &reader) : opened;
+      opened.ok() ? (*shard)->Push(header, &reader) : opened;
   if (reply.ok()) *response = SerializeToByteBuffer(*reply);
   if (metrics_ != nullptr) {
     metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
@@ -127,7 +163,10 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::GetStatus(
     grpc::CallbackServerContext* context, const proto::StatusRequest* /*request*/,
     proto::StatusResponse* response) {
-  *response = shard_->GetStatus();
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+  if (!shard.ok()) return FinishNow(context, shard.status());
+  *response = (*shard)->GetStatus();
+  response->set_stripes(static_cast<int>(shards_.size()));
   if (metrics_ != nullptr) {
     *response->mutable_process() = metrics_->metrics().process_status();
     *response->mutable_traffic() = metrics_->transfers().traffic();
@@ -138,15 +177,17 @@ grpc::ServerUnaryReactor* PsService::GetStatus(
 grpc::ServerUnaryReactor* PsService::Shutdown(
     grpc::CallbackServerContext* context, const proto::ShutdownRequest* request,
     proto::ShutdownResponse* /*response*/) {
-  shard_->Shutdown(request->replica());
+  for (ParameterShard* shard : shards_) shard->Shutdown(request->replica());
   return FinishNow(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
                                           const proto::SaveRequest* request,
                                           proto::SaveResponse* response) {
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+  if (!shard.ok()) return FinishNow(context, shard.status());
   absl::StatusOr<std::string> path =
-      shard_->Save(request->step(), request->version(), request->keep());
+      (*shard)->Save(request->step(), request->version(), request->keep());
   if (path.ok()) response->set_path(*path);
   return FinishNow(context, path.status());
 }
@@ -154,9 +195,11 @@ grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* context,
                                              const proto::RestoreRequest* request,
                                              proto::RestoreResponse* response) {
-  absl::Status status = shard_->Restore(request->step(), request->recovery_epoch());
+  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+  if (!shard.ok()) return FinishNow(context, shard.status());
+  absl::Status status = (*shard)->Restore(request->step(), request->recovery_epoch());
   if (status.ok()) {
-    response->set_version(shard_->GetStatus().version());
+    response->set_version((*shard)->GetStatus().version());
     ReportReadiness();
   }
   return FinishNow(context, status);

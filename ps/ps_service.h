@@ -1,8 +1,9 @@
-// PsService: the gRPC face of a ParameterShard (proto/psrt.proto's
-// ParameterServer service), on gRPC's callback API.
+// PsService: the gRPC face of a ps process's ParameterShards, its stripes
+// (proto/psrt.proto's ParameterServer service and "Stripes"), on gRPC's
+// callback API.
 //
-// Each handler validates, calls the shard and finishes with the converted
-// status. Init, Pull and Push are "raw" methods: the shard reads tensor bytes
+// Each handler finds the stripe the call names, validates, calls that shard
+// and finishes with the converted status; Shutdown goes to every stripe. Init, Pull and Push are "raw" methods: the shard reads tensor bytes
 // straight from the received slices and pulls send the shard's values buffer
 // itself, without a protobuf copy (common/tensor_frame.h). A pull that must
 // wait for a version holds no thread while it waits.
@@ -10,12 +11,14 @@
 // It also counts what it serves into PsMetrics (common/metrics.h), adds the
 // process and traffic to GetStatus's reply, and reports the shard's
 // readiness to the standard health service (NOT_SERVING until the chief has
-// made the shard ready).
+// made every stripe ready).
 //
-// Thread safety: gRPC calls the handlers concurrently; the shard, the
+// Thread safety: gRPC calls the handlers concurrently; the shards, the
 // metrics and the health reporter are thread-safe.
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
+
+#include <vector>
 
 #include "common/health_reporter.h"
 #include "common/metrics.h"
@@ -35,15 +38,17 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
 
 class PsService final : public PsServiceBase {
  public:
-  // REQUIRES: `shard` outlives the service; `metrics` and `health` (either
-  // may be null: not reported) outlive the shard.
-  explicit PsService(ParameterShard* shard, PsMetrics* metrics = nullptr,
-                     HealthReporter* health = nullptr)
-      : shard_(shard), metrics_(metrics), health_(health) {}
+  // Stripe s is shards[s]. REQUIRES: shards is not empty; the shards
+  // outlive the service; `metrics` and `health` (either may be null: not
+  // reported) outlive the shards.
+  explicit PsService(std::vector<ParameterShard*> shards,
+                     PsMetrics* metrics = nullptr, HealthReporter* health = nullptr)
+      : shards_(std::move(shards)), metrics_(metrics), health_(health) {}
 
-  // Publishes the shard's readiness and version to the health service and
-  // the metrics. The handlers call it after Init and Restore; call it once
-  // when the server has started (a shard may have restored a checkpoint).
+  // Publishes the readiness (every stripe ready) and version (the lowest) to
+  // the health service and the metrics. The handlers call it after Init and
+  // Restore; call it once when the server has started (a shard may have
+  // restored a checkpoint).
   void ReportReadiness();
 
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
@@ -69,7 +74,10 @@ class PsService final : public PsServiceBase {
                                     proto::RestoreResponse* response) override;
 
  private:
-  ParameterShard* const shard_;
+  // The stripe the call names; InvalidArgument for one this process lacks.
+  absl::StatusOr<ParameterShard*> ShardOf(const grpc::CallbackServerContext& context) const;
+
+  const std::vector<ParameterShard*> shards_;
   PsMetrics* const metrics_;
   HealthReporter* const health_;
 };

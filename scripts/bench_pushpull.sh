@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Push + pull bandwidth of psrt against the loopback TCP limit, measured in
-# the same run. For each model size and shard count it starts K psrt_ps
-# processes on 127.0.0.1, runs bench/pushpull_bench against them (median of
-# --runs runs), and prints
-#   pushpull: model_mb=S shards=K transport=T device=cpu mb_per_s=X
+# the same run. For each model size, ps count and stripe count it starts K
+# psrt_ps processes of P stripes (--ps_stripes) on 127.0.0.1, runs
+# bench/pushpull_bench against them (median of --runs runs), and prints
+#   pushpull: model_mb=S shards=K stripes=P transport=T device=cpu mb_per_s=X
 #             tcp_mb_per_s=Y ratio_to_tcp=R minor_faults_per_round=F
 # (transport: how the bench reaches the shards, loopback TCP or their Unix
 # sockets (psrt_ps --unix_socket); tcp_mb_per_s: one plain TCP socket pair on
@@ -11,16 +11,17 @@
 # push + pull round).
 #
 #   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
-#                             [--transports "tcp unix"]
+#                             [--stripes "1 2 4"] [--transports "tcp unix"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sizes="13 100" shard_counts="1 2" runs=5 transports="tcp unix"
+sizes="13 100" shard_counts="1 2" runs=5 transports="tcp unix" stripe_counts="1 2 4"
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
     --shards) shard_counts="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --transports) transports="$2"; shift 2 ;;
+    --stripes) stripe_counts="$2"; shift 2 ;;
     *) echo "bench_pushpull.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,18 +32,20 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 for k in $shard_counts; do
   for s in $sizes; do
    for transport in $transports; do
+   for p in $stripe_counts; do
     "$bin/psrtctl" make_spec --ps="$k" --workers=1 --out="$work/cluster.json"
     pids=()
     for ((i = 0; i < k; i++)); do
       "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=$i \
-        --unix_socket >"$work/ps-$i.log" 2>&1 &
+        --ps_stripes="$p" --unix_socket >"$work/ps-$i.log" 2>&1 &
       pids+=($!)
     done
     "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb="$s" \
-      --runs="$runs" --unix_socket="$([ "$transport" = unix ] && echo true || echo false)" \
+      --runs="$runs" --ps_stripes="$p" --unix_socket="$([ "$transport" = unix ] && echo true || echo false)" \
       2>"$work/bench.log" | sed "s/ device=/ transport=$transport device=/" ||
       { cat "$work/bench.log" >&2; exit 1; }
     wait "${pids[@]}"
+   done
    done
   done
 done

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
 #include "common/transport_security.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -32,10 +33,11 @@ constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
 // all cores: one core alone cannot saturate memory bandwidth here.
 constexpr int64_t kCopyGrainBytes = 256 << 10;
 
-proto::VariableMeta MetaOf(const VariableSlice& slice) {
+proto::VariableMeta MetaOf(const VariableSlice& slice,
+                           proto::DataType dtype = proto::DT_FLOAT) {
   proto::VariableMeta meta;
   meta.set_name(slice.name);
-  meta.set_dtype(proto::DT_FLOAT);
+  meta.set_dtype(dtype);
   for (int64_t d : slice.shape) meta.add_shape(d);
   return meta;
 }
@@ -51,6 +53,11 @@ enum class RetryOn {
 
 struct PsClient::Rpc {
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per shard.
+  std::vector<std::string> stripes;  // Per shard: its stripe, as metadata.
+  // A context for a call to shard k, with its stripe named.
+  void Prepare(int k, grpc::ClientContext* context) const {
+    context->AddMetadata(kStripeMetadata, stripes[k]);
+  }
   std::function<std::string(int)> shard_name;
   absl::Duration retry_timeout;
   // Calls `method` on every shard at once; `on_response` runs on gRPC's
@@ -83,6 +90,7 @@ absl::Status PsClient::Rpc::CallAll(
     attempts.push_back(std::make_unique<Attempt>());
     Attempt* attempt = attempts.back().get();
     attempt->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Prepare(k, &attempt->context);
     running[k] = attempt;
     stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k],
                         &attempt->response, [&, k, attempt](grpc::Status status) {
@@ -185,8 +193,9 @@ PsClient::PsClient(Options options, Placement placement,
       placement_(std::move(placement)),
       variables_(std::move(variables)),
       rpc_(std::make_unique<Rpc>()) {
+  CHECK_GE(options_.ps_stripes, 1);
   CHECK_EQ(placement_.num_shards,
-           static_cast<int>(options_.ps_addresses.size()));
+           static_cast<int>(options_.ps_addresses.size()) * options_.ps_stripes);
   rpc_->shard_name = [this](int k) { return ShardName(k); };
   rpc_->retry_timeout = options_.retry_timeout;
   const TransportSecurity plaintext;
@@ -195,17 +204,20 @@ PsClient::PsClient(Options options, Placement placement,
   LOG_IF(WARNING, options_.unix_socket && security.tls())
       << "unix_socket: TLS channels stay on TCP (certificates name the host)";
   for (int k = 0; k < num_shards(); ++k) {
-    const std::string& address = options_.ps_addresses[k];
+    const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
     const std::string target = unix_socket ? PreferLocalSocket(address) : address;
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
     rpc_->stubs.push_back(
         std::make_unique<grpc::GenericStub>(NewPsChannel(target, security)));
+    rpc_->stripes.push_back(std::to_string(k % options_.ps_stripes));
   }
+  CHECK(options_.wire_dtype == proto::DT_FLOAT || options_.wire_dtype == proto::DT_BFLOAT16);
   push_headers_.resize(num_shards());
+  wire_buffers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
     push_headers_[k].set_replica(options_.replica);
     for (int s : placement_.shard_slices[k]) {
-      *push_headers_[k].add_variables() = MetaOf(placement_.slices[s]);
+      *push_headers_[k].add_variables() = MetaOf(placement_.slices[s], options_.wire_dtype);
     }
   }
   versions_.assign(num_shards(), 0);
@@ -234,7 +246,12 @@ void PsClient::ForgetIncarnations() {
 PsClient::~PsClient() = default;
 
 std::string PsClient::ShardName(int shard) const {
-  return absl::StrCat("ps/", shard, " (", options_.ps_addresses[shard], ")");
+  const int task = shard / options_.ps_stripes;
+  return absl::StrCat("ps/", task,
+                      options_.ps_stripes > 1
+                          ? absl::StrCat(" stripe ", shard % options_.ps_stripes)
+                          : "",
+                      " (", options_.ps_addresses[task], ")");
 }
 
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
@@ -249,6 +266,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
       context.set_wait_for_ready(false);
+      rpc_->Prepare(k, &context);
       grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
       grpc::ByteBuffer response;
       absl::Notification done;
@@ -259,7 +277,17 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
                              done.Notify();
                            });
       done.WaitForNotification();
+      proto::StatusResponse reply;
+      if (status.ok()) status = ToGrpcStatus(ParseFromByteBuffer(response, &reply));
       if (status.ok()) {
+        const int stripes = std::max(1, reply.stripes());
+        // An operator's client (no variables) deals in whole processes.
+        if (stripes != options_.ps_stripes && !variables_.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " serves ", stripes, " stripes, but this task was "
+              "started with --ps_stripes=", options_.ps_stripes,
+              ": give every task of the job the same --ps_stripes"));
+        }
         up[k] = true;
       } else if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         // A missing or wrong auth token does not get better by waiting.
@@ -372,9 +400,12 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
 
 absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     int64_t min_version, std::vector<Tensor>* params, bool moving_average,
-    int64_t min_clock) {
+    int64_t min_clock, Precision precision) {
   CHECK_EQ(params->size(), variables_.size());
+  const proto::DataType dtype =
+      precision == Precision::kWire ? options_.wire_dtype : proto::DT_FLOAT;
   proto::PullRequest request;
+  if (dtype != proto::DT_FLOAT) request.set_wire_dtype(dtype);
   request.set_min_version(min_version);
   request.set_moving_average(moving_average);
   request.set_min_clock(min_clock);
@@ -396,13 +427,23 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
         const std::vector<int>& slices = placement_.shard_slices[k];
         int64_t expected = 0;
         for (int s : slices) expected += placement_.slices[s].num_bytes;
-        if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
-            static_cast<int64_t>(reader.size()) != expected) {
-          return absl::InternalError(absl::StrCat(
-              "pull reply carries ", headers[k].variables_size(),
-              " tensors and ", reader.size(), " bytes, want ",
-              slices.size(), " tensors and ", expected, " bytes"));
+        expected = expected / sizeof(float) * WireBytesPerElement(dtype);
+        bool dtype_ok = true;
+        for (const proto::VariableMeta& meta : headers[k].variables()) {
+          dtype_ok = dtype_ok && meta.dtype() == dtype;
         }
+        if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
+            static_cast<int64_t>(reader.size()) != expected || !dtype_ok) {
+          return absl::InternalError(absl::StrCat(
+              "pull reply carries ", headers[k].variables_size(), " tensors and ",
+              reader.size(), " bytes, want ", slices.size(), " tensors and ", expected,
+              " bytes of ", proto::DataType_Name(dtype),
+              dtype_ok ? "" : " (the reply has another dtype)"));
+        }
+        // The values as float32, whatever the wire carried.
+        std::optional<Bf16AsFloatSource> decoded;
+        const ByteSource& values =
+            dtype == proto::DT_BFLOAT16 ? decoded.emplace(reader) : static_cast<const ByteSource&>(reader);
         size_t offset = 0;
         for (int s : slices) {
           const VariableSlice& slice = placement_.slices[s];
@@ -410,7 +451,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
                       slice.byte_offset;
           copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
                               [&](int64_t begin, int64_t end) {
-                                reader.ReadAt(offset + begin, {dst + begin, size_t(end - begin)});
+                                values.ReadAt(offset + begin, {dst + begin, size_t(end - begin)});
                               });
           offset += slice.num_bytes;
         }
@@ -449,10 +490,26 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     push_headers_[k].set_step(push_step_);
     push_headers_[k].set_incarnation(incarnations_[k]);
     std::vector<absl::Span<const char>> chunks;
+    std::vector<uint16_t>& wire = wire_buffers_[k];
+    size_t encoded = 0;
     for (int s : placement_.shard_slices[k]) {
       const VariableSlice& slice = placement_.slices[s];
-      const char* base = reinterpret_cast<const char*>(grads[slice.variable].data());
-      chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
+      const float* base = grads[slice.variable].data() + slice.byte_offset / sizeof(float);
+      const int64_t n = slice.num_bytes / sizeof(float);
+      if (options_.wire_dtype == proto::DT_FLOAT) {
+        chunks.emplace_back(reinterpret_cast<const char*>(base), slice.num_bytes);
+        continue;
+      }
+      if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
+      copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
+        EncodeBf16({base + begin, size_t(end - begin)},
+                   {wire.data() + encoded + begin, size_t(end - begin)});
+      });
+      encoded += n;
+    }
+    if (encoded > 0) {
+      chunks.emplace_back(reinterpret_cast<const char*>(wire.data()),
+                          encoded * sizeof(uint16_t));
     }
     requests.push_back(EncodeTensorFrame(push_headers_[k], chunks,
                                          [&] { released.DecrementCount(); }));

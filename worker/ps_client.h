@@ -2,7 +2,9 @@
 // Push, and little else.
 //
 // The client holds one gRPC channel per PS shard and the placement that maps
-// the model's variables onto shards (common/placement.h). Every call goes to
+// the model's variables onto shards (common/placement.h). A ps process may
+// serve several shards (stripes, proto/psrt.proto): shard k is stripe
+// k % S of ps task k / S, on a channel (a TCP connection) of its own. Every call goes to
 // all shards in parallel and returns when all have answered. Push sends
 // gradient bytes straight from the caller's tensors; Pull copies parameter
 // bytes straight into the caller's tensors: no per-step allocation of tensor
@@ -47,7 +49,10 @@ class TransportSecurity;  // common/transport_security.h
 class PsClient {
  public:
   struct Options {
-    std::vector<std::string> ps_addresses;  // Shard k listens on [k].
+    std::vector<std::string> ps_addresses;  // ps task t listens on [t].
+    // Shards each ps task serves (psrt_ps --ps_stripes); WaitForServers
+    // fails when a ps task serves another number.
+    int ps_stripes = 1;
     int replica = 0;                        // This worker's replica index.
     absl::Duration rpc_timeout = absl::Seconds(60);
     // How long a pull may wait for the next version (sync mode waits for
@@ -64,6 +69,9 @@ class PsClient {
     // (psrt_ps --unix_socket; rpc_util.h's PreferLocalSocket). Not with TLS,
     // whose certificates name the TCP host: those stay on TCP.
     bool unix_socket = false;
+    // How gradients and parameters travel (common/wire_dtype.h): DT_FLOAT,
+    // or DT_BFLOAT16 (half the bytes; the shards keep float32).
+    proto::DataType wire_dtype = proto::DT_FLOAT;
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
@@ -80,13 +88,17 @@ class PsClient {
     bool training_done = false;
   };
 
-  // REQUIRES: placement.num_shards == options.ps_addresses.size().
+  // REQUIRES: placement.num_shards ==
+  //           options.ps_addresses.size() * options.ps_stripes.
   PsClient(Options options, Placement placement,
            std::vector<VariableDef> variables);
   ~PsClient();
 
   // Waits until every shard answers, retrying with backoff and logging the
-  // shards it still waits for. DeadlineExceeded names them.
+  // shards it still waits for. DeadlineExceeded names them;
+  // FailedPrecondition names a ps task that serves another number of
+  // stripes than Options::ps_stripes (unless the client has no variables:
+  // an operator's, whose Shutdown reaches every stripe of a task anyway).
   absl::Status WaitForServers(absl::Duration timeout);
   // Chief: registers the variables and their initial values on every shard
   // (or confirms the state they hold), in recovery round `recovery_epoch`
@@ -99,12 +111,16 @@ class PsClient {
   // already ended training.
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
       absl::Duration timeout);
+  // How a pull's values travel: as Options::wire_dtype says, or float32
+  // whatever it says (for evaluation and the final model).
+  enum class Precision { kWire, kFull };
   // Fills `params` (one tensor per variable, already shaped) with values of
   // version >= min_version from every shard, once every unfinished replica
   // has pushed min_clock gradients (bounded staleness); with
   // `moving_average`, with their moving averages instead.
   absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
-                                  bool moving_average = false, int64_t min_clock = 0);
+                                  bool moving_average = false, int64_t min_clock = 0,
+                                  Precision precision = Precision::kWire);
   // Pushes one gradient per variable, tagged with the versions last pulled.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads);
   // Tells every shard this replica is done (the chief's ends training).
@@ -122,7 +138,9 @@ class PsClient {
   void ForgetIncarnations();
 
   int num_shards() const { return placement_.num_shards; }
-  // "ps/K (host:port)", as errors and logs name a shard.
+  proto::DataType wire_dtype() const { return options_.wire_dtype; }
+  // "ps/T (host:port)", or "ps/T stripe S (host:port)" with several stripes,
+  // as errors and logs name shard `shard`.
   std::string ShardName(int shard) const;
   const std::vector<int64_t>& shard_versions() const { return versions_; }
 
@@ -140,6 +158,8 @@ class PsClient {
   const std::vector<VariableDef> variables_;
   std::unique_ptr<Rpc> rpc_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
+  // Per shard: its gradients as bfloat16 (Options::wire_dtype), reused.
+  std::vector<std::vector<uint16_t>> wire_buffers_;
   std::vector<int64_t> versions_;
   std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
   int64_t worker_incarnation_ = 0;     // Random id of this client.

@@ -32,7 +32,7 @@
 #include "common/cluster_spec.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
-#include "common/security_flags.h"
+#include "common/task_flags.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"

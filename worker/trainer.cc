@@ -200,7 +200,8 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
                                                       std::vector<Tensor>* params) {
   const bool swap_in_averages = options_.eval_moving_average && options_.replica >= 0;
   if (swap_in_averages) {
-    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params, /*moving_average=*/true));
+    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params, /*moving_average=*/true,
+                                                /*min_clock=*/0, PsClient::Precision::kFull));
     (void)pulled;
   }
   const int64_t n = test_->size();
@@ -495,6 +496,12 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   if (chief) {
     if (checkpoints_ && result.global_step > last_saved_step) {
       Save(result.global_step).IgnoreError();  // Logged; the run still counts.
+    }
+    if (client_->wire_dtype() != proto::DT_FLOAT) {
+      // The model as the shards hold it, not as the wire rounded it.
+      ASSIGN_OR_RETURN(auto full, client_->Pull(0, &params, /*moving_average=*/false,
+                                                /*min_clock=*/0, PsClient::Precision::kFull));
+      (void)full;
     }
     ASSIGN_OR_RETURN(Evaluation final_eval, Evaluate(result.global_step, &params));
     result.test_accuracy = final_eval.accuracy;

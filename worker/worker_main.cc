@@ -22,9 +22,10 @@
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
-#include "common/security_flags.h"
 #include "common/status_macros.h"
+#include "common/task_flags.h"
 #include "common/training_config.h"
+#include "common/wire_dtype.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "models/model.h"
@@ -60,6 +61,10 @@ DEFINE_bool(unix_socket, false,
             "Reach ps tasks on this host (a loopback address in the spec) "
             "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
             "faster than loopback TCP; not with TLS.");
+DEFINE_string(wire_dtype, "fp32",
+              "How gradients and parameters travel: fp32, or bf16 (bfloat16: "
+              "half the bytes; the ps adds, applies and checkpoints in fp32). "
+              "The evaluator and the chief's final evaluation pull fp32.");
 DEFINE_string(device, "auto",
               "Where the forward and backward run: auto (a GPU when one is "
               "visible, else the CPU), cpu, or gpu (CUDA; an error when none "
@@ -359,8 +364,9 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(placement_options.strategy,
                    psrt::ParsePlacementStrategy(FLAGS_placement));
   placement_options.partition_threshold_bytes = FLAGS_partition_threshold_bytes;
+  ASSIGN_OR_RETURN(const int ps_stripes, psrt::PsStripesFromFlags());
   ASSIGN_OR_RETURN(psrt::Placement placement,
-                   psrt::ComputePlacement(model->variables(), spec.num_ps(),
+                   psrt::ComputePlacement(model->variables(), spec.num_ps() * ps_stripes,
                                           placement_options));
 
   psrt::TrainerOptions options;
@@ -426,6 +432,10 @@ absl::Status Run() {
   for (int k = 0; k < spec.num_ps(); ++k) {
     client_options.ps_addresses.push_back(spec.address("ps", k));
   }
+  client_options.ps_stripes = ps_stripes;
+  ASSIGN_OR_RETURN(client_options.wire_dtype, psrt::ParseWireDtype(FLAGS_wire_dtype));
+  // The evaluator judges the model as the shards hold it.
+  if (evaluator) client_options.wire_dtype = psrt::proto::DT_FLOAT;
   client_options.replica = replica;
   client_options.security = security;
   client_options.unix_socket = FLAGS_unix_socket;

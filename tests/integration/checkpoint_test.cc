@@ -36,7 +36,9 @@ class CheckpointTest : public ClusterFixture {
 TEST_F(CheckpointTest, KilledClusterResumesAndMatchesAnUninterruptedRun) {
   const std::string spec = MakeSpec(2, 2);
   const std::string ckpt = dir_ + "/ckpt";
-  const std::string index = ckpt + "/checkpoint.ps-1-of-2";
+  // The last shard's index: two ps tasks of two stripes (the default) are
+  // four shards.
+  const std::string index = ckpt + "/checkpoint.ps-3-of-4";
   // A run far longer than we let it live; kill it once it has saved step 40.
   const std::string long_run = absl::StrCat(
       "PSRT_BIN_DIR=", bin_, " ", source_, "/scripts/launch.sh --cluster_spec ", spec,
@@ -78,8 +80,9 @@ TEST_F(CheckpointTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   CommandResult first = Launch(spec, dir_ + "/first", absl::StrCat(kFlags, " --train_steps=40"),
                                "--checkpoint_dir " + ckpt);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  // Flip one byte in the middle of shard 0's newest file (step 40).
-  const std::string newest = ckpt + "/model.ckpt-40.ps-0-of-2.safetensors";
+  // Flip one byte in the middle of shard 0's newest file (step 40): ps/0's
+  // first stripe (two tasks of two stripes: four shards).
+  const std::string newest = ckpt + "/model.ckpt-40.ps-0-of-4.safetensors";
   struct stat st;
   ASSERT_EQ(stat(newest.c_str(), &st), 0);
   RunCommand(absl::StrCat("printf '\\xff' | dd of=", newest, " bs=1 seek=", st.st_size / 2,

@@ -119,8 +119,12 @@ TEST_F(K8sLocalTest, TfJobPodsTrainLocally) {
   ExpectShortRunTrains("tfjob.yaml", "psrt-mnist-worker-0");
   // The ps pods share the checkpoint claim, as on ReadWriteMany storage.
   const std::string volume = dir_ + "/logs/volumes/psrt-mnist-checkpoints/";
-  EXPECT_NE(ReadFile(volume + "checkpoint.ps-0-of-2").find("model.ckpt-100"), std::string::npos);
-  EXPECT_NE(ReadFile(volume + "checkpoint.ps-1-of-2").find("model.ckpt-100"), std::string::npos);
+  // Two ps tasks of two stripes (the default): four shards.
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NE(ReadFile(absl::StrCat(volume, "checkpoint.ps-", k, "-of-4")).find("model.ckpt-100"),
+              std::string::npos)
+        << k;
+  }
 }
 
 TEST_F(K8sLocalTest, IndexedJobPodsTrainLocally) {

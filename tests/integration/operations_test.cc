@@ -123,7 +123,9 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   const std::string task_flags = " --cluster_spec=" + spec_path + " --task_index=0";
 
   // A ps alone: alive, but NOT_SERVING until the chief has made it ready.
-  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags,
+  // Two stripes (the default, spelled out): the ps counts a call per shard.
+  constexpr int kStripes = 2;
+  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags, " --ps_stripes=", kStripes,
                            " --metrics_port=", ps_metrics));
   ASSERT_TRUE(WaitFor([&] { return CheckHealth(ps, "") != "error 14"; }, absl::Seconds(20)))
       << ReadFile(dir_ + "/ps.log");
@@ -191,16 +193,18 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   // One worker, so every push it made reached the one shard, whole: the
   // default MLP has 407050 float parameters.
   constexpr double kModelBytes = 407050 * 4;
-  const double ps_accepted = Sample(p, "psrt_ps_pushes_total" + pl + R"(,result="accepted"})");
+  // Per shard: the worker's pushes reached both stripes.
+  const double ps_accepted =
+      Sample(p, "psrt_ps_pushes_total" + pl + R"(,result="accepted"})") / kStripes;
   EXPECT_GE(ps_accepted, accepted);
   EXPECT_EQ(Sample(p, "psrt_ps_pushes_total" + pl + R"(,result="rejected"})"), 0);
   EXPECT_GE(Sample(p, "psrt_ps_pushed_bytes_total" + pl + "}"), ps_accepted * kModelBytes);
   EXPECT_GE(Sample(p, "psrt_ps_pulled_bytes_total" + pl + "}"),
-            Sample(p, "psrt_ps_pulls_total" + pl + "}") * kModelBytes);
-  // Async: one version per push. (A push may land between two counters of
+            Sample(p, "psrt_ps_pulls_total" + pl + "}") / kStripes * kModelBytes);
+  // Async: one version per push. (Pushes may land between two counters of
   // one scrape, hence the tolerance.)
   EXPECT_NEAR(Sample(p, "psrt_ps_version" + pl + "}"), ps_accepted, 1);
-  EXPECT_NEAR(Sample(p, "psrt_ps_push_seconds_count" + pl + "}"), ps_accepted, 1);
+  EXPECT_NEAR(Sample(p, "psrt_ps_push_seconds_count" + pl + "}") / kStripes, ps_accepted, 1);
   EXPECT_EQ(Sample(p, "psrt_ps_ready" + pl + "}"), 1);
   EXPECT_GT(Sample(p, "psrt_process_resident_memory_bytes" + pl + "}"), 1 << 20);
 

@@ -24,10 +24,12 @@
 namespace psrt {
 namespace {
 
-// One parameter-server task: shard + service + gRPC server on a free port.
-// `port` 0 picks a free one; another restarts a task on its old port.
+// One parameter-server task: its shards (stripes) + service + gRPC server
+// on a free port. `port` 0 picks a free one; another restarts a task on its
+// old port.
 struct LocalPs {
-  explicit LocalPs(int port_to_use = 0) : service(&shard) {
+  explicit LocalPs(int port_to_use = 0, int stripes = 1)
+      : shards(MakeShards(stripes)), service(Pointers(shards)) {
     grpc::ServerBuilder builder;
     ConfigurePsServer(&builder, int64_t{1} << 30);
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port_to_use),
@@ -37,8 +39,23 @@ struct LocalPs {
   }
   ~LocalPs() { server->Shutdown(); }
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+  ParameterShard& shard(int stripe = 0) { return *shards[stripe]; }
 
-  ParameterShard shard{ParameterShard::Options()};
+  static std::vector<std::unique_ptr<ParameterShard>> MakeShards(int n) {
+    std::vector<std::unique_ptr<ParameterShard>> shards;
+    for (int i = 0; i < n; ++i) {
+      shards.push_back(std::make_unique<ParameterShard>(ParameterShard::Options()));
+    }
+    return shards;
+  }
+  static std::vector<ParameterShard*> Pointers(
+      const std::vector<std::unique_ptr<ParameterShard>>& shards) {
+    std::vector<ParameterShard*> pointers;
+    for (const auto& shard : shards) pointers.push_back(shard.get());
+    return pointers;
+  }
+
+  std::vector<std::unique_ptr<ParameterShard>> shards;
   PsService service;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -49,16 +66,18 @@ std::vector<VariableDef> Variables(int64_t rows = 6000) {
   return {{"big", {rows, 1024}}, {"small", {10}}};
 }
 
-std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& shards, int replica,
+std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& tasks, int replica,
                                     const std::vector<VariableDef>& vars,
-                                    absl::Duration retry_timeout = absl::Seconds(60)) {
+                                    absl::Duration retry_timeout = absl::Seconds(60),
+                                    int stripes = 1) {
   PsClient::Options options;
   options.retry_timeout = retry_timeout;
-  for (LocalPs* ps : shards) options.ps_addresses.push_back(ps->address());
+  for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
+  options.ps_stripes = stripes;
   options.replica = replica;
   options.rpc_timeout = absl::Seconds(30);
   options.pull_timeout = absl::Seconds(30);
-  auto placement = ComputePlacement(vars, shards.size(), PlacementOptions());
+  auto placement = ComputePlacement(vars, tasks.size() * stripes, PlacementOptions());
   EXPECT_TRUE(placement.ok());
   return std::make_unique<PsClient>(options, *placement, vars);
 }
@@ -82,11 +101,13 @@ proto::TrainingConfig SyncConfig(int replicas) {
   return config;
 }
 
-TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) {
-  LocalPs ps0, ps1;
+// Two replicas, one sync step, over two ps tasks of `stripes` shards each.
+void SyncStepOverTwoPsTasks(int stripes) {
+  LocalPs ps0(0, stripes), ps1(0, stripes);
   const auto vars = Variables();
-  auto chief = NewClient({&ps0, &ps1}, 0, vars);
-  auto other = NewClient({&ps0, &ps1}, 1, vars);
+  const absl::Duration retry = absl::Seconds(60);
+  auto chief = NewClient({&ps0, &ps1}, 0, vars, retry, stripes);
+  auto other = NewClient({&ps0, &ps1}, 1, vars, retry, stripes);
   ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
   std::vector<Tensor> initial = Filled(vars, 2.0f);
   initial[0].data()[123] = 7.0f;  // Lands in the first slice.
@@ -120,13 +141,40 @@ TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) {
   EXPECT_EQ(a[0].data()[6000 * 1024 - 1], -8.0f);
   EXPECT_EQ(a[1].data()[9], 1.0f);
   EXPECT_EQ(b[0].data()[6000 * 1024 - 1], -8.0f);
-  EXPECT_EQ(ps0.shard.GetStatus().version(), 1);
-  EXPECT_EQ(ps1.shard.GetStatus().version(), 1);
+  for (LocalPs* ps : {&ps0, &ps1}) {
+    for (int stripe = 0; stripe < stripes; ++stripe) {
+      EXPECT_EQ(ps->shard(stripe).GetStatus().version(), 1);
+      // The big variable is split over every shard: each holds a part.
+      EXPECT_GT(ps->shard(stripe).GetStatus().variables_size(), 0);
+    }
+  }
 
   chief->Shutdown();
   other->Shutdown();
-  ps0.shard.WaitUntilFinished(absl::Seconds(5));
-  EXPECT_TRUE(ps0.shard.GetStatus().training_done());
+  for (int stripe = 0; stripe < stripes; ++stripe) {
+    ps0.shard(stripe).WaitUntilFinished(absl::Seconds(5));
+    EXPECT_TRUE(ps0.shard(stripe).GetStatus().training_done());
+  }
+}
+
+TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) { SyncStepOverTwoPsTasks(1); }
+
+TEST(PsClientTest, SyncStepOverStripedPsTasks) { SyncStepOverTwoPsTasks(3); }
+
+TEST(PsClientTest, AStripeCountMismatchIsNamed) {
+  LocalPs ps(0, /*stripes=*/2);
+  const auto vars = Variables(10);
+  auto client = NewClient({&ps}, 0, vars, absl::Seconds(60), /*stripes=*/1);
+  absl::Status status = client->WaitForServers(absl::Seconds(10));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("serves 2 stripes"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("--ps_stripes=1"), absl::string_view::npos) << status;
+  // A client that skips the check and names a stripe the task lacks is
+  // refused by the task, with the stripe named.
+  auto over = NewClient({&ps}, 0, vars, absl::Seconds(60), /*stripes=*/3);
+  absl::Status init = over->Init(SyncConfig(1), Filled(vars, 1.0f));
+  EXPECT_EQ(init.code(), absl::StatusCode::kInvalidArgument) << init;
+  EXPECT_NE(init.message().find("stripe \"2\""), absl::string_view::npos) << init;
 }
 
 // A pull that waits for the other replica's push says how long it waited
@@ -175,7 +223,7 @@ TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
   ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const int port = ntohs(addr.sin_port);
   ParameterShard shard{ParameterShard::Options()};
-  PsService service(&shard);
+  PsService service({&shard});
   grpc::ServerBuilder builder;
   ConfigurePsServer(&builder, int64_t{1} << 30);
   builder.AddListeningPort(LocalSocketAddress(port), grpc::InsecureServerCredentials());
@@ -281,7 +329,7 @@ TEST(PsClientTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
     std::string bytes(reinterpret_cast<const char*>(values[0].data()), values[0].num_bytes());
     bytes.append(reinterpret_cast<const char*>(values[1].data()), values[1].num_bytes());
     SpanByteSource source(bytes);
-    ASSERT_TRUE(back->shard.Init(header, &source).ok());
+    ASSERT_TRUE(back->shard().Init(header, &source).ok());
     ps = std::move(back);
   });
   absl::StatusOr<PsClient::PullResult> pulled = client->Pull(0, &params);

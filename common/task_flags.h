@@ -1,14 +1,16 @@
-// The security flags of every psrt binary that speaks gRPC (psrt_ps,
-// psrt_worker, psrtctl), defined once here instead of in each main file:
+// The flags every psrt binary that speaks gRPC shares (psrt_ps,
+// psrt_worker, psrtctl, pushpull_bench), defined once here instead of in
+// each main file:
 //
 //   --tls_cert=FILE --tls_key=FILE --tls_ca=FILE   mutual TLS
 //   --auth_token_file=FILE                         the shared auth token
 //   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
+//   --ps_stripes=S                                 shards per ps process
 //
 // This file belongs to the binaries' side of the "flags are read only in
 // main" rule: library code takes a TransportSecurity, never these flags.
-#ifndef PSRT_COMMON_SECURITY_FLAGS_H_
-#define PSRT_COMMON_SECURITY_FLAGS_H_
+#ifndef PSRT_COMMON_TASK_FLAGS_H_
+#define PSRT_COMMON_TASK_FLAGS_H_
 
 #include <memory>
 
@@ -22,6 +24,12 @@ namespace psrt {
 // start, after gflags has parsed the command line.
 absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags();
 
+// --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
+// "Stripes"); every task of a job must be given the same. InvalidArgument
+// outside 1..kMaxPsStripes.
+absl::StatusOr<int> PsStripesFromFlags();
+constexpr int kMaxPsStripes = 16;
+
 }  // namespace psrt
 
-#endif  // PSRT_COMMON_SECURITY_FLAGS_H_
+#endif  // PSRT_COMMON_TASK_FLAGS_H_

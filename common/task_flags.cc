@@ -1,7 +1,8 @@
-#include "common/security_flags.h"
+#include "common/task_flags.h"
 
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -19,7 +20,22 @@ DEFINE_string(auth_token_file, "",
               "RPC must carry it. The PSRT_AUTH_TOKEN environment variable "
               "works instead. Empty and unset: no token.");
 
+DEFINE_int32(ps_stripes, 2,
+             "Shards each ps process serves, each over its own connection: a "
+             "large model then moves as several concurrent streams. Give every "
+             "task of a job (ps, workers, evaluator) the same value; "
+             "checkpoints are per shard, so a job resumes with the value it "
+             "saved with.");
+
 namespace psrt {
+
+absl::StatusOr<int> PsStripesFromFlags() {
+  if (FLAGS_ps_stripes < 1 || FLAGS_ps_stripes > kMaxPsStripes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_stripes must be in 1..", kMaxPsStripes, ", got ", FLAGS_ps_stripes));
+  }
+  return FLAGS_ps_stripes;
+}
 
 absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags() {
   TransportSecurityOptions options;
