@@ -30,6 +30,7 @@
 #include "common/placement.h"
 #include "common/rpc_util.h"
 #include "common/task_flags.h"
+#include "common/wire_dtype.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/device.h"
@@ -42,6 +43,9 @@ DEFINE_int32(rounds, 10, "Push+pull rounds per run.");
 DEFINE_bool(unix_socket, false,
             "Reach the shards over their abstract Unix sockets "
             "(psrt_ps --unix_socket) instead of TCP.");
+DEFINE_string(wire_dtype, "fp32",
+              "fp32 or bf16: how gradients and parameters travel (mb_per_s "
+              "still counts the model's float32 bytes).");
 DEFINE_string(device, "cpu",
               "cpu, or gpu: copy gradients from and parameters to GPU 0 "
               "every round, through page-locked tensors.");
@@ -130,6 +134,12 @@ int Run() {
   psrt::PsClient::Options options;
   for (int k = 0; k < spec->num_ps(); ++k) options.ps_addresses.push_back(spec->address("ps", k));
   options.ps_stripes = *stripes;
+  absl::StatusOr<psrt::proto::DataType> wire_dtype = psrt::ParseWireDtype(FLAGS_wire_dtype);
+  if (!wire_dtype.ok()) {
+    LOG(ERROR) << wire_dtype.status().message();
+    return 2;
+  }
+  options.wire_dtype = *wire_dtype;
   options.unix_socket = FLAGS_unix_socket;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
@@ -210,9 +220,10 @@ int Run() {
   client.Shutdown();
   const double x = Median(pushpull), y = Median(loopback);
   std::printf(
-      "pushpull: model_mb=%g shards=%d stripes=%d device=%s mb_per_s=%.0f "
+      "pushpull: model_mb=%g shards=%d stripes=%d wire=%s device=%s mb_per_s=%.0f "
       "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
-      FLAGS_model_mb, spec->num_ps(), *stripes, FLAGS_device.c_str(), x, y, x / y,
+      FLAGS_model_mb, spec->num_ps(), *stripes,
+      std::string(psrt::WireDtypeName(*wire_dtype)).c_str(), FLAGS_device.c_str(), x, y, x / y,
       Median(faults));
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -556,6 +557,63 @@ TEST(ParameterShardTest, RestoreAbortsWaitingPullsUntilTheChiefConfirms) {
   EXPECT_EQ(PushFrom(&shard, 0, 1, {1, 1, 1, 1}).status().code(),
             absl::StatusCode::kAborted);
   ASSERT_TRUE(PushFrom(&shard, 0, 0, {2, 2, 2, 2}).ok());
+}
+
+// bfloat16 on the wire: gradients are decoded and summed in float32, the
+// values stay float32 on the shard, and a pull may ask for either format.
+TEST(ParameterShardTest, Bf16PushesAndPullsKeepFloat32OnTheShard) {
+  ParameterShard shard{ParameterShard::Options()};
+  const float fine = 1.0f + 1.0f / 1024;  // Not a bfloat16: rounds to 1.
+  InitShard(&shard, Config(proto::SYNC, 2, 2), {fine, 2, 3, 4});
+
+  std::vector<float> grad = {1, 1, 1, 1};
+  std::vector<uint16_t> wire(kSize);
+  EncodeBf16(grad, absl::MakeSpan(wire));
+  proto::PushHeader header;
+  header.set_replica(0);
+  proto::VariableMeta meta = Meta("w", {kSize});
+  meta.set_dtype(proto::DT_BFLOAT16);
+  *header.add_variables() = meta;
+  // A bfloat16 push carries 2 bytes an element, not 4.
+  std::vector<float> too_long(kSize, 1.0f);
+  absl::StatusOr<proto::PushResponse> refused = shard.Push(header, Bytes(too_long).get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("want 8"), std::string::npos) << refused.status();
+  SpanByteSource bf16(absl::Span<const char>(reinterpret_cast<const char*>(wire.data()),
+                                             wire.size() * sizeof(uint16_t)));
+  ASSERT_TRUE(shard.Push(header, &bf16).ok());
+  // The other replica pushes float32: formats may differ between pushes.
+  ASSERT_TRUE(PushFrom(&shard, 1, 0, {3, 3, 3, 3}).ok());
+
+  // mean(1, 3) = 2 applied in float32: the fine part of the value survives.
+  auto full = PullNow(&shard, 1);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->second, (std::vector<float>{fine - 2, 0, 1, 2}));
+
+  absl::Notification done;
+  absl::StatusOr<ParameterShard::PullReply> reply;
+  ParameterShard::PullOptions options;
+  options.wire_dtype = proto::DT_BFLOAT16;
+  shard.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
+    reply = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->num_bytes, kSize * sizeof(uint16_t));
+  EXPECT_EQ(reply->header.variables(0).dtype(), proto::DT_BFLOAT16);
+  std::vector<float> decoded(kSize);
+  DecodeBf16({reinterpret_cast<const uint16_t*>(reply->snapshot->values.data()), kSize},
+             absl::MakeSpan(decoded));
+  EXPECT_EQ(decoded, (std::vector<float>{-1, 0, 1, 2}));  // fine - 2 rounds to -1.
+  // The shard's own values are untouched by the encoding.
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{fine - 2, 0, 1, 2}));
+
+  // Neither float32 nor bfloat16: refused.
+  meta.set_dtype(proto::DT_INVALID);
+  *header.mutable_variables(0) = meta;
+  header.set_version(1);
+  EXPECT_EQ(shard.Push(header, &bf16).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

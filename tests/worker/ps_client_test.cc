@@ -161,6 +161,39 @@ TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) { SyncStepOverTwoPsTa
 
 TEST(PsClientTest, SyncStepOverStripedPsTasks) { SyncStepOverTwoPsTasks(3); }
 
+// --wire_dtype=bf16 end to end: pushes and training pulls carry bfloat16,
+// a full-precision pull gets the float32 the stripes hold.
+TEST(PsClientTest, Bf16WireRoundsOnlyWhatTravels) {
+  LocalPs ps(0, /*stripes=*/2);
+  const auto vars = Variables(/*rows=*/100);
+  PsClient::Options options;
+  options.ps_addresses = {ps.address()};
+  options.ps_stripes = 2;
+  options.wire_dtype = proto::DT_BFLOAT16;
+  auto placement = ComputePlacement(vars, 2, PlacementOptions());
+  ASSERT_TRUE(placement.ok());
+  PsClient client(options, *placement, vars);
+  ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
+  const float fine = 1.0f + 1.0f / 1024;  // Rounds to 1 in bfloat16.
+  ASSERT_TRUE(client.Init(SyncConfig(1), Filled(vars, fine)).ok());  // Init: float32.
+
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(client.Pull(0, &params).ok());
+  EXPECT_EQ(params[0].data()[0], 1.0f);
+  EXPECT_EQ(params[1].data()[9], 1.0f);
+  ASSERT_TRUE(client.Push(Filled(vars, 2.0f)).ok());
+  auto full = client.Pull(1, &params, false, 0, PsClient::Precision::kFull);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->version, 1);
+  // fine - 0.5 * 2, in float32 on the shards.
+  EXPECT_EQ(params[0].data()[100 * 1024 - 1], fine - 1.0f);
+  EXPECT_EQ(params[1].data()[0], fine - 1.0f);
+  // fine - 1 = 2^-10 is a bfloat16 itself: the wire pull is exact now.
+  ASSERT_TRUE(client.Pull(1, &params).ok());
+  EXPECT_EQ(params[0].data()[0], 1.0f / 1024);
+  client.Shutdown();
+}
+
 TEST(PsClientTest, AStripeCountMismatchIsNamed) {
   LocalPs ps(0, /*stripes=*/2);
   const auto vars = Variables(10);
