@@ -110,6 +110,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
         "which only async training allows; use reject with --sync_replicas");
   }
   absl::MutexLock lock(&mu_);
+  last_chief_contact_ = absl::Now();  // Only the chief initializes.
   RETURN_IF_ERROR(TakeRecoveryEpochLocked(header.recovery_epoch(), "init"));
   if (initialized_) {
     if (!SameVariables(variables_, header.variables())) {
@@ -312,6 +313,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   response.set_incarnation(incarnation_);
   {
     absl::MutexLock lock(&mu_);
+    if (header.replica() == 0) last_chief_contact_ = absl::Now();
     RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
     // From here on the gradients are float32, whatever the wire carried.
     std::optional<Bf16AsFloatSource> decoded;
@@ -591,7 +593,8 @@ void ParameterShard::Shutdown(int replica) {
   for (auto& [done, reply] : ready) done(std::move(reply));
 }
 
-void ParameterShard::WaitUntilFinished(absl::Duration grace) {
+absl::Status ParameterShard::WaitUntilFinished(absl::Duration grace,
+                                               absl::Duration chief_timeout) {
   absl::MutexLock lock(&mu_);
   while (true) {
     if (training_done_) {
@@ -599,14 +602,25 @@ void ParameterShard::WaitUntilFinished(absl::Duration grace) {
       for (int r = 0; r < config_.num_replicas(); ++r) {
         if (finished_replicas_.count(r) == 0) missing.push_back(r);
       }
-      if (initialized_ && missing.empty()) return;
+      if (initialized_ && missing.empty()) return absl::OkStatus();
       if (absl::Now() >= training_done_time_ + grace) {
         LOG(WARNING) << "exiting " << grace << " after the end of training; "
                      << "replicas that never said goodbye: "
                      << absl::StrJoin(missing, ", ");
-        return;
+        return absl::OkStatus();
       }
       changed_.WaitWithDeadline(&mu_, training_done_time_ + grace);
+    } else if (initialized_) {
+      // A model is held: the chief must keep in touch until it ends training.
+      const absl::Time chief_deadline = last_chief_contact_ + chief_timeout;
+      if (absl::Now() >= chief_deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no push, save, restore or init from the chief (replica 0) for ",
+            absl::FormatDuration(chief_timeout),
+            " and training is not over: the chief failed and was not restarted "
+            "(see --chief_timeout_secs); exiting so that the job fails instead of hanging"));
+      }
+      changed_.WaitWithDeadline(&mu_, chief_deadline);
     } else {
       changed_.Wait(&mu_);
     }

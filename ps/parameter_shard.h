@@ -162,8 +162,12 @@ class ParameterShard {
   absl::Status RestoreLatest();
 
   // Blocks until training is over and every replica has said Shutdown, or
-  // until `grace` has passed since training ended.
-  void WaitUntilFinished(absl::Duration grace);
+  // until `grace` has passed since training ended: OK. DeadlineExceeded when
+  // the shard holds a model, training is not over, and the chief (replica 0)
+  // has neither pushed nor called Init, Save or Restore for `chief_timeout`:
+  // it failed without ending training and nobody restarted it.
+  absl::Status WaitUntilFinished(absl::Duration grace,
+                                 absl::Duration chief_timeout = absl::InfiniteDuration());
 
   // Random, new for each process and each Restore; never 0.
   int64_t incarnation() const;
@@ -263,6 +267,8 @@ class ParameterShard {
   std::vector<std::pair<int64_t, int64_t>> last_push_ ABSL_GUARDED_BY(mu_);
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
+  // The chief's last push, Init, Save or Restore (or the shard's start).
+  absl::Time last_chief_contact_ ABSL_GUARDED_BY(mu_) = absl::Now();
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);  // Pushes per replica.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -27,6 +27,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   std::vector<std::shared_ptr<Snapshot>> slots;
   {
     absl::MutexLock lock(&mu_);
+    last_chief_contact_ = absl::Now();  // Only the chief saves.
     if (!initialized_) {
       return absl::FailedPreconditionError("save: the shard holds no model yet");
     }
@@ -123,6 +124,7 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
   std::vector<Waiter> aborted;
   {
     absl::MutexLock lock(&mu_);
+    last_chief_contact_ = absl::Now();  // Only the chief restores.
     // Checked when the state is replaced, not when the request arrived: a
     // slow read must not let an older round win.
     RETURN_IF_ERROR(TakeRecoveryEpochLocked(

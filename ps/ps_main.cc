@@ -35,6 +35,10 @@ DEFINE_string(bind_host, "0.0.0.0",
 DEFINE_double(shutdown_grace_secs, 30,
               "After the chief ends training, wait at most this long for the "
               "other workers to say goodbye before exiting.");
+DEFINE_double(chief_timeout_secs, 1800,
+              "Once the shards hold a model, exit with an error when the chief "
+              "has not pushed (or called Init, Save or Restore) for this long "
+              "and has not ended training: it failed and nobody restarted it.");
 DEFINE_string(checkpoint_dir, "",
               "Directory of this task's checkpoints (a file per stripe): the "
               "chief's saves go there, and at start each stripe restores its "
@@ -175,10 +179,19 @@ int main(int argc, char** argv) {
                                        : "");
 
   // Shutdown reaches every stripe at once, so they finish together.
-  for (auto& shard : shards) shard->WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs));
+  absl::Status finished;
+  for (auto& shard : shards) {
+    finished = shard->WaitUntilFinished(absl::Seconds(FLAGS_shutdown_grace_secs),
+                                        absl::Seconds(FLAGS_chief_timeout_secs));
+    if (!finished.ok()) break;
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   health.Detach();
+  if (!finished.ok()) {
+    LOG(ERROR) << cluster->task.ToString() << ": " << finished.message();
+    return 1;
+  }
   LOG(INFO) << cluster->task.ToString() << " done: "
             << shards[0]->GetStatus().version() << " versions";
   return 0;

@@ -321,10 +321,11 @@ absl::Status Trainer::RunEvaluator() {
 
 absl::StatusOr<TrainResult> Trainer::Run() {
   absl::StatusOr<TrainResult> result = Train();
-  // On every exit, success or failure: a replica says goodbye, and the
-  // chief's goodbye ends training, so the parameter servers never wait
-  // forever for a job that is over.
-  client_->Shutdown();
+  // A replica says goodbye when it stops, and the chief's goodbye ends
+  // training. A chief that failed does not: the job is not done, and a
+  // restarted chief recovers and carries on (a ps whose chief never comes
+  // back exits after its --chief_timeout_secs, failing the job).
+  if (result.ok() || options_.replica != 0) client_->Shutdown();
   return result;
 }
 

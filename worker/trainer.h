@@ -95,7 +95,9 @@ class Trainer {
   Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
           const Dataset* train, const Dataset* test);
   // InvalidArgument, before any RPC, when `train` has no example for this
-  // replica (fewer examples than replicas).
+  // replica (fewer examples than replicas). Says goodbye to the shards
+  // (PsClient::Shutdown) at the end, except from a chief that failed: its
+  // goodbye would end training as if the job were done.
   absl::StatusOr<TrainResult> Run();
 
   // The "evaluator" task of TF_CONFIG: never trains; every eval_every_steps

@@ -462,6 +462,46 @@ TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
   EXPECT_NE(ps_log.find("restored checkpoint", restart), std::string::npos) << ps_log;
 }
 
+// A chief that fails (here: its pull times out while worker/1 is stopped)
+// must not end training as if it had finished: under OnFailure it is
+// restarted, recovers, and the job still reaches its last step. (A failed
+// chief used to say goodbye: the job "succeeded" at a partial step, and the
+// restarted chief found training over and printed no final line.)
+TEST_F(LaunchTest, AFailedChiefIsRestartedInsteadOfEndingTheJobUnderOnFailure) {
+  const std::string spec = MakeSpec(1, 2);
+  auto launch = LaunchInBackground("PSRT_BIN_DIR=" + bin_ + " ", spec,
+                                   "--restart_policy=OnFailure",
+                                   absl::StrCat(kSyncFlags, " --pull_timeout_secs=2"));
+  const std::string chief_log = dir_ + "/logs/worker-0.log";
+  for (int i = 0; i < 600 && ReadFile(chief_log).find("step 100,") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const pid_t worker = launch->TaskPid("worker/1");
+  ASSERT_GT(worker, 0) << launch->Output();
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  // Beyond the pull timeout: the chief fails and is restarted.
+  const bool restarted = launch->WaitForOutput("restarting", absl::Seconds(60));
+  ASSERT_EQ(kill(worker, SIGCONT), 0);
+  ASSERT_TRUE(restarted) << launch->Output();
+  ASSERT_EQ(launch->Wait(absl::Seconds(120)), 0) << launch->Output();
+  const std::string chief = ReadFile(chief_log);
+  const size_t restart = chief.find("=== restart 1 of task worker/0");
+  ASSERT_NE(restart, std::string::npos) << chief;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief.substr(restart), &step, &accuracy)) << chief;
+  EXPECT_EQ(step, 600);
+  // Training ended once, at the end (a line per stripe).
+  const std::string ps_log = ReadFile(dir_ + "/logs/ps-0.log");
+  const std::regex ended("ended training at version (\\d+)");
+  int endings = 0;
+  for (auto it = std::sregex_iterator(ps_log.begin(), ps_log.end(), ended);
+       it != std::sregex_iterator(); ++it, ++endings) {
+    EXPECT_EQ((*it)[1], "600") << ps_log;
+  }
+  EXPECT_GT(endings, 0) << ps_log;
+}
+
 TEST_F(LaunchTest, WorkerKilledMidRunFailsTheJobUnderNever) {
   const std::string spec = MakeSpec(1, 2);
   auto launch = LaunchInBackground("PSRT_BIN_DIR=" + bin_ + " ", spec, "", kSyncFlags);

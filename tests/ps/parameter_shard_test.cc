@@ -194,7 +194,7 @@ TEST(ParameterShardTest, ShutdownByTheChiefReleasesWaitingPulls) {
   EXPECT_FALSE(push->accepted());
   // Both replicas said goodbye: returns without waiting for the grace period.
   const absl::Time start = absl::Now();
-  shard.WaitUntilFinished(absl::Seconds(30));
+  EXPECT_TRUE(shard.WaitUntilFinished(absl::Seconds(30)).ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
@@ -614,6 +614,38 @@ TEST(ParameterShardTest, Bf16PushesAndPullsKeepFloat32OnTheShard) {
   *header.mutable_variables(0) = meta;
   header.set_version(1);
   EXPECT_EQ(shard.Push(header, &bf16).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A shard holding a model exits (WaitUntilFinished fails) when the chief
+// has been silent for chief_timeout without ending training; other
+// replicas' pushes do not count as the chief's.
+TEST(ParameterShardTest, AShardGivesUpOnAChiefThatVanished) {
+  ParameterShard shard{ParameterShard::Options()};
+  // No model yet: nothing to lose, the shard waits for a chief.
+  absl::Notification waited;
+  std::thread waiter([&] {
+    EXPECT_TRUE(shard.WaitUntilFinished(absl::ZeroDuration(), absl::Milliseconds(1)).ok());
+    waited.Notify();
+  });
+  EXPECT_FALSE(waited.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  shard.Shutdown(-1);  // An operator ends it.
+  waiter.join();
+
+  ParameterShard held{ParameterShard::Options()};
+  InitShard(&held, Config(proto::ASYNC, 2, 1));
+  const absl::Time start = absl::Now();
+  std::thread others([&] {
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_TRUE(PushFrom(&held, 1, 0, {1, 1, 1, 1}).ok());
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  ASSERT_TRUE(PushFrom(&held, 0, 0, {1, 1, 1, 1}).ok());
+  absl::Status vanished = held.WaitUntilFinished(absl::Seconds(30), absl::Milliseconds(200));
+  others.join();
+  EXPECT_EQ(vanished.code(), absl::StatusCode::kDeadlineExceeded) << vanished;
+  EXPECT_NE(vanished.message().find("chief (replica 0)"), std::string::npos) << vanished;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
 }
 
 }  // namespace

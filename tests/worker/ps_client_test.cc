@@ -152,7 +152,7 @@ void SyncStepOverTwoPsTasks(int stripes) {
   chief->Shutdown();
   other->Shutdown();
   for (int stripe = 0; stripe < stripes; ++stripe) {
-    ps0.shard(stripe).WaitUntilFinished(absl::Seconds(5));
+    EXPECT_TRUE(ps0.shard(stripe).WaitUntilFinished(absl::Seconds(5)).ok());
     EXPECT_TRUE(ps0.shard(stripe).GetStatus().training_done());
   }
 }
