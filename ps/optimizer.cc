@@ -1,6 +1,8 @@
 #include "ps/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -24,11 +26,10 @@ class SgdOptimizer : public Optimizer {
  public:
   explicit SgdOptimizer(const proto::TrainingConfig& config) : config_(config) {}
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
-  void Apply(int64_t /*begin*/, absl::Span<const float> grad,
-             absl::Span<float> values) override {
-    Run(grad.size(), functor::SgdUpdate{lr_, grad.data(), values.data()});
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& /*slots*/) const override {
+    Run(grad.size(), functor::SgdUpdate{lr_, grad.data(), values});
   }
-  std::vector<std::pair<std::string, Tensor*>> slots() override { return {}; }
 
  private:
   const proto::TrainingConfig config_;
@@ -38,22 +39,18 @@ class SgdOptimizer : public Optimizer {
 class MomentumOptimizer : public Optimizer {
  public:
   MomentumOptimizer(const proto::TrainingConfig& config, int64_t n)
-      : config_(config), accum_({n}) {}
+      : config_(config), accum_({n}) {
+    AddSlot("Momentum", &accum_);
+  }
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
-  void Apply(int64_t begin, absl::Span<const float> grad,
-             absl::Span<float> values) override {
-    float* accum = accum_.data() + begin;
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& slots) const override {
     const float m = config_.momentum();
     if (config_.use_nesterov()) {
-      Run(grad.size(), functor::NesterovMomentumUpdate{lr_, m, grad.data(), accum,
-                                                       values.data()});
+      Run(grad.size(), functor::NesterovMomentumUpdate{lr_, m, grad.data(), slots[0], values});
     } else {
-      Run(grad.size(),
-          functor::MomentumUpdate{lr_, m, grad.data(), accum, values.data()});
+      Run(grad.size(), functor::MomentumUpdate{lr_, m, grad.data(), slots[0], values});
     }
-  }
-  std::vector<std::pair<std::string, Tensor*>> slots() override {
-    return {{"Momentum", &accum_}};
   }
 
  private:
@@ -67,15 +64,12 @@ class AdagradOptimizer : public Optimizer {
   AdagradOptimizer(const proto::TrainingConfig& config, int64_t n)
       : config_(config), accum_({n}) {
     std::fill_n(accum_.data(), n, config.initial_accumulator_value());
+    AddSlot("Adagrad", &accum_);
   }
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
-  void Apply(int64_t begin, absl::Span<const float> grad,
-             absl::Span<float> values) override {
-    Run(grad.size(), functor::AdagradUpdate{lr_, grad.data(), accum_.data() + begin,
-                                            values.data()});
-  }
-  std::vector<std::pair<std::string, Tensor*>> slots() override {
-    return {{"Adagrad", &accum_}};
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& slots) const override {
+    Run(grad.size(), functor::AdagradUpdate{lr_, grad.data(), slots[0], values});
   }
 
  private:
@@ -89,17 +83,15 @@ class RmsPropOptimizer : public Optimizer {
   RmsPropOptimizer(const proto::TrainingConfig& config, int64_t n)
       : config_(config), ms_({n}), mom_({n}) {
     std::fill_n(ms_.data(), n, 1.0f);  // TensorFlow starts "rms" at one.
+    AddSlot("RMSProp", &ms_);
+    AddSlot("RMSProp_1", &mom_);
   }
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
-  void Apply(int64_t begin, absl::Span<const float> grad,
-             absl::Span<float> values) override {
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& slots) const override {
     Run(grad.size(), functor::RmsPropUpdate{lr_, config_.rho(), config_.momentum(),
-                                            config_.epsilon(), grad.data(),
-                                            ms_.data() + begin, mom_.data() + begin,
-                                            values.data()});
-  }
-  std::vector<std::pair<std::string, Tensor*>> slots() override {
-    return {{"RMSProp", &ms_}, {"RMSProp_1", &mom_}};
+                                            config_.epsilon(), grad.data(), slots[0],
+                                            slots[1], values});
   }
 
  private:
@@ -112,7 +104,10 @@ class RmsPropOptimizer : public Optimizer {
 class AdamOptimizer : public Optimizer {
  public:
   AdamOptimizer(const proto::TrainingConfig& config, int64_t n)
-      : config_(config), m_({n}), v_({n}) {}
+      : config_(config), m_({n}), v_({n}) {
+    AddSlot("Adam", &m_);
+    AddSlot("Adam_1", &v_);
+  }
   void BeginStep(int64_t step) override {
     // Update number step + 1 (TensorFlow's beta powers start at beta^1).
     const double t = static_cast<double>(step) + 1;
@@ -120,15 +115,11 @@ class AdamOptimizer : public Optimizer {
             std::sqrt(1 - std::pow(double{config_.beta2()}, t)) /
             (1 - std::pow(double{config_.beta1()}, t));
   }
-  void Apply(int64_t begin, absl::Span<const float> grad,
-             absl::Span<float> values) override {
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& slots) const override {
     Run(grad.size(), functor::AdamUpdate{lr_t_, config_.beta1(), config_.beta2(),
-                                         config_.epsilon(), grad.data(),
-                                         m_.data() + begin, v_.data() + begin,
-                                         values.data()});
-  }
-  std::vector<std::pair<std::string, Tensor*>> slots() override {
-    return {{"Adam", &m_}, {"Adam_1", &v_}};
+                                         config_.epsilon(), grad.data(), slots[0], slots[1],
+                                         values});
   }
 
  private:
@@ -138,7 +129,46 @@ class AdamOptimizer : public Optimizer {
   float lr_t_ = 0;
 };
 
+// Exponent bits all ones: Inf or NaN. Branch-free, so that it vectorizes.
+bool AllFinite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof(bits));
+    bad |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
+}
+
 }  // namespace
+
+void Optimizer::Apply(int64_t begin, absl::Span<const float> grad,
+                      absl::Span<float> values) {
+  SlotPointers at{};
+  for (size_t i = 0; i < slots_.size(); ++i) at[i] = slots_[i].second->data() + begin;
+  ApplyTo(grad, values.data(), at);
+}
+
+bool Optimizer::UpdateIsFinite(int64_t begin, absl::Span<const float> grad,
+                               absl::Span<const float> values) {
+  // The rule runs on copies, a cache-sized piece at a time.
+  constexpr size_t kPiece = 4096;
+  thread_local float scratch[1 + kMaxSlots][kPiece];
+  for (size_t done = 0; done < grad.size(); done += kPiece) {
+    const size_t n = std::min(kPiece, grad.size() - done);
+    std::memcpy(scratch[0], values.data() + done, n * sizeof(float));
+    SlotPointers at{};
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      std::memcpy(scratch[1 + i], slots_[i].second->data() + begin + done, n * sizeof(float));
+      at[i] = scratch[1 + i];
+    }
+    ApplyTo(grad.subspan(done, n), scratch[0], at);
+    for (size_t i = 0; i <= slots_.size(); ++i) {
+      if (!AllFinite(scratch[i], n)) return false;
+    }
+  }
+  return true;
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
     const proto::TrainingConfig& config, int64_t num_elements) {

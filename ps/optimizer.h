@@ -18,14 +18,20 @@
 // functors (kernels/functors.h, kernels/optimizer_functors.h), the same code
 // a CUDA kernel runs.
 //
-// Thread safety: BeginStep, then Apply concurrently on disjoint ranges, then
-// the next BeginStep; nothing else concurrently.
+// UpdateIsFinite runs the rule on copies of a range, so that a shard can
+// refuse an update that would make a value or a slot NaN or Inf (a huge
+// finite gradient overflowing an accumulator) before changing anything.
+//
+// Thread safety: BeginStep, then Apply and UpdateIsFinite concurrently on
+// disjoint ranges, then the next BeginStep; nothing else concurrently.
 #ifndef PSRT_PS_OPTIMIZER_H_
 #define PSRT_PS_OPTIMIZER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -47,12 +53,30 @@ class Optimizer {
   // [begin, begin + grad.size()) of the shard's buffer; `values` are those
   // elements. REQUIRES: grad.size() == values.size(), and the range lies
   // within the size given at creation.
-  virtual void Apply(int64_t begin, absl::Span<const float> grad,
-                     absl::Span<float> values) = 0;
+  void Apply(int64_t begin, absl::Span<const float> grad, absl::Span<float> values);
+
+  // Whether Apply(begin, grad, values) would leave every element of `values`
+  // and of the slots finite. Changes nothing. Same REQUIRES as Apply.
+  bool UpdateIsFinite(int64_t begin, absl::Span<const float> grad,
+                      absl::Span<const float> values);
 
   // The slots, named like TensorFlow's ("Momentum", "Adam", "Adam_1", ...),
   // each of the shard's size: checkpoints save and restore them.
-  virtual std::vector<std::pair<std::string, Tensor*>> slots() = 0;
+  const std::vector<std::pair<std::string, Tensor*>>& slots() const { return slots_; }
+
+ protected:
+  static constexpr int kMaxSlots = 2;
+  using SlotPointers = std::array<float*, kMaxSlots>;
+  // Constructors name their slots, in the order ApplyTo takes them.
+  // REQUIRES: `slot` is a member of the optimizer; at most kMaxSlots.
+  void AddSlot(std::string name, Tensor* slot) { slots_.emplace_back(std::move(name), slot); }
+  // The rule on one range: `values` and slots[i] (for each of slots()) point
+  // at grad.size() elements, in place.
+  virtual void ApplyTo(absl::Span<const float> grad, float* values,
+                       const SlotPointers& slots) const = 0;
+
+ private:
+  std::vector<std::pair<std::string, Tensor*>> slots_;
 };
 
 // Errors: those of ValidateTrainingConfig (common/training_config.h).

@@ -43,6 +43,40 @@ bool SameVariables(const std::vector<proto::VariableMeta>& held,
   return true;
 }
 
+// The index of the first NaN or Inf in `x`, or -1.
+int64_t FirstNonFiniteIn(absl::Span<const float> x) {
+  // Exponent bits all ones: Inf or NaN. Branch-free, so it vectorizes.
+  uint32_t bad = 0;
+  for (float v : x) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bad |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  if (bad == 0) return -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Keeps the lowest of concurrently found indices in `first`.
+void KeepLowest(std::atomic<int64_t>* first, int64_t index) {
+  int64_t seen = first->load();
+  while (index < seen && !first->compare_exchange_weak(seen, index)) {
+  }
+}
+
+// The variable of `metas` (laid out back to back) that holds element `index`.
+template <class Metas>
+const proto::VariableMeta& MetaHolding(const Metas& metas, int64_t index) {
+  for (const proto::VariableMeta& meta : metas) {
+    const int64_t n = *CheckedNumElements(MetaShape(meta));
+    if (index < n) return meta;
+    index -= n;
+  }
+  return *std::prev(metas.end());
+}
+
 }  // namespace
 
 ParameterShard::ParameterShard(const Options& options)
@@ -121,16 +155,22 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
     ready_ = true;
     return false;
   }
-  ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
-  config_ = header.config();
-  variables_.assign(header.variables().begin(), header.variables().end());
-  current_ = pool_->New(total);
-  total_elements_ = total;
-  float* values = current_->values.data();
-  ParallelFor([&](int64_t begin, int64_t end) {
+  std::shared_ptr<Snapshot> initial = pool_->New(total);
+  float* values = initial->values.data();
+  cpu_.ParallelFor(total, kBlockFloats, [&](int64_t begin, int64_t end) {
     data->ReadAt(begin * sizeof(float),
                  {reinterpret_cast<char*>(values + begin), (end - begin) * sizeof(float)});
   });
+  if (const int64_t bad = FirstNonFiniteIn({values, static_cast<size_t>(total)}); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init: the initial value of \"", MetaHolding(header.variables(), bad).name(),
+        "\" holds NaN or Inf"));
+  }
+  ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
+  config_ = header.config();
+  variables_.assign(header.variables().begin(), header.variables().end());
+  current_ = std::move(initial);
+  total_elements_ = total;
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
   last_push_.assign(config_.num_replicas(), {0, 0});
@@ -275,22 +315,20 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
 int64_t ParameterShard::FirstNonFinite(const ByteSource& data) {
   std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
   ForEachBlock(data, [&](int64_t begin, absl::Span<const float> block) {
-    // Exponent bits all ones: Inf or NaN. Branch-free, so it vectorizes.
-    uint32_t bad = 0;
-    for (float x : block) {
-      uint32_t bits;
-      std::memcpy(&bits, &x, sizeof(bits));
-      bad |= (bits & 0x7f800000u) == 0x7f800000u;
-    }
-    if (bad == 0) return;
-    for (size_t i = 0; i < block.size(); ++i) {
-      if (!std::isfinite(block[i])) {
-        int64_t index = begin + static_cast<int64_t>(i);
-        int64_t seen = first.load();
-        while (index < seen && !first.compare_exchange_weak(seen, index)) {
-        }
-        return;
-      }
+    const int64_t i = FirstNonFiniteIn(block);
+    if (i >= 0) KeepLowest(&first, begin + i);
+  });
+  const int64_t index = first.load();
+  return index == std::numeric_limits<int64_t>::max() ? -1 : index;
+}
+
+int64_t ParameterShard::FirstNonFiniteUpdate(const ByteSource& grad) {
+  optimizer_->BeginStep(version_);
+  const float* values = current_->values.data();
+  std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
+  ForEachBlock(grad, [&](int64_t begin, absl::Span<const float> block) {
+    if (!optimizer_->UpdateIsFinite(begin, block, {values + begin, block.size()})) {
+      KeepLowest(&first, begin);
     }
   });
   const int64_t index = first.load();
@@ -298,18 +336,14 @@ int64_t ParameterShard::FirstNonFinite(const ByteSource& data) {
 }
 
 const proto::VariableMeta& ParameterShard::VariableAt(int64_t index) const {
-  for (const proto::VariableMeta& meta : variables_) {
-    const int64_t n = *CheckedNumElements(MetaShape(meta));
-    if (index < n) return meta;
-    index -= n;
-  }
-  return variables_.back();
+  return MetaHolding(variables_, index);
 }
 
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const proto::PushHeader& header, ByteSource* data) {
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
   proto::PushResponse response;
+  absl::Status failure;  // Returned once the waiters have their replies.
   response.set_incarnation(incarnation_);
   {
     absl::MutexLock lock(&mu_);
@@ -335,12 +369,22 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
           replica, " holds NaN or Inf; nothing was applied"));
     }
+    // Async: the update this gradient makes (sync: the mean's, below).
+    const int64_t unstable = takes_gradient && nonfinite < 0 && config_.mode() == proto::ASYNC
+                                 ? FirstNonFiniteUpdate(*data)
+                                 : -1;
+    if (unstable >= 0 && !options_.skip_nonfinite_gradients) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: the gradient of \"", VariableAt(unstable).name(), "\" from replica ",
+          replica, " would make its values or optimizer state NaN or Inf (it is too "
+          "large for the optimizer); nothing was applied"));
+    }
     response.set_training_done(training_done_);
     if (retry) {
       response.set_accepted(true);  // Taken already; not applied twice.
     } else if (training_done_) {
       response.set_accepted(false);
-    } else if (nonfinite >= 0) {
+    } else if (nonfinite >= 0 || unstable >= 0) {
       ++nonfinite_dropped_;
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
@@ -374,12 +418,31 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       response.set_accepted(true);
       const int needed = config_.replicas_to_aggregate();
       if (static_cast<int>(pushed_.size()) == needed) {
-        BeginUpdate();
-        ParallelFor([&](int64_t begin, int64_t end) {
-          absl::Span<float> mean(sum + begin, end - begin);
-          if (needed > 1) kernels::Scale(1.0f / needed, mean);
-          UpdateRange(begin, mean);
-        });
+        if (needed > 1) {
+          ParallelFor([&](int64_t begin, int64_t end) {
+            kernels::Scale(1.0f / needed, {sum + begin, static_cast<size_t>(end - begin)});
+          });
+        }
+        // Finite gradients can still sum past float's range, or drive the
+        // optimizer's state to Inf: then nothing of this version is applied,
+        // and the push that completed it fails, so that its worker stops
+        // loudly; the version still advances, so that no replica waits for it.
+        const SpanByteSource mean(absl::Span<const char>(
+            reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
+        const int64_t overflow = FirstNonFiniteUpdate(mean);
+        if (overflow < 0) {
+          BeginUpdate();
+          ParallelFor([&](int64_t begin, int64_t end) {
+            UpdateRange(begin, {sum + begin, static_cast<size_t>(end - begin)});
+          });
+        } else {
+          ++nonfinite_dropped_;
+          failure = absl::InvalidArgumentError(absl::StrCat(
+              "push: the mean gradient of version ", version_, " for \"",
+              VariableAt(overflow).name(), "\" overflows or would make its values or "
+              "optimizer state NaN or Inf; the version was skipped, nothing applied"));
+          LOG(ERROR) << failure.message();
+        }
         ++version_;
         pushed_.clear();
       }
@@ -391,6 +454,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     TakeReadyWaiters(&ready);
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
+  if (!failure.ok()) return failure;
   return response;
 }
 

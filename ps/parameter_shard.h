@@ -17,9 +17,13 @@
 //    pushes applied.
 //  - Either mode: a push carrying the (worker_incarnation, step) of one
 //    already taken from that replica is a retry: acknowledged, not applied.
-//    A push holding NaN or Inf is refused (InvalidArgument) or, with
-//    Options::skip_nonfinite_gradients, dropped and counted; either way
-//    nothing is applied.
+//    A push holding NaN or Inf, or one whose update would make a value or an
+//    optimizer slot NaN or Inf (a huge finite gradient), is refused
+//    (InvalidArgument) or, with Options::skip_nonfinite_gradients (async
+//    only), dropped and counted; either way nothing is applied. In sync mode
+//    a mean that overflows, or whose update would, is not applied either:
+//    the version is skipped and the push that completed it fails.
+//    Initial values holding NaN or Inf are refused.
 //  - Pull(min_version, min_clock) is answered with the values as soon as the
 //    version is >= min_version and every unfinished replica has pushed at
 //    least min_clock gradients (bounded staleness), or training is over; or
@@ -195,6 +199,10 @@ class ParameterShard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The index of the first NaN or Inf element of `data`, or -1.
   int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The index of the first element of a block whose update by `grad` (the
+  // optimizer's step at version_) would make a value or an optimizer slot
+  // NaN or Inf, or -1. Changes nothing.
+  int64_t FirstNonFiniteUpdate(const ByteSource& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The variable that holds element `index` of the shard.
   const proto::VariableMeta& VariableAt(int64_t index) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -614,6 +615,77 @@ TEST(ParameterShardTest, Bf16PushesAndPullsKeepFloat32OnTheShard) {
   *header.mutable_variables(0) = meta;
   header.set_version(1);
   EXPECT_EQ(shard.Push(header, &bf16).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Finite gradients whose mean overflows float: nothing of the version is
+// applied, the push that completed it fails, and the version moves on.
+TEST(ParameterShardTest, AnOverflowingSyncMeanIsNeverApplied) {
+  ParameterShard shard{ParameterShard::Options()};
+  InitShard(&shard, Config(proto::SYNC, 2, 2), {1, 2, 3, 4});
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {3e38f, 1, 1, 1}).ok());
+  auto completing = PushFrom(&shard, 1, 0, {3e38f, 1, 1, 1});
+  EXPECT_EQ(completing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(completing.status().message().find("mean gradient of version 0 for \"w\""),
+            std::string::npos)
+      << completing.status();
+  auto pulled = PullNow(&shard, 1);  // Nobody waits forever for version 1.
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->second, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(shard.GetStatus().nonfinite_pushes_dropped(), 1);
+  // The next version trains normally.
+  ASSERT_TRUE(PushFrom(&shard, 0, 1, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(PushFrom(&shard, 1, 1, {3, 3, 3, 3}).ok());
+  EXPECT_EQ(PullNow(&shard, 2)->second, (std::vector<float>{-1, 0, 1, 2}));
+}
+
+// A huge but finite gradient would drive Adagrad's accumulator to Inf (and
+// Adam's to NaN): refused, or dropped and counted with skip; the values and
+// the optimizer's state stay as they were.
+TEST(ParameterShardTest, AGradientThatWouldOverflowTheOptimizerIsNeverApplied) {
+  for (proto::OptimizerType rule : {proto::ADAGRAD, proto::ADAM}) {
+    for (bool skip : {false, true}) {
+      ParameterShard::Options options;
+      options.skip_nonfinite_gradients = skip;
+      ParameterShard shard(options);
+      proto::TrainingConfig config = Config(proto::ASYNC, 1, 1, 0.1f);
+      config.set_optimizer(rule);
+      config.set_initial_accumulator_value(0.1f);  // TensorFlow's defaults.
+      config.set_beta1(0.9f);
+      config.set_beta2(0.999f);
+      config.set_epsilon(1e-8f);
+      InitShard(&shard, config, {1, 2, 3, 4});
+      auto huge = PushFrom(&shard, 0, 0, {1, 1e30f, 1, 1});
+      if (skip) {
+        ASSERT_TRUE(huge.ok()) << huge.status();
+        EXPECT_FALSE(huge->accepted());
+        EXPECT_EQ(shard.GetStatus().nonfinite_pushes_dropped(), 1);
+      } else {
+        EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_NE(huge.status().message().find("optimizer state NaN or Inf"), std::string::npos)
+            << huge.status();
+      }
+      EXPECT_EQ(shard.GetStatus().version(), 0);
+      EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{1, 2, 3, 4}));
+      // The state is untouched: an ordinary step still moves every value.
+      ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+      for (float v : PullNow(&shard, 1)->second) EXPECT_TRUE(std::isfinite(v));
+      EXPECT_LT(PullNow(&shard, 1)->second[1], 2.0f) << proto::OptimizerType_Name(rule);
+    }
+  }
+}
+
+TEST(ParameterShardTest, NonFiniteInitialValuesAreRefused) {
+  ParameterShard shard{ParameterShard::Options()};
+  proto::InitHeader header;
+  *header.mutable_config() = Config(proto::SYNC, 1, 1);
+  *header.add_variables() = Meta("a", {2});
+  *header.add_variables() = Meta("b", {2});
+  std::vector<float> values = {1, 2, 3, std::numeric_limits<float>::infinity()};
+  auto refused = shard.Init(header, Bytes(values).get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("initial value of \"b\""), std::string::npos)
+      << refused.status();
+  EXPECT_FALSE(shard.GetStatus().initialized());
 }
 
 // A shard holding a model exits (WaitUntilFinished fails) when the chief
