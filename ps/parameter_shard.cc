@@ -363,16 +363,19 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         !retry && !training_done_ &&
         (config_.mode() == proto::ASYNC ||
          (header.version() == version_ && pushed_.count(replica) == 0));
-    const int64_t nonfinite = takes_gradient ? FirstNonFinite(*data) : -1;
+    // Sync checks each gradient here and the update of their mean below.
+    // Async checks the update this gradient makes, which is non-finite
+    // whenever the gradient is (every rule adds it into a value or a slot):
+    // one pass, and a second only to name the fault.
+    const bool async = config_.mode() == proto::ASYNC;
+    const int64_t unstable = takes_gradient && async ? FirstNonFiniteUpdate(*data) : -1;
+    const int64_t nonfinite =
+        takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
     if (nonfinite >= 0 && !options_.skip_nonfinite_gradients) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
           replica, " holds NaN or Inf; nothing was applied"));
     }
-    // Async: the update this gradient makes (sync: the mean's, below).
-    const int64_t unstable = takes_gradient && nonfinite < 0 && config_.mode() == proto::ASYNC
-                                 ? FirstNonFiniteUpdate(*data)
-                                 : -1;
     if (unstable >= 0 && !options_.skip_nonfinite_gradients) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push: the gradient of \"", VariableAt(unstable).name(), "\" from replica ",

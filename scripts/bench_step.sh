@@ -11,17 +11,20 @@
 # examples/sec with each worker's threads.
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
-#                         [--transport tcp|unix]
-# (unix: the workers reach the ps over its Unix socket, --unix_socket).
+#                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16]
+# (unix: the workers reach the ps over its Unix socket, --unix_socket;
+# stripes: --ps_stripes of every task; wire: the workers' --wire_dtype).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="lenet" threads=1 steps=600 batch=100 transport=tcp
+models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --transport) transport="$2"; shift 2 ;;
+    --stripes) stripes="$2"; shift 2 ;;
+    --wire) wire="$2"; shift 2 ;;
     *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -38,14 +41,16 @@ scripts/make_cluster_spec.sh --ps 1 --workers 2 --out "$work/cluster.json"
 for model in $models; do
   every=$((steps / 6))
   scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" \
-    --ps_flags "$ps_flags" -- --unix_socket="$unix" \
+    --ps_flags "$ps_flags --ps_stripes=$stripes" -- --unix_socket="$unix" \
+    --ps_stripes="$stripes" --wire_dtype="$wire" \
     --model="$model" --sync_replicas --batch_size="$batch" --device=cpu \
     --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
   field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
-  printf "step: model=%s transport=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$transport" "$(field compute_ms)" "$(field exposed_comm_ms)" "$(field wait_ms)"
+  printf "step: model=%s transport=%s stripes=%s wire=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$transport" "$stripes" "$wire" "$(field compute_ms)" "$(field exposed_comm_ms)" \
+    "$(field wait_ms)"
   # Both workers run in lockstep: the job's rate is twice the chief's.
   job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' | awk 'NR > 1 {print $1 * 2}' | median)
   bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \
