@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,16 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("write", path);
+    bytes.remove_prefix(n);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SyncParentDirectory(const std::string& path) {
@@ -28,33 +39,25 @@ absl::Status SyncParentDirectory(const std::string& path) {
   return rc == 0 ? absl::OkStatus() : Errno("fsync directory", dir);
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::vector<absl::string_view>& pieces) {
+  const size_t slash = path.rfind('/');
+  const size_t name = slash == std::string::npos ? 0 : slash + 1;
+  std::string tmp = absl::StrCat(path.substr(0, name), ".", path.substr(name), ".tmp.XXXXXX");
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);  // Mode 0600.
   if (fd < 0) return Errno("create", tmp);
-  const char* data = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = Errno("write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return status;
-    }
-    data += n;
-    left -= n;
+  absl::Status status;
+  for (absl::string_view piece : pieces) {
+    status = WriteAll(fd, piece, tmp);
+    if (!status.ok()) break;
   }
-  if (::fsync(fd) != 0) {
-    absl::Status status = Errno("fsync", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return status;
+  if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", tmp);
+  // close() reports what a write-back may have failed with (NFS, quotas).
+  if (::close(fd) != 0 && status.ok()) status = Errno("close", tmp);
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = Errno(absl::StrCat("rename ", tmp, " to"), path);
   }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status status = Errno("rename to", path);
+  if (!status.ok()) {
     ::unlink(tmp.c_str());
     return status;
   }

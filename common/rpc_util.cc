@@ -71,6 +71,13 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) 
   for (const IntSetting& s : kTransportSettings) {
     builder->AddChannelArgument(s.name, s.value);
   }
+  // A connection (a worker's, to one stripe) has a pull, a push and a status
+  // call in flight at most: a client opening more streams is refused them.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 32);
+  // Find peers that vanished without closing (a dead machine): ping an idle
+  // connection every 2 minutes and drop it when 20 s pass without an answer.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 120 * 1000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
 }
 
 std::string LocalSocketAddress(int port) {

@@ -29,7 +29,8 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
                                             const TransportSecurity& security);
 
 // Applies psrt's settings to a server builder; larger requests are refused
-// with RESOURCE_EXHAUSTED before they are buffered.
+// with RESOURCE_EXHAUSTED before they are buffered, and a connection gets at
+// most 32 concurrent calls.
 void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes);
 
 // The request metadata that names the stripe (the shard within a ps

@@ -1,10 +1,6 @@
 #include "common/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -76,20 +72,6 @@ std::string JsonQuote(const std::string& s) {
   return out + "\"";
 }
 
-absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("write ", path, ": ", std::strerror(errno)));
-    }
-    data += w;
-    n -= w;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status WriteSafetensors(const std::string& path,
@@ -129,30 +111,12 @@ absl::Status WriteSafetensors(const std::string& path,
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  absl::Status status = WriteAll(fd, length, 8, tmp);
-  if (status.ok()) status = WriteAll(fd, header.data(), header.size(), tmp);
+  std::vector<absl::string_view> pieces = {{length, 8}, header};
   for (const NamedTensor& t : tensors) {
-    if (!status.ok()) break;
-    status = WriteAll(fd, reinterpret_cast<const char*>(t.data),
-                      NumElements(t.shape) * sizeof(float), tmp);
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data),
+                        NumElements(t.shape) * sizeof(float));
   }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = absl::InternalError(absl::StrCat("fsync ", tmp, ": ", std::strerror(errno)));
-  }
-  ::close(fd);
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = absl::InternalError(
-        absl::StrCat("rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  if (status.ok()) status = SyncParentDirectory(path);
-  if (!status.ok()) ::unlink(tmp.c_str());
-  return status;
+  return WriteFileAtomically(path, pieces);
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
@@ -266,6 +230,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
           ", computed ", crc, "): the file is corrupt"));
     }
     file.metadata.erase(it);
+    file.checksum_verified = true;
   }
   return file;
 }

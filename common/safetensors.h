@@ -39,8 +39,9 @@ struct NamedTensor {
   const float* data;
 };
 
-// Writes to `path` + ".tmp", fsyncs, and renames over `path`, so a reader
-// never sees a partial file.
+// Writes durably with WriteFileAtomically (common/file_util.h: a hidden
+// unique temporary file, fsynced and renamed; mode 0600), so a reader never
+// sees a partial file.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<NamedTensor>& tensors,
                               std::map<std::string, std::string> metadata = {});
@@ -48,6 +49,9 @@ absl::Status WriteSafetensors(const std::string& path,
 struct SafetensorsFile {
   std::vector<std::pair<std::string, Tensor>> tensors;  // In data-offset order.
   std::map<std::string, std::string> metadata;
+  // The file carried psrt's checksum and it matched (a file without one,
+  // from another tool, reads with this false).
+  bool checksum_verified = false;
 };
 
 // Errors (InvalidArgument naming the file): short file, bad header length,

@@ -37,7 +37,8 @@ absl::StatusOr<int> PsStripesFromFlags() {
   return FLAGS_ps_stripes;
 }
 
-absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags() {
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags(
+    bool serves) {
   TransportSecurityOptions options;
   options.tls_cert_file = FLAGS_tls_cert;
   options.tls_key_file = FLAGS_tls_key;
@@ -51,6 +52,12 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFl
   }
   if (security.tls() || security.has_auth_token()) {
     LOG(INFO) << "transport security: " << security.Describe();
+  } else if (serves) {
+    LOG(WARNING) << "no TLS and no auth token: anyone who can reach this task's port can "
+                    "push, pull, checkpoint, restore or end the job. Fine on a trusted "
+                    "network or one machine; elsewhere set --tls_cert, --tls_key and "
+                    "--tls_ca and an auth token (--auth_token_file or PSRT_AUTH_TOKEN; "
+                    "scripts/make_test_certs.sh makes a test CA)";
   }
   return std::make_shared<const TransportSecurity>(std::move(security));
 }

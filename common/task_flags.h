@@ -20,9 +20,11 @@
 namespace psrt {
 
 // Loads the transport security the flags and PSRT_AUTH_TOKEN ask for (see
-// LoadTransportSecurity for the checks), and logs what is on. Call it at
-// start, after gflags has parsed the command line.
-absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags();
+// LoadTransportSecurity for the checks), and logs what is on; a task that
+// `serves` RPCs warns when nothing is. Call it at start, after gflags has
+// parsed the command line.
+absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags(
+    bool serves = true);
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
 // "Stripes"); every task of a job must be given the same. InvalidArgument

@@ -6,13 +6,14 @@
 //
 // Input: U16 length of the index text, the index text
 // ("checkpoint.ps-0-of-1"), the bytes of "model.ckpt-7.ps-0-of-1.safetensors"
-// (the rest).
+// (the rest; written with a valid checksum when they parse as safetensors).
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/byte_source.h"
+#include "common/safetensors.h"
 #include "common/tensor.h"
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
@@ -65,7 +66,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   psrt::fuzz::InputReader in(data, size);
   psrt::fuzz::ClearScratchDir();
   psrt::fuzz::WriteScratchFile("checkpoint.ps-0-of-1", in.Bytes(in.U16()));
-  psrt::fuzz::WriteScratchFile("model.ckpt-7.ps-0-of-1.safetensors", in.Rest());
+  // A restore demands psrt's checksum, which a mutation rarely keeps: a
+  // file that parses is re-signed, so that the restore's own checks run.
+  const std::string shard_file = "model.ckpt-7.ps-0-of-1.safetensors";
+  const std::string bytes(in.Rest());
+  absl::StatusOr<psrt::SafetensorsFile> parsed = psrt::ParseSafetensors(bytes, shard_file);
+  if (parsed.ok()) {
+    std::vector<psrt::NamedTensor> tensors;
+    for (const auto& [name, tensor] : parsed->tensors) tensors.emplace_back(name, &tensor);
+    CHECK(psrt::WriteSafetensors(psrt::fuzz::ScratchDir() + "/" + shard_file, tensors,
+                                 parsed->metadata)
+              .ok());
+  } else {
+    psrt::fuzz::WriteScratchFile(shard_file, bytes);
+  }
 
   psrt::ParameterShard::Options options;
   options.threads = 1;

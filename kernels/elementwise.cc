@@ -1,5 +1,9 @@
 #include "kernels/elementwise.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
 #include "glog/logging.h"
 #include "kernels/functors.h"
 
@@ -27,6 +31,21 @@ void Accumulate(absl::Span<const float> grad, absl::Span<float> acc) {
 
 void Scale(float scale, absl::Span<float> x) {
   ForEachIndex(0, x.size(), functor::Scale{scale, x.data()});
+}
+
+int64_t FirstNonFinite(absl::Span<const float> x) {
+  // Exponent bits all ones: Inf or NaN. Branch-free, so that it vectorizes.
+  uint32_t bad = 0;
+  for (float v : x) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bad |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  if (bad == 0) return -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 }  // namespace kernels

@@ -54,6 +54,10 @@ void Accumulate(absl::Span<const float> grad, absl::Span<float> acc);
 // x *= scale.
 void Scale(float scale, absl::Span<float> x);
 
+// The index of the first NaN or Inf in `x`, or -1 (one vectorized pass when
+// every element is finite).
+int64_t FirstNonFinite(absl::Span<const float> x);
+
 }  // namespace kernels
 }  // namespace psrt
 

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
+#include "kernels/elementwise.h"
 
 namespace psrt {
 namespace {
@@ -138,6 +139,10 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
     return it == file.metadata.end() ? "" : it->second;
   };
   if (meta("format") != kFormat) return bad("not a psrt shard checkpoint");
+  if (!file.checksum_verified) {
+    return bad("carries no checksum (psrt writes one into every checkpoint): "
+               "refusing to restore a file that cannot be verified");
+  }
   if (meta("shard") != absl::StrCat(id.shard) ||
       meta("num_shards") != absl::StrCat(id.num_shards)) {
     return bad(absl::StrCat("holds shard ", meta("shard"), " of ", meta("num_shards"),
@@ -181,6 +186,11 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
       auto it = by_name.find(v.name() + suffix);
       if (it == by_name.end() || it->second->shape() != Shape(v.shape().begin(), v.shape().end())) {
         return bad(absl::StrCat("tensor \"", v.name() + suffix, "\" is missing or has the wrong shape"));
+      }
+      // psrt never applies a non-finite result, so it never saves one.
+      if (kernels::FirstNonFinite({it->second->data(),
+                                   static_cast<size_t>(it->second->num_elements())}) >= 0) {
+        return bad(absl::StrCat("tensor \"", v.name() + suffix, "\" holds NaN or Inf"));
       }
       parts.push_back(it->second);
     }

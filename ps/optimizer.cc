@@ -129,17 +129,6 @@ class AdamOptimizer : public Optimizer {
   float lr_t_ = 0;
 };
 
-// Exponent bits all ones: Inf or NaN. Branch-free, so that it vectorizes.
-bool AllFinite(const float* x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], sizeof(bits));
-    bad |= (bits & 0x7f800000u) == 0x7f800000u;
-  }
-  return bad == 0;
-}
-
 }  // namespace
 
 void Optimizer::Apply(int64_t begin, absl::Span<const float> grad,
@@ -164,7 +153,7 @@ bool Optimizer::UpdateIsFinite(int64_t begin, absl::Span<const float> grad,
     }
     ApplyTo(grad.subspan(done, n), scratch[0], at);
     for (size_t i = 0; i <= slots_.size(); ++i) {
-      if (!AllFinite(scratch[i], n)) return false;
+      if (kernels::FirstNonFinite({scratch[i], n}) >= 0) return false;
     }
   }
   return true;

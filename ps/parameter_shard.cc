@@ -1,6 +1,7 @@
 #include "ps/parameter_shard.h"
 #include "ps/snapshot_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -41,22 +42,6 @@ bool SameVariables(const std::vector<proto::VariableMeta>& held,
     }
   }
   return true;
-}
-
-// The index of the first NaN or Inf in `x`, or -1.
-int64_t FirstNonFiniteIn(absl::Span<const float> x) {
-  // Exponent bits all ones: Inf or NaN. Branch-free, so it vectorizes.
-  uint32_t bad = 0;
-  for (float v : x) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof(bits));
-    bad |= (bits & 0x7f800000u) == 0x7f800000u;
-  }
-  if (bad == 0) return -1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i])) return static_cast<int64_t>(i);
-  }
-  return -1;
 }
 
 // Keeps the lowest of concurrently found indices in `first`.
@@ -161,7 +146,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
     data->ReadAt(begin * sizeof(float),
                  {reinterpret_cast<char*>(values + begin), (end - begin) * sizeof(float)});
   });
-  if (const int64_t bad = FirstNonFiniteIn({values, static_cast<size_t>(total)}); bad >= 0) {
+  if (const int64_t bad = kernels::FirstNonFinite({values, static_cast<size_t>(total)}); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "init: the initial value of \"", MetaHolding(header.variables(), bad).name(),
         "\" holds NaN or Inf"));
@@ -315,7 +300,7 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
 int64_t ParameterShard::FirstNonFinite(const ByteSource& data) {
   std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
   ForEachBlock(data, [&](int64_t begin, absl::Span<const float> block) {
-    const int64_t i = FirstNonFiniteIn(block);
+    const int64_t i = kernels::FirstNonFinite(block);
     if (i >= 0) KeepLowest(&first, begin + i);
   });
   const int64_t index = first.load();
@@ -506,7 +491,7 @@ bool ParameterShard::ReadyLocked(const PullOptions& options) const {
          (options.min_clock <= 0 || MinClockLocked() >= options.min_clock);
 }
 
-void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
+int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   if (options.wire_dtype == proto::DT_BFLOAT16) {
     // Encoded wherever the reply is made, outside the lock.
     done = [pool = pool_, done = std::move(done)](absl::StatusOr<PullReply> reply) {
@@ -531,13 +516,33 @@ void ParameterShard::Pull(const PullOptions& options, PullCallback done) {
           " (it restarted or was rolled back)"));
     } else if (ReadyLocked(options)) {
       reply = MakeReplyLocked(options.moving_average);
+    } else if (static_cast<int>(waiters_.size()) >= options_.max_waiting_pulls) {
+      reply = absl::ResourceExhaustedError(absl::StrCat(
+          "pull: ", waiters_.size(), " pulls already wait on this parameter server "
+          "(psrt_ps --max_waiting_pulls)"));
     } else {
-      waiters_.push_back({options, std::move(done)});
+      Waiter waiter{options, std::move(done), ++last_waiter_id_};
+      waiter.options.deadline = std::min(options.deadline, absl::Now() + kMaxPullWait);
+      waiters_.push_back(std::move(waiter));
       changed_.SignalAll();  // The deadline thread may need to wake earlier.
-      return;
+      return last_waiter_id_;
     }
   }
   done(std::move(reply));
+  return 0;
+}
+
+void ParameterShard::CancelPull(int64_t id) {
+  PullCallback done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                           [id](const Waiter& w) { return w.id == id; });
+    if (it == waiters_.end()) return;
+    done = std::move(it->done);
+    waiters_.erase(it);
+  }
+  done(absl::CancelledError("pull: cancelled by the caller"));
 }
 
 void ParameterShard::EncodeBf16Reply(SnapshotPool* pool, PullReply* reply) {
@@ -632,6 +637,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_training_done(training_done_);
   status.set_restored_step(restored_step_);
   status.set_recovery_epoch(recovery_epoch_);
+  status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
   status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
   if (!options_.checkpoint_dir.empty()) {
     for (int64_t step : ListShardCheckpoints(checkpoint_id())) {

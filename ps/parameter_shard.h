@@ -96,6 +96,9 @@ class ParameterShard {
     // Pushes holding NaN or Inf: false refuses them with InvalidArgument,
     // true drops them (accepted = false) and counts them.
     bool skip_nonfinite_gradients = false;
+    // Pulls that may wait at once; more are refused (ResourceExhausted), so
+    // that a flood of pulls cannot grow memory or slow every push.
+    int max_waiting_pulls = 1024;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -144,8 +147,14 @@ class ParameterShard {
     // What a PullRequest asks for, waiting until `deadline`.
     static PullOptions FromRequest(const proto::PullRequest& request, absl::Time deadline);
   };
-  // Calls `done` exactly once (see the header comment).
-  void Pull(const PullOptions& options, PullCallback done);
+  // Calls `done` exactly once (see the header comment). Returns an id for
+  // CancelPull when the pull waits, else 0. A pull waits at most
+  // kMaxPullWait, whatever its deadline.
+  int64_t Pull(const PullOptions& options, PullCallback done);
+  // Fails waiting pull `id` with Cancelled now (its caller has gone), and
+  // frees it; nothing when it was answered already.
+  void CancelPull(int64_t id);
+  static constexpr absl::Duration kMaxPullWait = absl::Hours(1);
   absl::Duration default_pull_timeout() const {
     return options_.default_pull_timeout;
   }
@@ -180,6 +189,7 @@ class ParameterShard {
   struct Waiter {
     PullOptions options;
     PullCallback done;
+    int64_t id = 0;
   };
   // Whether a pull can be answered now.
   bool ReadyLocked(const PullOptions& options) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -268,6 +278,7 @@ class ParameterShard {
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  int64_t last_waiter_id_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t nonfinite_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -46,6 +46,10 @@ DEFINE_string(checkpoint_dir, "",
 DEFINE_int64(max_message_mb, 2048,
              "Largest request accepted, in MiB; larger ones are refused "
              "before they are buffered.");
+DEFINE_int32(max_waiting_pulls, 1024,
+             "Pulls that may wait for a version at once, per stripe; more are "
+             "refused (RESOURCE_EXHAUSTED), so that a flood of pulls cannot "
+             "grow memory or slow every push.");
 DEFINE_int32(threads, 0, "Threads that apply updates, per stripe; 0: one per core.");
 DEFINE_string(nonfinite_gradients, "reject",
               "A pushed gradient holding NaN or Inf is never applied: "
@@ -91,6 +95,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (FLAGS_max_message_mb < 1 || FLAGS_max_message_mb > 2048) {
+    LOG(ERROR) << "--max_message_mb must be in 1..2048 (gRPC caps a message below 2 GiB), got "
+               << FLAGS_max_message_mb;
+    return 2;
+  }
+  if (FLAGS_max_waiting_pulls < 1) {
+    LOG(ERROR) << "--max_waiting_pulls must be positive, got " << FLAGS_max_waiting_pulls;
+    return 2;
+  }
   if (FLAGS_nonfinite_gradients != "reject" && FLAGS_nonfinite_gradients != "skip") {
     LOG(ERROR) << "--nonfinite_gradients must be reject or skip, got \""
                << FLAGS_nonfinite_gradients << "\"";
@@ -138,6 +151,7 @@ int main(int argc, char** argv) {
     options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
     options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
     options.threads = FLAGS_threads;
+    options.max_waiting_pulls = FLAGS_max_waiting_pulls;
     options.checkpoint_dir = FLAGS_checkpoint_dir;
     options.shard = cluster->task.index * *stripes + stripe;
     options.num_shards = cluster->spec.num_ps() * *stripes;

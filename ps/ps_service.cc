@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
@@ -30,6 +31,56 @@ PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
   if (reply->accepted()) return PushOutcome::kAccepted;
   return reply->training_done() ? PushOutcome::kLate : PushOutcome::kStale;
 }
+
+// A pull's reactor: when the caller goes away (cancelled, or past its
+// deadline) while the pull waits, the shard frees the waiting pull at once.
+// It lives until gRPC is done with it and Watch has run (the reply may be
+// sent, and OnDone run, before the shard's Pull returns).
+class PullReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit PullReactor(ParameterShard* shard) : shard_(shard) {}
+  // The shard's id of the waiting pull (0: answered already). Call once.
+  void Watch(int64_t pull) {
+    bool cancelled, done;
+    {
+      absl::MutexLock lock(&mu_);
+      pull_ = pull;
+      watched_ = true;
+      cancelled = cancelled_;
+      done = done_;
+    }
+    if (done) {
+      delete this;
+    } else if (cancelled && pull != 0) {
+      shard_->CancelPull(pull);
+    }
+  }
+  void OnCancel() override {
+    int64_t pull;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      pull = pull_;
+    }
+    if (pull != 0) shard_->CancelPull(pull);  // Finishes it, if still waiting.
+  }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      if (!watched_) return;  // Watch deletes it.
+    }
+    delete this;
+  }
+
+ private:
+  ParameterShard* const shard_;
+  absl::Mutex mu_;
+  int64_t pull_ ABSL_GUARDED_BY(mu_) = 0;
+  bool watched_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace
 
@@ -107,13 +158,13 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                                      : (*shard)->default_pull_timeout();
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new PullReactor(*shard);
   const ParameterShard::PullOptions options =
       ParameterShard::PullOptions::FromRequest(pull, deadline);
   // A pull answered after Pull returned has waited.
   auto returned = std::make_shared<std::atomic<bool>>(false);
   const absl::Time start = absl::Now();
-  (*shard)->Pull(options,
+  const int64_t waiting = (*shard)->Pull(options,
                [reactor, response, metrics = metrics_, returned,
                 start](absl::StatusOr<ParameterShard::PullReply> reply) {
                  if (!reply.ok()) {
@@ -138,6 +189,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                  reactor->Finish(grpc::Status::OK);
                });
   returned->store(true);
+  reactor->Watch(waiting);
   return reactor;
 }
 

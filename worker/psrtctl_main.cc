@@ -142,7 +142,7 @@ absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
   for (int k = 0; k < spec.num_ps(); ++k) options.ps_addresses.push_back(spec.address("ps", k));
   options.replica = -1;
   options.rpc_timeout = absl::Seconds(5);
-  ASSIGN_OR_RETURN(options.security, psrt::TransportSecurityFromFlags());
+  ASSIGN_OR_RETURN(options.security, psrt::TransportSecurityFromFlags(/*serves=*/false));
   ASSIGN_OR_RETURN(psrt::Placement placement,
                    psrt::ComputePlacement({}, spec.num_ps(), psrt::PlacementOptions()));
   return std::make_unique<psrt::PsClient>(options, std::move(placement),
@@ -234,7 +234,7 @@ TaskReport ProbeWorker(const std::string& name, const std::string& address,
 absl::Status Status() {
   ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
   ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> loaded,
-                   psrt::TransportSecurityFromFlags());
+                   psrt::TransportSecurityFromFlags(/*serves=*/false));
   const auto security = loaded ? loaded : std::make_shared<const psrt::TransportSecurity>();
   std::vector<std::future<TaskReport>> reports;
   for (const char* job : {"ps", "chief", "worker", "evaluator"}) {
@@ -266,7 +266,7 @@ absl::Status Status() {
 absl::Status Health() {
   if (FLAGS_address.empty()) return absl::InvalidArgumentError("--address is required");
   ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security,
-                   psrt::TransportSecurityFromFlags());
+                   psrt::TransportSecurityFromFlags(/*serves=*/false));
   ASSIGN_OR_RETURN(std::string health,
                    CheckHealth(psrt::NewPsChannel(FLAGS_address, *security)));
   std::printf("%s %s\n", FLAGS_address.c_str(), health.c_str());

@@ -688,6 +688,40 @@ TEST(ParameterShardTest, NonFiniteInitialValuesAreRefused) {
   EXPECT_FALSE(shard.GetStatus().initialized());
 }
 
+// A flood of pulls that can never be answered: at most max_waiting_pulls
+// wait, the rest are refused at once; pushes go on; a cancelled pull is
+// freed and answered Cancelled.
+TEST(ParameterShardTest, AFloodOfPullsIsBounded) {
+  ParameterShard::Options options;
+  options.max_waiting_pulls = 100;
+  ParameterShard shard(options);
+  InitShard(&shard, Config(proto::ASYNC, 1, 1));
+  std::atomic<int> exhausted{0}, cancelled{0}, done{0};
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 20000; ++i) {
+    ParameterShard::PullOptions pull;
+    pull.min_version = int64_t{1} << 40;
+    pull.deadline = absl::InfiniteFuture();
+    const int64_t id = shard.Pull(pull, [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+      exhausted += absl::IsResourceExhausted(reply.status());
+      cancelled += absl::IsCancelled(reply.status());
+      ++done;
+    });
+    if (id != 0) ids.push_back(id);
+  }
+  EXPECT_EQ(ids.size(), 100u);
+  EXPECT_EQ(exhausted.load(), 19900);
+  EXPECT_EQ(shard.GetStatus().waiting_pulls(), 100);
+  ASSERT_TRUE(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).ok());
+  shard.CancelPull(ids[7]);
+  shard.CancelPull(ids[7]);  // Once only.
+  EXPECT_EQ(cancelled.load(), 1);
+  EXPECT_EQ(shard.GetStatus().waiting_pulls(), 99);
+  shard.Shutdown(0);  // Training over: the others are answered.
+  EXPECT_EQ(done.load(), 20000);
+  EXPECT_EQ(shard.GetStatus().waiting_pulls(), 0);
+}
+
 // A shard holding a model exits (WaitUntilFinished fails) when the chief
 // has been silent for chief_timeout without ending training; other
 // replicas' pushes do not count as the chief's.

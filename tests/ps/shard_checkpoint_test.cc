@@ -2,6 +2,8 @@
 // format and the happy path are covered by the integration checkpoint test
 // and export_checkpoint_test).
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,26 @@ TEST(ShardCheckpointTest, RefusesAHugeVariableWithoutAllocatingIt) {
   EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(state.status().message().find("missing or has the wrong shape"),
             absl::string_view::npos)
+      << state.status();
+}
+
+// A checkpoint whose checksum was stripped (here: its key renamed, the
+// header's length kept) cannot be verified, so it is not restored.
+TEST(ShardCheckpointTest, RefusesAFileWithoutAChecksum) {
+  const ShardCheckpointId id = NewCheckpointDir("no_checksum");
+  const std::string path = WriteCheckpoint(id, 3);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t key = bytes.find("\"psrt_crc32\"");
+  ASSERT_NE(key, std::string::npos);
+  bytes.replace(key, 12, "\"psrt_crcXX\"");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 3);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(state.status().message().find("carries no checksum"), absl::string_view::npos)
       << state.status();
 }
 

@@ -8,12 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -192,6 +194,31 @@ TEST(PsClientTest, Bf16WireRoundsOnlyWhatTravels) {
   ASSERT_TRUE(client.Pull(1, &params).ok());
   EXPECT_EQ(params[0].data()[0], 1.0f / 1024);
   client.Shutdown();
+}
+
+// A pull whose caller gives up (its deadline passes) while it waits is freed
+// on the shard at once, not when its own, much later, timeout comes.
+TEST(PsClientTest, APullWhoseCallerIsGoneIsFreedAtOnce) {
+  LocalPs ps;
+  const auto vars = Variables(10);
+  auto chief = NewClient({&ps}, 0, vars);
+  ASSERT_TRUE(chief->Init(SyncConfig(1), Filled(vars, 1.0f)).ok());
+  auto stub = proto::ParameterServer::NewStub(
+      grpc::CreateChannel(ps.address(), grpc::InsecureChannelCredentials()));
+  proto::PullRequest request;
+  request.set_min_version(1000);
+  request.set_timeout_ms(600000);
+  proto::PullResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  const grpc::Status status = stub->Pull(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (ps.shard().GetStatus().waiting_pulls() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(ps.shard().GetStatus().waiting_pulls(), 0);
+  chief->Shutdown();
 }
 
 TEST(PsClientTest, AStripeCountMismatchIsNamed) {
