@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -54,9 +55,11 @@ PSRT_VECTOR_CLONES void DecodeBf16(absl::Span<const uint16_t> from, absl::Span<f
 void Bf16AsFloatSource::ReadAt(size_t offset, absl::Span<char> dst) const {
   CHECK_EQ(offset % sizeof(float), 0u);
   CHECK_EQ(dst.size() % sizeof(float), 0u);
-  // Decoded through a small per-thread buffer: no allocation per read.
+  // Decoded through a small per-thread buffer: no allocation per read. On
+  // the heap, not in static TLS (which every thread's stack must hold).
   constexpr size_t kStaging = 16 << 10;  // Elements.
-  thread_local uint16_t staging[kStaging];
+  thread_local std::vector<uint16_t> buffer(kStaging);
+  uint16_t* staging = buffer.data();
   const size_t first = offset / sizeof(float);
   const size_t n = dst.size() / sizeof(float);
   float* out = reinterpret_cast<float*>(dst.data());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -141,8 +142,11 @@ void Optimizer::Apply(int64_t begin, absl::Span<const float> grad,
 bool Optimizer::UpdateIsFinite(int64_t begin, absl::Span<const float> grad,
                                absl::Span<const float> values) {
   // The rule runs on copies, a cache-sized piece at a time.
+  // On the heap, not in static TLS (which every thread's stack must hold).
   constexpr size_t kPiece = 4096;
-  thread_local float scratch[1 + kMaxSlots][kPiece];
+  thread_local std::vector<float> buffer((1 + kMaxSlots) * kPiece);
+  float* scratch[1 + kMaxSlots];
+  for (int i = 0; i <= kMaxSlots; ++i) scratch[i] = buffer.data() + i * kPiece;
   for (size_t done = 0; done < grad.size(); done += kPiece) {
     const size_t n = std::min(kPiece, grad.size() - done);
     std::memcpy(scratch[0], values.data() + done, n * sizeof(float));

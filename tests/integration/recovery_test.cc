@@ -33,11 +33,11 @@ class RecoveryTest : public ClusterFixture {
   // Starts every task of `spec` by hand: ps tasks with a checkpoint dir,
   // workers with `worker_flags`.
   void StartCluster(const std::string& spec, int ps, int workers,
-                    const std::string& worker_flags) {
+                    const std::string& worker_flags, const std::string& ps_flags = "") {
     for (int k = 0; k < ps; ++k) {
       ps_.push_back(std::make_unique<TaskProcess>(
           absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=",
-                       k, " --checkpoint_dir=", dir_, "/ckpt"),
+                       k, " --checkpoint_dir=", dir_, "/ckpt ", ps_flags),
           absl::StrCat(dir_, "/ps-", k, ".log")));
       ps_.back()->Start();
     }
@@ -243,7 +243,8 @@ TEST_F(RecoveryTest, RestartedWorkerRejoinsASyncJob) {
 TEST_F(RecoveryTest, DeadWorkerFailsASyncJobAtTheDeadlineInsteadOfHanging) {
   const std::string spec = MakeSpec(1, 2);
   StartCluster(spec, 1, 2,
-               absl::StrCat(kSyncFlags, " --train_steps=100000 --pull_timeout_secs=4"));
+               absl::StrCat(kSyncFlags, " --train_steps=100000 --pull_timeout_secs=4"),
+               "--chief_timeout_secs=5");
   ASSERT_TRUE(WaitForChiefStep(20)) << AllLogs();
   workers_[1]->Kill();
   const absl::Time killed = absl::Now();
@@ -251,8 +252,13 @@ TEST_F(RecoveryTest, DeadWorkerFailsASyncJobAtTheDeadlineInsteadOfHanging) {
   EXPECT_LT(absl::Now() - killed, absl::Seconds(30));
   const std::string chief = ReadFile(dir_ + "/worker-0.log");
   EXPECT_NE(chief.find("none yet from replica(s) 1"), std::string::npos) << chief;
-  // The chief said goodbye on its way out: the parameter server exits too.
-  EXPECT_EQ(ps_[0]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  // A failed chief does not end training (a supervisor would restart it);
+  // with nobody to, the parameter server fails too once the chief has been
+  // silent for --chief_timeout_secs, instead of waiting forever.
+  EXPECT_EQ(ps_[0]->Wait(absl::Seconds(60)), 1) << AllLogs();
+  EXPECT_NE(ReadFile(dir_ + "/ps-0.log").find("the chief failed and was not restarted"),
+            std::string::npos)
+      << AllLogs();
 }
 
 TEST_F(RecoveryTest, BackupWorkerCoversForADeadWorker) {
