@@ -55,6 +55,33 @@ absl::Status WriteIndex(const ShardCheckpointId& id, const std::vector<int64_t>&
   return WriteFileAtomically(IndexPath(id), text);
 }
 
+// The checkpoints in the order they were saved, oldest first: shard files
+// the index misses (a crash between a save's rename and its index update, a
+// lost index) first, by step, then the index's lines in order.
+std::vector<int64_t> InSaveOrder(const ShardCheckpointId& id) {
+  std::vector<int64_t> listed;
+  std::ifstream in(IndexPath(id));
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(in, line)) {
+    if (StepOfFile(id, line, &step) &&
+        std::find(listed.begin(), listed.end(), step) == listed.end()) {
+      listed.push_back(step);
+    }
+  }
+  std::vector<int64_t> unlisted;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(id.dir, error)) {
+    if (StepOfFile(id, entry.path().filename().string(), &step) &&
+        std::find(listed.begin(), listed.end(), step) == listed.end()) {
+      unlisted.push_back(step);
+    }
+  }
+  std::sort(unlisted.begin(), unlisted.end());
+  unlisted.insert(unlisted.end(), listed.begin(), listed.end());
+  return unlisted;
+}
+
 }  // namespace
 
 std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
@@ -114,14 +141,15 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
        {"slots", absl::StrJoin(slot_names, ",")},
        {"header", header_text}}));
 
-  std::vector<int64_t> steps = ListShardCheckpoints(id);  // Newest first.
+  // Retention by save order, not by step: after a rollback, the abandoned
+  // newer steps are the oldest saves, pruned first, and the file just
+  // written is always kept.
+  std::vector<int64_t> steps = InSaveOrder(id);
   steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
-  steps.insert(steps.begin(), step);
-  std::sort(steps.rbegin(), steps.rend());
-  std::vector<int64_t> kept(steps.begin(), steps.begin() + std::min<size_t>(keep, steps.size()));
-  std::reverse(kept.begin(), kept.end());  // The index lists oldest first.
-  RETURN_IF_ERROR(WriteIndex(id, kept));
-  for (size_t i = keep; i < steps.size(); ++i) {
+  steps.push_back(step);
+  const size_t pruned = steps.size() - std::min<size_t>(keep, steps.size());
+  RETURN_IF_ERROR(WriteIndex(id, {steps.begin() + pruned, steps.end()}));
+  for (size_t i = 0; i < pruned; ++i) {
     ::unlink(absl::StrCat(id.dir, "/", FileName(id, steps[i])).c_str());
   }
   return path;

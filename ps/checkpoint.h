@@ -16,12 +16,13 @@
 // plus the file's checksum; a file that fails it, is truncated or does not
 // match the shard is refused with a clear error.
 //
-// The index is text, newest last, rewritten atomically after each save:
+// The index is text, in save order (newest last), rewritten atomically
+// after each save:
 //   model.ckpt-1000.ps-0-of-2.safetensors
 //   model.ckpt-2000.ps-0-of-2.safetensors
 // Files are written to a temporary name, fsynced and renamed, so a crash
-// never leaves a partial file under a real name; only the newest `keep`
-// checkpoints are kept.
+// never leaves a partial file under a real name; only the `keep` most
+// recently saved checkpoints are kept.
 #ifndef PSRT_PS_CHECKPOINT_H_
 #define PSRT_PS_CHECKPOINT_H_
 
@@ -65,8 +66,10 @@ struct ShardState {
   Tensor average;  // Empty: no moving averages.
 };
 
-// Writes the state as checkpoint `step`, updates the index and deletes the
-// files of checkpoints beyond the newest `keep` (keep >= 1). Returns the path.
+// Writes the state as checkpoint `step`, appends it to the index and deletes
+// the files of all but the `keep` (>= 1) most recently saved checkpoints,
+// this one included. Recency is save order, not step: after a rollback to
+// an older step, the abandoned newer ones go first. Returns the path.
 absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
                                                  int64_t step,
                                                  const ShardStateView& state,

@@ -42,8 +42,8 @@ proto::InitHeader Model() {
   return model;
 }
 
-// Writes checkpoint `step` of Model().
-std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step) {
+// Writes checkpoint `step` of Model(), keeping the `keep` latest.
+std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step, int keep = 5) {
   const std::vector<float> values = {1, 2};
   ShardStateView view;
   const proto::InitHeader model = Model();
@@ -52,7 +52,7 @@ std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step) {
   view.version = step;
   view.num_elements = 2;
   view.values = values.data();
-  absl::StatusOr<std::string> path = WriteShardCheckpoint(id, step, view, 5);
+  absl::StatusOr<std::string> path = WriteShardCheckpoint(id, step, view, keep);
   EXPECT_TRUE(path.ok()) << path.status();
   return path.value_or("");
 }
@@ -103,6 +103,24 @@ TEST(ShardCheckpointTest, RefusesAHugeVariableWithoutAllocatingIt) {
   EXPECT_NE(state.status().message().find("missing or has the wrong shape"),
             absl::string_view::npos)
       << state.status();
+}
+
+// After a rollback (training resumed from 20 while 40 exists), retention
+// goes by save order: the checkpoint just written is kept, the abandoned
+// newer step is pruned first.
+TEST(ShardCheckpointTest, RetentionAfterARollbackKeepsTheNewSaves) {
+  const ShardCheckpointId id = NewCheckpointDir("rollback");
+  for (int64_t step : {10, 20, 40}) WriteCheckpoint(id, step, /*keep=*/2);
+  EXPECT_EQ(ListShardCheckpoints(id), (std::vector<int64_t>{40, 20}));
+  WriteCheckpoint(id, 30, /*keep=*/2);  // Rolled back to 20, trained on.
+  EXPECT_EQ(ListShardCheckpoints(id), (std::vector<int64_t>{40, 30}));
+  WriteCheckpoint(id, 35, /*keep=*/2);
+  EXPECT_EQ(ListShardCheckpoints(id), (std::vector<int64_t>{35, 30}));
+  // keep=1 used to delete the file it had just written, and say OK.
+  WriteCheckpoint(id, 50, /*keep=*/1);
+  WriteCheckpoint(id, 45, /*keep=*/1);
+  EXPECT_EQ(ListShardCheckpoints(id), (std::vector<int64_t>{45}));
+  EXPECT_TRUE(ReadShardCheckpoint(id, 45).ok());
 }
 
 // A checkpoint whose checksum was stripped (here: its key renamed, the
