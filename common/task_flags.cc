@@ -20,6 +20,12 @@ DEFINE_string(auth_token_file, "",
               "RPC must carry it. The PSRT_AUTH_TOKEN environment variable "
               "works instead. Empty and unset: no token.");
 
+DEFINE_string(chief_token_file, "",
+              "File holding the chief's own token (one line), besides the "
+              "workers' --auth_token_file: parameter servers then take Init, "
+              "Save, Restore and the end of training only from calls with it. "
+              "Give it to the chief, the ps tasks and operators (psrtctl), not "
+              "to other workers. PSRT_CHIEF_TOKEN works instead.");
 DEFINE_int32(ps_stripes, 2,
              "Shards each ps process serves, each over its own connection: a "
              "large model then moves as several concurrent streams. Give every "
@@ -45,6 +51,8 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFl
   options.tls_ca_file = FLAGS_tls_ca;
   options.auth_token_file = FLAGS_auth_token_file;
   if (const char* token = std::getenv("PSRT_AUTH_TOKEN")) options.auth_token = token;
+  options.chief_token_file = FLAGS_chief_token_file;
+  if (const char* token = std::getenv("PSRT_CHIEF_TOKEN")) options.chief_token = token;
   ASSIGN_OR_RETURN(TransportSecurity security, LoadTransportSecurity(options));
   if (security.has_auth_token() && !security.tls()) {
     LOG(WARNING) << "auth token without TLS: the token travels in cleartext; "

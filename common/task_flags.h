@@ -5,6 +5,7 @@
 //   --tls_cert=FILE --tls_key=FILE --tls_ca=FILE   mutual TLS
 //   --auth_token_file=FILE                         the shared auth token
 //   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
+//   --chief_token_file=FILE, PSRT_CHIEF_TOKEN      the chief's own token (roles)
 //   --ps_stripes=S                                 shards per ps process
 //
 // This file belongs to the binaries' side of the "flags are read only in

@@ -167,31 +167,33 @@ absl::Status CheckKeyAndChain(const FlagFile& cert_file, const std::vector<X509P
 
 // ---------------------------------------------------------------- the token
 
-// The token from its file or the environment, checked; empty when neither
-// is given.
-absl::StatusOr<std::string> LoadToken(const TransportSecurityOptions& options) {
-  const bool from_file = !options.auth_token_file.empty();
-  if (from_file && options.auth_token.has_value()) {
+// A token from its file (flag `flag`) or the environment (`env`), checked;
+// empty when neither is given.
+absl::StatusOr<std::string> LoadToken(const char* flag, const std::string& path,
+                                      const std::optional<std::string>& value,
+                                      const char* env) {
+  const bool from_file = !path.empty();
+  if (from_file && value.has_value()) {
     return absl::InvalidArgumentError(
-        "both --auth_token_file and PSRT_AUTH_TOKEN are set: use one of them");
+        absl::StrCat("both --", flag, " and ", env, " are set: use one of them"));
   }
-  if (!from_file && !options.auth_token.has_value()) return std::string();
-  const FlagFile file{"auth_token_file", options.auth_token_file};
-  const std::string source = from_file ? file.Name() : "PSRT_AUTH_TOKEN";
+  if (!from_file && !value.has_value()) return std::string();
+  const FlagFile file{flag, path};
+  const std::string source = from_file ? file.Name() : env;
   std::string token;
   if (from_file) {
     ASSIGN_OR_RETURN(token, ReadFlagFile(file, /*secret=*/true));
   } else {
-    token = *options.auth_token;
+    token = *value;
   }
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the auth token is empty"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the token is empty"));
   }
   for (char c : token) {
     if (c < 0x21 || c > 0x7e) {  // What an HTTP/2 header value carries.
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ": the auth token may hold only printable ASCII characters, "
+          source, ": the token may hold only printable ASCII characters, "
                   "no spaces"));
     }
   }
@@ -200,18 +202,43 @@ absl::StatusOr<std::string> LoadToken(const TransportSecurityOptions& options) {
 
 // ---------------------------------------------------------------- gRPC side
 
+// SHA-256 of `text`: tokens are compared as digests, so the comparison's
+// time says nothing about a token's length or contents.
+std::string Digest(absl::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  CHECK_EQ(EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr), 1);
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+// What the server's check accepts: digests of "Bearer <token>" for the
+// workers' token and (when set) the chief's.
+struct AcceptedTokens {
+  std::string worker;
+  std::string chief;  // Empty: no chief token, no roles.
+};
+
 // gRPC's auth metadata processor: lets a call through when its
-// "authorization" metadata is exactly `state` ("Bearer <token>"), compared in
-// constant time, and consumes that metadata so no handler sees it.
+// "authorization" metadata is one of the accepted tokens (digests compared
+// in constant time), marks a call with the chief's token with the auth
+// property kChiefRoleProperty, and consumes that metadata so no handler sees
+// it.
 void CheckAuthorization(void* state, grpc_auth_context* context, const grpc_metadata* md,
                         size_t num_md, grpc_process_auth_metadata_done_cb done,
                         void* user_data) {
-  const std::string& expected = *static_cast<const std::string*>(state);
+  const AcceptedTokens& accepted = *static_cast<const AcceptedTokens*>(state);
   for (size_t i = 0; i < num_md; ++i) {
     if (grpc_slice_str_cmp(md[i].key, kAuthorizationKey) != 0) continue;
-    const size_t size = GRPC_SLICE_LENGTH(md[i].value);
-    if (size == expected.size() &&
-        CRYPTO_memcmp(GRPC_SLICE_START_PTR(md[i].value), expected.data(), size) == 0) {
+    const std::string presented = Digest(absl::string_view(
+        reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(md[i].value)),
+        GRPC_SLICE_LENGTH(md[i].value)));
+    const bool chief = !accepted.chief.empty() &&
+                       CRYPTO_memcmp(presented.data(), accepted.chief.data(),
+                                     presented.size()) == 0;
+    const bool worker =
+        CRYPTO_memcmp(presented.data(), accepted.worker.data(), presented.size()) == 0;
+    if (chief || worker) {
+      if (chief) grpc_auth_context_add_cstring_property(context, kChiefRoleProperty, "chief");
       done(user_data, &md[i], 1, nullptr, 0, GRPC_STATUS_OK, nullptr);
       return;
     }
@@ -235,9 +262,11 @@ void CheckAuthorization(void* state, grpc_auth_context* context, const grpc_meta
 // interface (Debian 12's libgrpc++).
 class CheckedServerCredentials final : public grpc::ServerCredentials {
  public:
-  // Empty `cert_pem`: plaintext. Empty `authorization`: no token check.
+  // Empty `cert_pem`: plaintext. Empty `authorization`: no token check;
+  // else `chief_authorization` (may be empty) is accepted too.
   CheckedServerCredentials(const std::string& ca_pem, const std::string& cert_pem,
-                           const std::string& key_pem, const std::string& authorization) {
+                           const std::string& key_pem, const std::string& authorization,
+                           const std::string& chief_authorization) {
     if (cert_pem.empty()) {
       creds_ = grpc_insecure_server_credentials_create();
     } else {
@@ -248,10 +277,13 @@ class CheckedServerCredentials final : public grpc::ServerCredentials {
     }
     CHECK(creds_ != nullptr);
     if (!authorization.empty()) {
+      auto* accepted = new AcceptedTokens{
+          Digest(authorization),
+          chief_authorization.empty() ? std::string() : Digest(chief_authorization)};
       grpc_server_credentials_set_auth_metadata_processor(
           creds_, {&CheckAuthorization,
-                   [](void* state) { delete static_cast<std::string*>(state); },
-                   new std::string(authorization)});
+                   [](void* state) { delete static_cast<AcceptedTokens*>(state); },
+                   accepted});
     }
   }
   ~CheckedServerCredentials() override { grpc_server_credentials_release(creds_); }
@@ -303,13 +335,14 @@ class TokenAttacherFactory final
 
 std::string TransportSecurity::Describe() const {
   return absl::StrCat(tls() ? "mutual TLS" : "plaintext",
-                      has_auth_token() ? " + auth token" : ", no auth token");
+                      has_auth_token() ? " + auth token" : ", no auth token",
+                      has_chief_token() ? " + chief token (roles)" : "");
 }
 
 std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() const {
   if (!tls() && !has_auth_token()) return grpc::InsecureServerCredentials();
   return std::make_shared<CheckedServerCredentials>(ca_pem_, cert_pem_, key_pem_,
-                                                    authorization_);
+                                                    authorization_, chief_authorization_);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials() const {
@@ -324,15 +357,37 @@ std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials(
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
 TransportSecurity::ClientInterceptors() const {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> out;
-  if (has_auth_token()) out.push_back(std::make_unique<TokenAttacherFactory>(authorization_));
+  const std::string& token = as_chief_ ? chief_authorization_ : authorization_;
+  if (!token.empty()) out.push_back(std::make_unique<TokenAttacherFactory>(token));
   return out;
+}
+
+TransportSecurity TransportSecurity::ForChief() const {
+  TransportSecurity chief = *this;
+  chief.as_chief_ = has_chief_token();
+  return chief;
 }
 
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(
     const TransportSecurityOptions& options) {
   TransportSecurity security;
-  ASSIGN_OR_RETURN(std::string token, LoadToken(options));
+  ASSIGN_OR_RETURN(std::string token, LoadToken("auth_token_file", options.auth_token_file,
+                                                 options.auth_token, "PSRT_AUTH_TOKEN"));
   if (!token.empty()) security.authorization_ = absl::StrCat(kBearerPrefix, token);
+  ASSIGN_OR_RETURN(std::string chief, LoadToken("chief_token_file", options.chief_token_file,
+                                                 options.chief_token, "PSRT_CHIEF_TOKEN"));
+  if (!chief.empty()) {
+    if (token.empty()) {
+      return absl::InvalidArgumentError(
+          "a chief token (--chief_token_file or PSRT_CHIEF_TOKEN) needs the workers' "
+          "auth token too (--auth_token_file or PSRT_AUTH_TOKEN)");
+    }
+    if (chief == token) {
+      return absl::InvalidArgumentError(
+          "the chief token equals the workers' auth token: give the chief its own");
+    }
+    security.chief_authorization_ = absl::StrCat(kBearerPrefix, chief);
+  }
 
   const FlagFile cert{"tls_cert", options.tls_cert_file};
   const FlagFile key{"tls_key", options.tls_key_file};

@@ -15,6 +15,13 @@
 //    call; a call without the right token ends UNAUTHENTICATED, and the
 //    header is consumed so that no handler ever sees it. Without TLS the
 //    token travels in cleartext: use it alone only on a trusted network.
+//    Tokens are compared as SHA-256 digests, so the time a check takes
+//    tells nothing of the token, its length included.
+//  - Roles, with a second token for the chief (--chief_token_file): servers
+//    accept either token, and mark calls made with the chief's; the ps
+//    then takes Init, Save, Restore and the end of training from those
+//    alone, so a worker's credentials cannot reset, roll back or stop a
+//    job. Workers are given the auth token only.
 //
 // Loading reads and checks every file at start, so a misconfiguration (a
 // certificate without its key, an unreadable file, bad PEM, a key that does
@@ -49,7 +56,14 @@ struct TransportSecurityOptions {
   std::string auth_token_file;
   // The token itself, when set (even empty); at most one of these two.
   std::optional<std::string> auth_token;
+  // The chief's own token (--chief_token_file, PSRT_CHIEF_TOKEN), for roles.
+  std::string chief_token_file;
+  std::optional<std::string> chief_token;
 };
+
+// The auth property a server puts on a call that came with the chief's
+// token (grpc::AuthContext::FindPropertyValues).
+inline constexpr char kChiefRoleProperty[] = "psrt_role";
 
 class TransportSecurity {
  public:
@@ -58,6 +72,13 @@ class TransportSecurity {
 
   bool tls() const { return !cert_pem_.empty(); }
   bool has_auth_token() const { return !authorization_.empty(); }
+  // A chief token is set: servers accept it besides the workers' token and
+  // mark its calls as the chief's, which alone may Init, Save, Restore and
+  // end training (PsService).
+  bool has_chief_token() const { return !chief_authorization_.empty(); }
+  // The same, presenting the chief's token on its calls (when it has one):
+  // for the chief and for operators (psrtctl).
+  TransportSecurity ForChief() const;
   // "mutual TLS + auth token", "plaintext, no auth token", ...: for logs.
   std::string Describe() const;
 
@@ -78,6 +99,8 @@ class TransportSecurity {
 
   std::string ca_pem_, cert_pem_, key_pem_;
   std::string authorization_;  // "Bearer <token>"; empty: no token.
+  std::string chief_authorization_;  // The chief's; empty: no roles.
+  bool as_chief_ = false;  // Calls present chief_authorization_.
 };
 
 // Reads and checks every file named in `options` (see the header comment).

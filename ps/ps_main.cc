@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  psrt::PsService service(stripe_shards, &ps_metrics, &health);
+  psrt::PsService service(stripe_shards, &ps_metrics, &health,
+                          /*chief_only_admin=*/(*security)->has_chief_token());
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);

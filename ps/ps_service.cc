@@ -8,11 +8,12 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
+#include "common/transport_security.h"
 #include "glog/logging.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -100,6 +101,19 @@ absl::StatusOr<ParameterShard*> PsService::ShardOf(
   return shards_[stripe];
 }
 
+absl::Status PsService::CheckChief(const grpc::CallbackServerContext& context,
+                                   absl::string_view what) const {
+  if (!chief_only_admin_ ||
+      !context.auth_context()->FindPropertyValues(kChiefRoleProperty).empty()) {
+    return absl::OkStatus();
+  }
+  LOG_EVERY_T(WARNING, 10) << "refused " << what << " from " << context.peer()
+                               << ": it did not come with the chief's token";
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, ": only the chief may call it, and this call came with the workers' "
+            "token, not the chief's (--chief_token_file)"));
+}
+
 void PsService::ReportReadiness() {
   bool ready = true;
   int64_t version = INT64_MAX;
@@ -120,6 +134,9 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
                                           grpc::ByteBuffer* response) {
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
+  if (absl::Status chief = CheckChief(*context, "init"); !chief.ok()) {
+    return FinishNow(context, chief);
+  }
   proto::InitHeader header;
   TensorFrameReader reader;
   absl::Status status = reader.Open(*request, &header);
@@ -229,6 +246,15 @@ grpc::ServerUnaryReactor* PsService::GetStatus(
 grpc::ServerUnaryReactor* PsService::Shutdown(
     grpc::CallbackServerContext* context, const proto::ShutdownRequest* request,
     proto::ShutdownResponse* /*response*/) {
+  if (request->replica() < -1) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "shutdown: replica ", request->replica(), " is below -1")));
+  }
+  if (request->replica() <= 0) {  // Ends training.
+    if (absl::Status chief = CheckChief(*context, "shutdown"); !chief.ok()) {
+      return FinishNow(context, chief);
+    }
+  }
   for (ParameterShard* shard : shards_) shard->Shutdown(request->replica());
   return FinishNow(context, absl::OkStatus());
 }
@@ -238,6 +264,9 @@ grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
                                           proto::SaveResponse* response) {
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
+  if (absl::Status chief = CheckChief(*context, "save"); !chief.ok()) {
+    return FinishNow(context, chief);
+  }
   absl::StatusOr<std::string> path =
       (*shard)->Save(request->step(), request->version(), request->keep());
   if (path.ok()) response->set_path(*path);
@@ -249,6 +278,9 @@ grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* contex
                                              proto::RestoreResponse* response) {
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
+  if (absl::Status chief = CheckChief(*context, "restore"); !chief.ok()) {
+    return FinishNow(context, chief);
+  }
   absl::Status status = (*shard)->Restore(request->step(), request->recovery_epoch());
   if (status.ok()) {
     response->set_version((*shard)->GetStatus().version());

@@ -41,9 +41,16 @@ class PsService final : public PsServiceBase {
   // Stripe s is shards[s]. REQUIRES: shards is not empty; the shards
   // outlive the service; `metrics` and `health` (either may be null: not
   // reported) outlive the shards.
+  // With `chief_only_admin`, Init, Save, Restore and a Shutdown that ends
+  // training are refused (PermissionDenied) unless the call came with the
+  // chief's token (TransportSecurity's roles).
   explicit PsService(std::vector<ParameterShard*> shards,
-                     PsMetrics* metrics = nullptr, HealthReporter* health = nullptr)
-      : shards_(std::move(shards)), metrics_(metrics), health_(health) {}
+                     PsMetrics* metrics = nullptr, HealthReporter* health = nullptr,
+                     bool chief_only_admin = false)
+      : shards_(std::move(shards)),
+        metrics_(metrics),
+        health_(health),
+        chief_only_admin_(chief_only_admin) {}
 
   // Publishes the readiness (every stripe ready) and version (the lowest) to
   // the health service and the metrics. The handlers call it after Init and
@@ -77,9 +84,14 @@ class PsService final : public PsServiceBase {
   // The stripe the call names; InvalidArgument for one this process lacks.
   absl::StatusOr<ParameterShard*> ShardOf(const grpc::CallbackServerContext& context) const;
 
+  // PermissionDenied for an admin call (`what`) without the chief's role.
+  absl::Status CheckChief(const grpc::CallbackServerContext& context,
+                          absl::string_view what) const;
+
   const std::vector<ParameterShard*> shards_;
   PsMetrics* const metrics_;
   HealthReporter* const health_;
+  const bool chief_only_admin_;
 };
 
 }  // namespace psrt

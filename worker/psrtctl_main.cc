@@ -135,6 +135,14 @@ absl::Status MakeSpec() {
   return absl::OkStatus();
 }
 
+// The flags' transport security, presenting the chief's token when given:
+// an operator may end training.
+absl::StatusOr<std::shared_ptr<const psrt::TransportSecurity>> OperatorSecurity() {
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> loaded,
+                   psrt::TransportSecurityFromFlags(/*serves=*/false));
+  return std::make_shared<const psrt::TransportSecurity>(loaded->ForChief());
+}
+
 // A client that only talks to the shards (no variables).
 absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
   ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
@@ -142,7 +150,7 @@ absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
   for (int k = 0; k < spec.num_ps(); ++k) options.ps_addresses.push_back(spec.address("ps", k));
   options.replica = -1;
   options.rpc_timeout = absl::Seconds(5);
-  ASSIGN_OR_RETURN(options.security, psrt::TransportSecurityFromFlags(/*serves=*/false));
+  ASSIGN_OR_RETURN(options.security, OperatorSecurity());
   ASSIGN_OR_RETURN(psrt::Placement placement,
                    psrt::ComputePlacement({}, spec.num_ps(), psrt::PlacementOptions()));
   return std::make_unique<psrt::PsClient>(options, std::move(placement),
@@ -233,8 +241,7 @@ TaskReport ProbeWorker(const std::string& name, const std::string& address,
 // unreachable (after printing every line).
 absl::Status Status() {
   ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
-  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> loaded,
-                   psrt::TransportSecurityFromFlags(/*serves=*/false));
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> loaded, OperatorSecurity());
   const auto security = loaded ? loaded : std::make_shared<const psrt::TransportSecurity>();
   std::vector<std::future<TaskReport>> reports;
   for (const char* job : {"ps", "chief", "worker", "evaluator"}) {
@@ -265,8 +272,7 @@ absl::Status Status() {
 // One task's health, as a Kubernetes exec probe asks it.
 absl::Status Health() {
   if (FLAGS_address.empty()) return absl::InvalidArgumentError("--address is required");
-  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security,
-                   psrt::TransportSecurityFromFlags(/*serves=*/false));
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security, OperatorSecurity());
   ASSIGN_OR_RETURN(std::string health,
                    CheckHealth(psrt::NewPsChannel(FLAGS_address, *security)));
   std::printf("%s %s\n", FLAGS_address.c_str(), health.c_str());

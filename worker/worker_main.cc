@@ -317,6 +317,8 @@ absl::Status Run() {
   const psrt::ClusterSpec& spec = cluster.spec;
   const int replica = evaluator ? -1 : spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
+  // The chief presents the chief's token, when there is one (roles).
+  if (replica == 0) security = std::make_shared<const psrt::TransportSecurity>(security->ForChief());
 
   // Telemetry: metrics (--metrics_port); status and health on the task's port.
   int restarts = 0;

@@ -191,6 +191,28 @@ TEST_F(TransportSecurityTest, EmptyTokensAreRefused) {
   ExpectRefused(env, {"PSRT_AUTH_TOKEN", "empty"});
 }
 
+TEST_F(TransportSecurityTest, AChiefTokenNeedsItsOwnValueAndTheWorkersToken) {
+  TransportSecurityOptions alone;
+  alone.chief_token = "boss";
+  absl::StatusOr<TransportSecurity> refused = LoadTransportSecurity(alone);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("needs the workers' auth token"), std::string::npos)
+      << refused.status();
+  TransportSecurityOptions same;
+  same.auth_token = "s3cret";
+  same.chief_token = "s3cret";
+  refused = LoadTransportSecurity(same);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().find("s3cret"), std::string::npos);
+  TransportSecurityOptions both;
+  both.auth_token = "s3cret";
+  both.chief_token = "boss";
+  absl::StatusOr<TransportSecurity> loaded = LoadTransportSecurity(both);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->has_chief_token());
+  EXPECT_EQ(loaded->Describe(), "plaintext + auth token + chief token (roles)");
+}
+
 TEST_F(TransportSecurityTest, TokenFromFileAndEnvironmentIsAmbiguous) {
   TransportSecurityOptions options;
   options.auth_token_file = WriteFile("token", "s3cret");

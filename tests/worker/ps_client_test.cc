@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
+#include "common/transport_security.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -30,12 +31,17 @@ namespace {
 // on a free port. `port` 0 picks a free one; another restarts a task on its
 // old port.
 struct LocalPs {
-  explicit LocalPs(int port_to_use = 0, int stripes = 1)
-      : shards(MakeShards(stripes)), service(Pointers(shards)) {
+  // With `security`, its credentials, and roles when it has a chief token.
+  explicit LocalPs(int port_to_use = 0, int stripes = 1,
+                   std::shared_ptr<const TransportSecurity> security = nullptr)
+      : shards(MakeShards(stripes)),
+        service(Pointers(shards), nullptr, nullptr,
+                /*chief_only_admin=*/security != nullptr && security->has_chief_token()) {
     grpc::ServerBuilder builder;
     ConfigurePsServer(&builder, int64_t{1} << 30);
-    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port_to_use),
-                             grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(
+        absl::StrCat("127.0.0.1:", port_to_use),
+        security ? security->ServerCredentials() : grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
   }
@@ -71,8 +77,10 @@ std::vector<VariableDef> Variables(int64_t rows = 6000) {
 std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& tasks, int replica,
                                     const std::vector<VariableDef>& vars,
                                     absl::Duration retry_timeout = absl::Seconds(60),
-                                    int stripes = 1) {
+                                    int stripes = 1,
+                                    std::shared_ptr<const TransportSecurity> security = nullptr) {
   PsClient::Options options;
+  options.security = std::move(security);
   options.retry_timeout = retry_timeout;
   for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
   options.ps_stripes = stripes;
@@ -219,6 +227,49 @@ TEST(PsClientTest, APullWhoseCallerIsGoneIsFreedAtOnce) {
   }
   EXPECT_EQ(ps.shard().GetStatus().waiting_pulls(), 0);
   chief->Shutdown();
+}
+
+// Roles: with a chief token, a worker's credentials cannot Init, Save,
+// Restore or end training; the chief's can, and a worker may still say
+// goodbye for itself.
+TEST(PsClientTest, AdminCallsNeedTheChiefsToken) {
+  TransportSecurityOptions options;
+  options.auth_token = "worker-secret";
+  options.chief_token = "chief-secret";
+  absl::StatusOr<TransportSecurity> loaded = LoadTransportSecurity(options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto workers = std::make_shared<const TransportSecurity>(*loaded);
+  auto chief = std::make_shared<const TransportSecurity>(loaded->ForChief());
+  LocalPs ps(0, 1, workers);
+  const auto vars = Variables(10);
+  auto as_worker = NewClient({&ps}, 1, vars, absl::Seconds(1), 1, workers);
+  auto as_chief = NewClient({&ps}, 0, vars, absl::Seconds(1), 1, chief);
+  ASSERT_TRUE(as_worker->WaitForServers(absl::Seconds(10)).ok());
+
+  const absl::Status init = as_worker->Init(SyncConfig(2), Filled(vars, 1.0f));
+  EXPECT_EQ(init.code(), absl::StatusCode::kPermissionDenied) << init;
+  EXPECT_NE(init.message().find("only the chief"), std::string::npos) << init;
+  ASSERT_TRUE(as_chief->Init(SyncConfig(2), Filled(vars, 1.0f)).ok());
+  EXPECT_EQ(as_worker->Save(0, -1, 1).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(as_worker->Restore(0, 1).code(), absl::StatusCode::kPermissionDenied);
+  // Saving and restoring need a checkpoint directory, which this ps lacks:
+  // the chief gets past the role check to that error.
+  EXPECT_EQ(as_chief->Save(0, -1, 1).code(), absl::StatusCode::kFailedPrecondition);
+
+  // A worker's goodbye is its own business; ending training is not.
+  PsClient::Options operator_options;
+  operator_options.ps_addresses = {ps.address()};
+  operator_options.replica = -1;
+  operator_options.retry_timeout = absl::Seconds(1);
+  operator_options.security = workers;
+  auto placement = ComputePlacement({}, 1, PlacementOptions());
+  PsClient impostor(operator_options, *placement, {});
+  impostor.Shutdown();  // Errors are only logged: check the shard instead.
+  EXPECT_FALSE(ps.shard().GetStatus().training_done());
+  as_worker->Shutdown();
+  EXPECT_FALSE(ps.shard().GetStatus().training_done());
+  as_chief->Shutdown();
+  EXPECT_TRUE(ps.shard().GetStatus().training_done());
 }
 
 TEST(PsClientTest, AStripeCountMismatchIsNamed) {

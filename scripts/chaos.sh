@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Chaos soak: N synchronous training runs (2 ps + 2 workers on 127.0.0.1,
+# launched with --restart_policy=ExitCode and checkpoints), each with one
+# random task killed -9 at a random moment. Every run must finish and end
+# within 0.01 test accuracy of an undisturbed run of the same job (sync
+# training resumes exactly, so the difference is normally 0). Prints a line
+# per run and the tally:
+#   chaos: run=I killed=TASK after_s=S exit=E accuracy=A diff=D ok|FAIL
+#   chaos: runs=N passed=P failed=F reference_accuracy=A
+# and exits 1 when a run failed (its logs are kept and named).
+#
+#   scripts/chaos.sh [N] [--model mlp] [--steps 300]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=20 model=mlp steps=300
+if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+scripts/setup.sh >/dev/null
+work=$(mktemp -d /tmp/psrt_chaos.XXXXXX)
+flags=(--model="$model" --sync_replicas --batch_size=100 --noshuffle --learning_rate=0.05
+       --train_steps="$steps" --save_checkpoint_steps=25 --log_every_steps=50
+       --progress=log --pull_timeout_secs=60)
+
+# One job in $work/$1; prints its final accuracy ("" when there is none).
+final_accuracy() {
+  sed -n 's/^final: global_step=[0-9]* test_accuracy=\([0-9.]*\).*/\1/p' "$1/worker-0.log" | tail -1
+}
+
+scripts/make_cluster_spec.sh --ps 2 --workers 2 --out "$work/reference.json"
+scripts/launch.sh --cluster_spec "$work/reference.json" --logdir "$work/reference" \
+  --checkpoint_dir "$work/reference/ckpt" -- "${flags[@]}" >"$work/reference.out" 2>&1 ||
+  { echo "chaos: the undisturbed run failed; see $work/reference.out" >&2; exit 1; }
+reference=$(final_accuracy "$work/reference")
+
+passed=0 failed=0
+tasks=(ps/0 ps/1 worker/0 worker/1)
+for ((i = 1; i <= runs; i++)); do
+  dir="$work/run-$i"
+  mkdir -p "$dir"
+  scripts/make_cluster_spec.sh --ps 2 --workers 2 --out "$dir/cluster.json"
+  scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" \
+    --checkpoint_dir "$dir/ckpt" --restart_policy=ExitCode -- "${flags[@]}" \
+    >"$dir/launch.out" 2>&1 &
+  launcher=$!
+  victim=${tasks[RANDOM % ${#tasks[@]}]}
+  # Somewhere between the first steps and the end of a typical run.
+  delay=$(awk -v r=$RANDOM 'BEGIN {printf "%.1f", 1 + 8 * r / 32767}')
+  sleep "$delay"
+  pid=$(sed -n "s|^launch: started $victim on .* (pid \([0-9]*\),.*|\1|p" "$dir/launch.out" | tail -1)
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  code=0
+  wait "$launcher" || code=$?
+  accuracy=$(final_accuracy "$dir")
+  verdict=FAIL diff=""
+  if [ "$code" -eq 0 ] && [ -n "$accuracy" ]; then
+    diff=$(awk -v a="$accuracy" -v b="$reference" 'BEGIN {d = a - b; if (d < 0) d = -d; printf "%.4f", d}')
+    if awk -v d="$diff" 'BEGIN {exit !(d <= 0.01)}'; then verdict=ok; fi
+  fi
+  if [ "$verdict" = ok ]; then
+    passed=$((passed + 1))
+    rm -rf "$dir"
+  else
+    failed=$((failed + 1))
+  fi
+  note=""
+  [ "$verdict" = FAIL ] && note=" (logs: $dir)"
+  echo "chaos: run=$i killed=$victim after_s=$delay exit=$code accuracy=${accuracy:-none}" \
+       "diff=${diff:-none} $verdict$note"
+done
+echo "chaos: runs=$runs passed=$passed failed=$failed reference_accuracy=$reference"
+if [ "$failed" -eq 0 ]; then rm -rf "$work"; exit 0; fi
+exit 1
