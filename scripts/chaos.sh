@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Chaos soak: N synchronous training runs (2 ps + 2 workers on 127.0.0.1,
 # launched with --restart_policy=ExitCode and checkpoints), each with one
-# random task killed -9 at a random moment. Every run must finish and end
+# random task killed -9 at a random step. Every run must finish and end
 # within 0.01 test accuracy of an undisturbed run of the same job (sync
 # training resumes exactly, so the difference is normally 0). Prints a line
 # per run and the tally:
-#   chaos: run=I killed=TASK after_s=S exit=E accuracy=A diff=D ok|FAIL
+#   chaos: run=I killed=TASK at_step=K exit=E accuracy=A diff=D ok|FAIL
 #   chaos: runs=N passed=P failed=F reference_accuracy=A
-# and exits 1 when a run failed (its logs are kept and named).
+# and exits 1 when a run failed (its logs are kept and named); a run whose
+# victim could not be killed (it had exited) counts as failed too.
 #
-#   scripts/chaos.sh [N] [--model mlp] [--steps 300]
+#   scripts/chaos.sh [N] [--model mlp] [--steps 600]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=20 model=mlp steps=300
+runs=20 model=mlp steps=600
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,7 +25,7 @@ done
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_chaos.XXXXXX)
 flags=(--model="$model" --sync_replicas --batch_size=100 --noshuffle --learning_rate=0.05
-       --train_steps="$steps" --save_checkpoint_steps=25 --log_every_steps=50
+       --train_steps="$steps" --save_checkpoint_steps=25 --log_every_steps=5
        --progress=log --pull_timeout_secs=60)
 
 # One job in $work/$1; prints its final accuracy ("" when there is none).
@@ -49,16 +50,21 @@ for ((i = 1; i <= runs; i++)); do
     >"$dir/launch.out" 2>&1 &
   launcher=$!
   victim=${tasks[RANDOM % ${#tasks[@]}]}
-  # Somewhere between the first steps and the end of a typical run.
-  delay=$(awk -v r=$RANDOM 'BEGIN {printf "%.1f", 1 + 8 * r / 32767}')
-  sleep "$delay"
-  pid=$(sed -n "s|^launch: started $victim on .* (pid \([0-9]*\),.*|\1|p" "$dir/launch.out" | tail -1)
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  # A step between the first checkpoint and the last quarter of the run.
+  at=$((25 + RANDOM % (steps * 3 / 4 - 25)))
+  while kill -0 "$launcher" 2>/dev/null; do
+    step=$(sed -n 's/.*step \([0-9]*\), loss.*/\1/p' "$dir/worker-0.log" 2>/dev/null | tail -1 || true)
+    [ "${step:-0}" -ge "$at" ] && break
+    sleep 0.05
+  done
+  pid=$(sed -n "s|^launch: started $victim on .* (pid \([0-9]*\),.*|\1|p" "$dir/launch.out" | tail -1 || true)
+  killed=missed
+  if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$victim; fi
   code=0
   wait "$launcher" || code=$?
-  accuracy=$(final_accuracy "$dir")
+  accuracy=$(final_accuracy "$dir" || true)
   verdict=FAIL diff=""
-  if [ "$code" -eq 0 ] && [ -n "$accuracy" ]; then
+  if [ "$killed" != missed ] && [ "$code" -eq 0 ] && [ -n "$accuracy" ]; then
     diff=$(awk -v a="$accuracy" -v b="$reference" 'BEGIN {d = a - b; if (d < 0) d = -d; printf "%.4f", d}')
     if awk -v d="$diff" 'BEGIN {exit !(d <= 0.01)}'; then verdict=ok; fi
   fi
@@ -70,7 +76,7 @@ for ((i = 1; i <= runs; i++)); do
   fi
   note=""
   [ "$verdict" = FAIL ] && note=" (logs: $dir)"
-  echo "chaos: run=$i killed=$victim after_s=$delay exit=$code accuracy=${accuracy:-none}" \
+  echo "chaos: run=$i killed=$killed at_step=$at exit=$code accuracy=${accuracy:-none}" \
        "diff=${diff:-none} $verdict$note"
 done
 echo "chaos: runs=$runs passed=$passed failed=$failed reference_accuracy=$reference"
