@@ -502,6 +502,7 @@ int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   absl::StatusOr<PullReply> reply;
   {
     absl::MutexLock lock(&mu_);
+    if (options.replica == 0) last_chief_contact_ = absl::Now();
     if (!initialized_) {
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
@@ -603,6 +604,7 @@ ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
   options.min_version = request.min_version();
   options.min_clock = request.min_clock();
   options.moving_average = request.moving_average();
+  options.replica = request.replica();
   options.wire_dtype =
       request.wire_dtype() == proto::DT_BFLOAT16 ? proto::DT_BFLOAT16 : proto::DT_FLOAT;
   options.deadline = deadline;
@@ -685,10 +687,14 @@ absl::Status ParameterShard::WaitUntilFinished(absl::Duration grace,
       changed_.WaitWithDeadline(&mu_, training_done_time_ + grace);
     } else if (initialized_) {
       // A model is held: the chief must keep in touch until it ends training.
+      // A pull of the chief's that waits (for the slowest worker) is word too.
+      for (const Waiter& w : waiters_) {
+        if (w.options.replica == 0) last_chief_contact_ = absl::Now();
+      }
       const absl::Time chief_deadline = last_chief_contact_ + chief_timeout;
       if (absl::Now() >= chief_deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            "no push, save, restore or init from the chief (replica 0) for ",
+            "no push, pull, save, restore or init from the chief (replica 0) for ",
             absl::FormatDuration(chief_timeout),
             " and training is not over: the chief failed and was not restarted "
             "(see --chief_timeout_secs); exiting so that the job fails instead of hanging"));

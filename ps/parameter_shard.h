@@ -142,6 +142,8 @@ class ParameterShard {
     bool moving_average = false;  // Reply with the moving averages.
     // DT_FLOAT, or DT_BFLOAT16: the reply's values encoded as bfloat16.
     proto::DataType wire_dtype = proto::DT_FLOAT;
+    // The caller's replica; the chief's (0) pulls count as word from it.
+    int replica = -1;
     absl::Time deadline = absl::InfiniteFuture();
 
     // What a PullRequest asks for, waiting until `deadline`.
@@ -177,8 +179,9 @@ class ParameterShard {
   // Blocks until training is over and every replica has said Shutdown, or
   // until `grace` has passed since training ended: OK. DeadlineExceeded when
   // the shard holds a model, training is not over, and the chief (replica 0)
-  // has neither pushed nor called Init, Save or Restore for `chief_timeout`:
-  // it failed without ending training and nobody restarted it.
+  // has neither pushed, pulled (nor had a pull waiting) nor called Init,
+  // Save or Restore for `chief_timeout`: it failed without ending training
+  // and nobody restarted it.
   absl::Status WaitUntilFinished(absl::Duration grace,
                                  absl::Duration chief_timeout = absl::InfiniteDuration());
 
@@ -286,7 +289,8 @@ class ParameterShard {
   std::vector<std::pair<int64_t, int64_t>> last_push_ ABSL_GUARDED_BY(mu_);
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
-  // The chief's last push, Init, Save or Restore (or the shard's start).
+  // The chief's last push, pull, Init, Save or Restore (or the shard's
+  // start); a waiting pull of the chief's counts as now.
   absl::Time last_chief_contact_ ABSL_GUARDED_BY(mu_) = absl::Now();
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);  // Pushes per replica.

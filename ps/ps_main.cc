@@ -37,8 +37,10 @@ DEFINE_double(shutdown_grace_secs, 30,
               "other workers to say goodbye before exiting.");
 DEFINE_double(chief_timeout_secs, 1800,
               "Once the shards hold a model, exit with an error when the chief "
-              "has not pushed (or called Init, Save or Restore) for this long "
-              "and has not ended training: it failed and nobody restarted it.");
+              "has not pushed or pulled (or called Init, Save or Restore) for "
+              "this long and has not ended training: it failed and nobody "
+              "restarted it. A pull of the chief's that waits counts as word "
+              "from it; keep this above its longest evaluation.");
 DEFINE_string(checkpoint_dir, "",
               "Directory of this task's checkpoints (a file per stripe): the "
               "chief's saves go there, and at start each stripe restores its "

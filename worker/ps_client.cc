@@ -407,6 +407,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   proto::PullRequest request;
   if (dtype != proto::DT_FLOAT) request.set_wire_dtype(dtype);
   request.set_min_version(min_version);
+  request.set_replica(options_.replica);
   request.set_moving_average(moving_average);
   request.set_min_clock(min_clock);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));

@@ -752,6 +752,19 @@ TEST(ParameterShardTest, AShardGivesUpOnAChiefThatVanished) {
   EXPECT_EQ(vanished.code(), absl::StatusCode::kDeadlineExceeded) << vanished;
   EXPECT_NE(vanished.message().find("chief (replica 0)"), std::string::npos) << vanished;
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+
+  // A chief waiting in a pull (for a slow worker) is alive all along.
+  ParameterShard waiting{ParameterShard::Options()};
+  InitShard(&waiting, Config(proto::ASYNC, 1, 1));
+  ParameterShard::PullOptions pull;
+  pull.replica = 0;
+  pull.min_version = int64_t{1} << 40;
+  pull.deadline = absl::Now() + absl::Milliseconds(800);
+  const absl::Time pulled = absl::Now();
+  waiting.Pull(pull, [](absl::StatusOr<ParameterShard::PullReply>) {});
+  absl::Status gone = waiting.WaitUntilFinished(absl::Seconds(30), absl::Milliseconds(200));
+  EXPECT_EQ(gone.code(), absl::StatusCode::kDeadlineExceeded) << gone;
+  EXPECT_GE(absl::Now() - pulled, absl::Milliseconds(800));
 }
 
 }  // namespace
