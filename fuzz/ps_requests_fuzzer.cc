@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3: {  // PsService::Save
         psrt::proto::SaveRequest save;
         if (!psrt::ParseFromByteBuffer(request, &save).ok()) break;
-        shard.Save(save.step(), save.version(), save.keep()).IgnoreError();
+        shard.Save(save.step(), save.version(), save.keep(), save.has_keep_step() ? save.keep_step() : -1).IgnoreError();
         break;
       }
       case 4: {  // PsService::Restore

@@ -107,7 +107,7 @@ std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
 absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
                                                  int64_t step,
                                                  const ShardStateView& state,
-                                                 int keep) {
+                                                 int keep, int64_t keep_step) {
   CHECK_GE(keep, 1);
   std::vector<NamedTensor> tensors;
   std::vector<std::string> slot_names;
@@ -147,11 +147,13 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
   std::vector<int64_t> steps = InSaveOrder(id);
   steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
   steps.push_back(step);
-  const size_t pruned = steps.size() - std::min<size_t>(keep, steps.size());
-  RETURN_IF_ERROR(WriteIndex(id, {steps.begin() + pruned, steps.end()}));
-  for (size_t i = 0; i < pruned; ++i) {
-    ::unlink(absl::StrCat(id.dir, "/", FileName(id, steps[i])).c_str());
+  const size_t first_kept = steps.size() - std::min<size_t>(keep, steps.size());
+  std::vector<int64_t> kept, pruned;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    (i >= first_kept || steps[i] == keep_step ? kept : pruned).push_back(steps[i]);
   }
+  RETURN_IF_ERROR(WriteIndex(id, kept));
+  for (int64_t old : pruned) ::unlink(absl::StrCat(id.dir, "/", FileName(id, old)).c_str());
   return path;
 }
 

@@ -68,12 +68,13 @@ struct ShardState {
 
 // Writes the state as checkpoint `step`, appends it to the index and deletes
 // the files of all but the `keep` (>= 1) most recently saved checkpoints,
-// this one included. Recency is save order, not step: after a rollback to
-// an older step, the abandoned newer ones go first. Returns the path.
+// this one included, and `keep_step` (when it is held; -1: none). Recency is
+// save order, not step: after a rollback to an older step, the abandoned
+// newer ones go first. Returns the path.
 absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
                                                  int64_t step,
                                                  const ShardStateView& state,
-                                                 int keep);
+                                                 int keep, int64_t keep_step = -1);
 
 // The steps the index lists, and those of shard files the index misses,
 // newest first (empty when there is none).

@@ -168,7 +168,10 @@ class ParameterShard {
   // returns the file's path. The state is captured under the lock (values
   // and averages by reference, thanks to copy on write); the file is written
   // outside it, so training goes on while it is written.
-  absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep);
+  // Keeps the `keep` most recently saved checkpoints and `keep_step` (the
+  // newest every shard holds, from the chief; -1: none).
+  absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep,
+                                   int64_t keep_step = -1);
   // Loads checkpoint `step`, replacing the state, for recovery round
   // `recovery_epoch` (see the header comment; 0 at start).
   absl::Status Restore(int64_t step, int64_t recovery_epoch = 0);

@@ -13,7 +13,7 @@
 namespace psrt {
 
 absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
-                                                 int keep) {
+                                                 int keep, int64_t keep_step) {
   if (options_.checkpoint_dir.empty()) {
     return absl::FailedPreconditionError(
         "save: this parameter server has no --checkpoint_dir");
@@ -54,7 +54,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   view.values = values->values.data();
   view.average = average ? average->values.data() : nullptr;
   ASSIGN_OR_RETURN(std::string path,
-                   WriteShardCheckpoint(checkpoint_id(), step, view, keep));
+                   WriteShardCheckpoint(checkpoint_id(), step, view, keep, keep_step));
   LOG(INFO) << "saved " << path << " (version " << view.version << ")";
   return path;
 }

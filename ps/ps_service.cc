@@ -268,7 +268,8 @@ grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
     return FinishNow(context, chief);
   }
   absl::StatusOr<std::string> path =
-      (*shard)->Save(request->step(), request->version(), request->keep());
+      (*shard)->Save(request->step(), request->version(), request->keep(),
+                     request->has_keep_step() ? request->keep_step() : -1);
   if (path.ok()) response->set_path(*path);
   return FinishNow(context, path.status());
 }

@@ -557,11 +557,12 @@ void PsClient::Shutdown() {
   if (!status.ok()) VLOG(1) << "shutdown: " << status;
 }
 
-absl::Status PsClient::Save(int64_t step, int64_t version, int keep) {
+absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
   proto::SaveRequest request;
   request.set_step(step);
   request.set_version(version);
   request.set_keep(keep);
+  if (keep_step >= 0) request.set_keep_step(keep_step);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
   return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,

@@ -129,7 +129,8 @@ class PsClient {
   // Status of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus();
   // Every shard saves checkpoint `step` if it is at `version` (any: -1).
-  absl::Status Save(int64_t step, int64_t version, int keep);
+  // Each keeps its `keep` latest checkpoints and `keep_step` (-1: none).
+  absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1);
   // Every shard loads checkpoint `step`, in recovery round `recovery_epoch`.
   absl::Status Restore(int64_t step, int64_t recovery_epoch);
 

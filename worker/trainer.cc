@@ -48,6 +48,17 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   int64_t epoch = 0;
   for (const auto& s : shards) epoch = std::max(epoch, s.recovery_epoch());
   ++epoch;
+  // The newest checkpoint every shard holds: kept by every later save.
+  std::vector<int64_t> common(shards[0].checkpoint_steps().begin(),
+                              shards[0].checkpoint_steps().end());
+  for (const auto& s : shards) {
+    std::set<int64_t> held(s.checkpoint_steps().begin(), s.checkpoint_steps().end());
+    common.erase(std::remove_if(common.begin(), common.end(),
+                                [&](int64_t step) { return held.count(step) == 0; }),
+                 common.end());
+  }
+  std::sort(common.rbegin(), common.rend());
+  last_complete_save_ = common.empty() ? -1 : common.front();
   std::vector<std::string> empty;  // Shards that hold no model.
   std::set<int64_t> restored;      // Checkpoints restored by unconfirmed shards.
   bool all_ready = true;
@@ -80,15 +91,6 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   }
   // Some shards restarted (or restored another checkpoint than the others):
   // move all of them to the newest step that all of them hold.
-  std::vector<int64_t> common(shards[0].checkpoint_steps().begin(),
-                              shards[0].checkpoint_steps().end());
-  for (const auto& s : shards) {
-    std::set<int64_t> held(s.checkpoint_steps().begin(), s.checkpoint_steps().end());
-    common.erase(std::remove_if(common.begin(), common.end(),
-                                [&](int64_t step) { return held.count(step) == 0; }),
-                 common.end());
-  }
-  std::sort(common.rbegin(), common.rend());
   for (int64_t step : common) {
     absl::Status status = client_->Restore(step, epoch);
     if (status.ok()) {
@@ -187,11 +189,15 @@ float Trainer::Regularize(const std::vector<Tensor>& params,
 
 absl::Status Trainer::Save(int64_t step) {
   const bool sync = options_.config.mode() == proto::SYNC;
-  absl::Status status = client_->Save(step, sync ? step : -1, options_.keep_checkpoints);
+  absl::Status status =
+      client_->Save(step, sync ? step : -1, options_.keep_checkpoints, last_complete_save_);
   if (status.ok()) {
     LOG(INFO) << "saved checkpoint " << step;
+    last_complete_save_ = step;
   } else {
-    LOG(WARNING) << "checkpoint " << step << " not saved: " << status.message();
+    LOG(ERROR) << "checkpoint " << step << " not saved everywhere: " << status.message()
+               << "; every shard keeps checkpoint " << last_complete_save_
+               << " until a save succeeds everywhere";
   }
   return status;
 }

@@ -126,6 +126,8 @@ class Trainer {
                        PsClient::PullResult* pulled);
   // Adds weight decay to the gradients and clips them; returns the L2 loss.
   float Regularize(const std::vector<Tensor>& params, std::vector<Tensor>* grads);
+  // Every shard saves checkpoint `step`, keeping last_complete_save_ too; on
+  // success `step` becomes it.
   absl::Status Save(int64_t step);
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
   void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
@@ -153,6 +155,10 @@ class Trainer {
   absl::Time start_time_;
   int64_t start_step_ = 0;
   int recoveries_ = 0;
+  // The newest checkpoint every shard holds (-1: none known): each save asks
+  // the shards to keep it, so that saves failing on some shards never leave
+  // them without a common step.
+  int64_t last_complete_save_ = -1;
 };
 
 }  // namespace psrt

@@ -1,5 +1,8 @@
 #include "ps/parameter_shard.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -720,6 +723,49 @@ TEST(ParameterShardTest, AFloodOfPullsIsBounded) {
   shard.Shutdown(0);  // Training over: the others are answered.
   EXPECT_EQ(done.load(), 20000);
   EXPECT_EQ(shard.GetStatus().waiting_pulls(), 0);
+}
+
+// Two shards of one job whose saves fail on one of them (its disk is full:
+// here a file size limit): the step every shard saved is kept by both, so
+// they still share a checkpoint to restore. (Each used to prune its own
+// newest `keep`, and the two kept sets stopped overlapping.)
+TEST(ParameterShardTest, SavesFailingOnOneShardStillLeaveACommonCheckpoint) {
+  std::vector<std::unique_ptr<ParameterShard>> shards;
+  for (int k = 0; k < 2; ++k) {
+    ParameterShard::Options options;
+    options.checkpoint_dir = testing::TempDir() + "/diverging";
+    if (k == 0) std::filesystem::remove_all(options.checkpoint_dir);
+    std::filesystem::create_directories(options.checkpoint_dir);
+    options.shard = k;
+    options.num_shards = 2;
+    shards.push_back(std::make_unique<ParameterShard>(options));
+    InitShard(shards.back().get(), Config(proto::ASYNC, 1, 1));
+  }
+  struct sigaction ignore = {}, old_action;
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old_action), 0);
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  int64_t complete = -1;  // What the chief tracks: the newest saved everywhere.
+  for (int64_t step : {10, 20, 30, 40, 50}) {
+    ASSERT_TRUE(shards[0]->Save(step, -1, /*keep=*/2, complete).ok());
+    struct rlimit full = old_limit;
+    full.rlim_cur = step >= 30 ? 100 : old_limit.rlim_cur;  // Shard 1's disk fills up.
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+    const bool saved = shards[1]->Save(step, -1, /*keep=*/2, complete).ok();
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    EXPECT_EQ(saved, step < 30) << step;
+    if (saved) complete = step;
+  }
+  ::sigaction(SIGXFSZ, &old_action, nullptr);
+  const auto held = [&](int k) {
+    const auto steps = shards[k]->GetStatus().checkpoint_steps();
+    return std::vector<int64_t>(steps.begin(), steps.end());
+  };
+  EXPECT_EQ(held(0), (std::vector<int64_t>{50, 40, 20}));
+  EXPECT_EQ(held(1), (std::vector<int64_t>{20, 10}));
+  EXPECT_TRUE(shards[0]->Restore(20, 1).ok());
+  EXPECT_TRUE(shards[1]->Restore(20, 1).ok());
 }
 
 // A shard holding a model exits (WaitUntilFinished fails) when the chief
