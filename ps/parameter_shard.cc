@@ -69,6 +69,7 @@ ParameterShard::ParameterShard(const Options& options)
       incarnation_(NewIncarnation()),
       cpu_(options.threads, /*spin=*/false),
       pool_(std::make_shared<SnapshotPool>()) {
+  restoring_ = options.restore_at_start && !options.checkpoint_dir.empty();
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }
 
@@ -130,6 +131,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   }
   absl::MutexLock lock(&mu_);
   last_chief_contact_ = absl::Now();  // Only the chief initializes.
+  RETURN_IF_ERROR(CheckNotRestoringLocked("init"));
   RETURN_IF_ERROR(TakeRecoveryEpochLocked(header.recovery_epoch(), "init"));
   if (initialized_) {
     if (!SameVariables(variables_, header.variables())) {
@@ -265,8 +267,15 @@ void ParameterShard::ForEachBlock(
   });
 }
 
+absl::Status ParameterShard::CheckNotRestoringLocked(absl::string_view what) const {
+  if (!restoring_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      what, ": this parameter server is still restoring its checkpoint; try again"));
+}
+
 absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
                                             size_t data_size) const {
+  RETURN_IF_ERROR(CheckNotRestoringLocked("push"));
   if (!initialized_) {
     return absl::FailedPreconditionError(
         "push: this parameter server has not been initialized by the chief");
@@ -503,7 +512,9 @@ int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   {
     absl::MutexLock lock(&mu_);
     if (options.replica == 0) last_chief_contact_ = absl::Now();
-    if (!initialized_) {
+    if (restoring_) {
+      reply = CheckNotRestoringLocked("pull");
+    } else if (!initialized_) {
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
     } else if (!ready_) {
@@ -640,6 +651,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_restored_step(restored_step_);
   status.set_recovery_epoch(recovery_epoch_);
   status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
+  status.set_restoring(restoring_);
   status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
   if (!options_.checkpoint_dir.empty()) {
     for (int64_t step : ListShardCheckpoints(checkpoint_id())) {

@@ -99,6 +99,10 @@ class ParameterShard {
     // Pulls that may wait at once; more are refused (ResourceExhausted), so
     // that a flood of pulls cannot grow memory or slow every push.
     int max_waiting_pulls = 1024;
+    // The shard starts restoring: Init, Push, Pull and Save are Unavailable
+    // until RestoreLatest has run (psrt_ps serves while it loads, so that a
+    // large checkpoint does not outlast the probes and the workers' retries).
+    bool restore_at_start = false;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -177,6 +181,7 @@ class ParameterShard {
   absl::Status Restore(int64_t step, int64_t recovery_epoch = 0);
   // At start: loads the newest checkpoint that reads back intact, skipping
   // (with a warning) corrupt ones. OK with nothing loaded when there is none.
+  // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 
   // Blocks until training is over and every replica has said Shutdown, or
@@ -252,6 +257,9 @@ class ParameterShard {
   // `pool`.
   static void EncodeBf16Reply(SnapshotPool* pool, PullReply* reply);
 
+  // Unavailable while the shard restores its checkpoint at start.
+  absl::Status CheckNotRestoringLocked(absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // FailedPrecondition when `epoch` is older than the newest recovery round
   // taken; else takes it. `what` names the request for the message.
   absl::Status TakeRecoveryEpochLocked(int64_t epoch, absl::string_view what)
@@ -272,6 +280,7 @@ class ParameterShard {
   mutable absl::Mutex mu_;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;  // The chief confirmed the state.
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Options::restore_at_start.
   proto::TrainingConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;

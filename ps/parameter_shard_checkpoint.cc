@@ -28,6 +28,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   {
     absl::MutexLock lock(&mu_);
     last_chief_contact_ = absl::Now();  // Only the chief saves.
+    RETURN_IF_ERROR(CheckNotRestoringLocked("save"));
     if (!initialized_) {
       return absl::FailedPreconditionError("save: the shard holds no model yet");
     }
@@ -141,12 +142,17 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
 }
 
 absl::Status ParameterShard::RestoreLatest() {
-  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
-  for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
-    absl::Status status = Restore(step);
-    if (status.ok()) return status;
-    LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
+  if (!options_.checkpoint_dir.empty()) {
+    for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
+      absl::Status status = Restore(step);
+      if (status.ok()) break;
+      LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
+    }
   }
+  absl::MutexLock lock(&mu_);
+  restoring_ = false;
+  last_chief_contact_ = absl::Now();  // Its wait starts now.
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 

@@ -157,14 +157,11 @@ int main(int argc, char** argv) {
     options.checkpoint_dir = FLAGS_checkpoint_dir;
     options.shard = cluster->task.index * *stripes + stripe;
     options.num_shards = cluster->spec.num_ps() * *stripes;
+    // Restored once the server listens (below), so that probes and workers
+    // see a live task while a large checkpoint loads.
+    options.restore_at_start = true;
     shards.push_back(std::make_unique<psrt::ParameterShard>(options));
     stripe_shards.push_back(shards.back().get());
-    if (!FLAGS_checkpoint_dir.empty()) {
-      if (absl::Status s = shards.back()->RestoreLatest(); !s.ok()) {
-        LOG(ERROR) << s.message();
-        return 1;
-      }
-    }
   }
   psrt::PsService service(stripe_shards, &ps_metrics, &health,
                           /*chief_only_admin=*/(*security)->has_chief_token());
@@ -194,6 +191,14 @@ int main(int argc, char** argv) {
             << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"
             << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
                                        : "");
+  for (auto& shard : shards) {
+    if (absl::Status s = shard->RestoreLatest(); !s.ok()) {
+      LOG(ERROR) << s.message();
+      server->Shutdown();
+      return 1;
+    }
+  }
+  service.ReportReadiness();
 
   // Shutdown reaches every stripe at once, so they finish together.
   absl::Status finished;

@@ -281,6 +281,10 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       if (status.ok()) status = ToGrpcStatus(ParseFromByteBuffer(response, &reply));
       if (status.ok()) {
         const int stripes = std::max(1, reply.stripes());
+        if (reply.restoring()) {
+          waiting.push_back(absl::StrCat(ShardName(k), ": restoring its checkpoint"));
+          continue;
+        }
         // An operator's client (no variables) deals in whole processes.
         if (stripes != options_.ps_stripes && !variables_.empty()) {
           return absl::FailedPreconditionError(absl::StrCat(

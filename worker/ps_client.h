@@ -94,8 +94,9 @@ class PsClient {
            std::vector<VariableDef> variables);
   ~PsClient();
 
-  // Waits until every shard answers, retrying with backoff and logging the
-  // shards it still waits for. DeadlineExceeded names them;
+  // Waits until every shard answers and none is still restoring its
+  // checkpoint at start, retrying with backoff and logging the shards it
+  // still waits for. DeadlineExceeded names them;
   // FailedPrecondition names a ps task that serves another number of
   // stripes than Options::ps_stripes (unless the client has no variables:
   // an operator's, whose Shutdown reaches every stripe of a task anyway).

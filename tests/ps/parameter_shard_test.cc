@@ -768,6 +768,41 @@ TEST(ParameterShardTest, SavesFailingOnOneShardStillLeaveACommonCheckpoint) {
   EXPECT_TRUE(shards[1]->Restore(20, 1).ok());
 }
 
+// A ps serves while it loads its checkpoint at start: until then nothing
+// may initialize, push, pull or save (UNAVAILABLE, which clients retry), so
+// a chief cannot initialize a shard whose checkpoint is about to land.
+TEST(ParameterShardTest, NothingTouchesAShardWhileItRestoresAtStart) {
+  ParameterShard::Options options;
+  options.checkpoint_dir = testing::TempDir() + "/restoring";
+  std::filesystem::remove_all(options.checkpoint_dir);
+  std::filesystem::create_directories(options.checkpoint_dir);
+  {
+    ParameterShard first(options);
+    InitShard(&first, Config(proto::ASYNC, 1, 1), {1, 2, 3, 4});
+    ASSERT_TRUE(first.Save(5, -1, 2).ok());
+  }
+  options.restore_at_start = true;
+  ParameterShard shard(options);
+  EXPECT_TRUE(shard.GetStatus().restoring());
+  proto::InitHeader header;
+  *header.mutable_config() = Config(proto::ASYNC, 1, 1);
+  *header.add_variables() = Meta("w", {kSize});
+  std::vector<float> fresh(kSize, 9.0f);
+  EXPECT_EQ(shard.Init(header, Bytes(fresh).get()).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(PushFrom(&shard, 0, 0, {1, 1, 1, 1}).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(PullNow(&shard, 0).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(shard.Save(6, -1, 2).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  EXPECT_FALSE(shard.GetStatus().restoring());
+  EXPECT_EQ(shard.GetStatus().restored_step(), 5);
+  auto confirmed = shard.Init(header, Bytes(fresh).get());  // Keeps the checkpoint.
+  ASSERT_TRUE(confirmed.ok()) << confirmed.status();
+  EXPECT_FALSE(*confirmed);
+  EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{1, 2, 3, 4}));
+}
+
 // A shard holding a model exits (WaitUntilFinished fails) when the chief
 // has been silent for chief_timeout without ending training; other
 // replicas' pushes do not count as the chief's.
