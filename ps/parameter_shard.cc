@@ -634,8 +634,15 @@ int64_t ParameterShard::incarnation() const {
 }
 
 proto::StatusResponse ParameterShard::GetStatus() const {
-  absl::MutexLock lock(&mu_);
   proto::StatusResponse status;
+  // Disk I/O, outside the lock: a slow disk must not hold up training.
+  status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
+  if (!options_.checkpoint_dir.empty()) {
+    for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
+      status.add_checkpoint_steps(step);
+    }
+  }
+  absl::MutexLock lock(&mu_);
   status.set_initialized(initialized_);
   status.set_ready(ready_);
   status.set_version(version_);
@@ -652,12 +659,6 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_recovery_epoch(recovery_epoch_);
   status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
   status.set_restoring(restoring_);
-  status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
-  if (!options_.checkpoint_dir.empty()) {
-    for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
-      status.add_checkpoint_steps(step);
-    }
-  }
   return status;
 }
 

@@ -85,6 +85,14 @@ class PullReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
+grpc::ServerUnaryReactor* PsService::Offload(grpc::CallbackServerContext* context,
+                                             std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  runner_.Schedule(
+      [reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  return reactor;
+}
+
 absl::StatusOr<ParameterShard*> PsService::ShardOf(
     const grpc::CallbackServerContext& context) const {
   const auto& metadata = context.client_metadata();
@@ -132,28 +140,21 @@ void PsService::ReportReadiness() {
 grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
-  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
-  if (!shard.ok()) return FinishNow(context, shard.status());
-  if (absl::Status chief = CheckChief(*context, "init"); !chief.ok()) {
-    return FinishNow(context, chief);
-  }
-  proto::InitHeader header;
-  TensorFrameReader reader;
-  absl::Status status = reader.Open(*request, &header);
-  if (status.ok()) {
-    absl::StatusOr<bool> initialized = (*shard)->Init(header, &reader);
-    status = initialized.status();
-    if (initialized.ok()) {
-      proto::InitResponse reply;
-      reply.set_initialized_now(*initialized);
-      *response = SerializeToByteBuffer(reply);
-      LOG(INFO) << (*initialized ? "initialized " : "already held ")
-                << header.variables_size() << " variables ("
-                << reader.size() << " bytes)";
-      ReportReadiness();
-    }
-  }
-  return FinishNow(context, status);
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(ParameterShard * shard, ShardOf(*context));
+    RETURN_IF_ERROR(CheckChief(*context, "init"));
+    proto::InitHeader header;
+    TensorFrameReader reader;
+    RETURN_IF_ERROR(reader.Open(*request, &header));
+    ASSIGN_OR_RETURN(const bool initialized, shard->Init(header, &reader));
+    proto::InitResponse reply;
+    reply.set_initialized_now(initialized);
+    *response = SerializeToByteBuffer(reply);
+    LOG(INFO) << (initialized ? "initialized " : "already held ") << header.variables_size()
+              << " variables (" << reader.size() << " bytes)";
+    ReportReadiness();
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
@@ -213,20 +214,22 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
-  proto::PushHeader header;
-  TensorFrameReader reader;
-  absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
-  absl::StatusOr<proto::PushResponse> reply =
-      opened.ok() ? (*shard)->Push(header, &reader) : opened;
-  if (reply.ok()) *response = SerializeToByteBuffer(*reply);
-  if (metrics_ != nullptr) {
-    metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
-                                     absl::Now() - start);
-    if (reply.ok()) metrics_->SetVersion(reply->version());
-  }
-  return FinishNow(context, reply.status());
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
+    proto::PushHeader header;
+    TensorFrameReader reader;
+    absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
+    absl::StatusOr<proto::PushResponse> reply =
+        opened.ok() ? (*shard)->Push(header, &reader) : opened;
+    if (reply.ok()) *response = SerializeToByteBuffer(*reply);
+    if (metrics_ != nullptr) {
+      metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
+                                       absl::Now() - start);
+      if (reply.ok()) metrics_->SetVersion(reply->version());
+    }
+    return reply.status();
+  });
 }
 
 grpc::ServerUnaryReactor* PsService::GetStatus(
@@ -262,32 +265,28 @@ grpc::ServerUnaryReactor* PsService::Shutdown(
 grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
                                           const proto::SaveRequest* request,
                                           proto::SaveResponse* response) {
-  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
-  if (!shard.ok()) return FinishNow(context, shard.status());
-  if (absl::Status chief = CheckChief(*context, "save"); !chief.ok()) {
-    return FinishNow(context, chief);
-  }
-  absl::StatusOr<std::string> path =
-      (*shard)->Save(request->step(), request->version(), request->keep(),
-                     request->has_keep_step() ? request->keep_step() : -1);
-  if (path.ok()) response->set_path(*path);
-  return FinishNow(context, path.status());
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(ParameterShard * shard, ShardOf(*context));
+    RETURN_IF_ERROR(CheckChief(*context, "save"));
+    ASSIGN_OR_RETURN(std::string path,
+                     shard->Save(request->step(), request->version(), request->keep(),
+                                 request->has_keep_step() ? request->keep_step() : -1));
+    response->set_path(path);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* context,
                                              const proto::RestoreRequest* request,
                                              proto::RestoreResponse* response) {
-  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
-  if (!shard.ok()) return FinishNow(context, shard.status());
-  if (absl::Status chief = CheckChief(*context, "restore"); !chief.ok()) {
-    return FinishNow(context, chief);
-  }
-  absl::Status status = (*shard)->Restore(request->step(), request->recovery_epoch());
-  if (status.ok()) {
-    response->set_version((*shard)->GetStatus().version());
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(ParameterShard * shard, ShardOf(*context));
+    RETURN_IF_ERROR(CheckChief(*context, "restore"));
+    RETURN_IF_ERROR(shard->Restore(request->step(), request->recovery_epoch()));
+    response->set_version(shard->GetStatus().version());
     ReportReadiness();
-  }
-  return FinishNow(context, status);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace psrt

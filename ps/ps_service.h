@@ -3,10 +3,13 @@
 // callback API.
 //
 // Each handler finds the stripe the call names, validates, calls that shard
-// and finishes with the converted status; Shutdown goes to every stripe. Init, Pull and Push are "raw" methods: the shard reads tensor bytes
+// and finishes with the converted status; Shutdown goes to every stripe.
+// Init, Pull and Push are "raw" methods: the shard reads tensor bytes
 // straight from the received slices and pulls send the shard's values buffer
 // itself, without a protobuf copy (common/tensor_frame.h). A pull that must
-// wait for a version holds no thread while it waits.
+// wait for a version holds no thread while it waits. The slow handlers
+// (Init, Push, Save, Restore) run on the service's own threads, so that
+// gRPC's callback threads stay free for health checks, status and pulls.
 //
 // It also counts what it serves into PsMetrics (common/metrics.h), adds the
 // process and traffic to GetStatus's reply, and reports the shard's
@@ -18,9 +21,11 @@
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
+#include <functional>
 #include <vector>
 
 #include "common/health_reporter.h"
+#include "common/task_runner.h"
 #include "common/metrics.h"
 #include "proto/psrt.grpc.pb.h"
 #include "ps/parameter_shard.h"
@@ -50,7 +55,8 @@ class PsService final : public PsServiceBase {
       : shards_(std::move(shards)),
         metrics_(metrics),
         health_(health),
-        chief_only_admin_(chief_only_admin) {}
+        chief_only_admin_(chief_only_admin),
+        runner_(static_cast<int>(2 * shards_.size())) {}
 
   // Publishes the readiness (every stripe ready) and version (the lowest) to
   // the health service and the metrics. The handlers call it after Init and
@@ -84,6 +90,11 @@ class PsService final : public PsServiceBase {
   // The stripe the call names; InvalidArgument for one this process lacks.
   absl::StatusOr<ParameterShard*> ShardOf(const grpc::CallbackServerContext& context) const;
 
+  // Runs `work` on runner_ and finishes the call with its status: the slow
+  // handlers (Init, Push, Save, Restore) keep gRPC's callback threads free
+  // for health checks, status and pulls.
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* context,
+                                    std::function<absl::Status()> work);
   // PermissionDenied for an admin call (`what`) without the chief's role.
   absl::Status CheckChief(const grpc::CallbackServerContext& context,
                           absl::string_view what) const;
@@ -92,6 +103,7 @@ class PsService final : public PsServiceBase {
   PsMetrics* const metrics_;
   HealthReporter* const health_;
   const bool chief_only_admin_;
+  TaskRunner runner_;  // Last: its threads stop before the rest goes.
 };
 
 }  // namespace psrt
