@@ -189,10 +189,10 @@ absl::Status ParameterShard::ValidateTensors(
                        "\", this shard expects \"", want.name(), "\""));
     }
     if (got.dtype() != metas[0].dtype() ||
-        (got.dtype() != proto::DT_FLOAT && got.dtype() != proto::DT_BFLOAT16)) {
+        !IsWireDtype(got.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": variable \"", got.name(), "\" has dtype ",
-          proto::DataType_Name(got.dtype()), ", want DT_FLOAT or DT_BFLOAT16 (",
+          proto::DataType_Name(got.dtype()), ", want DT_FLOAT, DT_BFLOAT16 or DT_HALF (",
           "one dtype for every tensor of a message)"));
     }
     if (MetaShape(got) != MetaShape(want)) {
@@ -344,9 +344,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     if (header.replica() == 0) last_chief_contact_ = absl::Now();
     RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
     // From here on the gradients are float32, whatever the wire carried.
-    std::optional<Bf16AsFloatSource> decoded;
-    if (header.variables_size() > 0 && header.variables(0).dtype() == proto::DT_BFLOAT16) {
-      data = &decoded.emplace(*data);
+    std::optional<WireAsFloatSource> decoded;
+    if (header.variables_size() > 0 && header.variables(0).dtype() != proto::DT_FLOAT) {
+      data = &decoded.emplace(*data, header.variables(0).dtype());
     }
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
@@ -501,10 +501,11 @@ bool ParameterShard::ReadyLocked(const PullOptions& options) const {
 }
 
 int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
-  if (options.wire_dtype == proto::DT_BFLOAT16) {
+  if (options.wire_dtype != proto::DT_FLOAT) {
     // Encoded wherever the reply is made, outside the lock.
-    done = [pool = pool_, done = std::move(done)](absl::StatusOr<PullReply> reply) {
-      if (reply.ok()) EncodeBf16Reply(pool.get(), &*reply);
+    done = [pool = pool_, dtype = options.wire_dtype,
+            done = std::move(done)](absl::StatusOr<PullReply> reply) {
+      if (reply.ok()) EncodeReply(pool.get(), dtype, &*reply);
       done(std::move(reply));
     };
   }
@@ -557,17 +558,15 @@ void ParameterShard::CancelPull(int64_t id) {
   done(absl::CancelledError("pull: cancelled by the caller"));
 }
 
-void ParameterShard::EncodeBf16Reply(SnapshotPool* pool, PullReply* reply) {
+void ParameterShard::EncodeReply(SnapshotPool* pool, proto::DataType dtype, PullReply* reply) {
   const Tensor& values = reply->snapshot->values;
   const int64_t n = values.num_elements();
   std::shared_ptr<Snapshot> encoded = pool->New((n + 1) / 2);
-  EncodeBf16({values.data(), static_cast<size_t>(n)},
+  EncodeWire(dtype, {values.data(), static_cast<size_t>(n)},
              {reinterpret_cast<uint16_t*>(encoded->values.data()), static_cast<size_t>(n)});
   reply->snapshot = std::move(encoded);
   reply->num_bytes = n * sizeof(uint16_t);
-  for (proto::VariableMeta& meta : *reply->header.mutable_variables()) {
-    meta.set_dtype(proto::DT_BFLOAT16);
-  }
+  for (proto::VariableMeta& meta : *reply->header.mutable_variables()) meta.set_dtype(dtype);
 }
 
 void ParameterShard::DeadlineLoop() {
@@ -617,7 +616,7 @@ ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
   options.moving_average = request.moving_average();
   options.replica = request.replica();
   options.wire_dtype =
-      request.wire_dtype() == proto::DT_BFLOAT16 ? proto::DT_BFLOAT16 : proto::DT_FLOAT;
+      IsWireDtype(request.wire_dtype()) ? request.wire_dtype() : proto::DT_FLOAT;
   options.deadline = deadline;
   return options;
 }

@@ -144,7 +144,7 @@ class ParameterShard {
     int64_t min_version = 0;
     int64_t min_clock = 0;
     bool moving_average = false;  // Reply with the moving averages.
-    // DT_FLOAT, or DT_BFLOAT16: the reply's values encoded as bfloat16.
+    // DT_FLOAT, or DT_BFLOAT16 / DT_HALF: the reply's values encoded so.
     proto::DataType wire_dtype = proto::DT_FLOAT;
     // The caller's replica; the chief's (0) pulls count as word from it.
     int replica = -1;
@@ -253,9 +253,9 @@ class ParameterShard {
   void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
-  // Replaces reply's snapshot with its values as bfloat16, in a buffer from
-  // `pool`.
-  static void EncodeBf16Reply(SnapshotPool* pool, PullReply* reply);
+  // Replaces reply's snapshot with its values as `dtype` (DT_BFLOAT16 or
+  // DT_HALF), in a buffer from `pool`.
+  static void EncodeReply(SnapshotPool* pool, proto::DataType dtype, PullReply* reply);
 
   // Unavailable while the shard restores its checkpoint at start.
   absl::Status CheckNotRestoringLocked(absl::string_view what) const

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
 #include "common/transport_security.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -164,11 +165,10 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   if (!shard.ok()) return FinishNow(context, shard.status());
   proto::PullRequest pull;
   absl::Status status = ParseFromByteBuffer(*request, &pull);
-  if (status.ok() && pull.wire_dtype() != proto::DT_INVALID &&
-      pull.wire_dtype() != proto::DT_FLOAT && pull.wire_dtype() != proto::DT_BFLOAT16) {
+  if (status.ok() && pull.wire_dtype() != proto::DT_INVALID && !IsWireDtype(pull.wire_dtype())) {
     status = absl::InvalidArgumentError(absl::StrCat(
         "pull: wire_dtype ", proto::DataType_Name(pull.wire_dtype()),
-        " is not DT_FLOAT or DT_BFLOAT16"));
+        " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF"));
   }
   if (!status.ok()) return FinishNow(context, status);
   const absl::Duration timeout = pull.timeout_ms() > 0

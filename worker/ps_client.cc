@@ -211,7 +211,7 @@ PsClient::PsClient(Options options, Placement placement,
         std::make_unique<grpc::GenericStub>(NewPsChannel(target, security)));
     rpc_->stripes.push_back(std::to_string(k % options_.ps_stripes));
   }
-  CHECK(options_.wire_dtype == proto::DT_FLOAT || options_.wire_dtype == proto::DT_BFLOAT16);
+  CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
   push_headers_.resize(num_shards());
   wire_buffers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -446,9 +446,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
               dtype_ok ? "" : " (the reply has another dtype)"));
         }
         // The values as float32, whatever the wire carried.
-        std::optional<Bf16AsFloatSource> decoded;
-        const ByteSource& values =
-            dtype == proto::DT_BFLOAT16 ? decoded.emplace(reader) : static_cast<const ByteSource&>(reader);
+        std::optional<WireAsFloatSource> decoded;
+        const ByteSource& values = dtype != proto::DT_FLOAT
+                                       ? decoded.emplace(reader, dtype)
+                                       : static_cast<const ByteSource&>(reader);
         size_t offset = 0;
         for (int s : slices) {
           const VariableSlice& slice = placement_.slices[s];
@@ -507,7 +508,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
       }
       if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
       copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
-        EncodeBf16({base + begin, size_t(end - begin)},
+        EncodeWire(options_.wire_dtype, {base + begin, size_t(end - begin)},
                    {wire.data() + encoded + begin, size_t(end - begin)});
       });
       encoded += n;

@@ -70,7 +70,7 @@ class PsClient {
     // whose certificates name the TCP host: those stay on TCP.
     bool unix_socket = false;
     // How gradients and parameters travel (common/wire_dtype.h): DT_FLOAT,
-    // or DT_BFLOAT16 (half the bytes; the shards keep float32).
+    // or DT_BFLOAT16 / DT_HALF (half the bytes; the shards keep float32).
     proto::DataType wire_dtype = proto::DT_FLOAT;
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.

@@ -62,9 +62,11 @@ DEFINE_bool(unix_socket, false,
             "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
             "faster than loopback TCP; not with TLS.");
 DEFINE_string(wire_dtype, "fp32",
-              "How gradients and parameters travel: fp32, or bf16 (bfloat16: "
-              "half the bytes; the ps adds, applies and checkpoints in fp32). "
-              "The evaluator and the chief's final evaluation pull fp32.");
+              "How gradients and parameters travel: fp32, bf16 (bfloat16: half "
+              "the bytes, fp32's range) or fp16 (half the bytes, more precision, "
+              "but gradients beyond 65504 become Inf and are refused). The ps "
+              "adds, applies and checkpoints in fp32; the evaluator and the "
+              "chief's final evaluation pull fp32.");
 DEFINE_string(device, "auto",
               "Where the forward and backward run: auto (a GPU when one is "
               "visible, else the CPU), cpu, or gpu (CUDA; an error when none "

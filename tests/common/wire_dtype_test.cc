@@ -71,27 +71,62 @@ TEST(WireDtypeTest, DecodeIsExactAndRoundTripsWithinHalfAnUlp) {
   }
 }
 
-TEST(WireDtypeTest, Bf16AsFloatSourceDecodesAnyWholeFloatRange) {
+TEST(WireDtypeTest, Fp16RoundsToNearestEvenAndOverflowsToInf) {
+  auto encode = [](float x) {
+    uint16_t out;
+    EncodeFp16({&x, 1}, {&out, 1});
+    return out;
+  };
+  EXPECT_EQ(encode(1.0f), 0x3c00);
+  EXPECT_EQ(encode(-2.0f), 0xc000);
+  EXPECT_EQ(encode(65504.0f), 0x7bff);  // The largest half.
+  EXPECT_EQ(encode(1e6f), 0x7c00);      // Beyond it: Inf, which a ps refuses.
+  EXPECT_EQ(encode(std::numeric_limits<float>::infinity()), 0x7c00);
+  // 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: to the even one, 1.
+  EXPECT_EQ(encode(1.0f + 1.0f / 2048), 0x3c00);
+  EXPECT_EQ(encode(1.0f + 3.0f / 2048), 0x3c02);
+  const uint16_t nan = encode(std::nanf(""));
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+  std::vector<float> values;
+  for (int i = -2000; i <= 2000; ++i) values.push_back(i * 0.37f - 1e-3f * i * i);
+  std::vector<uint16_t> wire(values.size());
+  std::vector<float> back(values.size());
+  EncodeFp16(values, absl::MakeSpan(wire));
+  DecodeFp16(wire, absl::MakeSpan(back));
+  for (size_t i = 0; i < values.size(); ++i) {
+    // 11 significant bits: at most half an ulp, 2^-11 of the value.
+    EXPECT_LE(std::fabs(back[i] - values[i]), std::fabs(values[i]) * (1.0f / 2048)) << i;
+  }
+}
+
+TEST(WireDtypeTest, WireAsFloatSourceDecodesAnyWholeFloatRange) {
   // More elements than the decoder's staging buffer holds at once.
   const size_t n = 40000;
   std::vector<float> values(n);
   for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 256) - 128.0f;
-  std::vector<uint16_t> wire(n);
-  EncodeBf16(values, absl::MakeSpan(wire));
-  SpanByteSource bf16(absl::Span<const char>(reinterpret_cast<const char*>(wire.data()),
-                                             n * sizeof(uint16_t)));
-  Bf16AsFloatSource floats(bf16);
-  ASSERT_EQ(floats.size(), n * sizeof(float));
-  std::vector<float> out(n - 7);
-  floats.ReadAt(7 * sizeof(float),
-                {reinterpret_cast<char*>(out.data()), out.size() * sizeof(float)});
-  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], values[i + 7]) << i;
+  for (proto::DataType dtype : {proto::DT_BFLOAT16, proto::DT_HALF}) {
+    std::vector<uint16_t> wire(n);
+    EncodeWire(dtype, values, absl::MakeSpan(wire));
+    SpanByteSource bytes(absl::Span<const char>(reinterpret_cast<const char*>(wire.data()),
+                                                n * sizeof(uint16_t)));
+    WireAsFloatSource floats(bytes, dtype);
+    ASSERT_EQ(floats.size(), n * sizeof(float));
+    std::vector<float> out(n - 7);
+    floats.ReadAt(7 * sizeof(float),
+                  {reinterpret_cast<char*>(out.data()), out.size() * sizeof(float)});
+    // Small integers are exact in both formats.
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], values[i + 7]) << i;
+  }
 }
 
 TEST(WireDtypeTest, ParsesTheFlag) {
   EXPECT_EQ(*ParseWireDtype("fp32"), proto::DT_FLOAT);
   EXPECT_EQ(*ParseWireDtype("bfloat16"), proto::DT_BFLOAT16);
   EXPECT_EQ(*ParseWireDtype("bf16"), proto::DT_BFLOAT16);
+  EXPECT_EQ(*ParseWireDtype("fp16"), proto::DT_HALF);
+  EXPECT_EQ(WireDtypeName(proto::DT_HALF), "fp16");
+  EXPECT_EQ(WireBytesPerElement(proto::DT_HALF), 2u);
   absl::StatusOr<proto::DataType> bad = ParseWireDtype("fp8");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("--wire_dtype: \"fp8\""), std::string::npos);

@@ -620,6 +620,43 @@ TEST(ParameterShardTest, Bf16PushesAndPullsKeepFloat32OnTheShard) {
   EXPECT_EQ(shard.Push(header, &bf16).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// float16 on the wire: the same path as bfloat16, with its own codec; a
+// gradient beyond float16's range arrives as Inf and is refused.
+TEST(ParameterShardTest, Fp16PushesAndPullsKeepFloat32OnTheShard) {
+  ParameterShard shard{ParameterShard::Options()};
+  InitShard(&shard, Config(proto::ASYNC, 1, 1, 0.5f), {1, 2, 3, 4});
+  proto::PushHeader header;
+  header.set_replica(0);
+  proto::VariableMeta meta = Meta("w", {kSize});
+  meta.set_dtype(proto::DT_HALF);
+  *header.add_variables() = meta;
+  auto push = [&](std::vector<float> grad) {
+    std::vector<uint16_t> wire(kSize);
+    EncodeFp16(grad, absl::MakeSpan(wire));
+    SpanByteSource bytes(absl::Span<const char>(reinterpret_cast<const char*>(wire.data()),
+                                                wire.size() * sizeof(uint16_t)));
+    return shard.Push(header, &bytes);
+  };
+  ASSERT_TRUE(push({2, 2, 2, 2}).ok());
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(push({1e6f, 0, 0, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::Notification done;
+  absl::StatusOr<ParameterShard::PullReply> reply;
+  ParameterShard::PullOptions options;
+  options.wire_dtype = proto::DT_HALF;
+  shard.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
+    reply = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->header.variables(0).dtype(), proto::DT_HALF);
+  std::vector<float> decoded(kSize);
+  DecodeFp16({reinterpret_cast<const uint16_t*>(reply->snapshot->values.data()), kSize},
+             absl::MakeSpan(decoded));
+  EXPECT_EQ(decoded, (std::vector<float>{0, 1, 2, 3}));
+}
+
 // Finite gradients whose mean overflows float: nothing of the version is
 // applied, the push that completed it fails, and the version moves on.
 TEST(ParameterShardTest, AnOverflowingSyncMeanIsNeverApplied) {
