@@ -80,6 +80,15 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) 
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
 }
 
+std::string ListenHost(const std::string& bind_host, const std::string& spec_host) {
+  return bind_host.empty() ? spec_host : bind_host;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
 std::string LocalSocketAddress(int port) {
   return "unix-abstract:psrt-" + std::to_string(port);
 }

@@ -33,6 +33,13 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
 // most 32 concurrent calls.
 void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes);
 
+// The interface a task listens on: `bind_host` (--bind_host) when set, else
+// the task's own host in the cluster spec, so that a task is reachable only
+// where the spec says it is unless told otherwise ("0.0.0.0": everywhere).
+std::string ListenHost(const std::string& bind_host, const std::string& spec_host);
+// "host:port", an IPv6 host in brackets.
+std::string JoinHostPort(const std::string& host, int port);
+
 // The request metadata that names the stripe (the shard within a ps
 // process) a call is for (proto/psrt.proto's "Stripes").
 inline constexpr char kStripeMetadata[] = "psrt-stripe";

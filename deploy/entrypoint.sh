@@ -48,7 +48,8 @@ binary=psrt_worker
 
 echo "entrypoint: TF_CONFIG=$TF_CONFIG" >&2
 if [ -n "${PSRT_ENTRYPOINT_DRY_RUN:-}" ]; then
-  echo "entrypoint: would run $binary $*" >&2
+  echo "entrypoint: would run $binary --bind_host=0.0.0.0 $*" >&2
   exit 0
 fi
-exec "$bin/$binary" "$@"
+# A pod's spec address is its Service's: listen on every interface of the pod.
+exec "$bin/$binary" --bind_host=0.0.0.0 "$@"

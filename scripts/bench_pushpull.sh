@@ -5,7 +5,7 @@
 # bench/pushpull_bench against them (median of --runs runs), and prints
 #   pushpull: model_mb=S shards=K stripes=P wire=W transport=T device=cpu mb_per_s=X
 #             tcp_mb_per_s=Y ratio_to_tcp=R minor_faults_per_round=F
-# (wire: fp32 or bf16 (--wire_dtype), mb_per_s counting the model's float32
+# (wire: fp32, bf16 or fp16 (--wire_dtype), mb_per_s counting the model's float32
 # bytes either way; transport: how the bench reaches the shards, loopback TCP or their Unix
 # sockets (psrt_ps --unix_socket); tcp_mb_per_s: one plain TCP socket pair on
 # 127.0.0.1 moving the same bytes in the same run; faults: the client's, per
@@ -13,7 +13,7 @@
 #
 #   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
 #                             [--stripes "1 2 4"] [--transports "tcp unix"]
-#                             [--wire_dtypes "fp32 bf16"]
+#                             [--wire_dtypes "fp32 bf16 fp16"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="13 100" shard_counts="1 2" runs=5 transports="tcp unix" stripe_counts="1 2 4" wire_dtypes="fp32"

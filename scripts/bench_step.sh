@@ -11,7 +11,7 @@
 # examples/sec with each worker's threads.
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
-#                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16]
+#                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
 # (unix: the workers reach the ps over its Unix socket, --unix_socket;
 # stripes: --ps_stripes of every task; wire: the workers' --wire_dtype).
 set -euo pipefail

@@ -142,9 +142,10 @@ DEFINE_double(pull_timeout_secs, 300,
               "for the slowest worker); then the worker fails.");
 DEFINE_string(final_params_out, "",
               "Chief: write the final parameters to this safetensors file.");
-DEFINE_string(bind_host, "0.0.0.0",
+DEFINE_string(bind_host, "",
               "Interface the task's status and health service listens on (the "
-              "port comes from the cluster spec), and --metrics_port's.");
+              "port comes from the cluster spec), and --metrics_port's; empty: "
+              "this task's host in the spec. 0.0.0.0: every interface.");
 DEFINE_int32(metrics_port, 0,
              "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
              "0: off.");
@@ -283,10 +284,7 @@ std::unique_ptr<psrt::WorkerStatusServer> StartStatusServer(
   absl::Status status = psrt::SplitHostPort(
       cluster.spec.address(cluster.task.job, cluster.task.index), &host, &port);
   psrt::WorkerStatusServer::Options options;
-  options.listen_address = absl::StrCat(
-      FLAGS_bind_host.find(':') != std::string::npos ? "[" + FLAGS_bind_host + "]"
-                                                      : FLAGS_bind_host,
-      ":", port);
+  options.listen_address = psrt::JoinHostPort(psrt::ListenHost(FLAGS_bind_host, host), port);
   options.credentials = security.ServerCredentials();
   options.job = cluster.task.job;
   options.task_index = cluster.task.index;
@@ -328,7 +326,12 @@ absl::Status Run() {
   psrt::Metrics metrics({cluster.task.job, cluster.task.index, restarts});
   psrt::WorkerMetrics worker_metrics(&metrics);
   if (FLAGS_metrics_port > 0) {
-    absl::Status serving = metrics.Serve(FLAGS_bind_host, FLAGS_metrics_port);
+    std::string spec_host;
+    int spec_port = 0;
+    RETURN_IF_ERROR(psrt::SplitHostPort(spec.address(cluster.task.job, cluster.task.index),
+                                        &spec_host, &spec_port));
+    absl::Status serving =
+        metrics.Serve(psrt::ListenHost(FLAGS_bind_host, spec_host), FLAGS_metrics_port);
     if (!serving.ok()) {
       return absl::UnavailableError(absl::StrCat("--metrics_port: ", serving.message()));
     }

@@ -243,13 +243,41 @@ TEST_F(OperationsTest, WorkerWhoseStatusPortIsTakenStillTrains) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string log = ReadFile(dir_ + "/logs/worker-0.log");
   EXPECT_NE(log.find(absl::StrCat("worker/0 serves no status or health: cannot listen on "
-                                  "0.0.0.0:", taken.port())),
+                                  "127.0.0.1:", taken.port())),
             std::string::npos)
       << log;
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(log, &step, &accuracy)) << log;
   EXPECT_EQ(step, 30);
+}
+
+// By default a task listens only on its own host as the spec names it
+// (127.0.0.1 here: another loopback address, 127.0.0.2, does not reach it);
+// --bind_host=0.0.0.0 opens every interface.
+TEST_F(OperationsTest, TasksListenOnlyOnTheirSpecHostUnlessToldOtherwise) {
+  const std::string spec_path = MakeSpec(1, 1);
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromFile(spec_path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string ps = spec->address("ps", 0);
+  const std::string port = ps.substr(ps.rfind(':') + 1);
+  const std::string flags = " --job_name=ps --task_index=0 --cluster_spec=" + spec_path;
+  Start("spec_host", bin_ + "/psrt_ps" + flags);
+  ASSERT_TRUE(WaitFor([&] { return CheckHealth(ps, "") == "NOT_SERVING"; }, absl::Seconds(20)))
+      << ReadFile(dir_ + "/spec_host.log");
+  EXPECT_EQ(CheckHealth("127.0.0.2:" + port, ""), "error 14");  // UNAVAILABLE.
+  EXPECT_NE(ReadFile(dir_ + "/spec_host.log").find("no TLS and no auth token"),
+            std::string::npos);
+  ASSERT_EQ(Psrtctl("shutdown --cluster_spec=" + spec_path).exit_code, 0);
+  int code = -1;
+  ASSERT_TRUE(WaitForExit("spec_host", absl::Seconds(30), &code));
+
+  Start("everywhere", bin_ + "/psrt_ps --bind_host=0.0.0.0" + flags);
+  EXPECT_TRUE(WaitFor([&] { return CheckHealth("127.0.0.2:" + port, "") == "NOT_SERVING"; },
+                      absl::Seconds(20)))
+      << ReadFile(dir_ + "/everywhere.log");
+  ASSERT_EQ(Psrtctl("shutdown --cluster_spec=" + spec_path).exit_code, 0);
+  ASSERT_TRUE(WaitForExit("everywhere", absl::Seconds(30), &code));
 }
 
 TEST_F(OperationsTest, MetricsPortInUseIsRefusedAtStart) {
@@ -259,14 +287,14 @@ TEST_F(OperationsTest, MetricsPortInUseIsRefusedAtStart) {
                                          " --task_index=0 --metrics_port=", taken.port());
   CommandResult ps = RunCommand(absl::StrCat("timeout 30 ", bin_, "/psrt_ps --job_name=ps", flags));
   EXPECT_EQ(ps.exit_code, 2) << ps.output;
-  EXPECT_NE(ps.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 0.0.0.0:",
+  EXPECT_NE(ps.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 127.0.0.1:",
                                         taken.port())),
             std::string::npos)
       << ps.output;
   CommandResult worker = RunCommand(
       absl::StrCat("timeout 30 ", bin_, "/psrt_worker --job_name=worker", flags));
   EXPECT_EQ(worker.exit_code, 1) << worker.output;
-  EXPECT_NE(worker.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 0.0.0.0:",
+  EXPECT_NE(worker.output.find(absl::StrCat("--metrics_port: cannot serve metrics on 127.0.0.1:",
                                             taken.port())),
             std::string::npos)
       << worker.output;
