@@ -99,23 +99,33 @@ bool HasF16c() {
 
 // Elsewhere the compiler's _Float16 conversions (libgcc's, in software):
 // slow, but the same rounding.
-void EncodeFp16(absl::Span<const float> from, absl::Span<uint16_t> to) {
+void EncodeFp16Portable(absl::Span<const float> from, absl::Span<uint16_t> to) {
   CHECK_EQ(from.size(), to.size());
-  if (HasF16c()) return EncodeFp16F16c(from.data(), to.data(), from.size());
   for (size_t i = 0; i < from.size(); ++i) {
     const _Float16 h = static_cast<_Float16>(from[i]);
     std::memcpy(&to[i], &h, sizeof(h));
   }
 }
 
-void DecodeFp16(absl::Span<const uint16_t> from, absl::Span<float> to) {
+void DecodeFp16Portable(absl::Span<const uint16_t> from, absl::Span<float> to) {
   CHECK_EQ(from.size(), to.size());
-  if (HasF16c()) return DecodeFp16F16c(from.data(), to.data(), from.size());
   for (size_t i = 0; i < from.size(); ++i) {
     _Float16 h;
     std::memcpy(&h, &from[i], sizeof(h));
     to[i] = static_cast<float>(h);
   }
+}
+
+void EncodeFp16(absl::Span<const float> from, absl::Span<uint16_t> to) {
+  CHECK_EQ(from.size(), to.size());
+  if (!HasF16c()) return EncodeFp16Portable(from, to);
+  EncodeFp16F16c(from.data(), to.data(), from.size());
+}
+
+void DecodeFp16(absl::Span<const uint16_t> from, absl::Span<float> to) {
+  CHECK_EQ(from.size(), to.size());
+  if (!HasF16c()) return DecodeFp16Portable(from, to);
+  DecodeFp16F16c(from.data(), to.data(), from.size());
 }
 
 void EncodeWire(proto::DataType dtype, absl::Span<const float> from, absl::Span<uint16_t> to) {

@@ -41,6 +41,11 @@ void EncodeBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
 void DecodeBf16(absl::Span<const uint16_t> from, absl::Span<float> to);
 void EncodeFp16(absl::Span<const float> from, absl::Span<uint16_t> to);
 void DecodeFp16(absl::Span<const uint16_t> from, absl::Span<float> to);
+// The float16 conversions of machines without F16C (software, slow),
+// which EncodeFp16 and DecodeFp16 use there; exposed so that the tests
+// check them against the F16C ones.
+void EncodeFp16Portable(absl::Span<const float> from, absl::Span<uint16_t> to);
+void DecodeFp16Portable(absl::Span<const uint16_t> from, absl::Span<float> to);
 // The one of the two above for `dtype`. REQUIRES: dtype is DT_BFLOAT16 or
 // DT_HALF.
 void EncodeWire(proto::DataType dtype, absl::Span<const float> from, absl::Span<uint16_t> to);

@@ -100,6 +100,32 @@ TEST(WireDtypeTest, Fp16RoundsToNearestEvenAndOverflowsToInf) {
   }
 }
 
+// The software float16 path (machines without F16C) gives the same bits as
+// the F16C one, over every half and across float's range.
+TEST(WireDtypeTest, PortableFp16MatchesTheF16cPath) {
+  std::vector<uint16_t> halves(1 << 16);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> fast(halves.size()), portable(halves.size());
+  DecodeFp16(halves, absl::MakeSpan(fast));
+  DecodeFp16Portable(halves, absl::MakeSpan(portable));
+  for (size_t i = 0; i < halves.size(); ++i) {
+    if (std::isnan(fast[i])) {
+      EXPECT_TRUE(std::isnan(portable[i])) << i;
+    } else {
+      EXPECT_EQ(Bits(fast[i]), Bits(portable[i])) << i;
+    }
+  }
+  std::vector<float> values;
+  for (uint32_t bits = 0; bits < 0xff800000u; bits += 0x1357u) values.push_back(FromBits(bits));
+  std::vector<uint16_t> a(values.size()), b(values.size());
+  EncodeFp16(values, absl::MakeSpan(a));
+  EncodeFp16Portable(values, absl::MakeSpan(b));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) continue;
+    ASSERT_EQ(a[i], b[i]) << values[i];
+  }
+}
+
 TEST(WireDtypeTest, WireAsFloatSourceDecodesAnyWholeFloatRange) {
   // More elements than the decoder's staging buffer holds at once.
   const size_t n = 40000;

@@ -1,0 +1,185 @@
+// ParameterShard's pulls: answering them, the waiting ones and their
+// deadlines, cancellation, and the 16-bit wire encodings of a reply (the
+// class's contract is in parameter_shard.h).
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/wire_dtype.h"
+#include "ps/parameter_shard.h"
+#include "ps/snapshot_pool.h"
+
+namespace psrt {
+
+absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
+    bool moving_average) {
+  if (moving_average && average_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "pull: this job keeps no moving averages (set --moving_average_decay)");
+  }
+  PullReply reply;
+  reply.header.set_version(version_);
+  reply.header.set_training_done(training_done_);
+  reply.header.set_incarnation(incarnation_);
+  for (const proto::VariableMeta& meta : variables_) {
+    *reply.header.add_variables() = meta;
+  }
+  reply.snapshot = moving_average ? average_ : current_;
+  reply.num_bytes = reply.snapshot->values.num_bytes();
+  return reply;
+}
+
+void ParameterShard::TakeReadyWaiters(
+    std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out) {
+  std::vector<Waiter> still_waiting;
+  for (Waiter& w : waiters_) {
+    if (ReadyLocked(w.options)) {
+      out->emplace_back(std::move(w.done), MakeReplyLocked(w.options.moving_average));
+    } else {
+      still_waiting.push_back(std::move(w));
+    }
+  }
+  waiters_.swap(still_waiting);
+}
+
+int64_t ParameterShard::MinClockLocked() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    if (finished_replicas_.count(r) == 0) min_clock = std::min(min_clock, clocks_[r]);
+  }
+  return min_clock;
+}
+
+bool ParameterShard::ReadyLocked(const PullOptions& options) const {
+  if (training_done_) return true;
+  return version_ >= options.min_version &&
+         (options.min_clock <= 0 || MinClockLocked() >= options.min_clock);
+}
+
+int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
+  if (options.wire_dtype != proto::DT_FLOAT) {
+    // Encoded wherever the reply is made, outside the lock.
+    done = [pool = pool_, dtype = options.wire_dtype,
+            done = std::move(done)](absl::StatusOr<PullReply> reply) {
+      if (reply.ok()) EncodeReply(pool.get(), dtype, &*reply);
+      done(std::move(reply));
+    };
+  }
+  absl::StatusOr<PullReply> reply;
+  {
+    absl::MutexLock lock(&mu_);
+    if (options.replica == 0) last_chief_contact_ = absl::Now();
+    if (restoring_) {
+      reply = CheckNotRestoringLocked("pull");
+    } else if (!initialized_) {
+      reply = absl::FailedPreconditionError(
+          "pull: this parameter server has not been initialized by the chief");
+    } else if (!ready_) {
+      reply = absl::AbortedError(absl::StrCat(
+          "pull: this parameter server restored checkpoint ", restored_step_,
+          " and waits for the chief to confirm it"));
+    } else if (options.incarnation != 0 && options.incarnation != incarnation_) {
+      reply = absl::AbortedError(absl::StrCat(
+          "pull: expected incarnation ", options.incarnation,
+          " of this parameter server, which is now incarnation ", incarnation_,
+          " (it restarted or was rolled back)"));
+    } else if (ReadyLocked(options)) {
+      reply = MakeReplyLocked(options.moving_average);
+    } else if (static_cast<int>(waiters_.size()) >= options_.max_waiting_pulls) {
+      reply = absl::ResourceExhaustedError(absl::StrCat(
+          "pull: ", waiters_.size(), " pulls already wait on this parameter server "
+          "(psrt_ps --max_waiting_pulls)"));
+    } else {
+      Waiter waiter{options, std::move(done), ++last_waiter_id_};
+      waiter.options.deadline = std::min(options.deadline, absl::Now() + kMaxPullWait);
+      waiters_.push_back(std::move(waiter));
+      changed_.SignalAll();  // The deadline thread may need to wake earlier.
+      return last_waiter_id_;
+    }
+  }
+  done(std::move(reply));
+  return 0;
+}
+
+void ParameterShard::CancelPull(int64_t id) {
+  PullCallback done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                           [id](const Waiter& w) { return w.id == id; });
+    if (it == waiters_.end()) return;
+    done = std::move(it->done);
+    waiters_.erase(it);
+  }
+  done(absl::CancelledError("pull: cancelled by the caller"));
+}
+
+void ParameterShard::EncodeReply(SnapshotPool* pool, proto::DataType dtype, PullReply* reply) {
+  const Tensor& values = reply->snapshot->values;
+  const int64_t n = values.num_elements();
+  std::shared_ptr<Snapshot> encoded = pool->New((n + 1) / 2);
+  EncodeWire(dtype, {values.data(), static_cast<size_t>(n)},
+             {reinterpret_cast<uint16_t*>(encoded->values.data()), static_cast<size_t>(n)});
+  reply->snapshot = std::move(encoded);
+  reply->num_bytes = n * sizeof(uint16_t);
+  for (proto::VariableMeta& meta : *reply->header.mutable_variables()) meta.set_dtype(dtype);
+}
+
+void ParameterShard::DeadlineLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const Waiter& w : waiters_) next = std::min(next, w.options.deadline);
+    changed_.WaitWithDeadline(&mu_, next);
+    const absl::Time now = absl::Now();
+    std::vector<Waiter> expired;
+    std::vector<Waiter> still_waiting;
+    for (Waiter& w : waiters_) {
+      (w.options.deadline <= now ? expired : still_waiting).push_back(std::move(w));
+    }
+    waiters_.swap(still_waiting);
+    if (expired.empty()) continue;
+    std::vector<int> missing;  // Replicas whose gradient never came.
+    for (int r = 0; r < config_.num_replicas(); ++r) {
+      if (pushed_.count(r) == 0 && finished_replicas_.count(r) == 0) missing.push_back(r);
+    }
+    const std::string state =
+        config_.mode() == proto::SYNC
+            ? absl::StrCat("shard at version ", version_, " with gradients from ",
+                           pushed_.size(), " of ", config_.replicas_to_aggregate(),
+                           " replicas; none yet from replica(s) ",
+                           absl::StrJoin(missing, ", "))
+            : absl::StrCat("shard at version ", version_,
+                           ", slowest replica at step ", MinClockLocked());
+    mu_.Unlock();
+    for (Waiter& w : expired) {
+      w.done(absl::DeadlineExceededError(absl::StrCat(
+          "pull: version ", w.options.min_version, " (replicas at step ",
+          w.options.min_clock, ") not reached in time (", state,
+          "; is a worker down?)")));
+    }
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
+    const proto::PullRequest& request, absl::Time deadline) {
+  PullOptions options;
+  options.incarnation = request.incarnation();
+  options.min_version = request.min_version();
+  options.min_clock = request.min_clock();
+  options.moving_average = request.moving_average();
+  options.replica = request.replica();
+  options.wire_dtype =
+      IsWireDtype(request.wire_dtype()) ? request.wire_dtype() : proto::DT_FLOAT;
+  options.deadline = deadline;
+  return options;
+}
+
+}  // namespace psrt
