@@ -63,17 +63,21 @@ struct PsClient::Rpc {
   // Calls `method` on every shard at once; `on_response` runs on gRPC's
   // thread for each reply. A shard whose call fails as `retry_on` allows is
   // called again after a backoff, on its own; the first other error cancels
-  // the calls still running and is returned, prefixed with the shard's name.
+  // the calls still running (unless `independent`: each call then runs to
+  // its end, as a goodbye that must reach every shard does) and is returned,
+  // prefixed with the shard's name.
   absl::Status CallAll(
       const std::string& method, absl::Duration timeout, RetryOn retry_on,
       const std::vector<grpc::ByteBuffer>& requests,
-      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response);
+      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
+      bool independent = false);
 };
 
 absl::Status PsClient::Rpc::CallAll(
     const std::string& method, absl::Duration timeout, RetryOn retry_on,
     const std::vector<grpc::ByteBuffer>& requests,
-    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response) {
+    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
+    bool independent) {
   const int n = static_cast<int>(stubs.size());
   struct Attempt {
     grpc::ClientContext context;
@@ -150,7 +154,7 @@ absl::Status PsClient::Rpc::CallAll(
                                    : ""));
         }
         // Nothing else matters now: stop the other shards' calls.
-        for (int j = 0; j < n; ++j) {
+        for (int j = 0; j < n && !independent; ++j) {
           if (running[j] != nullptr) running[j]->context.TryCancel();
           if (retry_at[j] != absl::InfiniteFuture()) {
             retry_at[j] = absl::InfiniteFuture();
@@ -555,11 +559,12 @@ void PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  absl::Status status = rpc_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
-                                [](int, const grpc::ByteBuffer&) {
-                                  return absl::OkStatus();
-                                });
-  if (!status.ok()) VLOG(1) << "shutdown: " << status;
+  // Every shard must hear it, whatever another one answers: a ps that misses
+  // the chief's goodbye waits for training to end.
+  absl::Status status = rpc_->CallAll(
+      kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
+      [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); }, /*independent=*/true);
+  if (!status.ok()) LOG(WARNING) << "goodbye not delivered everywhere: " << status.message();
 }
 
 absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
