@@ -269,8 +269,9 @@ TEST_F(LaunchTest, RejectsUnknownPolicyAndBadRestartFlags) {
 TEST_F(LaunchTest, ExitCodePolicyRestartsTasksKilledBySignals) {
   const std::string spec = MakeSpec(1, 2);
   // worker/1 dies by SIGKILL, then SIGTERM, then exits 130, then succeeds;
-  // the chief outlives it all.
-  CommandResult r = LaunchWith(FakeTasks("worker/0=0@6 worker/1=137,143,130,0"), spec,
+  // the chief outlives it all (20 s: four starts of a task can take seconds
+  // on a loaded machine, and the chief's end cancels pending restarts).
+  CommandResult r = LaunchWith(FakeTasks("worker/0=0@20 worker/1=137,143,130,0"), spec,
                                "--restart_policy=ExitCode --restart_backoff_secs=0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(FakeStarts("worker-1"), 4);
