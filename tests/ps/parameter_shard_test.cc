@@ -20,6 +20,7 @@ using shard_test::InitShard;
 using shard_test::kSize;
 using shard_test::Meta;
 using shard_test::PullNow;
+using shard_test::PullOnTheWire;
 using shard_test::PushFrom;
 
 TEST(ParameterShardTest, SyncAveragesTheFirstRGradientsOfAVersion) {
@@ -527,22 +528,9 @@ TEST(ParameterShardTest, Bf16PushesAndPullsKeepFloat32OnTheShard) {
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->second, (std::vector<float>{fine - 2, 0, 1, 2}));
 
-  absl::Notification done;
-  absl::StatusOr<ParameterShard::PullReply> reply;
-  ParameterShard::PullOptions options;
-  options.wire_dtype = proto::DT_BFLOAT16;
-  shard.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
-    reply = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(reply->num_bytes, kSize * sizeof(uint16_t));
-  EXPECT_EQ(reply->header.variables(0).dtype(), proto::DT_BFLOAT16);
-  std::vector<float> decoded(kSize);
-  DecodeBf16({reinterpret_cast<const uint16_t*>(reply->snapshot->values.data()), kSize},
-             absl::MakeSpan(decoded));
-  EXPECT_EQ(decoded, (std::vector<float>{-1, 0, 1, 2}));  // fine - 2 rounds to -1.
+  absl::StatusOr<std::vector<float>> decoded = PullOnTheWire(&shard, proto::DT_BFLOAT16);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, (std::vector<float>{-1, 0, 1, 2}));  // fine - 2 rounds to -1.
   // The shard's own values are untouched by the encoding.
   EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{fine - 2, 0, 1, 2}));
 
@@ -573,21 +561,9 @@ TEST(ParameterShardTest, Fp16PushesAndPullsKeepFloat32OnTheShard) {
   ASSERT_TRUE(push({2, 2, 2, 2}).ok());
   EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{0, 1, 2, 3}));
   EXPECT_EQ(push({1e6f, 0, 0, 0}).status().code(), absl::StatusCode::kInvalidArgument);
-  absl::Notification done;
-  absl::StatusOr<ParameterShard::PullReply> reply;
-  ParameterShard::PullOptions options;
-  options.wire_dtype = proto::DT_HALF;
-  shard.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
-    reply = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(reply->header.variables(0).dtype(), proto::DT_HALF);
-  std::vector<float> decoded(kSize);
-  DecodeFp16({reinterpret_cast<const uint16_t*>(reply->snapshot->values.data()), kSize},
-             absl::MakeSpan(decoded));
-  EXPECT_EQ(decoded, (std::vector<float>{0, 1, 2, 3}));
+  absl::StatusOr<std::vector<float>> decoded = PullOnTheWire(&shard, proto::DT_HALF);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, (std::vector<float>{0, 1, 2, 3}));
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_cat.h"
 #include "common/byte_source.h"
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "ps/parameter_shard.h"
 
@@ -87,6 +89,31 @@ inline absl::StatusOr<std::pair<int64_t, std::vector<float>>> PullNow(
   const Tensor& values = result->snapshot->values;
   return std::make_pair(result->header.version(),
                         std::vector<float>(values.data(), values.data() + kSize));
+}
+
+// Pulls version >= 0 encoded as `dtype` (DT_BFLOAT16 or DT_HALF) and decodes
+// it; an error when the reply is not in that format.
+inline absl::StatusOr<std::vector<float>> PullOnTheWire(ParameterShard* shard,
+                                                        proto::DataType dtype) {
+  absl::Notification done;
+  absl::StatusOr<ParameterShard::PullReply> reply;
+  ParameterShard::PullOptions options;
+  options.wire_dtype = dtype;
+  shard->Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
+    reply = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!reply.ok()) return reply.status();
+  if (reply->num_bytes != kSize * sizeof(uint16_t) ||
+      reply->header.variables(0).dtype() != dtype) {
+    return absl::InternalError(absl::StrCat("reply of ", reply->num_bytes, " bytes of ",
+                                            proto::DataType_Name(reply->header.variables(0).dtype())));
+  }
+  std::vector<float> decoded(kSize);
+  DecodeWire(dtype, {reinterpret_cast<const uint16_t*>(reply->snapshot->values.data()), kSize},
+             absl::MakeSpan(decoded));
+  return decoded;
 }
 
 }  // namespace shard_test
