@@ -10,8 +10,9 @@ namespace psrt {
 absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name) {
   if (name == "round_robin") return PlacementStrategy::kRoundRobin;
   if (name == "greedy") return PlacementStrategy::kGreedyByBytes;
+  if (name == "contiguous") return PlacementStrategy::kContiguous;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown placement strategy \"", name, "\" (known: round_robin, greedy)"));
+      "unknown placement strategy \"", name, "\" (known: round_robin, greedy, contiguous)"));
 }
 
 absl::StatusOr<Placement> ComputePlacement(
@@ -32,6 +33,13 @@ absl::StatusOr<Placement> ComputePlacement(
   std::vector<int64_t> shard_bytes(num_shards, 0);
   std::set<std::string> names;
   int next_round_robin = 0;
+  int64_t total_bytes = 0;   // kContiguous: of the whole model,
+  int64_t bytes_before = 0;  // and before the slice being placed.
+  for (const VariableDef& var : variables) {
+    int64_t elements = 1;
+    for (int64_t d : var.shape) elements *= std::max<int64_t>(d, 0);
+    total_bytes += elements * int64_t{sizeof(float)};
+  }
 
   for (int v = 0; v < static_cast<int>(variables.size()); ++v) {
     const VariableDef& var = variables[v];
@@ -76,6 +84,13 @@ absl::StatusOr<Placement> ComputePlacement(
       if (options.strategy == PlacementStrategy::kRoundRobin) {
         shard = next_round_robin;
         next_round_robin = (next_round_robin + 1) % num_shards;
+      } else if (options.strategy == PlacementStrategy::kContiguous) {
+        const int64_t middle = bytes_before + slice.num_bytes / 2;
+        shard = total_bytes == 0
+                    ? 0
+                    : std::min(num_shards - 1,
+                               static_cast<int>(static_cast<double>(middle) * num_shards /
+                                                static_cast<double>(total_bytes)));
       } else {
         shard = -1;
         for (int k = 0; k < num_shards; ++k) {
@@ -84,6 +99,7 @@ absl::StatusOr<Placement> ComputePlacement(
         }
       }
       used[shard] = true;
+      bytes_before += slice.num_bytes;
       slice.shard = shard;
       shard_bytes[shard] += slice.num_bytes;
       placement.shard_slices[shard].push_back(

@@ -15,7 +15,14 @@
 //
 // Strategies: kRoundRobin hands slices to shards in turn, in variable order
 // (TensorFlow's replica_device_setter); kGreedyByBytes gives each slice to
-// the shard holding the fewest bytes so far (ties: the lowest shard index).
+// the shard holding the fewest bytes so far (ties: the lowest shard index);
+// kContiguous cuts the slices, in variable order, into num_shards runs of
+// about equal bytes (a slice goes to the shard its middle byte falls in), so
+// that a shard holds neighbouring layers: the first layers' shard is then
+// complete early in the forward pass and the last layers' early in the
+// backward pass, which lets a worker overlap their transfer with compute
+// (worker/step_pipeline.h). Under kContiguous two slices of one variable
+// may share a shard.
 #ifndef PSRT_COMMON_PLACEMENT_H_
 #define PSRT_COMMON_PLACEMENT_H_
 
@@ -29,9 +36,10 @@
 
 namespace psrt {
 
-enum class PlacementStrategy { kRoundRobin, kGreedyByBytes };
+enum class PlacementStrategy { kRoundRobin, kGreedyByBytes, kContiguous };
 
-// "round_robin" or "greedy"; an unknown name is InvalidArgument.
+// "round_robin", "greedy" or "contiguous"; an unknown name is
+// InvalidArgument.
 absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name);
 
 struct PlacementOptions {

@@ -15,6 +15,7 @@
 #define PSRT_MODELS_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,19 @@ struct ModelOptions {
   kernels::DeviceSpec device;
 };
 
+// Lets a caller overlap a training step's communication with its compute
+// (worker/step_pipeline.h): ComputeGradients calls `before_read(b, e)` before
+// the forward pass first reads variables [b, e), and `gradients_ready(b, e)`
+// once the gradients of [b, e) are final in the caller's tensors. Every
+// variable is announced once to each (a model without finer steps announces
+// them all at once); the calls come from the calling thread, in the order the
+// model reaches them: layer order forward, reverse layer order backward.
+// Either may be empty.
+struct StepHooks {
+  std::function<void(int begin, int end)> before_read;
+  std::function<void(int begin, int end)> gradients_ready;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -62,10 +76,18 @@ class Model {
   // [B, H*W*C] (NHWC) with pixels in [0, 1]; labels are class ids. Overwrites
   // `grads` (resized to match params) with d(mean loss)/d(param); returns the
   // mean loss.
+  // With `hooks`, the parameters of a variable need to hold their values
+  // only once before_read has returned for it, and its gradient is final
+  // once gradients_ready has named it.
+  float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
+                         absl::Span<const int32_t> labels, std::vector<Tensor>* grads) {
+    return ComputeGradients(params, images, labels, grads, StepHooks());
+  }
   virtual float ComputeGradients(const std::vector<Tensor>& params,
                                  const Tensor& images,
                                  absl::Span<const int32_t> labels,
-                                 std::vector<Tensor>* grads) = 0;
+                                 std::vector<Tensor>* grads,
+                                 const StepHooks& hooks) = 0;
 
   // Number of examples of the batch whose arg-max prediction is the label,
   // in inference mode (batch norm uses its moving statistics).

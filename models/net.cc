@@ -98,7 +98,7 @@ class NetModel : public Model {
 
   float ComputeGradients(const std::vector<Tensor>& params,
                          const Tensor& images, absl::Span<const int32_t> labels,
-                         std::vector<Tensor>* grads) override {
+                         std::vector<Tensor>* grads, const StepHooks& hooks) override {
     CheckInputs(params, images, labels);
     device_->Bind();
     const int64_t batch = images.dim(0);
@@ -110,7 +110,7 @@ class NetModel : public Model {
     }
     const StepContext step{device_.get(), /*training=*/true, step_++};
     PlaceStep(params, images, labels, grads);
-    Forward(step, batch);
+    Forward(step, params, batch, hooks.before_read);
     const int last = static_cast<int>(graph_.nodes.size()) - 1;
     const float* logits = outputs_[last].data();
     device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
@@ -158,10 +158,16 @@ class NetModel : public Model {
           device_->CopyToHostAfterCompute((*grads)[v].data(), grad_ptrs_[v],
                                           (*grads)[v].num_bytes());
         }
+      } else if (hooks.gradients_ready && node.var_end > node.var_begin) {
+        hooks.gradients_ready(node.var_begin, node.var_end);
       }
     }
     const absl::Status copied = device_->WaitForHostCopies();
     CHECK(copied.ok()) << device_->name() << ": " << copied;
+    // On a GPU the gradients reach the host together, at the end.
+    if (!device_->host_memory() && hooks.gradients_ready && !params.empty()) {
+      hooks.gradients_ready(0, static_cast<int>(params.size()));
+    }
     return step_result_.data()[0];
   }
 
@@ -172,7 +178,7 @@ class NetModel : public Model {
     const StepContext step{device_.get(), /*training=*/false, step_};
     PlaceStep(params, images, labels, /*grads=*/nullptr);
     const int64_t batch = images.dim(0);
-    Forward(step, batch);
+    Forward(step, params, batch, /*before_read=*/nullptr);
     int32_t* correct = correct_.Reserve(device_.get(), 1);
     device_->CountCorrect(outputs_.back().data(), labels_, batch, num_classes_,
                           correct);
@@ -186,8 +192,8 @@ class NetModel : public Model {
  private:
   // Points param_ptrs_, grad_ptrs_ (when grads is not null), images_ and
   // labels_ at the step's data on the device: the caller's own memory on
-  // the CPU; on a GPU, device buffers that the parameters and the batch are
-  // copied into.
+  // the CPU; on a GPU, device buffers that the batch is copied into here
+  // and each layer's parameters in Forward.
   void PlaceStep(const std::vector<Tensor>& params, const Tensor& images,
                  absl::Span<const int32_t> labels, std::vector<Tensor>* grads) {
     kernels::Device* dev = device_.get();
@@ -201,9 +207,7 @@ class NetModel : public Model {
       return;
     }
     for (size_t v = 0; v < params.size(); ++v) {
-      float* p = device_params_[v].Reserve(dev, params[v].num_elements());
-      dev->CopyToDevice(p, params[v].data(), params[v].num_bytes());
-      param_ptrs_[v] = p;
+      param_ptrs_[v] = device_params_[v].Reserve(dev, params[v].num_elements());
       grad_ptrs_[v] = device_grads_[v].Reserve(dev, params[v].num_elements());
     }
     float* x = device_images_.Reserve(dev, images.num_elements());
@@ -223,9 +227,20 @@ class NetModel : public Model {
     }
   }
 
-  void Forward(const StepContext& step, int64_t batch) {
+  // Runs the layers in node order; before a layer with variables, waits
+  // for them (`before_read`, may be empty) and, on a GPU, queues their copy
+  // to the device.
+  void Forward(const StepContext& step, const std::vector<Tensor>& params,
+               int64_t batch, const std::function<void(int, int)>& before_read) {
     for (size_t i = 1; i < graph_.nodes.size(); ++i) {
       const NetBuilder::Graph::Node& node = graph_.nodes[i];
+      if (node.var_end > node.var_begin) {
+        if (before_read) before_read(node.var_begin, node.var_end);
+        for (int v = node.var_begin; v < node.var_end && !device_->host_memory(); ++v) {
+          device_->CopyToDevice(device_params_[v].data(), params[v].data(),
+                                params[v].num_bytes());
+        }
+      }
       SetInputs(i);
       float* out = outputs_[i].Reserve(device_.get(), batch * node.dims.size());
       node.layer->Forward(step, param_ptrs_, in_ptrs_[i], batch, out);

@@ -60,25 +60,29 @@ struct PsClient::Rpc {
   }
   std::function<std::string(int)> shard_name;
   absl::Duration retry_timeout;
-  // Calls `method` on every shard at once; `on_response` runs on gRPC's
-  // thread for each reply. A shard whose call fails as `retry_on` allows is
+  // Calls `method` on every shard at once (or, with `order`, in that order,
+  // each right after `prepare(k)` has filled requests[k]); `on_response`
+  // runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
   // called again after a backoff, on its own; the first other error cancels
   // the calls still running (unless `independent`: each call then runs to
   // its end, as a goodbye that must reach every shard does) and is returned,
   // prefixed with the shard's name.
   absl::Status CallAll(
       const std::string& method, absl::Duration timeout, RetryOn retry_on,
-      const std::vector<grpc::ByteBuffer>& requests,
+      std::vector<grpc::ByteBuffer>& requests,
       const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
-      bool independent = false);
+      bool independent = false, const std::vector<int>* order = nullptr,
+      const std::function<void(int)>& prepare = nullptr);
 };
 
 absl::Status PsClient::Rpc::CallAll(
     const std::string& method, absl::Duration timeout, RetryOn retry_on,
-    const std::vector<grpc::ByteBuffer>& requests,
+    std::vector<grpc::ByteBuffer>& requests,
     const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
-    bool independent) {
+    bool independent, const std::vector<int>* order,
+    const std::function<void(int)>& prepare) {
   const int n = static_cast<int>(stubs.size());
+  CHECK_EQ(requests.size(), static_cast<size_t>(n));
   struct Attempt {
     grpc::ClientContext context;
     grpc::ByteBuffer response;
@@ -121,7 +125,11 @@ absl::Status PsClient::Rpc::CallAll(
     absl::MutexLock lock(&mu);
     in_flight = n;
   }
-  for (int k = 0; k < n; ++k) start(k);
+  for (int i = 0; i < n; ++i) {
+    const int k = order != nullptr ? (*order)[i] : i;
+    if (prepare) prepare(k);
+    start(k);
+  }
 
   mu.Lock();
   while (true) {
@@ -408,7 +416,7 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
 
 absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     int64_t min_version, std::vector<Tensor>* params, bool moving_average,
-    int64_t min_clock, Precision precision) {
+    int64_t min_clock, Precision precision, const ShardHooks* hooks) {
   CHECK_EQ(params->size(), variables_.size());
   const proto::DataType dtype =
       precision == Precision::kWire ? options_.wire_dtype : proto::DT_FLOAT;
@@ -465,6 +473,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
                               });
           offset += slice.num_bytes;
         }
+        if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
         return absl::OkStatus();
       }));
   if (options_.metrics != nullptr) {
@@ -487,14 +496,16 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
 }
 
 absl::StatusOr<PsClient::PushResult> PsClient::Push(
-    const std::vector<Tensor>& grads) {
+    const std::vector<Tensor>& grads, const ShardHooks* hooks) {
   CHECK_EQ(grads.size(), variables_.size());
   absl::BlockingCounter released(num_shards());
   const absl::Time start = absl::Now();
-  std::vector<grpc::ByteBuffer> requests;
-  requests.reserve(num_shards());
+  std::vector<grpc::ByteBuffer> requests(num_shards());
+  int64_t bytes = 0;
   ++push_step_;  // Retries below resend the same (worker, step).
-  for (int k = 0; k < num_shards(); ++k) {
+  // Encodes shard k's request, from its gradients as they are now.
+  auto prepare = [&](int k) {
+    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
     push_headers_[k].set_version(versions_[k]);
     push_headers_[k].set_worker_incarnation(worker_incarnation_);
     push_headers_[k].set_step(push_step_);
@@ -521,17 +532,17 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
       chunks.emplace_back(reinterpret_cast<const char*>(wire.data()),
                           encoded * sizeof(uint16_t));
     }
-    requests.push_back(EncodeTensorFrame(push_headers_[k], chunks,
-                                         [&] { released.DecrementCount(); }));
-  }
-  int64_t bytes = 0;
-  for (const grpc::ByteBuffer& r : requests) bytes += r.Length();
+    requests[k] = EncodeTensorFrame(push_headers_[k], chunks,
+                                    [&] { released.DecrementCount(); });
+    bytes += requests[k].Length();
+  };
   std::vector<proto::PushResponse> responses(num_shards());
-  absl::Status status = rpc_->CallAll(kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline,
-                                      requests,
-                                [&](int k, const grpc::ByteBuffer& response) {
-                                  return ParseFromByteBuffer(response, &responses[k]);
-                                });
+  absl::Status status = rpc_->CallAll(
+      kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
+      [&](int k, const grpc::ByteBuffer& response) {
+        return ParseFromByteBuffer(response, &responses[k]);
+      },
+      /*independent=*/false, hooks != nullptr ? &hooks->order : nullptr, prepare);
   // Even a failed or timed-out call may still be reading `grads` in gRPC's
   // write path: return only once gRPC has dropped every reference.
   requests.clear();

@@ -24,7 +24,7 @@
 // is not confirmed: the caller then waits for the model to be ready again,
 // calls ForgetIncarnations, and pulls.
 //
-// Thread safety: not thread-safe; one trainer thread drives it.
+// Thread safety: not thread-safe; one thread at a time drives it.
 #ifndef PSRT_WORKER_PS_CLIENT_H_
 #define PSRT_WORKER_PS_CLIENT_H_
 
@@ -115,15 +115,28 @@ class PsClient {
   // How a pull's values travel: as Options::wire_dtype says, or float32
   // whatever it says (for evaluation and the final model).
   enum class Precision { kWire, kFull };
+  // Lets a caller overlap a pull or a push with its compute
+  // (worker/step_pipeline.h), while the call runs on another thread.
+  struct ShardHooks {
+    // Pull: runs on a gRPC thread once shard k's values are in the
+    // parameters (on every attempt that delivers them).
+    std::function<void(int shard)> arrived;
+    // Push: the shards are sent in `order` (every shard once), each only
+    // after `wait_until_ready(shard)` returns: its gradients are final.
+    std::vector<int> order;
+    std::function<void(int shard)> wait_until_ready;
+  };
   // Fills `params` (one tensor per variable, already shaped) with values of
   // version >= min_version from every shard, once every unfinished replica
   // has pushed min_clock gradients (bounded staleness); with
   // `moving_average`, with their moving averages instead.
   absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
                                   bool moving_average = false, int64_t min_clock = 0,
-                                  Precision precision = Precision::kWire);
+                                  Precision precision = Precision::kWire,
+                                  const ShardHooks* hooks = nullptr);
   // Pushes one gradient per variable, tagged with the versions last pulled.
-  absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads);
+  absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
+                                  const ShardHooks* hooks = nullptr);
   // Tells every shard this replica is done (the chief's ends training).
   // Unreachable shards are ignored: they may have exited already.
   void Shutdown();
@@ -140,6 +153,7 @@ class PsClient {
   void ForgetIncarnations();
 
   int num_shards() const { return placement_.num_shards; }
+  const Placement& placement() const { return placement_; }
   proto::DataType wire_dtype() const { return options_.wire_dtype; }
   // "ps/T (host:port)", or "ps/T stripe S (host:port)" with several stripes,
   // as errors and logs name shard `shard`.

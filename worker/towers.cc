@@ -51,12 +51,14 @@ Towers::Towers(std::vector<std::unique_ptr<Model>> towers)
 
 float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
                                absl::Span<const int32_t> labels,
-                               std::vector<Tensor>* grads) {
+                               std::vector<Tensor>* grads, const StepHooks& hooks) {
   const int n = size();
   const int64_t batch = images.dim(0);
   const int64_t pixels = images.dim(1);
   CHECK_GE(batch, n) << "a batch of " << batch << " cannot feed " << n << " towers";
-  if (n == 1) return towers_[0]->ComputeGradients(params, images, labels, grads);
+  if (n == 1) return towers_[0]->ComputeGradients(params, images, labels, grads, hooks);
+  const int num_variables = static_cast<int>(params.size());
+  if (hooks.before_read && num_variables > 0) hooks.before_read(0, num_variables);
 
   std::vector<int64_t> begin(n + 1, 0);
   for (int i = 0; i < n; ++i) begin[i + 1] = begin[i] + batch / n + (i < batch % n ? 1 : 0);
@@ -92,6 +94,7 @@ float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& 
       }
     }
   }
+  if (hooks.gradients_ready && num_variables > 0) hooks.gradients_ready(0, num_variables);
   return loss;
 }
 

@@ -42,10 +42,12 @@ class Towers {
 
   // Splits the batch (the first batch % N towers get one extra example),
   // computes every tower's gradients and writes their size-weighted mean
-  // into `grads`; returns the mean loss over the batch.
+  // into `grads`; returns the mean loss over the batch. `hooks` (model.h)
+  // see each layer with one tower, and the whole model at once with several.
   // REQUIRES: images has at least size() rows.
   float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
-                         absl::Span<const int32_t> labels, std::vector<Tensor>* grads);
+                         absl::Span<const int32_t> labels, std::vector<Tensor>* grads,
+                         const StepHooks& hooks = StepHooks());
 
  private:
   std::vector<std::unique_ptr<Model>> towers_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/step_pipeline.h"
 
 namespace psrt {
 namespace {
@@ -154,37 +156,38 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
   return absl::OkStatus();
 }
 
-float Trainer::Regularize(const std::vector<Tensor>& params,
-                          std::vector<Tensor>* grads) {
+float Trainer::WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
+                           int begin, int end) const {
+  if (options_.weight_decay <= 0) return 0;
+  const float wd = options_.weight_decay;
   double l2 = 0;
-  if (options_.weight_decay > 0) {
-    const float wd = options_.weight_decay;
-    for (size_t v = 0; v < params.size(); ++v) {
-      if (params[v].rank() < 2) continue;  // Weights only, not biases.
-      const float* w = params[v].data();
-      float* g = (*grads)[v].data();
-      double sum = 0;
-      for (int64_t i = 0; i < params[v].num_elements(); ++i) {
-        sum += double{w[i]} * w[i];
-        g[i] += wd * w[i];
-      }
-      l2 += 0.5 * wd * sum;
+  for (int v = begin; v < end; ++v) {
+    if (params[v].rank() < 2) continue;  // Weights only, not biases.
+    const float* w = params[v].data();
+    float* g = (*grads)[v].data();
+    double sum = 0;
+    for (int64_t i = 0; i < params[v].num_elements(); ++i) {
+      sum += double{w[i]} * w[i];
+      g[i] += wd * w[i];
     }
-  }
-  if (options_.clip_norm > 0) {
-    double squares = 0;
-    for (const Tensor& g : *grads) {
-      for (float x : g.flat()) squares += double{x} * x;
-    }
-    const double norm = std::sqrt(squares);
-    if (norm > options_.clip_norm) {
-      const float scale = static_cast<float>(options_.clip_norm / norm);
-      for (Tensor& g : *grads) {
-        for (float& x : g.flat()) x *= scale;
-      }
-    }
+    l2 += 0.5 * wd * sum;
   }
   return static_cast<float>(l2);
+}
+
+void Trainer::ClipGradients(std::vector<Tensor>* grads) const {
+  if (options_.clip_norm <= 0) return;
+  double squares = 0;
+  for (const Tensor& g : *grads) {
+    for (float x : g.flat()) squares += double{x} * x;
+  }
+  const double norm = std::sqrt(squares);
+  if (norm > options_.clip_norm) {
+    const float scale = static_cast<float>(options_.clip_norm / norm);
+    for (Tensor& g : *grads) {
+      for (float& x : g.flat()) x *= scale;
+    }
+  }
 }
 
 absl::Status Trainer::Save(int64_t step) {
@@ -204,11 +207,17 @@ absl::Status Trainer::Save(int64_t step) {
 
 absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
                                                       std::vector<Tensor>* params) {
-  const bool swap_in_averages = options_.eval_moving_average && options_.replica >= 0;
-  if (swap_in_averages) {
-    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params, /*moving_average=*/true,
+  // A trainer evaluates the moving averages in a buffer of their own: its
+  // parameters are the ones it trains on. The evaluator has no other use
+  // for its parameters.
+  if (options_.eval_moving_average && options_.replica >= 0) {
+    if (eval_averages_.size() != params->size()) {
+      for (const Tensor& p : *params) eval_averages_.emplace_back(p.shape());
+    }
+    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, &eval_averages_, /*moving_average=*/true,
                                                 /*min_clock=*/0, PsClient::Precision::kFull));
     (void)pulled;
+    params = &eval_averages_;
   }
   const int64_t n = test_->size();
   const int64_t pixels = test_->images.dim(1);
@@ -237,10 +246,6 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     RETURN_IF_ERROR(events_->WriteScalar("eval/accuracy", step, result.accuracy));
     RETURN_IF_ERROR(events_->WriteScalar("eval/loss", step, result.loss));
     RETURN_IF_ERROR(events_->Flush());
-  }
-  if (swap_in_averages) {  // Back to the training values.
-    ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, params));
-    (void)pulled;
   }
   return result;
 }
@@ -420,41 +425,69 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     last_eval_step = std::min(last_eval_step, pulled.version);
     return absl::OkStatus();
   };
-  while (!pulled.training_done && pulled.version < options_.train_steps) {
-    if (chief && checkpoints_ && pulled.version > last_saved_step &&
-        (pulled.version == 0 ||
-         (options_.save_checkpoint_steps > 0 &&
-          pulled.version % options_.save_checkpoint_steps == 0) ||
-         (options_.save_checkpoint_secs > 0 &&
-          absl::Now() - last_save >= absl::Seconds(options_.save_checkpoint_secs)))) {
+  // The chief's duties between steps, due at global step `version`, and
+  // the end of training.
+  auto save_due = [&](int64_t version) {
+    return chief && checkpoints_ && version > last_saved_step &&
+           (version == 0 ||
+            (options_.save_checkpoint_steps > 0 &&
+             version % options_.save_checkpoint_steps == 0) ||
+            (options_.save_checkpoint_secs > 0 &&
+             absl::Now() - last_save >= absl::Seconds(options_.save_checkpoint_secs)));
+  };
+  auto eval_due = [&](int64_t version) {
+    return chief && options_.eval_every_steps > 0 &&
+           version >= last_eval_step + options_.eval_every_steps;
+  };
+  auto finished = [&](const PsClient::PullResult& p) {
+    return p.training_done || p.version >= options_.train_steps;
+  };
+  const int num_variables = static_cast<int>(params.size());
+  std::optional<StepPipeline> pipeline;
+  if (options_.overlap_comm && options_.clip_norm <= 0) {
+    pipeline.emplace(client_, client_->placement(), num_variables);
+  }
+  // Whether `grads` and `loss` already hold the gradients of the next batch
+  // at `pulled`: computed while it was being pulled (and maybe pushed).
+  bool computed = false;
+  float loss = 0;
+  while (!finished(pulled)) {
+    // A push that left during the backward pass was cleared of duties.
+    const bool pushing = pipeline.has_value() && pipeline->push_started();
+    if (!pushing && save_due(pulled.version)) {
       if (Save(pulled.version).ok()) {
         last_saved_step = pulled.version;
         last_save = absl::Now();
       }
     }
-    if (chief && options_.eval_every_steps > 0 &&
-        pulled.version >= last_eval_step + options_.eval_every_steps) {
+    if (!pushing && eval_due(pulled.version)) {
       absl::Status evaluated = Evaluate(pulled.version, &params).status();
       if (!evaluated.ok()) {
+        computed = false;
         RETURN_IF_ERROR(recover_or_fail(evaluated));
         continue;
       }
       last_eval_step = pulled.version;
     }
-    batches.NextBatch(options_.batch_size, &images, &labels);
-    const absl::Time compute_start = absl::Now();
-    float loss = towers_->ComputeGradients(params, images, labels, &grads);
-    loss += Regularize(params, &grads);
-    const absl::Time push_start = absl::Now();
-    interval_time.compute += push_start - compute_start;
+    if (!computed) {
+      batches.NextBatch(options_.batch_size, &images, &labels);
+      const absl::Time compute_start = absl::Now();
+      loss = towers_->ComputeGradients(params, images, labels, &grads);
+      loss += WeightDecay(params, &grads, 0, num_variables);
+      ClipGradients(&grads);
+      interval_time.compute += absl::Now() - compute_start;
+    }
+    computed = false;
     if (!std::isfinite(loss)) {
+      if (pushing) pipeline->FinishPush().IgnoreError();
       return absl::InternalError(absl::StrCat(
           "loss became ", loss, " at step ", pulled.version,
           " (learning rate too high?)"));
     }
-    absl::StatusOr<PsClient::PushResult> pushed = client_->Push(grads);
-    const absl::Time pull_start = absl::Now();
-    interval_time.push += pull_start - push_start;
+    const absl::Time push_start = absl::Now();
+    absl::StatusOr<PsClient::PushResult> pushed =
+        pushing ? pipeline->FinishPush() : client_->Push(grads);
+    interval_time.push += absl::Now() - push_start;
     if (!pushed.ok()) {
       RETURN_IF_ERROR(recover_or_fail(pushed.status()));
       continue;
@@ -463,17 +496,50 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     ++result.local_steps;
     ++interval_steps;
     interval_loss += loss;
+    const int64_t min_version = sync ? pulled.version + 1 : 0;
     const int64_t min_clock = !sync && options_.staleness >= 0
                                   ? result.local_steps - clock_base - options_.staleness
                                   : 0;
-    absl::StatusOr<PsClient::PullResult> next = client_->Pull(
-        sync ? pulled.version + 1 : 0, &params, /*moving_average=*/false, min_clock);
+    absl::StatusOr<PsClient::PullResult> next;
+    if (pipeline.has_value()) {
+      // The next step computes as its parameters arrive, and pushes as its
+      // gradients are done unless a duty or the end comes first.
+      const absl::Time start = absl::Now();
+      pipeline->StartPull(min_version, &params, min_clock);
+      batches.NextBatch(options_.batch_size, &images, &labels);
+      float l2 = 0;
+      bool push_decided = false;
+      StepHooks hooks;
+      hooks.before_read = [&](int begin, int end) { pipeline->WaitForVariables(begin, end); };
+      hooks.gradients_ready = [&](int begin, int end) {
+        l2 += WeightDecay(params, &grads, begin, end);
+        if (!push_decided) {
+          push_decided = true;
+          absl::StatusOr<PsClient::PullResult> arrived = pipeline->WaitForPull();
+          if (arrived.ok()) arrived->training_done |= pushed->training_done;
+          if (arrived.ok() && !finished(*arrived) && !save_due(arrived->version) &&
+              !eval_due(arrived->version)) {
+            pipeline->StartPush(&grads);
+          }
+        }
+        pipeline->MarkReady(begin, end);
+      };
+      loss = towers_->ComputeGradients(params, images, labels, &grads, hooks) + l2;
+      next = pipeline->WaitForPull();
+      const absl::Duration blocked = pipeline->TakeBlockedTime();
+      interval_time.compute += absl::Now() - start - blocked;
+      interval_time.pull += blocked;
+      computed = next.ok();
+    } else {
+      const absl::Time pull_start = absl::Now();
+      next = client_->Pull(min_version, &params, /*moving_average=*/false, min_clock);
+      interval_time.pull += absl::Now() - pull_start;
+    }
     if (!next.ok()) {
       RETURN_IF_ERROR(recover_or_fail(next.status()));
       continue;
     }
     pulled = *next;
-    interval_time.pull += absl::Now() - pull_start;
     interval_time.waited += pulled.waited;
     recoveries_ = 0;  // A step went through: the budget is for a run of faults.
     if (pushed->training_done) pulled.training_done = true;
@@ -493,6 +559,11 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       interval_loss = 0;
       interval_time = StepTime();
     }
+  }
+  // The push decision saw what the loop saw; this only keeps the client
+  // idle for what follows should that ever change.
+  if (pipeline.has_value() && pipeline->push_started()) {
+    pipeline->FinishPush().IgnoreError();
   }
   if (options_.progress_bar && chief) std::fputc('\n', stderr);
   result.global_step = pulled.version;

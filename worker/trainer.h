@@ -3,6 +3,10 @@
 //   pull(v) -> forward/backward on the next batch -> regularize, clip
 //   -> push(gradients of v) -> pull(v + 1 in sync mode, the latest in async)
 // until the global step reaches train_steps or the chief ends training.
+// With overlap_comm the pull runs while the forward pass starts on the
+// layers that have arrived, and the push while the backward pass goes on
+// (worker/step_pipeline.h); the messages and their order per shard are the
+// same.
 //
 // The chief (replica 0) also:
 //  - brings the shards to one consistent state before training: if any
@@ -65,6 +69,11 @@ struct TrainerOptions {
   float weight_decay = 0;  // L2: loss += wd / 2 * sum(w^2) over weights (rank >= 2).
   float clip_norm = 0;     // Clip by global norm across all gradients; 0: off.
 
+  // Overlap each step's pull with the forward pass and its push with the
+  // backward pass, shard by shard (worker/step_pipeline.h). Not with
+  // clip_norm, which needs every gradient before the first push.
+  bool overlap_comm = true;
+
   // Chief only.
   int64_t save_checkpoint_steps = 0;  // 0: not by steps.
   double save_checkpoint_secs = 0;    // 0: not by time.
@@ -124,8 +133,12 @@ class Trainer {
   // pulls. Sets pulled->training_done if the chief ended training meanwhile.
   absl::Status Recover(const absl::Status& cause, std::vector<Tensor>* params,
                        PsClient::PullResult* pulled);
-  // Adds weight decay to the gradients and clips them; returns the L2 loss.
-  float Regularize(const std::vector<Tensor>& params, std::vector<Tensor>* grads);
+  // Adds weight decay to the gradients of variables [begin, end); returns
+  // their L2 loss.
+  float WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
+                    int begin, int end) const;
+  // Scales the gradients down to a global norm of at most clip_norm.
+  void ClipGradients(std::vector<Tensor>* grads) const;
   // Every shard saves checkpoint `step`, keeping last_complete_save_ too; on
   // success `step` becomes it.
   absl::Status Save(int64_t step);
@@ -151,6 +164,7 @@ class Trainer {
   const Dataset* const test_;
   std::unique_ptr<EventWriter> events_;
   std::vector<Tensor> eval_grads_;
+  std::vector<Tensor> eval_averages_;  // The moving averages evaluated.
   bool checkpoints_ = false;  // Every shard can save.
   absl::Time start_time_;
   int64_t start_step_ = 0;

@@ -109,6 +109,10 @@ DEFINE_string(values, "", "piecewise: comma-separated learning rates, one more t
 DEFINE_int64(warmup_steps, 0, "Linear learning-rate warmup over this many steps.");
 DEFINE_double(weight_decay, 0, "L2 regularization of the weights (not biases).");
 DEFINE_double(clip_norm, 0, "Clip gradients by global norm; 0: off.");
+DEFINE_bool(overlap_comm, true,
+            "Overlap each step's pull with the forward pass and its push with the "
+            "backward pass, shard by shard (most with --placement=contiguous); "
+            "not with --clip_norm.");
 DEFINE_double(moving_average_decay, 0,
               "Keep an exponential moving average of every variable on the "
               "parameter servers (saved with checkpoints); 0: off.");
@@ -124,7 +128,7 @@ DEFINE_string(progress, "auto",
               "Chief progress display: bar (one redrawn line), log, or auto "
               "(bar when stderr is a terminal).");
 DEFINE_string(placement, "round_robin",
-              "Variable placement on parameter servers: round_robin or greedy.");
+              "Variable placement on parameter servers: round_robin, greedy or contiguous.");
 DEFINE_int64(partition_threshold_bytes, 1 << 20,
              "Variables larger than this are split across parameter servers.");
 DEFINE_bool(shuffle, true, "Shuffle this worker's shard of the data each epoch.");
@@ -397,6 +401,7 @@ absl::Status Run() {
   options.staleness = FLAGS_staleness;
   options.weight_decay = FLAGS_weight_decay;
   options.clip_norm = FLAGS_clip_norm;
+  options.overlap_comm = FLAGS_overlap_comm;
   options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
   options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
   options.keep_checkpoints = std::max(1, FLAGS_keep_checkpoints);
