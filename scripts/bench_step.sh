@@ -12,11 +12,14 @@
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
 #                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
+#                         [--overlap true|false] [--placement contiguous]
 # (unix: the workers reach the ps over its Unix socket, --unix_socket;
-# stripes: --ps_stripes of every task; wire: the workers' --wire_dtype).
+# stripes: --ps_stripes of every task; wire, overlap and placement: the
+# workers' --wire_dtype, --overlap_comm and --placement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
+overlap=true placement=contiguous
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -25,6 +28,8 @@ while [ $# -gt 0 ]; do
     --transport) transport="$2"; shift 2 ;;
     --stripes) stripes="$2"; shift 2 ;;
     --wire) wire="$2"; shift 2 ;;
+    --overlap) overlap="$2"; shift 2 ;;
+    --placement) placement="$2"; shift 2 ;;
     *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,15 +47,16 @@ for model in $models; do
   every=$((steps / 6))
   scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" \
     --ps_flags "$ps_flags --ps_stripes=$stripes" -- --unix_socket="$unix" \
-    --ps_stripes="$stripes" --wire_dtype="$wire" \
+    --ps_stripes="$stripes" --wire_dtype="$wire" --overlap_comm="$overlap" \
+    --placement="$placement" \
     --model="$model" --sync_replicas --batch_size="$batch" --device=cpu \
     --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
   field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
-  printf "step: model=%s transport=%s stripes=%s wire=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$transport" "$stripes" "$wire" "$(field compute_ms)" "$(field exposed_comm_ms)" \
-    "$(field wait_ms)"
+  printf "step: model=%s transport=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$transport" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
+    "$(field exposed_comm_ms)" "$(field wait_ms)"
   # Both workers run in lockstep: the job's rate is twice the chief's.
   job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' | awk 'NR > 1 {print $1 * 2}' | median)
   bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \
