@@ -90,6 +90,46 @@ TEST(PlacementTest, UnevenRowsAndPartsOnDistinctShardsForBothStrategies) {
   }
 }
 
+TEST(PlacementTest, ContiguousKeepsNeighbouringLayersTogetherInBalancedRuns) {
+  // LeNet's variables: fc1/weights (12.8 MB) dwarfs the rest.
+  const std::vector<VariableDef> lenet = {
+      {"conv1/weights", {5, 5, 1, 32}},  {"conv1/biases", {32}},
+      {"conv2/weights", {5, 5, 32, 64}}, {"conv2/biases", {64}},
+      {"fc1/weights", {3136, 1024}},     {"fc1/biases", {1024}},
+      {"fc2/weights", {1024, 10}},       {"fc2/biases", {10}}};
+  auto strategy = ParsePlacementStrategy("contiguous");
+  ASSERT_TRUE(strategy.ok());
+  PlacementOptions options;
+  options.strategy = *strategy;
+  auto placement = ComputePlacement(lenet, 4, options);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  // fc1/weights is cut in 4; every slice's shard follows the previous one's.
+  ASSERT_EQ(placement->slices.size(), 11u);
+  std::vector<int64_t> bytes(4, 0);
+  int64_t total = 0;
+  for (size_t i = 0; i < placement->slices.size(); ++i) {
+    const VariableSlice& slice = placement->slices[i];
+    if (i > 0) EXPECT_GE(slice.shard, placement->slices[i - 1].shard) << slice.name;
+    bytes[slice.shard] += slice.num_bytes;
+    total += slice.num_bytes;
+  }
+  // The convolutions share the first shard with fc1's first part; the
+  // last shard ends with fc2.
+  EXPECT_EQ(placement->slices[0].shard, 0);
+  EXPECT_EQ(placement->slices[4].name, "fc1/weights/part_0");
+  EXPECT_EQ(placement->slices[4].shard, 0);
+  EXPECT_EQ(placement->slices[7].shard, 3);
+  EXPECT_EQ(placement->slices.back().shard, 3);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_GT(bytes[k], 0.9 * total / 4) << "shard " << k;
+    EXPECT_LT(bytes[k], 1.1 * total / 4) << "shard " << k;
+  }
+  // More shards than slices: later shards stay empty, nothing breaks.
+  auto sparse = ComputePlacement({{"a", {4}}, {"b", {4}}}, 5, options);
+  ASSERT_TRUE(sparse.ok());
+  EXPECT_LE(sparse->slices[0].shard, sparse->slices[1].shard);
+}
+
 TEST(PlacementTest, IsDeterministic) {
   PlacementOptions options;
   options.strategy = PlacementStrategy::kGreedyByBytes;

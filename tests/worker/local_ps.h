@@ -1,0 +1,108 @@
+// Helpers of the worker tests that talk to real parameter servers in their
+// own process: a ps task (its stripes, service and gRPC server on
+// 127.0.0.1) and clients of it.
+#ifndef PSRT_TESTS_WORKER_LOCAL_PS_H_
+#define PSRT_TESTS_WORKER_LOCAL_PS_H_
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/placement.h"
+#include "common/rpc_util.h"
+#include "common/transport_security.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "ps/parameter_shard.h"
+#include "ps/ps_service.h"
+#include "worker/ps_client.h"
+
+namespace psrt {
+
+// One parameter-server task: its shards (stripes) + service + gRPC server
+// on a free port. `port` 0 picks a free one; another restarts a task on its
+// old port.
+struct LocalPs {
+  // With `security`, its credentials, and roles when it has a chief token.
+  explicit LocalPs(int port_to_use = 0, int stripes = 1,
+                   std::shared_ptr<const TransportSecurity> security = nullptr)
+      : shards(MakeShards(stripes)),
+        service(Pointers(shards), nullptr, nullptr,
+                /*chief_only_admin=*/security != nullptr && security->has_chief_token()) {
+    grpc::ServerBuilder builder;
+    ConfigurePsServer(&builder, int64_t{1} << 30);
+    builder.AddListeningPort(
+        absl::StrCat("127.0.0.1:", port_to_use),
+        security ? security->ServerCredentials() : grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~LocalPs() { server->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+  ParameterShard& shard(int stripe = 0) { return *shards[stripe]; }
+
+  static std::vector<std::unique_ptr<ParameterShard>> MakeShards(int n) {
+    std::vector<std::unique_ptr<ParameterShard>> shards;
+    for (int i = 0; i < n; ++i) {
+      shards.push_back(std::make_unique<ParameterShard>(ParameterShard::Options()));
+    }
+    return shards;
+  }
+  static std::vector<ParameterShard*> Pointers(
+      const std::vector<std::unique_ptr<ParameterShard>>& shards) {
+    std::vector<ParameterShard*> pointers;
+    for (const auto& shard : shards) pointers.push_back(shard.get());
+    return pointers;
+  }
+
+  std::vector<std::unique_ptr<ParameterShard>> shards;
+  PsService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+inline std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& tasks, int replica,
+                                    const std::vector<VariableDef>& vars,
+                                    absl::Duration retry_timeout = absl::Seconds(60),
+                                    int stripes = 1,
+                                    std::shared_ptr<const TransportSecurity> security = nullptr,
+                                    const PlacementOptions& placement_options = {}) {
+  PsClient::Options options;
+  options.security = std::move(security);
+  options.retry_timeout = retry_timeout;
+  for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
+  options.ps_stripes = stripes;
+  options.replica = replica;
+  options.rpc_timeout = absl::Seconds(30);
+  options.pull_timeout = absl::Seconds(30);
+  auto placement = ComputePlacement(vars, tasks.size() * stripes, placement_options);
+  EXPECT_TRUE(placement.ok());
+  return std::make_unique<PsClient>(options, *placement, vars);
+}
+
+inline std::vector<Tensor> Filled(const std::vector<VariableDef>& vars, float value) {
+  std::vector<Tensor> tensors;
+  for (const VariableDef& v : vars) {
+    tensors.emplace_back(v.shape);
+    std::fill_n(tensors.back().data(), tensors.back().num_elements(), value);
+  }
+  return tensors;
+}
+
+inline proto::TrainingConfig SyncConfig(int replicas) {
+  proto::TrainingConfig config;
+  config.set_mode(proto::SYNC);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(replicas);
+  config.set_optimizer(proto::SGD);
+  config.set_learning_rate(0.5f);
+  return config;
+}
+
+}  // namespace psrt
+
+#endif  // PSRT_TESTS_WORKER_LOCAL_PS_H_
