@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Where a synchronous training step's time goes, 1 ps + 2 workers on
-# 127.0.0.1, beside the compute bound of the same workers measured in the
-# same run (build/bin/step_bench: forward and backward alone, no ps):
+# Where a synchronous training step's time goes, 1 ps + 2 workers (or
+# --workers W) on 127.0.0.1, beside the compute bound of the same workers
+# measured in the same run (build/bin/step_bench: forward and backward alone, no ps):
 #   step: model=M compute_ms=C exposed_comm_ms=E wait_ms=W
 #   step_bound: model=M job_eps=X bound_eps=Y ratio=R
 # compute, exposed communication (push + pull - waiting) and waiting (for
 # the other worker and the update: the pulls' waited_us) are per step, the
 # median of the chief's log intervals after the first. job_eps is the
-# examples/sec of both workers together; bound_eps is twice step_bench's
+# examples/sec of all workers together; bound_eps is W times step_bench's
 # examples/sec with each worker's threads.
 #
-#   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600]
+#   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600] [--workers 2]
 #                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
 #                         [--overlap true|false] [--placement contiguous]
 # (unix: the workers reach the ps over its Unix socket, --unix_socket;
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
-overlap=true placement=contiguous
+overlap=true placement=contiguous workers=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     --stripes) stripes="$2"; shift 2 ;;
     --wire) wire="$2"; shift 2 ;;
     --overlap) overlap="$2"; shift 2 ;;
+    --workers) workers="$2"; shift 2 ;;
     --placement) placement="$2"; shift 2 ;;
     *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -42,7 +43,7 @@ case "$transport" in
   unix) ps_flags="--unix_socket" unix=true ;;
   *) echo "bench_step.sh: --transport must be tcp or unix" >&2; exit 2 ;;
 esac
-scripts/make_cluster_spec.sh --ps 1 --workers 2 --out "$work/cluster.json"
+scripts/make_cluster_spec.sh --ps 1 --workers "$workers" --out "$work/cluster.json"
 for model in $models; do
   every=$((steps / 6))
   scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" \
@@ -54,13 +55,14 @@ for model in $models; do
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
   field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
-  printf "step: model=%s transport=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$transport" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
+  printf "step: model=%s workers=%s transport=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$workers" "$transport" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
     "$(field exposed_comm_ms)" "$(field wait_ms)"
-  # Both workers run in lockstep: the job's rate is twice the chief's.
-  job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' | awk 'NR > 1 {print $1 * 2}' | median)
+  # The workers run in lockstep: the job's rate is W times the chief's.
+  job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' |
+              awk -v w="$workers" 'NR > 1 {print $1 * w}' | median)
   bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \
                 --batch_size="$batch" 2>/dev/null | sed -n 's/.*wall_eps=\([0-9.]*\).*/\1/p')
-  awk -v m="$model" -v j="$job_eps" -v b="$bound_eps" 'BEGIN {
-    printf "step_bound: model=%s job_eps=%.0f bound_eps=%.0f ratio=%.2f\n", m, j, 2 * b, j / (2 * b)}'
+  awk -v m="$model" -v j="$job_eps" -v b="$bound_eps" -v w="$workers" 'BEGIN {
+    printf "step_bound: model=%s job_eps=%.0f bound_eps=%.0f ratio=%.2f\n", m, j, w * b, j / (w * b)}'
 done
