@@ -372,4 +372,18 @@ void BatchIterator::Skip(int64_t examples) {
   }
 }
 
+Dataset SyntheticDataset(int64_t examples, int64_t pixels, int num_classes, uint64_t seed) {
+  Dataset data;
+  data.images = Tensor({examples, pixels});
+  data.rows = 1;
+  data.cols = static_cast<int>(pixels);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  for (float& x : data.images.flat()) x = pixel(rng);
+  std::uniform_int_distribution<int32_t> label(0, num_classes - 1);
+  data.labels.resize(examples);
+  for (int32_t& y : data.labels) y = label(rng);
+  return data;
+}
+
 }  // namespace psrt

@@ -32,6 +32,11 @@ struct Dataset {
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };
 
+// `examples` random images of `pixels` values in [0, 1) with random labels
+// below num_classes, from `seed` alone (tf_cnn_benchmarks' synthetic data:
+// for timing a model without reading any).
+Dataset SyntheticDataset(int64_t examples, int64_t pixels, int num_classes, uint64_t seed);
+
 absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
                                        const std::string& labels_path,
                                        int num_classes = 10);

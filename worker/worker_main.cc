@@ -47,6 +47,9 @@ DEFINE_string(train_data, "",
               "on instead of --data_dir: a file, a comma-separated list, a "
               "directory or a glob.");
 DEFINE_string(test_data, "", "TFRecord test set, like --train_data.");
+DEFINE_bool(synthetic_data, false,
+            "Train and evaluate on random images of the model's input size (one batch, "
+            "reused) instead of a data set: times a model alone.");
 DEFINE_string(model, "mlp",
               "Model to train: mlp, lenet, inception_mini or inception_v3.");
 DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
@@ -417,11 +420,33 @@ absl::Status Run() {
                                       "\" is not auto, bar or log");
   }
 
+  const int64_t pixels = int64_t{FLAGS_input_height} * FLAGS_input_width * FLAGS_input_channels;
+  // A data set of another image size than the model's is named here, not
+  // found by the first step.
+  auto fits_model = [&](psrt::Dataset data,
+                        const std::string& source) -> absl::StatusOr<psrt::Dataset> {
+    if (data.images.rank() == 2 && data.images.dim(1) != pixels) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, " holds images of ", data.images.dim(1), " values (", data.rows, "x",
+          data.cols, "), but --model=", FLAGS_model, " is built for ", FLAGS_input_height, "x",
+          FLAGS_input_width, "x", FLAGS_input_channels, " = ", pixels,
+          " (--input_height, --input_width, --input_channels)"));
+    }
+    return data;
+  };
+  const int64_t synthetic_examples = std::max<int64_t>(FLAGS_batch_size, num_replicas);
   psrt::Dataset train;
   if (!evaluator) {
-    ASSIGN_OR_RETURN(train, FLAGS_train_data.empty()
-                                ? psrt::LoadMnistSplit(FLAGS_data_dir, "train")
-                                : psrt::ReadTFRecordDataset(FLAGS_train_data));
+    if (FLAGS_synthetic_data) {
+      train = psrt::SyntheticDataset(synthetic_examples, pixels, model_options.num_classes, FLAGS_seed);
+    } else {
+      ASSIGN_OR_RETURN(train, FLAGS_train_data.empty()
+                                  ? psrt::LoadMnistSplit(FLAGS_data_dir, "train")
+                                  : psrt::ReadTFRecordDataset(FLAGS_train_data));
+      ASSIGN_OR_RETURN(train, fits_model(std::move(train),
+                                         FLAGS_train_data.empty() ? FLAGS_data_dir
+                                                                  : FLAGS_train_data));
+    }
   }
   // Examples consumed per global step: every aggregated replica's batch in
   // sync mode, one batch per update in async mode.
@@ -434,10 +459,15 @@ absl::Status Run() {
                    TrainingConfigFromFlags(num_replicas,
                                            std::max<double>(1, train.size() / examples_per_step)));
   psrt::Dataset test;
-  if (replica <= 0) {  // The chief and the evaluator.
+  if (replica <= 0 && FLAGS_synthetic_data) {  // The chief and the evaluator.
+    test = psrt::SyntheticDataset(synthetic_examples, pixels, model_options.num_classes, FLAGS_seed + 1);
+  } else if (replica <= 0) {
     ASSIGN_OR_RETURN(test, FLAGS_test_data.empty()
                                ? psrt::LoadMnistSplit(FLAGS_data_dir, "t10k")
                                : psrt::ReadTFRecordDataset(FLAGS_test_data));
+    ASSIGN_OR_RETURN(test, fits_model(std::move(test), FLAGS_test_data.empty()
+                                                           ? FLAGS_data_dir
+                                                           : FLAGS_test_data));
   }
 
   psrt::PsClient::Options client_options;

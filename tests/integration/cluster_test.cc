@@ -216,6 +216,28 @@ TEST_F(ClusterTest, FailingTaskStopsTheClusterAndIsNamed) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
+TEST_F(ClusterTest, SyntheticDataTrainsAModelOfAnotherSizeAndRealDataOfTheWrongSizeIsNamed) {
+  const std::string spec = MakeSpec(1, 1);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           "--model=lenet --input_height=32 --input_width=32 --synthetic_data "
+                           "--batch_size=16 --train_steps=20 --log_every_steps=10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy)) << r.output;
+  EXPECT_EQ(step, 20);
+
+  // The same model on Fashion-MNIST's 28x28 images: refused at start,
+  // naming both sizes and the data.
+  r = Launch(spec, dir_ + "/logs2", "--model=lenet --input_height=32 --input_width=32 "
+                                    "--train_steps=20");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string log = ReadFile(dir_ + "/logs2/worker-0.log");
+  EXPECT_NE(log.find("784 values (28x28)"), std::string::npos) << log;
+  EXPECT_NE(log.find("built for 32x32x1"), std::string::npos) << log;
+  EXPECT_NE(log.find("fashion-mnist"), std::string::npos) << log;
+}
+
 TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
   const std::string spec = MakeSpec(1, 1);
   std::string cluster = ReadFile(spec);

@@ -495,5 +495,25 @@ TEST(BatchIteratorTest, ReusesOutputStorage) {
   EXPECT_THAT(labels, ElementsAre(0, 2));
 }
 
+TEST(SyntheticDatasetTest, RandomImagesAndLabelsFromTheSeedAlone) {
+  const Dataset a = SyntheticDataset(6, 12, 10, 7);
+  const Dataset b = SyntheticDataset(6, 12, 10, 7);
+  const Dataset c = SyntheticDataset(6, 12, 10, 8);
+  ASSERT_EQ(a.images.shape(), (Shape{6, 12}));
+  ASSERT_EQ(a.size(), 6);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_TRUE(std::equal(a.images.flat().begin(), a.images.flat().end(), b.images.flat().begin()));
+  EXPECT_FALSE(std::equal(a.images.flat().begin(), a.images.flat().end(),
+                          c.images.flat().begin()));
+  for (float x : a.images.flat()) {
+    EXPECT_GE(x, 0.0f);
+    EXPECT_LT(x, 1.0f);
+  }
+  for (int32_t y : SyntheticDataset(200, 1, 3, 1).labels) {
+    EXPECT_GE(y, 0);
+    EXPECT_LT(y, 3);
+  }
+}
+
 }  // namespace
 }  // namespace psrt
