@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +29,12 @@ namespace psrt {
 // old port.
 struct LocalPs {
   // With `security`, its credentials, and roles when it has a chief token.
+  // `shard_options` configures every stripe (its shard index and count are
+  // set here).
   explicit LocalPs(int port_to_use = 0, int stripes = 1,
-                   std::shared_ptr<const TransportSecurity> security = nullptr)
-      : shards(MakeShards(stripes)),
+                   std::shared_ptr<const TransportSecurity> security = nullptr,
+                   ParameterShard::Options shard_options = {})
+      : shards(MakeShards(stripes, std::move(shard_options))),
         service(Pointers(shards), nullptr, nullptr,
                 /*chief_only_admin=*/security != nullptr && security->has_chief_token()) {
     grpc::ServerBuilder builder;
@@ -45,10 +49,13 @@ struct LocalPs {
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
   ParameterShard& shard(int stripe = 0) { return *shards[stripe]; }
 
-  static std::vector<std::unique_ptr<ParameterShard>> MakeShards(int n) {
+  static std::vector<std::unique_ptr<ParameterShard>> MakeShards(
+      int n, ParameterShard::Options options) {
     std::vector<std::unique_ptr<ParameterShard>> shards;
     for (int i = 0; i < n; ++i) {
-      shards.push_back(std::make_unique<ParameterShard>(ParameterShard::Options()));
+      options.shard = i;
+      options.num_shards = n;
+      shards.push_back(std::make_unique<ParameterShard>(options));
     }
     return shards;
   }
