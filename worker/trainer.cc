@@ -197,10 +197,25 @@ absl::Status Trainer::Save(int64_t step) {
   if (status.ok()) {
     LOG(INFO) << "saved checkpoint " << step;
     last_complete_save_ = step;
-  } else {
-    LOG(ERROR) << "checkpoint " << step << " not saved everywhere: " << status.message()
-               << "; every shard keeps checkpoint " << last_complete_save_
-               << " until a save succeeds everywhere";
+    failed_saves_ = 0;
+    return status;
+  }
+  LOG(ERROR) << "checkpoint " << step << " not saved everywhere: " << status.message()
+             << "; every shard keeps checkpoint " << last_complete_save_
+             << " until a save succeeds everywhere";
+  // The state moved on (a backup worker's push), a shard restarted or
+  // awaits confirmation: the next save may well succeed. Anything else is
+  // the shard failing to write.
+  const bool not_written = !absl::IsFailedPrecondition(status) && !absl::IsAborted(status) &&
+                           !absl::IsUnavailable(status) && !absl::IsCancelled(status);
+  if (!not_written) return status;
+  ++failed_saves_;
+  if (options_.max_failed_saves > 0 && failed_saves_ >= options_.max_failed_saves) {
+    return absl::DataLossError(absl::StrCat(
+        failed_saves_, " checkpoints in a row could not be written (the last, checkpoint ",
+        step, ": ", status.message(), "); stopping rather than training on with nothing "
+        "newer than checkpoint ", last_complete_save_, " to recover to (--max_failed_saves=",
+        options_.max_failed_saves, "; 0 trains on)"));
   }
   return status;
 }
@@ -455,9 +470,12 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     // A push that left during the backward pass was cleared of duties.
     const bool pushing = pipeline.has_value() && pipeline->push_started();
     if (!pushing && save_due(pulled.version)) {
-      if (Save(pulled.version).ok()) {
+      last_save = absl::Now();  // A failed save is tried again at the next one.
+      absl::Status saved = Save(pulled.version);
+      if (saved.ok()) {
         last_saved_step = pulled.version;
-        last_save = absl::Now();
+      } else if (absl::IsDataLoss(saved)) {
+        return saved;  // Too many saves in a row not written.
       }
     }
     if (!pushing && eval_due(pulled.version)) {

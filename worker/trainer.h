@@ -79,6 +79,11 @@ struct TrainerOptions {
   double save_checkpoint_secs = 0;    // 0: not by time.
   int keep_checkpoints = 5;           // Saves happen when every shard has a
                                       // checkpoint dir (psrt_ps --checkpoint_dir).
+  // Stop with an error once this many saves in a row could not be written
+  // (a full or broken disk: the shards keep their last complete checkpoint
+  // meanwhile); 0: train on regardless. A save refused because the state
+  // moved on (backup workers) or a shard is restarting does not count.
+  int max_failed_saves = 3;
   int64_t eval_every_steps = 0;       // 0: only at the end.
   bool eval_moving_average = false;   // Evaluate the moving averages.
   std::string logdir;                 // TensorBoard event files; "": none.
@@ -140,7 +145,9 @@ class Trainer {
   // Scales the gradients down to a global norm of at most clip_norm.
   void ClipGradients(std::vector<Tensor>* grads) const;
   // Every shard saves checkpoint `step`, keeping last_complete_save_ too; on
-  // success `step` becomes it.
+  // success `step` becomes it. A failure is logged and returned; it is
+  // DataLoss, which stops training, once max_failed_saves saves in a row
+  // have not been written.
   absl::Status Save(int64_t step);
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
   void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
@@ -173,6 +180,7 @@ class Trainer {
   // the shards to keep it, so that saves failing on some shards never leave
   // them without a common step.
   int64_t last_complete_save_ = -1;
+  int failed_saves_ = 0;  // Saves in a row not written (see max_failed_saves).
 };
 
 }  // namespace psrt

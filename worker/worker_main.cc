@@ -124,14 +124,18 @@ DEFINE_int64(save_checkpoint_steps, 0,
 DEFINE_double(save_checkpoint_secs, 600,
               "Chief: checkpoint every this many seconds; 0: not by time.");
 DEFINE_int32(keep_checkpoints, 5, "Checkpoints kept by each parameter server.");
+DEFINE_int32(max_failed_saves, 3,
+             "Chief: stop with an error once this many checkpoints in a row could not be "
+             "written (a full or broken disk); 0: train on regardless.");
 DEFINE_int64(eval_every_steps, 0, "Chief: evaluate on the test set every this many steps.");
 DEFINE_bool(eval_moving_average, false, "Evaluate with the moving averages.");
 DEFINE_string(logdir, "", "Chief: write TensorBoard event files here.");
 DEFINE_string(progress, "auto",
               "Chief progress display: bar (one redrawn line), log, or auto "
               "(bar when stderr is a terminal).");
-DEFINE_string(placement, "round_robin",
-              "Variable placement on parameter servers: round_robin, greedy or contiguous.");
+DEFINE_string(placement, "contiguous",
+              "Variable placement on parameter servers: contiguous (neighbouring layers "
+              "together, which --overlap_comm needs), round_robin or greedy.");
 DEFINE_int64(partition_threshold_bytes, 1 << 20,
              "Variables larger than this are split across parameter servers.");
 DEFINE_bool(shuffle, true, "Shuffle this worker's shard of the data each epoch.");
@@ -405,6 +409,7 @@ absl::Status Run() {
   options.weight_decay = FLAGS_weight_decay;
   options.clip_norm = FLAGS_clip_norm;
   options.overlap_comm = FLAGS_overlap_comm;
+  options.max_failed_saves = FLAGS_max_failed_saves;
   options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
   options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
   options.keep_checkpoints = std::max(1, FLAGS_keep_checkpoints);

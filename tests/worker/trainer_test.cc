@@ -129,5 +129,42 @@ TEST_F(LocalTrainingTest, OverlappedStepsTrainExactlyLikeSequentialOnes) {
   }
 }
 
+// A shard that cannot write its checkpoints (its directory is a file, as a
+// full or broken disk would fail them) stops the chief after
+// max_failed_saves saves in a row, loudly, instead of training on with
+// nothing to recover to; with 0 it trains on.
+TEST_F(LocalTrainingTest, SavesThatCannotBeWrittenStopTheJob) {
+  const std::string not_a_dir = dir_ + "/file";
+  ASSERT_EQ(std::system(("touch " + not_a_dir).c_str()), 0);
+  ParameterShard::Options shard_options;
+  shard_options.checkpoint_dir = not_a_dir;
+  {
+    LocalPs ps(0, /*stripes=*/2, nullptr, shard_options);
+    TrainerOptions options;
+    options.train_steps = 100;
+    options.save_checkpoint_steps = 5;
+    options.max_failed_saves = 3;
+    absl::StatusOr<TrainResult> result = Train(options, &ps);
+    ASSERT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+    EXPECT_NE(result.status().message().find("3 checkpoints in a row could not be written "
+                                             "(the last, checkpoint 10"),
+              absl::string_view::npos)
+        << result.status();
+    EXPECT_NE(result.status().message().find(not_a_dir), absl::string_view::npos)
+        << result.status();
+    // Training stopped there: the chief never ended it.
+    EXPECT_FALSE(ps.shard(0).GetStatus().training_done());
+    EXPECT_LE(ps.shard(0).GetStatus().version(), 10);
+  }
+  LocalPs ps(0, /*stripes=*/2, nullptr, shard_options);
+  TrainerOptions options;
+  options.train_steps = 20;
+  options.save_checkpoint_steps = 5;
+  options.max_failed_saves = 0;
+  absl::StatusOr<TrainResult> result = Train(options, &ps);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->global_step, 20);
+}
+
 }  // namespace
 }  // namespace psrt
