@@ -30,17 +30,8 @@ absl::StatusOr<Placement> ComputePlacement(
   Placement placement;
   placement.num_shards = num_shards;
   placement.shard_slices.resize(num_shards);
-  std::vector<int64_t> shard_bytes(num_shards, 0);
   std::set<std::string> names;
-  int next_round_robin = 0;
-  int64_t total_bytes = 0;   // kContiguous: of the whole model,
-  int64_t bytes_before = 0;  // and before the slice being placed.
-  for (const VariableDef& var : variables) {
-    int64_t elements = 1;
-    for (int64_t d : var.shape) elements *= std::max<int64_t>(d, 0);
-    total_bytes += elements * int64_t{sizeof(float)};
-  }
-
+  // First the slices, then their shards.
   for (int v = 0; v < static_cast<int>(variables.size()); ++v) {
     const VariableDef& var = variables[v];
     if (var.name.empty()) {
@@ -67,7 +58,6 @@ absl::StatusOr<Placement> ComputePlacement(
       parts = std::min<int64_t>({int64_t{num_shards}, rows, wanted});
     }
     const int64_t row_bytes = rows == 0 ? 0 : bytes / rows;
-    std::vector<bool> used(num_shards, false);
     int64_t row = 0;
     for (int64_t j = 0; j < parts; ++j) {
       const int64_t part_rows = rows / parts + (j < rows % parts ? 1 : 0);
@@ -79,33 +69,52 @@ absl::StatusOr<Placement> ComputePlacement(
       slice.byte_offset = row * row_bytes;
       slice.num_bytes = parts == 1 ? bytes : part_rows * row_bytes;
       row += part_rows;
-
-      int shard = 0;
-      if (options.strategy == PlacementStrategy::kRoundRobin) {
-        shard = next_round_robin;
-        next_round_robin = (next_round_robin + 1) % num_shards;
-      } else if (options.strategy == PlacementStrategy::kContiguous) {
-        const int64_t middle = bytes_before + slice.num_bytes / 2;
-        shard = total_bytes == 0
-                    ? 0
-                    : std::min(num_shards - 1,
-                               static_cast<int>(static_cast<double>(middle) * num_shards /
-                                                static_cast<double>(total_bytes)));
-      } else {
-        shard = -1;
-        for (int k = 0; k < num_shards; ++k) {
-          if (used[k]) continue;
-          if (shard < 0 || shard_bytes[k] < shard_bytes[shard]) shard = k;
-        }
-      }
-      used[shard] = true;
-      bytes_before += slice.num_bytes;
-      slice.shard = shard;
-      shard_bytes[shard] += slice.num_bytes;
-      placement.shard_slices[shard].push_back(
-          static_cast<int>(placement.slices.size()));
       placement.slices.push_back(std::move(slice));
     }
+  }
+
+  const int n = static_cast<int>(placement.slices.size());
+  int64_t total_bytes = 0;
+  for (const VariableSlice& slice : placement.slices) total_bytes += slice.num_bytes;
+  std::vector<int64_t> shard_bytes(num_shards, 0);
+  std::vector<bool> used(num_shards, false);  // By the current variable.
+  int next_round_robin = 0;
+  int64_t bytes_before = 0;  // kContiguous: of the slices placed so far.
+  for (int i = 0; i < n; ++i) {
+    VariableSlice& slice = placement.slices[i];
+    if (i == 0 || slice.variable != placement.slices[i - 1].variable) {
+      std::fill(used.begin(), used.end(), false);
+    }
+    int shard = 0;
+    if (options.strategy == PlacementStrategy::kRoundRobin) {
+      shard = next_round_robin;
+      next_round_robin = (next_round_robin + 1) % num_shards;
+    } else if (options.strategy == PlacementStrategy::kContiguous) {
+      // The shard its middle byte falls in, but never behind the previous
+      // slice's or more than one past it, and never so far back that the
+      // slices left could not give every later shard one: no shard is left
+      // empty while there are slices enough.
+      const int previous = i == 0 ? -1 : placement.slices[i - 1].shard;
+      const int64_t middle = bytes_before + slice.num_bytes / 2;
+      shard = total_bytes == 0 ? 0
+                               : static_cast<int>(static_cast<double>(middle) * num_shards /
+                                                  static_cast<double>(total_bytes));
+      shard = std::min(shard, previous + 1);
+      shard = std::max(shard, previous);
+      if (n >= num_shards) shard = std::max(shard, num_shards - (n - i));
+      shard = std::min(shard, num_shards - 1);
+    } else {
+      shard = -1;
+      for (int k = 0; k < num_shards; ++k) {
+        if (used[k]) continue;
+        if (shard < 0 || shard_bytes[k] < shard_bytes[shard]) shard = k;
+      }
+    }
+    used[shard] = true;
+    bytes_before += slice.num_bytes;
+    slice.shard = shard;
+    shard_bytes[shard] += slice.num_bytes;
+    placement.shard_slices[shard].push_back(i);
   }
   return placement;
 }

@@ -17,7 +17,8 @@
 // (TensorFlow's replica_device_setter); kGreedyByBytes gives each slice to
 // the shard holding the fewest bytes so far (ties: the lowest shard index);
 // kContiguous cuts the slices, in variable order, into num_shards runs of
-// about equal bytes (a slice goes to the shard its middle byte falls in), so
+// about equal bytes (a slice goes to the shard its middle byte falls in,
+// but no shard stays empty while there are as many slices as shards), so
 // that a shard holds neighbouring layers: the first layers' shard is then
 // complete early in the forward pass and the last layers' early in the
 // backward pass, which lets a worker overlap their transfer with compute

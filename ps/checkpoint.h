@@ -12,7 +12,10 @@
 // "fc/weights/Momentum") and NAME/ExponentialMovingAverage. __metadata__:
 //   format       "psrt-shard-checkpoint-1"
 //   step, version, shard, num_shards (decimal)
-//   config       the TrainingConfig, protobuf text format
+//   slots        the optimizer slots' names, comma-separated
+//   header       an InitHeader in protobuf text format: the TrainingConfig
+//                (with the run_id of the training run the state belongs
+//                to) and the variables
 // plus the file's checksum; a file that fails it, is truncated or does not
 // match the shard is refused with a clear error.
 //

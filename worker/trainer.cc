@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
+#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +35,30 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client
       client_(client),
       train_(train),
       test_(test) {}
+
+std::string Trainer::NewRunId() {
+  std::random_device device;
+  return absl::StrFormat("%08x%08x", device(), device());
+}
+
+absl::Status Trainer::CheckOneRun(const std::vector<proto::StatusResponse>& shards) const {
+  std::map<std::string, std::vector<std::string>> runs;  // Run id -> shards.
+  for (int k = 0; k < static_cast<int>(shards.size()); ++k) {
+    if (shards[k].initialized()) runs[shards[k].config().run_id()].push_back(client_->ShardName(k));
+  }
+  if (runs.size() <= 1) return absl::OkStatus();
+  std::vector<std::string> held;
+  for (const auto& [run, names] : runs) {
+    held.push_back(absl::StrCat(absl::StrJoin(names, ", "), " hold",
+                                names.size() == 1 ? "s" : "", " run ",
+                                run.empty() ? "(none: an older checkpoint)" : run));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the parameter servers hold states of different training runs (",
+      absl::StrJoin(held, "; "), "), and no checkpoint of one run is held by all of them: "
+      "a --checkpoint_dir shared with or left over from another job? Give each job its own "
+      "checkpoint directories, or remove the other run's files"));
+}
 
 absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
                                           bool after_fault) {
@@ -72,9 +98,11 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   // Init marks initialized shards ready (their state is kept) and
   // initializes the others.
   if (empty.size() == shards.size() && !after_fault) {
-    RETURN_IF_ERROR(client_->Init(options_.config, values, epoch));
+    proto::TrainingConfig config = options_.config;
+    config.set_run_id(NewRunId());
+    RETURN_IF_ERROR(client_->Init(config, values, epoch));
     LOG(INFO) << "chief initialized " << values.size() << " variables on "
-              << client_->num_shards() << " parameter servers";
+              << client_->num_shards() << " parameter servers (run " << config.run_id() << ")";
     return absl::OkStatus();
   }
   std::set<int64_t> versions;
@@ -82,19 +110,26 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   // Sync shards move in lockstep; different versions mean a shard was
   // brought to another state.
   const bool lockstep = options_.config.mode() != proto::SYNC || versions.size() == 1;
-  if (all_ready && lockstep) {
+  absl::Status one_run = CheckOneRun(shards);
+  if (all_ready && lockstep && one_run.ok()) {
     LOG(INFO) << "the parameter servers already hold the model; continuing";
     return client_->Init(options_.config, values, epoch);
   }
-  if (empty.empty() && restored.size() == 1 && lockstep &&
+  if (empty.empty() && restored.size() == 1 && lockstep && one_run.ok() &&
       std::none_of(shards.begin(), shards.end(), [](const auto& s) { return s.ready(); })) {
     LOG(INFO) << "every parameter server restored checkpoint " << *restored.begin();
     return client_->Init(options_.config, values, epoch);
   }
-  // Some shards restarted (or restored another checkpoint than the others):
-  // move all of them to the newest step that all of them hold.
+  // Some shards restarted (or restored another checkpoint, or one of
+  // another run, than the others): move all of them to the newest step that
+  // all of them hold, of one run.
   for (int64_t step : common) {
     absl::Status status = client_->Restore(step, epoch);
+    if (status.ok()) {
+      ASSIGN_OR_RETURN(shards, client_->GetStatus());
+      status = CheckOneRun(shards);
+      if (!status.ok()) one_run = status;
+    }
     if (status.ok()) {
       LOG(WARNING) << "the parameter servers held different states; all of them "
                       "now hold checkpoint " << step;
@@ -104,6 +139,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
                  << status.message();
     ++epoch;
   }
+  if (!one_run.ok()) return one_run;
   if (!empty.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         absl::StrJoin(empty, ", "), " lost the model (restarted without a "

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -133,6 +134,11 @@ class Trainer {
   // all of them hold. `values` initializes; after a fault, shards that lost
   // the model are an error instead.
   absl::Status RecoverOrInitialize(const std::vector<Tensor>& values, bool after_fault);
+  // A fresh run's id (TrainingConfig.run_id): 64 random bits, in hex.
+  static std::string NewRunId();
+  // FailedPrecondition naming the shards and their runs when the
+  // initialized shards hold states of more than one run.
+  absl::Status CheckOneRun(const std::vector<proto::StatusResponse>& shards) const;
   // After an Aborted call (a shard restarted or was rolled back): waits for
   // the shards, has the chief recover them, waits until they are ready and
   // pulls. Sets pulled->training_done if the chief ended training meanwhile.

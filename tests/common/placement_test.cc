@@ -130,6 +130,25 @@ TEST(PlacementTest, ContiguousKeepsNeighbouringLayersTogetherInBalancedRuns) {
   EXPECT_LE(sparse->slices[0].shard, sparse->slices[1].shard);
 }
 
+TEST(PlacementTest, ContiguousLeavesNoShardEmptyWhileThereAreSlicesEnough) {
+  PlacementOptions options;
+  options.strategy = PlacementStrategy::kContiguous;
+  // One variable outweighs the rest: by bytes alone its middle would fall
+  // in shard 1 of 4 and leave shard 0 empty (a ps refuses an empty Init).
+  const std::vector<VariableDef> vars = {
+      {"w", {784, 128}}, {"b", {128}}, {"w2", {128, 10}}, {"b2", {10}}};
+  for (int shards = 1; shards <= 4; ++shards) {
+    auto placement = ComputePlacement(vars, shards, options);
+    ASSERT_TRUE(placement.ok());
+    for (int k = 0; k < shards; ++k) {
+      EXPECT_FALSE(placement->shard_slices[k].empty()) << k << " of " << shards;
+    }
+    for (size_t i = 1; i < placement->slices.size(); ++i) {
+      EXPECT_GE(placement->slices[i].shard, placement->slices[i - 1].shard);
+    }
+  }
+}
+
 TEST(PlacementTest, IsDeterministic) {
   PlacementOptions options;
   options.strategy = PlacementStrategy::kGreedyByBytes;

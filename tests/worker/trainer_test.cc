@@ -166,5 +166,54 @@ TEST_F(LocalTrainingTest, SavesThatCannotBeWrittenStopTheJob) {
   EXPECT_EQ(result->global_step, 20);
 }
 
+// Every checkpoint names its run; a ps task whose stripes restored files of
+// two runs (a checkpoint directory shared with another job) is refused with
+// both runs named, instead of training on a mix of two models.
+TEST_F(LocalTrainingTest, ShardsHoldingCheckpointsOfDifferentRunsAreNeverConfirmedTogether) {
+  std::vector<std::string> runs;
+  for (const std::string run : {"a", "b"}) {
+    ParameterShard::Options shard_options;
+    shard_options.checkpoint_dir = dir_ + "/" + run;
+    ASSERT_EQ(std::system(("mkdir " + shard_options.checkpoint_dir).c_str()), 0);
+    LocalPs ps(0, /*stripes=*/2, nullptr, shard_options);
+    TrainerOptions options;
+    options.train_steps = 5;
+    options.save_checkpoint_steps = 5;
+    ASSERT_TRUE(Train(options, &ps).ok());
+    runs.push_back(ps.shard(0).GetStatus().config().run_id());
+    EXPECT_EQ(runs.back().size(), 16u);
+    EXPECT_EQ(ps.shard(1).GetStatus().config().run_id(), runs.back());
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(
+        shard_options.checkpoint_dir + "/model.ckpt-5.ps-1-of-2.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_NE(file->metadata["header"].find(runs.back()), std::string::npos);
+  }
+  ASSERT_NE(runs[0], runs[1]);
+
+  // Stripe 0's files from run a, stripe 1's from run b, both at step 5.
+  const std::string mixed = dir_ + "/mixed";
+  ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", mixed, " && cp ", dir_, "/a/*ps-0-of-2* ",
+                                     dir_, "/b/*ps-1-of-2* ", mixed)
+                            .c_str()),
+            0);
+  ParameterShard::Options shard_options;
+  shard_options.checkpoint_dir = mixed;
+  shard_options.restore_at_start = true;
+  LocalPs ps(0, /*stripes=*/2, nullptr, shard_options);
+  for (int stripe = 0; stripe < 2; ++stripe) {
+    ASSERT_TRUE(ps.shard(stripe).RestoreLatest().ok());
+    ASSERT_EQ(ps.shard(stripe).GetStatus().restored_step(), 5);
+  }
+  TrainerOptions options;
+  options.train_steps = 10;
+  absl::StatusOr<TrainResult> result = Train(options, &ps);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_NE(result.status().message().find("different training runs"), absl::string_view::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find(runs[0]), absl::string_view::npos);
+  EXPECT_NE(result.status().message().find(runs[1]), absl::string_view::npos);
+  EXPECT_FALSE(ps.shard(0).GetStatus().ready());
+}
+
 }  // namespace
 }  // namespace psrt
