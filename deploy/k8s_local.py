@@ -21,6 +21,10 @@ Then it starts one process per pod with that environment and the container's
 command and args (the image's entrypoint, deploy/entrypoint.sh, when the
 container names no command), ps pods first, and waits for all of them.
 
+Secret references (secretKeyRef, in both kinds) resolve to a Secret in the
+manifest, or else to one random value per Secret key, shared by every pod,
+as the Secret a user creates before applying the manifest would be.
+
 What differs from a cluster, and only this: the pods' host names do not
 resolve here and they all listen on the same port, so every address of the
 cluster ("psrt-mnist-ps-0.default.svc:2222") is replaced by 127.0.0.1 and a
@@ -37,8 +41,10 @@ when one fails, stops the others and exits 1; ends with the chief's last
 line.
 """
 import argparse
+import base64
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -92,16 +98,44 @@ def volume_keys(pod_name, pod_spec):
     return keys
 
 
-def env_of(container, configmaps, where):
+class Secrets:
+    """Secret values: those the manifest holds, else one random value per
+    (Secret, key), made once and shared by every pod, standing in for the
+    Secret that `kubectl create secret` makes in a cluster."""
+
+    def __init__(self, docs):
+        self.values = {}
+        for doc in docs:
+            if doc.get("kind") != "Secret":
+                continue
+            data = {k: base64.b64decode(v).decode() for k, v in doc.get("data", {}).items()}
+            data.update(doc.get("stringData", {}))
+            self.values[doc["metadata"]["name"]] = data
+
+    def get(self, name, key):
+        data = self.values.setdefault(name, {})
+        if key not in data:
+            data[key] = secrets.token_hex(32)
+            print(f"k8s_local: Secret {name} key {key} is not in the manifest: using a "
+                  "random value here (in a cluster, create it first)", flush=True)
+        return data[key]
+
+
+def env_of(container, configmaps, secret_values, where):
     env = {}
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = str(var["value"])
             continue
-        ref = var.get("valueFrom", {}).get("configMapKeyRef")
+        source = var.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            env[var["name"]] = secret_values.get(ref["name"], ref["key"])
+            continue
+        ref = source.get("configMapKeyRef")
         if ref is None:
-            raise ManifestError(f"{where}: env {var['name']}: only value and "
-                                "configMapKeyRef are supported here")
+            raise ManifestError(f"{where}: env {var['name']}: only value, "
+                                "configMapKeyRef and secretKeyRef are supported here")
         data = configmaps.get(ref["name"])
         if data is None or ref["key"] not in data:
             raise ManifestError(f"{where}: env {var['name']}: ConfigMap "
@@ -110,7 +144,7 @@ def env_of(container, configmaps, where):
     return env
 
 
-def tfjob_pods(tfjob, namespace, cluster_domain):
+def tfjob_pods(tfjob, namespace, cluster_domain, secret_values):
     """The pods the training operator creates for a TFJob, with its TF_CONFIG."""
     name = tfjob["metadata"]["name"]
     replica_specs = tfjob["spec"]["tfReplicaSpecs"]
@@ -137,7 +171,7 @@ def tfjob_pods(tfjob, namespace, cluster_domain):
         rt = rtype.lower()
         for i in range(int(spec.get("replicas", 1))):
             pod_name = f"{name}-{rt}-{i}"
-            env = env_of(containers[rtype], {}, f"TFJob {name} {rtype}")
+            env = env_of(containers[rtype], {}, secret_values, f"TFJob {name} {rtype}")
             # Field order of the operator's TFConfig struct.
             env["TF_CONFIG"] = json.dumps(
                 {"cluster": cluster, "task": {"type": rt, "index": i},
@@ -147,7 +181,7 @@ def tfjob_pods(tfjob, namespace, cluster_domain):
     return pods
 
 
-def indexed_job_pods(job, configmaps):
+def indexed_job_pods(job, configmaps, secret_values):
     """The pods of an Indexed Job: container env plus JOB_COMPLETION_INDEX."""
     name = job["metadata"]["name"]
     spec = job["spec"]
@@ -157,7 +191,7 @@ def indexed_job_pods(job, configmaps):
     container = pod_spec["containers"][0]
     pods = []
     for i in range(int(spec["completions"])):
-        env = env_of(container, configmaps, f"Job {name}")
+        env = env_of(container, configmaps, secret_values, f"Job {name}")
         env["JOB_COMPLETION_INDEX"] = str(i)
         pod_name = f"{name}-{i}"  # The pod's hostname in an Indexed Job.
         pods.append(Pod(pod_name, env.get("PSRT_JOB", name), i, container, env,
@@ -170,12 +204,13 @@ def manifest_pods(path, namespace, cluster_domain):
         docs = [d for d in yaml.safe_load_all(f) if d]
     configmaps = {d["metadata"]["name"]: d.get("data", {})
                   for d in docs if d.get("kind") == "ConfigMap"}
+    secret_values = Secrets(docs)
     pods = []
     for doc in docs:
         if doc.get("kind") == "TFJob":
-            pods += tfjob_pods(doc, namespace, cluster_domain)
+            pods += tfjob_pods(doc, namespace, cluster_domain, secret_values)
         elif doc.get("kind") == "Job":
-            pods += indexed_job_pods(doc, configmaps)
+            pods += indexed_job_pods(doc, configmaps, secret_values)
     if not pods:
         raise ManifestError(f"{path}: no TFJob and no Job: nothing to run")
     return pods

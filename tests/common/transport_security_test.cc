@@ -291,7 +291,8 @@ class TestServer {
   std::unique_ptr<grpc::Server> server_;
 };
 
-grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel) {
+grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel,
+                  const std::string& method = "/psrt.test.Recording/Call") {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -299,7 +300,7 @@ grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ByteBuffer request(&empty, 1), response;
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, "/psrt.test.Recording/Call", grpc::StubOptions(), &request,
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request,
                  &response, [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
@@ -345,6 +346,20 @@ TEST_F(TransportSecurityTest, MissingOrWrongTokenIsUnauthenticated) {
     }
     EXPECT_TRUE(Call(server.address(), Load(WithToken(client, "s3cret"))).ok())
         << "tls=" << tls;
+  }
+}
+
+// Kubernetes' gRPC probes send no token: the standard health service
+// answers without one, and nothing else does.
+TEST_F(TransportSecurityTest, HealthChecksNeedNoTokenAndNothingElseGetsIn) {
+  TestServer server(Load(WithToken(TransportSecurityOptions(), "s3cret")));
+  const auto no_token = NewPsChannel(server.address(), Load(TransportSecurityOptions()));
+  EXPECT_TRUE(Call(no_token, "/grpc.health.v1.Health/Check").ok());
+  EXPECT_TRUE(Call(no_token, "/grpc.health.v1.Health/Watch").ok());
+  for (const std::string method :
+       {"/grpc.health.v1.Health/Checks", "/grpc.health.v1.Health", "/psrt.proto.ParameterServer/Push",
+        "/psrt.proto.ParameterServer/Shutdown", "/grpc.health.v1.Health/Check/x"}) {
+    EXPECT_EQ(Call(no_token, method).error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
   }
 }
 

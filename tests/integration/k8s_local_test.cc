@@ -68,6 +68,14 @@ class K8sLocalTest : public ClusterFixture {
     double accuracy = 0;
     ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/" + chief_pod + ".log"), &step, &accuracy));
     EXPECT_GE(accuracy, 0.6);
+    // The manifests require the cluster's token (Secret psrt-auth), which
+    // stands in here for the one a user creates; no task ran without it.
+    EXPECT_NE(r.output.find("k8s_local: Secret psrt-auth key token is not in the manifest"),
+              std::string::npos)
+        << r.output;
+    const std::string chief_log = ReadFile(dir_ + "/logs/" + chief_pod + ".log");
+    EXPECT_EQ(chief_log.find("no TLS and no auth token"), std::string::npos) << chief_log;
+    EXPECT_NE(chief_log.find("+ auth token"), std::string::npos) << chief_log;
   }
 };
 
