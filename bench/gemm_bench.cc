@@ -4,15 +4,25 @@
 //
 //   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2]
 //
-// Per shape and path it prints the single-thread rate (GemmOnCallingThread,
-// timed in thread CPU time, so that other processes on a shared machine
-// distort it little) and the rate of Gemm on a --threads context (wall
-// time). The conv shapes are what one thread multiplies per im2col chunk.
+// Per shape and path (eigen, avx512, avx2; a path this CPU lacks prints 0)
+// it prints the single-thread rate (GemmOnCallingThread, timed in thread
+// CPU time, so that other processes on a shared machine distort it little)
+// and the rate of Gemm on a --threads context (wall time). The conv shapes
+// are what one thread multiplies per im2col chunk. Last, per blocked path,
+// one thread's FMA peak, measured here by a loop of independent FMAs, and
+// the share of it that the large GEMMs reach:
+//   gemm_peak: path=P peak_gflops=X square512=Y fc1_fwd=Z ... fraction_min=F
 #include <time.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -31,6 +41,7 @@ struct Case {
   const char* name;
   MatMulShape shape;
   float beta;
+  bool large = false;  // Counts toward gemm_peak's fraction.
 };
 
 // LeNet at batch 100: its convolutions' GEMMs as the im2col method (the
@@ -44,10 +55,10 @@ const Case kCases[] = {
     {"conv2 fwd", {196, 64, 800, false, true}, 0.0f},
     {"conv2 dfilter", {800, 64, 196, true, false}, 1.0f},
     {"conv2 dcols", {196, 800, 64, false, false}, 0.0f},
-    {"fc1 fwd", {100, 512, 3136, false, false}, 0.0f},
-    {"fc1 dx", {100, 3136, 512, false, true}, 0.0f},
-    {"fc1 dw", {3136, 512, 100, true, false}, 0.0f},
-    {"square 512", {512, 512, 512, false, false}, 0.0f},
+    {"fc1 fwd", {100, 512, 3136, false, false}, 0.0f, true},
+    {"fc1 dx", {100, 3136, 512, false, true}, 0.0f, true},
+    {"fc1 dw", {3136, 512, 100, true, false}, 0.0f, true},
+    {"square 512", {512, 512, 512, false, false}, 0.0f, true},
     {"tile in L1", {12, 32, 256, false, false}, 0.0f},
 };
 
@@ -75,6 +86,65 @@ double Rate(double flops, double (*clock)(), Fn&& fn) {
   return flops * reps / elapsed * 1e-9;
 }
 
+// One thread's peak: 12 independent FMA chains in named registers (enough
+// to cover the FMA latency on two ports), 2 * lanes flops per FMA.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) double Avx512FmaSeconds(int64_t rounds) {
+  __m512 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+  a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm512_set1_ps(1.0f);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  const double start = ThreadCpuSeconds();
+  for (int64_t r = 0; r < rounds; ++r) {
+    a0 = _mm512_fmadd_ps(a0, x, y); a1 = _mm512_fmadd_ps(a1, x, y);
+    a2 = _mm512_fmadd_ps(a2, x, y); a3 = _mm512_fmadd_ps(a3, x, y);
+    a4 = _mm512_fmadd_ps(a4, x, y); a5 = _mm512_fmadd_ps(a5, x, y);
+    a6 = _mm512_fmadd_ps(a6, x, y); a7 = _mm512_fmadd_ps(a7, x, y);
+    a8 = _mm512_fmadd_ps(a8, x, y); a9 = _mm512_fmadd_ps(a9, x, y);
+    a10 = _mm512_fmadd_ps(a10, x, y); a11 = _mm512_fmadd_ps(a11, x, y);
+    asm volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
+                 "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+  }
+  return ThreadCpuSeconds() - start;
+}
+__attribute__((target("avx2,fma"))) double Avx2FmaSeconds(int64_t rounds) {
+  __m256 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+  a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = _mm256_set1_ps(1.0f);
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  const double start = ThreadCpuSeconds();
+  for (int64_t r = 0; r < rounds; ++r) {
+    a0 = _mm256_fmadd_ps(a0, x, y); a1 = _mm256_fmadd_ps(a1, x, y);
+    a2 = _mm256_fmadd_ps(a2, x, y); a3 = _mm256_fmadd_ps(a3, x, y);
+    a4 = _mm256_fmadd_ps(a4, x, y); a5 = _mm256_fmadd_ps(a5, x, y);
+    a6 = _mm256_fmadd_ps(a6, x, y); a7 = _mm256_fmadd_ps(a7, x, y);
+    a8 = _mm256_fmadd_ps(a8, x, y); a9 = _mm256_fmadd_ps(a9, x, y);
+    a10 = _mm256_fmadd_ps(a10, x, y); a11 = _mm256_fmadd_ps(a11, x, y);
+    asm volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6),
+                 "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+  }
+  return ThreadCpuSeconds() - start;
+}
+#endif
+
+// GFLOP/s of one thread's FMAs on `path`'s vectors (0 on other paths).
+double PeakGflops(GemmPath path) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (path != GemmPath::kAvx512 && path != GemmPath::kAvx2) return 0;
+  const int lanes = path == GemmPath::kAvx512 ? 16 : 8;
+  auto seconds = [&](int64_t rounds) {
+    return path == GemmPath::kAvx512 ? Avx512FmaSeconds(rounds) : Avx2FmaSeconds(rounds);
+  };
+  int64_t rounds = 1 << 16;
+  double elapsed = seconds(rounds);
+  while (elapsed < FLAGS_min_seconds) {
+    rounds *= 2;
+    elapsed = seconds(rounds);
+  }
+  return 2.0 * lanes * 12 * rounds / elapsed * 1e-9;
+#else
+  return 0;
+#endif
+}
+
 std::vector<float> Random(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -83,39 +153,43 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
+constexpr int kPaths = 3;
+const GemmPath kAllPaths[kPaths] = {GemmPath::kPortable, GemmPath::kAvx512, GemmPath::kAvx2};
+
 void Run() {
   CpuContext ctx(FLAGS_threads);
-  std::printf("%-14s %5s %5s %5s %2s%2s | %-22s | %-22s\n", "shape", "m", "n",
-              "k", "ta", "tb", "1 thread GFLOP/s", "parallel GFLOP/s");
-  std::printf("%-14s %5s %5s %5s %2s%2s | %10s %11s | %10s %11s\n", "", "", "",
-              "", "", "", "eigen", "avx512", "eigen", "avx512");
+  std::printf("%-14s %5s %5s %5s %2s%2s | %-28s | %-28s\n", "shape", "m", "n", "k", "ta", "tb",
+              "1 thread GFLOP/s", "parallel GFLOP/s");
+  std::printf("%-14s %5s %5s %5s %2s%2s | %8s %8s %8s | %8s %8s %8s\n", "", "", "", "", "", "",
+              "eigen", "avx512", "avx2", "eigen", "avx512", "avx2");
+  // Single-thread rates of the large GEMMs, per path, for gemm_peak.
+  std::vector<std::pair<std::string, double>> large[kPaths];
   for (const Case& test : kCases) {
     const MatMulShape& s = test.shape;
     const std::vector<float> a = Random(s.m * s.k, 1), b = Random(s.k * s.n, 2);
     std::vector<float> c(s.m * s.n, 0.0f);
     const double flops = 2.0 * s.m * s.n * s.k;
-    double single[2] = {0, 0}, parallel[2] = {0, 0};
-    const GemmPath paths[2] = {GemmPath::kPortable, GemmPath::kAvx512};
-    for (int i = 0; i < 2; ++i) {
-      if (!GemmPathSupported(paths[i])) continue;
+    double single[kPaths] = {}, parallel[kPaths] = {};
+    for (int i = 0; i < kPaths; ++i) {
+      if (!GemmPathSupported(kAllPaths[i])) continue;
       single[i] = Rate(flops, ThreadCpuSeconds, [&] {
-        GemmOnCallingThreadOnPath(paths[i], s, 1.0f, a.data(), b.data(),
-                                  test.beta, c.data());
+        GemmOnCallingThreadOnPath(kAllPaths[i], s, 1.0f, a.data(), b.data(), test.beta,
+                                  c.data());
       });
       parallel[i] = Rate(flops, WallSeconds, [&] {
-        GemmOnPath(paths[i], ctx, s, 1.0f, a.data(), b.data(), test.beta,
-                   c.data());
+        GemmOnPath(kAllPaths[i], ctx, s, 1.0f, a.data(), b.data(), test.beta, c.data());
       });
+      if (test.large) large[i].emplace_back(test.name, single[i]);
     }
-    std::printf("%-14s %5ld %5ld %5ld %2d%2d | %10.1f %11.1f | %10.1f %11.1f\n",
-                test.name, long(s.m), long(s.n), long(s.k), s.transpose_a,
-                s.transpose_b, single[0], single[1], parallel[0], parallel[1]);
+    std::printf("%-14s %5ld %5ld %5ld %2d%2d | %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f\n",
+                test.name, long(s.m), long(s.n), long(s.k), s.transpose_a, s.transpose_b,
+                single[0], single[1], single[2], parallel[0], parallel[1], parallel[2]);
   }
   // The direct convolution's batch-reduce GEMMs (conv_direct.cc) for one
   // output row of LeNet's second layer (a 14x14x32 image padded to 18x18,
   // 5x5 filter, 64 outputs), on the calling thread.
-  std::printf("%-20s %-17s | %10s %11s\n", "direct conv2", "m x n, terms",
-              "eigen", "avx512");
+  std::printf("%-20s %-17s | %8s %8s %8s\n", "direct conv2", "m x n, terms", "eigen",
+              "avx512", "avx2");
   const std::vector<float> padded = Random(18 * 18 * 32, 3);
   const std::vector<float> filter = Random(5 * 5 * 32 * 64, 4);
   const std::vector<float> dy = Random(14 * 14 * 64, 5);
@@ -155,15 +229,27 @@ void Run() {
     for (const GemmTerm& term : test.terms) {
       flops += 2.0 * test.gemm.m * test.gemm.n * term.k;
     }
-    double rate[2] = {0, 0};
-    const GemmPath paths[2] = {GemmPath::kPortable, GemmPath::kAvx512};
-    for (int i = 0; i < 2; ++i) {
-      if (!GemmPathSupported(paths[i])) continue;
+    double rate[kPaths] = {};
+    for (int i = 0; i < kPaths; ++i) {
+      if (!GemmPathSupported(kAllPaths[i])) continue;
       rate[i] = Rate(flops, ThreadCpuSeconds,
-                     [&] { BatchReduceGemmOnPath(paths[i], test.gemm); });
+                     [&] { BatchReduceGemmOnPath(kAllPaths[i], test.gemm); });
     }
-    std::printf("%-20s %-17s | %10.1f %11.1f\n", test.name, test.dims,
-                rate[0], rate[1]);
+    std::printf("%-20s %-17s | %8.1f %8.1f %8.1f\n", test.name, test.dims, rate[0], rate[1],
+                rate[2]);
+  }
+  for (int i = 1; i < kPaths; ++i) {
+    if (!GemmPathSupported(kAllPaths[i])) continue;
+    const double peak = PeakGflops(kAllPaths[i]);
+    double fraction_min = 1e9;
+    std::printf("gemm_peak: path=%s peak_gflops=%.1f", GemmPathName(kAllPaths[i]), peak);
+    for (const auto& [name, rate] : large[i]) {
+      std::string key = name;
+      std::replace(key.begin(), key.end(), ' ', '_');
+      std::printf(" %s=%.1f", key.c_str(), rate);
+      fraction_min = std::min(fraction_min, rate / peak);
+    }
+    std::printf(" fraction_min=%.2f\n", fraction_min);
   }
 }
 

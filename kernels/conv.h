@@ -9,7 +9,7 @@
 //    their windows into the rows of a column matrix [pixels, fh * fw * in]
 //    that fits in its core's cache, then multiplies by the filter seen as a
 //    [fh * fw * in, out] matrix, writing NHWC output rows directly;
-//  - direct (the AVX-512 path, conv_direct.h): batch-reduce GEMMs on the
+//  - direct (the AVX-512 and AVX2 paths, conv_direct.h): batch-reduce GEMMs on the
 //    zero-padded input read in place, with no column matrix; dx is the
 //    convolution of dy by the flipped filter (stride 1; strided backwards
 //    take im2col).
@@ -45,7 +45,7 @@ namespace internal {
 
 // Conv2DForward and Conv2DBackward with the GEMMs of a chosen path (those
 // above use BestGemmPath()): the direct method of conv_direct.h on the
-// AVX-512 path (but for the backward of strided convolutions), im2col and
+// blocked paths (but for the backward of strided convolutions), im2col and
 // one GEMM per chunk of images otherwise. For tests, which run both.
 // REQUIRES: GemmPathSupported(path); as above.
 void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,

@@ -112,7 +112,7 @@ std::vector<GemmTerm>* TermBuffer() {
 }  // namespace
 
 bool DirectConvForwardApplies(GemmPath path, const Conv2DShape& /*s*/) {
-  return path == GemmPath::kAvx512;
+  return path != GemmPath::kPortable;  // A blocked path: batch-reduce GEMMs.
 }
 
 bool DirectConvBackwardApplies(GemmPath path, const Conv2DShape& s) {

@@ -32,8 +32,9 @@ namespace kernels {
 namespace internal {
 
 // Whether the direct method runs this forward, and this backward (which
-// needs stride 1, for dx), on GEMM path `path`: only the AVX-512 path runs
-// the small strided GEMMs at full speed; Eigen repacks its operands per call.
+// needs stride 1, for dx), on GEMM path `path`: the blocked paths (AVX-512,
+// AVX2) run the small strided GEMMs at full speed; Eigen repacks its
+// operands per call.
 bool DirectConvForwardApplies(GemmPath path, const Conv2DShape& s);
 bool DirectConvBackwardApplies(GemmPath path, const Conv2DShape& s);
 

@@ -1,6 +1,8 @@
 #include "kernels/gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "Eigen/Core"
 #include "glog/logging.h"
@@ -76,6 +78,10 @@ void RunBatchReduce(GemmPath path, const BatchReduceGemm& g) {
     internal::Avx512Gemm(g);
     return;
   }
+  if (path == GemmPath::kAvx2) {
+    internal::Avx2Gemm(g);
+    return;
+  }
   float beta = g.beta;  // The first term scales c, the others add to it.
   for (int64_t i = 0; i < g.count; ++i) {
     const GemmTerm& term = g.terms[i];
@@ -140,14 +146,40 @@ bool GemmPathSupported(GemmPath path) {
       return true;
     case GemmPath::kAvx512:
       return internal::Avx512GemmSupported();
+    case GemmPath::kAvx2:
+      return internal::Avx2GemmSupported();
   }
   return false;
 }
 
+const char* GemmPathName(GemmPath path) {
+  switch (path) {
+    case GemmPath::kPortable:
+      return "portable";
+    case GemmPath::kAvx512:
+      return "avx512";
+    case GemmPath::kAvx2:
+      return "avx2";
+  }
+  return "?";
+}
+
 GemmPath BestGemmPath() {
-  static const GemmPath best = GemmPathSupported(GemmPath::kAvx512)
-                                   ? GemmPath::kAvx512
-                                   : GemmPath::kPortable;
+  static const GemmPath best = [] {
+    if (const char* forced = std::getenv("PSRT_GEMM_PATH")) {
+      for (GemmPath path : {GemmPath::kPortable, GemmPath::kAvx2, GemmPath::kAvx512}) {
+        if (std::strcmp(forced, GemmPathName(path)) != 0) continue;
+        CHECK(GemmPathSupported(path))
+            << "PSRT_GEMM_PATH=" << forced << ": this CPU cannot run that path";
+        return path;
+      }
+      LOG(FATAL) << "PSRT_GEMM_PATH=" << forced << " is not portable, avx2 or avx512";
+    }
+    for (GemmPath path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
+      if (GemmPathSupported(path)) return path;
+    }
+    return GemmPath::kPortable;
+  }();
   return best;
 }
 
@@ -195,15 +227,18 @@ void GemmOnPath(GemmPath path, const CpuContext& ctx, const MatMulShape& shape,
   const StridedGemm g = WholeGemm(shape, alpha, a, b, beta, c);
   const int64_t m = shape.m, n = shape.n;
   if (m == 0 || n == 0) return;
-  const bool avx512 = path == GemmPath::kAvx512;
   const bool small = m * n * shape.k < kMinParallelGemmWork;
   if (n >= m) {
-    const int64_t grain = avx512 ? internal::kAvx512TileCols : kEigenGrain;
+    const int64_t grain = path == GemmPath::kAvx512 ? internal::kAvx512TileCols
+                          : path == GemmPath::kAvx2 ? internal::kAvx2TileCols
+                                                    : kEigenGrain;
     ctx.ParallelFor(n, small ? n : grain, [&](int64_t begin, int64_t end) {
       RunBlock(path, Cols(g, begin, end));
     });
   } else {
-    const int64_t grain = avx512 ? internal::kAvx512TileRows : kEigenGrain;
+    const int64_t grain = path == GemmPath::kAvx512 ? internal::kAvx512TileRows
+                          : path == GemmPath::kAvx2 ? internal::kAvx2TileRows
+                                                    : kEigenGrain;
     ctx.ParallelFor(m, small ? m : grain, [&](int64_t begin, int64_t end) {
       RunBlock(path, Rows(g, begin, end));
     });

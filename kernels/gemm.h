@@ -1,18 +1,25 @@
 // The CPU GEMM behind Gemm and GemmOnCallingThread (ops.h), with its paths:
 //
 //   kPortable  Eigen's GEMM, built for PSRT_KERNELS_MARCH: any CPU.
-//   kAvx512    psrt's own blocked GEMM (gemm_avx512.cc): up to 12x32 of c
-//              in zmm accumulators, k split into L1-sized blocks, op(a)
-//              read in place, op(b) read in place or packed into a
-//              per-thread buffer that is reused from call to call. Only on
-//              x86-64 CPUs with AVX-512 F/BW/DQ/VL, checked at run time.
+//   kAvx512    psrt's own blocked GEMM (gemm_blocked.h, gemm_avx512.cc): up
+//              to 12x32 of c in zmm accumulators, k split into L1-sized
+//              blocks, op(a) read in place, op(b) read in place or packed
+//              into a per-thread buffer that is reused from call to call.
+//              Only on x86-64 CPUs with AVX-512 F/BW/DQ/VL, checked at run
+//              time.
+//   kAvx2      the same blocked GEMM with a 6x16 tile in ymm accumulators
+//              (gemm_avx2.cc), for x86-64 CPUs with AVX2 and FMA but no
+//              AVX-512 (checked at run time).
 //
 // Beyond ops.h's Gemm, it offers GEMMs on strided storage whose rows may
 // overlap (StridedGemm) and sums of such GEMMs (BatchReduceGemm): the
 // direct convolution (conv_direct.h) is built on them.
 //
 // Gemm picks BestGemmPath() once; the *OnPath functions let tests and
-// benchmarks run each path on purpose (kPortable is the oracle for kAvx512).
+// benchmarks run each path on purpose (kPortable is the oracle for the
+// others). BestGemmPath prefers kAvx512, then kAvx2; PSRT_GEMM_PATH
+// (portable, avx2 or avx512) overrides it, to time or test a path a CPU
+// would not get by default.
 // Both paths follow ops.h's contract: c = alpha * op(a) * op(b) + beta * c,
 // c row-major, and with beta == 0 the old c is never read. With alpha == 0
 // or k == 0 neither a nor b is read: c = beta * c.
@@ -33,7 +40,11 @@ namespace kernels {
 enum class GemmPath {
   kPortable,
   kAvx512,
+  kAvx2,
 };
+
+// "portable", "avx512", "avx2".
+const char* GemmPathName(GemmPath path);
 
 // Whether this build and this CPU can run `path` (kPortable always can).
 bool GemmPathSupported(GemmPath path);
@@ -109,16 +120,21 @@ void BatchReduceGemmOnPath(GemmPath path, const BatchReduceGemm& gemm);
 
 namespace internal {
 
-// The AVX-512 path on the calling thread (gemm_avx512.cc).
-// REQUIRES: Avx512GemmSupported(); m, n >= 1; some term's k >= 1;
-// alpha != 0.
+// The AVX-512 and AVX2 paths on the calling thread (gemm_avx512.cc,
+// gemm_avx2.cc).
+// REQUIRES: Avx512GemmSupported() (Avx2GemmSupported()); m, n >= 1; some
+// term's k >= 1; alpha != 0.
 bool Avx512GemmSupported();
 void Avx512Gemm(const BatchReduceGemm& gemm);
+bool Avx2GemmSupported();
+void Avx2Gemm(const BatchReduceGemm& gemm);
 
-// Rows and columns of c in one AVX-512 register tile: the grains in which
-// the parallel GEMM splits c between threads.
+// Rows and columns of c in one register tile: the grains in which the
+// parallel GEMM splits c between threads.
 constexpr int64_t kAvx512TileRows = 12;
 constexpr int64_t kAvx512TileCols = 32;
+constexpr int64_t kAvx2TileRows = 6;
+constexpr int64_t kAvx2TileCols = 16;
 
 }  // namespace internal
 }  // namespace kernels

@@ -112,8 +112,8 @@ std::vector<ConvCase> Cases() {
   };
 }
 
-// Every case runs on every GEMM path: the AVX-512 path convolves by the
-// direct method, the portable one by im2col.
+// Every case runs on every GEMM path: the AVX-512 and AVX2 paths convolve by
+// the direct method, the portable one by im2col.
 struct ConvPathCase {
   ConvCase conv;
   GemmPath path;
@@ -122,7 +122,7 @@ struct ConvPathCase {
 std::vector<ConvPathCase> PathCases() {
   std::vector<ConvPathCase> cases;
   for (const ConvCase& conv : Cases()) {
-    for (GemmPath path : {GemmPath::kPortable, GemmPath::kAvx512}) {
+    for (GemmPath path : {GemmPath::kPortable, GemmPath::kAvx512, GemmPath::kAvx2}) {
       cases.push_back({conv, path});
     }
   }
@@ -130,7 +130,7 @@ std::vector<ConvPathCase> PathCases() {
 }
 
 std::string PathName(GemmPath path) {
-  return path == GemmPath::kAvx512 ? "Avx512" : "Portable";
+  return path == GemmPath::kAvx512 ? "Avx512" : path == GemmPath::kAvx2 ? "Avx2" : "Portable";
 }
 
 void PrintTo(const ConvPathCase& c, std::ostream* os) {
@@ -248,8 +248,8 @@ TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvBatchTest,
-                         ::testing::Values(GemmPath::kPortable,
-                                           GemmPath::kAvx512),
+                         ::testing::Values(GemmPath::kPortable, GemmPath::kAvx512,
+                                           GemmPath::kAvx2),
                          [](const ::testing::TestParamInfo<GemmPath>& info) {
                            return PathName(info.param);
                          });
