@@ -158,7 +158,8 @@ PSRT_AVX2_TARGET void PackStrips(const float* b, int64_t ldb, bool transposed, i
     // their elements (rows of op(b); masked past kc).
     for (int half = 0; half < 2; ++half) {
       const int half_cols = std::clamp(cols - 8 * half, 0, 8);
-      const float* src = b + (j0 + s0 + 8 * half) * ldb;
+      // Rows of b past op(b)'s last column are never read (zeros instead).
+      const float* src = half_cols > 0 ? b + (j0 + s0 + 8 * half) * ldb : b;
       for (int64_t p = 0; p < kc; p += 8) {
         const int depth = static_cast<int>(std::min<int64_t>(8, kc - p));
         const StripMask load_mask(depth);

@@ -45,14 +45,17 @@ struct ModelOptions {
 
 // Lets a caller overlap a training step's communication with its compute
 // (worker/step_pipeline.h): ComputeGradients calls `before_read(b, e)` before
-// the forward pass first reads variables [b, e), and `gradients_ready(b, e)`
-// once the gradients of [b, e) are final in the caller's tensors. Every
+// the forward pass first reads variables [b, e), `loss_ready(loss)` once the
+// loss is known, and `gradients_ready(b, e)` once the gradients of [b, e)
+// are final in the caller's tensors. Every
 // variable is announced once to each (a model without finer steps announces
 // them all at once); the calls come from the calling thread, in the order the
 // model reaches them: layer order forward, reverse layer order backward.
 // Either may be empty.
 struct StepHooks {
   std::function<void(int begin, int end)> before_read;
+  // Called once, before the first gradients_ready: the batch's mean loss.
+  std::function<void(float loss)> loss_ready;
   std::function<void(int begin, int end)> gradients_ready;
 };
 
@@ -89,11 +92,16 @@ class Model {
                                  std::vector<Tensor>* grads,
                                  const StepHooks& hooks) = 0;
 
-  // Number of examples of the batch whose arg-max prediction is the label,
-  // in inference mode (batch norm uses its moving statistics).
-  virtual int64_t CountCorrect(const std::vector<Tensor>& params,
-                               const Tensor& images,
-                               absl::Span<const int32_t> labels) = 0;
+  // In inference mode (batch norm uses its moving statistics, dropout keeps
+  // everything; nothing the next training step sees changes): how many
+  // examples of the batch have the label as their arg-max prediction, and
+  // the batch's mean loss.
+  struct Evaluation {
+    int64_t correct = 0;
+    float mean_loss = 0;
+  };
+  virtual Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
+                              absl::Span<const int32_t> labels) = 0;
 };
 
 // The registry: {"mlp", "lenet", "inception_mini", "inception_v3"}. An unknown

@@ -117,6 +117,9 @@ class NetModel : public Model {
                                         loss_.Reserve(device_.get(), 1));
     device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(),
                                     sizeof(float));
+    // On the CPU the loss is there already; on a GPU it arrives with the
+    // gradients, at the end.
+    if (device_->host_memory() && hooks.loss_ready) hooks.loss_ready(step_result_.data()[0]);
 
     std::fill(grad_ready_.begin(), grad_ready_.end(), false);
     device_->SoftmaxCrossEntropyBackward(
@@ -164,29 +167,35 @@ class NetModel : public Model {
     }
     const absl::Status copied = device_->WaitForHostCopies();
     CHECK(copied.ok()) << device_->name() << ": " << copied;
-    // On a GPU the gradients reach the host together, at the end.
-    if (!device_->host_memory() && hooks.gradients_ready && !params.empty()) {
-      hooks.gradients_ready(0, static_cast<int>(params.size()));
+    // On a GPU the loss and the gradients reach the host together, at the end.
+    if (!device_->host_memory()) {
+      if (hooks.loss_ready) hooks.loss_ready(step_result_.data()[0]);
+      if (hooks.gradients_ready && !params.empty()) {
+        hooks.gradients_ready(0, static_cast<int>(params.size()));
+      }
     }
     return step_result_.data()[0];
   }
 
-  int64_t CountCorrect(const std::vector<Tensor>& params, const Tensor& images,
-                       absl::Span<const int32_t> labels) override {
+  Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
+                      absl::Span<const int32_t> labels) override {
     CheckInputs(params, images, labels);
     device_->Bind();
     const StepContext step{device_.get(), /*training=*/false, step_};
     PlaceStep(params, images, labels, /*grads=*/nullptr);
     const int64_t batch = images.dim(0);
     Forward(step, params, batch, /*before_read=*/nullptr);
+    const float* logits = outputs_.back().data();
     int32_t* correct = correct_.Reserve(device_.get(), 1);
-    device_->CountCorrect(outputs_.back().data(), labels_, batch, num_classes_,
-                          correct);
+    device_->CountCorrect(logits, labels_, batch, num_classes_, correct);
+    device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
+                                        loss_.Reserve(device_.get(), 1));
     int32_t host_correct = 0;
     device_->CopyToHostAfterCompute(&host_correct, correct, sizeof(int32_t));
+    device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(), sizeof(float));
     const absl::Status copied = device_->WaitForHostCopies();
     CHECK(copied.ok()) << device_->name() << ": " << copied;
-    return host_correct;
+    return Evaluation{host_correct, step_result_.data()[0]};
   }
 
  private:

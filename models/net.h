@@ -18,7 +18,7 @@
 // sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases and
 // beta 0, gamma 1. Batch-norm moving statistics are not variables: each
 // model keeps them as internal, non-trainable state, updated by
-// ComputeGradients (training mode) and used by CountCorrect (inference
+// ComputeGradients (training mode) and used by Evaluate (inference
 // mode); they start at mean 0, variance 1 and are not checkpointed.
 //
 // Steady state: after the first ComputeGradients at a batch size, later

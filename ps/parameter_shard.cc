@@ -137,7 +137,9 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
     if (!SameVariables(variables_, header.variables())) {
       return absl::FailedPreconditionError(
           "init: this parameter server already holds a different model "
-          "(variable names or shapes differ); restart it to train another");
+          "(variable names or shapes differ: another --model, layer sizes, "
+          "--placement or --partition_threshold_bytes than the run it holds, "
+          "or its checkpoint, used); restart it to train another");
     }
     ready_ = true;
     return false;

@@ -60,9 +60,9 @@ struct PsClient::Rpc {
   }
   std::function<std::string(int)> shard_name;
   absl::Duration retry_timeout;
-  // Calls `method` on every shard at once (or, with `order`, in that order,
-  // each right after `prepare(k)` has filled requests[k]); `on_response`
-  // runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
+  // Calls `method` on every shard: in shard order or in `order`, each right
+  // after `prepare(k)` (if any; it may block) has filled requests[k];
+  // `on_response` runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
   // called again after a backoff, on its own; the first other error cancels
   // the calls still running (unless `independent`: each call then runs to
   // its end, as a goodbye that must reach every shard does) and is returned,

@@ -43,7 +43,8 @@ StepPipeline::StepPipeline(PsClient* client, const Placement& placement,
 }
 
 StepPipeline::~StepPipeline() {
-  // A push still waiting for gradients sends what it has and ends.
+  // A push still waiting for gradients (no caller leaves one) must not hang
+  // the join below.
   absl::MutexLock lock(&mu_);
   std::fill(shard_pending_.begin(), shard_pending_.end(), 0);
 }

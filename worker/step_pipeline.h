@@ -40,7 +40,9 @@ class StepPipeline {
  public:
   // REQUIRES: `client` outlives the pipeline; `placement` is the client's.
   StepPipeline(PsClient* client, const Placement& placement, int num_variables);
-  ~StepPipeline();  // Waits for the call running, if any.
+  // Waits for the call running, if any (a push still waiting for gradients
+  // is sent as they are: callers finish their pushes first).
+  ~StepPipeline();
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
 
@@ -48,8 +50,9 @@ class StepPipeline {
   // pipeline's thread. REQUIRES: the pipeline is idle.
   void StartPull(int64_t min_version, std::vector<Tensor>* params, int64_t min_clock);
   // Blocks until every shard holding a slice of variables [begin, end) has
-  // arrived in the parameters, or the pull has ended (a failed pull leaves
-  // them as they were: the caller discards the step).
+  // arrived in the parameters, or the pull has ended (after a failed pull
+  // some shards may have arrived and others not: the caller discards the
+  // step).
   void WaitForVariables(int begin, int end);
   // Blocks until the pull has ended, and returns its outcome.
   absl::StatusOr<PsClient::PullResult> WaitForPull();

@@ -94,6 +94,7 @@ float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& 
       }
     }
   }
+  if (hooks.loss_ready) hooks.loss_ready(loss);
   if (hooks.gradients_ready && num_variables > 0) hooks.gradients_ready(0, num_variables);
   return loss;
 }

@@ -244,16 +244,19 @@ absl::Status Trainer::Save(int64_t step) {
   // the shard failing to write.
   const bool not_written = !absl::IsFailedPrecondition(status) && !absl::IsAborted(status) &&
                            !absl::IsUnavailable(status) && !absl::IsCancelled(status);
-  if (!not_written) return status;
-  ++failed_saves_;
-  if (options_.max_failed_saves > 0 && failed_saves_ >= options_.max_failed_saves) {
-    return absl::DataLossError(absl::StrCat(
-        failed_saves_, " checkpoints in a row could not be written (the last, checkpoint ",
-        step, ": ", status.message(), "); stopping rather than training on with nothing "
-        "newer than checkpoint ", last_complete_save_, " to recover to (--max_failed_saves=",
-        options_.max_failed_saves, "; 0 trains on)"));
-  }
+  if (not_written) ++failed_saves_;
   return status;
+}
+
+absl::Status Trainer::StopAfterFailedSaves(int64_t step, const absl::Status& last) const {
+  if (options_.max_failed_saves <= 0 || failed_saves_ < options_.max_failed_saves) {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrCat(
+      failed_saves_, " checkpoints in a row could not be written (the last, checkpoint ",
+      step, ": ", last.message(), "); stopping rather than training on with nothing "
+      "newer than checkpoint ", last_complete_save_, " to recover to (--max_failed_saves=",
+      options_.max_failed_saves, "; 0 trains on)"));
 }
 
 absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
@@ -263,6 +266,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   // for its parameters.
   if (options_.eval_moving_average && options_.replica >= 0) {
     if (eval_averages_.size() != params->size()) {
+      eval_averages_.clear();
       for (const Tensor& p : *params) eval_averages_.emplace_back(p.shape());
     }
     ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, &eval_averages_, /*moving_average=*/true,
@@ -284,8 +288,9 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     batch.Resize({size, pixels});
     std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
     auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
-    correct += model_->CountCorrect(*params, batch, labels);
-    loss += model_->ComputeGradients(*params, batch, labels, &eval_grads_) * size;
+    const Model::Evaluation evaluation = model_->Evaluate(*params, batch, labels);
+    correct += evaluation.correct;
+    loss += double{evaluation.mean_loss} * size;
   }
   Evaluation result;
   result.accuracy = n == 0 ? 0 : static_cast<double>(correct) / n;
@@ -508,11 +513,8 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     if (!pushing && save_due(pulled.version)) {
       last_save = absl::Now();  // A failed save is tried again at the next one.
       absl::Status saved = Save(pulled.version);
-      if (saved.ok()) {
-        last_saved_step = pulled.version;
-      } else if (absl::IsDataLoss(saved)) {
-        return saved;  // Too many saves in a row not written.
-      }
+      if (saved.ok()) last_saved_step = pulled.version;
+      RETURN_IF_ERROR(StopAfterFailedSaves(pulled.version, saved));
     }
     if (!pushing && eval_due(pulled.version)) {
       absl::Status evaluated = Evaluate(pulled.version, &params).status();
@@ -532,8 +534,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       interval_time.compute += absl::Now() - compute_start;
     }
     computed = false;
-    if (!std::isfinite(loss)) {
-      if (pushing) pipeline->FinishPush().IgnoreError();
+    if (!std::isfinite(loss)) {  // Never pushed: the gate saw the loss.
       return absl::InternalError(absl::StrCat(
           "loss became ", loss, " at step ", pulled.version,
           " (learning rate too high?)"));
@@ -562,17 +563,22 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       pipeline->StartPull(min_version, &params, min_clock);
       batches.NextBatch(options_.batch_size, &images, &labels);
       float l2 = 0;
+      bool loss_finite = true;
       bool push_decided = false;
       StepHooks hooks;
       hooks.before_read = [&](int begin, int end) { pipeline->WaitForVariables(begin, end); };
+      hooks.loss_ready = [&](float forward_loss) { loss_finite = std::isfinite(forward_loss); };
       hooks.gradients_ready = [&](int begin, int end) {
         l2 += WeightDecay(params, &grads, begin, end);
         if (!push_decided) {
+          // The step's push leaves during the backward pass unless it is one
+          // the loop must stop or wait before: a failed pull, a non-finite
+          // loss, the end of training, a checkpoint or an evaluation due.
           push_decided = true;
           absl::StatusOr<PsClient::PullResult> arrived = pipeline->WaitForPull();
           if (arrived.ok()) arrived->training_done |= pushed->training_done;
-          if (arrived.ok() && !finished(*arrived) && !save_due(arrived->version) &&
-              !eval_due(arrived->version)) {
+          if (arrived.ok() && loss_finite && !finished(*arrived) &&
+              !save_due(arrived->version) && !eval_due(arrived->version)) {
             pipeline->StartPush(&grads);
           }
         }
@@ -613,11 +619,6 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       interval_loss = 0;
       interval_time = StepTime();
     }
-  }
-  // The push decision saw what the loop saw; this only keeps the client
-  // idle for what follows should that ever change.
-  if (pipeline.has_value() && pipeline->push_started()) {
-    pipeline->FinishPush().IgnoreError();
   }
   if (options_.progress_bar && chief) std::fputc('\n', stderr);
   result.global_step = pulled.version;

@@ -151,10 +151,12 @@ class Trainer {
   // Scales the gradients down to a global norm of at most clip_norm.
   void ClipGradients(std::vector<Tensor>* grads) const;
   // Every shard saves checkpoint `step`, keeping last_complete_save_ too; on
-  // success `step` becomes it. A failure is logged and returned; it is
-  // DataLoss, which stops training, once max_failed_saves saves in a row
-  // have not been written.
+  // success `step` becomes it. A failure is logged and returned, and counted
+  // when a shard could not write.
   absl::Status Save(int64_t step);
+  // DataLoss once max_failed_saves saves in a row have not been written
+  // (`last`: the latest one's error, at `step`); OK otherwise.
+  absl::Status StopAfterFailedSaves(int64_t step, const absl::Status& last) const;
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
   void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
   // Where a log interval's steps spent their time, summed over the steps.
@@ -176,7 +178,6 @@ class Trainer {
   const Dataset* const train_;
   const Dataset* const test_;
   std::unique_ptr<EventWriter> events_;
-  std::vector<Tensor> eval_grads_;
   std::vector<Tensor> eval_averages_;  // The moving averages evaluated.
   bool checkpoints_ = false;  // Every shard can save.
   absl::Time start_time_;

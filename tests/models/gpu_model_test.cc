@@ -3,6 +3,7 @@
 // moving statistics), and a steady state that allocates no device memory
 // (towers on the GPU: tests/worker/towers_test.cc). Every case
 // skips itself where no GPU is visible (or the build has no CUDA), as in CI.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -124,8 +125,10 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
     }
   }
   // Inference mode: the moving statistics both sides have kept.
-  EXPECT_EQ((*gpu)->CountCorrect(gpu_params, images, labels),
-            (*cpu)->CountCorrect(params, images, labels));
+  const Model::Evaluation on_gpu = (*gpu)->Evaluate(gpu_params, images, labels);
+  const Model::Evaluation on_cpu = (*cpu)->Evaluate(params, images, labels);
+  EXPECT_EQ(on_gpu.correct, on_cpu.correct);
+  EXPECT_NEAR(on_gpu.mean_loss, on_cpu.mean_loss, 1e-4f * std::max(1.0f, on_cpu.mean_loss));
 }
 
 TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
@@ -138,12 +141,12 @@ TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
       RandomImages(c.batch, int64_t{c.size} * c.size * c.channels, 5);
   const std::vector<int32_t> labels = Labels(c);
   (*gpu)->ComputeGradients(params, images, labels, &grads);
-  (*gpu)->CountCorrect(params, images, labels);
+  (*gpu)->Evaluate(params, images, labels);
   const kernels::DeviceMemoryStats first = (*gpu)->device_memory();
   EXPECT_GT(first.system_allocations, 0);
   for (int i = 0; i < 3; ++i) {
     (*gpu)->ComputeGradients(params, images, labels, &grads);
-    (*gpu)->CountCorrect(params, images, labels);
+    (*gpu)->Evaluate(params, images, labels);
   }
   const kernels::DeviceMemoryStats later = (*gpu)->device_memory();
   EXPECT_EQ(later.system_allocations, first.system_allocations);

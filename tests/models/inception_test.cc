@@ -61,7 +61,7 @@ TEST(InceptionV3Test, RunsOnTheSmallestInput) {
   for (const Tensor& g : grads) {
     for (float x : g.flat()) ASSERT_TRUE(std::isfinite(x));
   }
-  EXPECT_GE((*v3)->CountCorrect(params, images, {0, 4}), 0);
+  EXPECT_GE((*v3)->Evaluate(params, images, {0, 4}).correct, 0);
 }
 
 TEST(InceptionV3Test, TooSmallInputIsAnError) {
@@ -116,7 +116,7 @@ TEST(InceptionMiniTest, MovingStatisticsDriveInference) {
   const std::vector<int32_t> labels = {0, 1, 0, 1, 0, 1};
   // Inference before and after training steps differs only through the
   // moving statistics (the parameters are unchanged).
-  const int64_t before = (*mini)->CountCorrect(params, images, labels);
+  const int64_t before = (*mini)->Evaluate(params, images, labels).correct;
   const float loss1 = (*mini)->ComputeGradients(params, images, labels, &grads);
   const float loss2 = (*mini)->ComputeGradients(params, images, labels, &grads);
   EXPECT_EQ(loss1, loss2);  // Training mode uses batch statistics only.

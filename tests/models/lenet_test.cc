@@ -88,8 +88,8 @@ TEST(LenetTest, ThreadCountDoesNotChangeResults) {
         ::testing::Pointwise(::testing::FloatNear(1e-5f), ToVector(g1[i])))
         << one->variables()[i].name;
   }
-  EXPECT_EQ(one->CountCorrect(params, images, labels),
-            three->CountCorrect(params, images, labels));
+  EXPECT_EQ(one->Evaluate(params, images, labels).correct,
+            three->Evaluate(params, images, labels).correct);
 }
 
 TEST(LenetTest, SgdFitsASmallBatch) {
@@ -113,7 +113,7 @@ TEST(LenetTest, SgdFitsASmallBatch) {
     }
   }
   EXPECT_LT(loss, 0.2f * initial) << "initial " << initial;
-  EXPECT_EQ(lenet->CountCorrect(params, images, labels), 12);
+  EXPECT_EQ(lenet->Evaluate(params, images, labels).correct, 12);
 }
 
 TEST(LenetTest, RejectsBadOptions) {

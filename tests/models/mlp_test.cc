@@ -209,7 +209,7 @@ TEST(MlpTest, ThreadCountDoesNotChangeResults) {
   }
 }
 
-TEST(MlpTest, CountCorrectUsesArgMaxOfLogits) {
+TEST(MlpTest, EvaluateCountsArgMaxOfLogitsAndTheMeanLoss) {
   // No hidden layer and identity weights: the prediction is the brightest
   // of three pixels.
   ModelOptions options = TinyOptions({});
@@ -224,10 +224,14 @@ TEST(MlpTest, CountCorrectUsesArgMaxOfLogits) {
   const float pixels[] = {0.9f, 0.1f, 0.0f, 0.0f, 0.0f, 1.0f, 0.2f, 0.7f, 0.1f};
   std::copy(pixels, pixels + 9, images.data());
   // Predictions 0, 2, 1.
-  EXPECT_EQ(mlp->CountCorrect(params, images, std::vector<int32_t>{0, 2, 0}),
-            2);
-  EXPECT_EQ(mlp->CountCorrect(params, images, std::vector<int32_t>{0, 2, 1}),
-            3);
+  EXPECT_EQ(mlp->Evaluate(params, images, std::vector<int32_t>{0, 2, 0}).correct, 2);
+  const std::vector<int32_t> labels = {0, 2, 1};
+  const Model::Evaluation all = mlp->Evaluate(params, images, labels);
+  EXPECT_EQ(all.correct, 3);
+  // The mean loss is the training loss of the same batch (no dropout or
+  // batch norm here to tell the modes apart).
+  std::vector<Tensor> grads;
+  EXPECT_FLOAT_EQ(all.mean_loss, mlp->ComputeGradients(params, images, labels, &grads));
 }
 
 // Three classes, each a noisy copy of its own random 4x4 prototype: plain SGD
@@ -269,7 +273,7 @@ TEST(MlpTest, SgdReducesLossOnSeparableProblem) {
   loss = mlp->ComputeGradients(params, images, labels, &grads);
   EXPECT_GT(initial, 0.8f);  // About log(3) at the start.
   EXPECT_LT(loss, 0.1f) << "initial loss " << initial;
-  EXPECT_EQ(mlp->CountCorrect(params, images, labels), batch);
+  EXPECT_EQ(mlp->Evaluate(params, images, labels).correct, batch);
 }
 
 TEST(NewMlpTest, RejectsNonPositiveSizes) {

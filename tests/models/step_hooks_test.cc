@@ -1,6 +1,8 @@
 // StepHooks (models/model.h): a model reads no variable before before_read
 // has announced it, and a gradient that gradients_ready announced is
-// final, for every model; the layered models announce layer by layer.
+// final, for every model; the layered models announce layer by layer. And
+// Evaluate leaves alone what the next training step sees.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,6 +50,11 @@ TEST_P(StepHooksTest, VariablesAreReadOnlyAfterBeforeReadAndGradientsFinalWhenAn
       std::copy_n(params[v].data(), params[v].num_elements(), poisoned[v].data());
     }
   };
+  std::vector<float> losses;
+  hooks.loss_ready = [&](float loss) {
+    EXPECT_TRUE(ready_calls.empty()) << "the loss comes before any gradient";
+    losses.push_back(loss);
+  };
   hooks.gradients_ready = [&](int begin, int end) {
     ready_calls.emplace_back(begin, end);
     for (int v = begin; v < end; ++v) {
@@ -57,6 +64,7 @@ TEST_P(StepHooksTest, VariablesAreReadOnlyAfterBeforeReadAndGradientsFinalWhenAn
   };
   const float loss = (*hooked)->ComputeGradients(poisoned, images, labels, &grads, hooks);
   EXPECT_EQ(loss, want_loss);
+  EXPECT_EQ(losses, std::vector<float>{want_loss});
   for (int v = 0; v < n; ++v) {
     EXPECT_EQ(read[v], 1) << (*model)->variables()[v].name;
     EXPECT_EQ(ready[v], 1) << (*model)->variables()[v].name;
@@ -74,6 +82,37 @@ TEST_P(StepHooksTest, VariablesAreReadOnlyAfterBeforeReadAndGradientsFinalWhenAn
   }
   EXPECT_EQ(ready_calls.front().second, n);
   EXPECT_EQ(ready_calls.back().first, 0);
+}
+
+// An evaluation between two training steps changes nothing the next step
+// sees: no batch-norm statistics, no dropout mask (inception_v3 drops out).
+TEST_P(StepHooksTest, EvaluateLeavesTrainingStateAlone) {
+  ModelOptions options;
+  options.input_height = options.input_width = 20;
+  options.intra_op_threads = 2;
+  absl::StatusOr<std::unique_ptr<Model>> plain = NewModel(GetParam(), options);
+  absl::StatusOr<std::unique_ptr<Model>> evaluated = NewModel(GetParam(), options);
+  ASSERT_TRUE(plain.ok() && evaluated.ok());
+  std::vector<Tensor> params, want, got;
+  (*plain)->Initialize(1, &params);
+  const Tensor images = testing::RandomImages(8, 400, 2);
+  const Tensor test_images = testing::RandomImages(8, 400, 3);
+  const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
+  (*plain)->ComputeGradients(params, images, labels, &want);
+  (*evaluated)->ComputeGradients(params, images, labels, &got);
+  const Model::Evaluation evaluation = (*evaluated)->Evaluate(params, test_images, labels);
+  EXPECT_TRUE(std::isfinite(evaluation.mean_loss));
+  EXPECT_GE(evaluation.correct, 0);
+  // The second step (and, through batch norm, the second evaluation).
+  const float want_loss = (*plain)->ComputeGradients(params, images, labels, &want);
+  const float got_loss = (*evaluated)->ComputeGradients(params, images, labels, &got);
+  EXPECT_EQ(got_loss, want_loss);
+  for (size_t v = 0; v < want.size(); ++v) {
+    EXPECT_EQ(testing::ToVector(got[v]), testing::ToVector(want[v]))
+        << (*plain)->variables()[v].name;
+  }
+  EXPECT_EQ((*plain)->Evaluate(params, test_images, labels).mean_loss,
+            (*evaluated)->Evaluate(params, test_images, labels).mean_loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, StepHooksTest,
