@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -120,11 +119,17 @@ absl::Status WriteSafetensors(const std::string& path,
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseSafetensors(buffer.str(), path);
+  // One buffer of the file's size: no stream buffer growing by doubling and
+  // no second copy out of it (a large checkpoint is read into memory once).
+  const std::streamoff size = in.tellg();
+  std::string bytes(size < 0 ? 0 : static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (size < 0 || !in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return absl::DataLossError(absl::StrCat("cannot read ", path));
+  }
+  return ParseSafetensors(bytes, path);
 }
 
 absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,

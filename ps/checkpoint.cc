@@ -191,8 +191,8 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
   state.config = header.config();
   state.variables.assign(header.variables().begin(), header.variables().end());
 
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, tensor] : file.tensors) by_name[name] = &tensor;
+  std::map<std::string, Tensor*> by_name;
+  for (auto& [name, tensor] : file.tensors) by_name[name] = &tensor;
   // The shapes in the header are input too: nothing is sized by them before
   // they are checked, and the tensors are found, first.
   int64_t total = 0;
@@ -211,7 +211,7 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
   // Concatenates NAME + suffix of every variable; an error when one is
   // missing or has another shape.
   auto gather = [&](const std::string& suffix, Tensor* out) -> absl::Status {
-    std::vector<const Tensor*> parts;
+    std::vector<Tensor*> parts;
     for (const auto& v : state.variables) {
       auto it = by_name.find(v.name() + suffix);
       if (it == by_name.end() || it->second->shape() != Shape(v.shape().begin(), v.shape().end())) {
@@ -226,9 +226,10 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
     }
     out->Resize({total});
     int64_t offset = 0;
-    for (const Tensor* part : parts) {
+    for (Tensor* part : parts) {
       std::memcpy(out->data() + offset, part->data(), part->num_bytes());
       offset += part->num_elements();
+      *part = Tensor();  // Copied: the file's copy need not stay.
     }
     return absl::OkStatus();
   };

@@ -83,14 +83,16 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   config_ = state.config;
   variables_ = std::move(state.variables);
   total_elements_ = total;
-  current_ = pool_->New(total);
-  std::memcpy(current_->values.data(), state.values.data(), state.values.num_bytes());
   average_.reset();
   if (config_.moving_average_decay() > 0) {
-    average_ = pool_->New(total);
-    const Tensor& from = state.average.num_elements() == total ? state.average : state.values;
-    std::memcpy(average_->values.data(), from.data(), from.num_bytes());
+    if (state.average.num_elements() == total) {
+      average_ = pool_->Adopt(std::move(state.average));
+    } else {  // A checkpoint without averages: they start at the values.
+      average_ = pool_->New(total);
+      std::memcpy(average_->values.data(), state.values.data(), state.values.num_bytes());
+    }
   }
+  current_ = pool_->Adopt(std::move(state.values));  // No copy of the file's values.
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
   last_push_.assign(config_.num_replicas(), {0, 0});

@@ -28,12 +28,22 @@ class ParameterShard::SnapshotPool
     }
     if (snapshot == nullptr) snapshot = std::make_unique<Snapshot>();
     snapshot->values.Resize({n});
+    return Pooled(std::move(snapshot));
+  }
+  // A snapshot that takes over `values` without copying them (a restored
+  // checkpoint's), recycled like the others.
+  std::shared_ptr<Snapshot> Adopt(Tensor values) {
+    auto snapshot = std::make_unique<Snapshot>();
+    snapshot->values = std::move(values);
+    return Pooled(std::move(snapshot));
+  }
+
+ private:
+  std::shared_ptr<Snapshot> Pooled(std::unique_ptr<Snapshot> snapshot) {
     std::shared_ptr<SnapshotPool> self = shared_from_this();
     return std::shared_ptr<Snapshot>(snapshot.release(),
                                      [self](Snapshot* s) { self->Return(s); });
   }
-
- private:
   static constexpr size_t kMaxFree = 4;
   void Return(Snapshot* snapshot) {
     absl::MutexLock lock(&mu_);
