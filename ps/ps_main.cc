@@ -25,6 +25,10 @@
 #include "ps/parameter_shard.h"
 #include "ps/ps_service.h"
 
+DEFINE_bool(check_replica_certificates, false,
+            "With TLS: take a push as replica r only from a caller whose certificate names "
+            "replica r's host as the cluster spec writes it, so a worker pushes only as "
+            "itself (give each host its own certificate; tasks on one host share it).");
 DEFINE_string(cluster_spec, "",
               "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
               "Empty: read the TF_CONFIG environment variable.");
@@ -167,8 +171,24 @@ int main(int argc, char** argv) {
     shards.push_back(std::make_unique<psrt::ParameterShard>(options));
     stripe_shards.push_back(shards.back().get());
   }
-  psrt::PsService service(stripe_shards, &ps_metrics, &health,
-                          /*chief_only_admin=*/(*security)->has_chief_token());
+  psrt::PsService::Roles roles;
+  roles.chief_only_admin = (*security)->has_chief_token();
+  if (FLAGS_check_replica_certificates) {
+    if (!(*security)->tls()) {
+      LOG(ERROR) << "--check_replica_certificates needs TLS (--tls_cert, --tls_key, "
+                    "--tls_ca): without it no caller has a certificate";
+      return 2;
+    }
+    for (int r = 0; r < cluster->spec.num_replicas(); ++r) {
+      std::string replica_host;
+      int replica_port = 0;
+      // The spec was validated: every address splits.
+      CHECK(psrt::SplitHostPort(cluster->spec.ReplicaAddress(r), &replica_host, &replica_port)
+                .ok());
+      roles.replica_hosts.push_back(replica_host);
+    }
+  }
+  psrt::PsService service(stripe_shards, &ps_metrics, &health, std::move(roles));
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
@@ -112,7 +113,7 @@ absl::StatusOr<ParameterShard*> PsService::ShardOf(
 
 absl::Status PsService::CheckChief(const grpc::CallbackServerContext& context,
                                    absl::string_view what) const {
-  if (!chief_only_admin_ ||
+  if (!roles_.chief_only_admin ||
       !context.auth_context()->FindPropertyValues(kChiefRoleProperty).empty()) {
     return absl::OkStatus();
   }
@@ -121,6 +122,27 @@ absl::Status PsService::CheckChief(const grpc::CallbackServerContext& context,
   return absl::PermissionDeniedError(absl::StrCat(
       what, ": only the chief may call it, and this call came with the workers' "
             "token, not the chief's (--chief_token_file)"));
+}
+
+absl::Status PsService::CheckReplica(const grpc::CallbackServerContext& context,
+                                     int replica) const {
+  const std::vector<std::string>& hosts = roles_.replica_hosts;
+  // An unknown replica is the shard's to refuse, with its own message.
+  if (hosts.empty() || replica < 0 || replica >= static_cast<int>(hosts.size())) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  for (const grpc::string_ref& name : context.auth_context()->GetPeerIdentity()) {
+    names.emplace_back(name.data(), name.size());
+    if (names.back() == hosts[replica]) return absl::OkStatus();
+  }
+  LOG_EVERY_T(WARNING, 10) << "refused a push as replica " << replica << " from "
+                           << context.peer() << " (" << absl::StrJoin(names, ", ") << ")";
+  return absl::PermissionDeniedError(absl::StrCat(
+      "push as replica ", replica, ": its host in the cluster spec is ", hosts[replica],
+      ", and the caller's certificate names ",
+      names.empty() ? std::string("no host") : absl::StrJoin(names, ", "),
+      " (psrt_ps --check_replica_certificates: a worker pushes only as itself)"));
 }
 
 void PsService::ReportReadiness() {
@@ -220,6 +242,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
     proto::PushHeader header;
     TensorFrameReader reader;
     absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
+    if (opened.ok()) opened = CheckReplica(*context, header.replica());
     absl::StatusOr<proto::PushResponse> reply =
         opened.ok() ? (*shard)->Push(header, &reader) : opened;
     if (reply.ok()) *response = SerializeToByteBuffer(*reply);

@@ -22,6 +22,8 @@
 #define PSRT_PS_PS_SERVICE_H_
 
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/health_reporter.h"
@@ -41,21 +43,31 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
                         proto::ParameterServer::WithCallbackMethod_Restore<
                             proto::ParameterServer::Service>>>>>>>;
 
+// Who may do what at a PsService; refusals are PermissionDenied.
+struct PsServiceRoles {
+  // Init, Save, Restore and a Shutdown that ends training only from calls
+  // with the chief's token (TransportSecurity's roles).
+  bool chief_only_admin = false;
+  // Replica r's host as the cluster spec names it; non-empty: a push as
+  // replica r only from a caller whose TLS certificate names that host
+  // (psrt_ps --check_replica_certificates).
+  std::vector<std::string> replica_hosts;
+};
+
 class PsService final : public PsServiceBase {
  public:
+  using Roles = PsServiceRoles;
+
   // Stripe s is shards[s]. REQUIRES: shards is not empty; the shards
   // outlive the service; `metrics` and `health` (either may be null: not
   // reported) outlive the shards.
-  // With `chief_only_admin`, Init, Save, Restore and a Shutdown that ends
-  // training are refused (PermissionDenied) unless the call came with the
-  // chief's token (TransportSecurity's roles).
   explicit PsService(std::vector<ParameterShard*> shards,
                      PsMetrics* metrics = nullptr, HealthReporter* health = nullptr,
-                     bool chief_only_admin = false)
+                     Roles roles = {})
       : shards_(std::move(shards)),
         metrics_(metrics),
         health_(health),
-        chief_only_admin_(chief_only_admin),
+        roles_(std::move(roles)),
         runner_(static_cast<int>(2 * shards_.size())) {}
 
   // Publishes the readiness (every stripe ready) and version (the lowest) to
@@ -98,11 +110,14 @@ class PsService final : public PsServiceBase {
   // PermissionDenied for an admin call (`what`) without the chief's role.
   absl::Status CheckChief(const grpc::CallbackServerContext& context,
                           absl::string_view what) const;
+  // PermissionDenied for a push as `replica` from a caller whose
+  // certificate does not name the replica's host (Roles::replica_hosts).
+  absl::Status CheckReplica(const grpc::CallbackServerContext& context, int replica) const;
 
   const std::vector<ParameterShard*> shards_;
   PsMetrics* const metrics_;
   HealthReporter* const health_;
-  const bool chief_only_admin_;
+  const Roles roles_;
   TaskRunner runner_;  // Last: its threads stop before the rest goes.
 };
 

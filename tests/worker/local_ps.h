@@ -33,10 +33,12 @@ struct LocalPs {
   // set here).
   explicit LocalPs(int port_to_use = 0, int stripes = 1,
                    std::shared_ptr<const TransportSecurity> security = nullptr,
-                   ParameterShard::Options shard_options = {})
+                   ParameterShard::Options shard_options = {},
+                   std::vector<std::string> replica_hosts = {})
       : shards(MakeShards(stripes, std::move(shard_options))),
         service(Pointers(shards), nullptr, nullptr,
-                /*chief_only_admin=*/security != nullptr && security->has_chief_token()) {
+                PsService::Roles{security != nullptr && security->has_chief_token(),
+                                 std::move(replica_hosts)}) {
     grpc::ServerBuilder builder;
     ConfigurePsServer(&builder, int64_t{1} << 30);
     builder.AddListeningPort(
