@@ -7,8 +7,19 @@
 # first one, with start-up, excluded); it includes pushing gradients to and
 # pulling parameters from the ps task every step, which PyTorch does not do.
 #
-#   scripts/bench_train.sh [--models "mlp lenet inception_mini"] [--threads 2]
-#                          [--batch_size 100]
+# The peer is current PyTorch from PyPI (with torchvision), installed once
+# into a virtual environment outside the repository and reused
+# ($PSRT_BENCH_VENV, default ~/.cache/psrt-bench/torch-venv; several GB).
+# Not Debian's python3-torch 1.13, which runs pathologically slowly on
+# AVX2-only CPUs and would make every ratio meaningless.
+#
+# mlp, lenet and inception_mini train on Fashion-MNIST; inception_v3 on
+# synthetic 299x299x3 images (psrt's --synthetic_data, the peer's
+# --synthetic) at batch 32, as tf_cnn_benchmarks times it, torchvision's
+# inception_v3 (aux_logits=False) against psrt's, both with 10 classes.
+#
+#   scripts/bench_train.sh [--models "mlp lenet inception_mini inception_v3"]
+#                          [--threads 2] [--batch_size 100]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="mlp lenet inception_mini" threads=2 batch=100
@@ -21,30 +32,42 @@ while [ $# -gt 0 ]; do
   esac
 done
 scripts/setup.sh >/dev/null
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "bench_train: installing Debian's python3-torch (the peer)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-torch
+venv="${PSRT_BENCH_VENV:-$HOME/.cache/psrt-bench/torch-venv}"
+if ! "$venv/bin/python" -c "import torch, torchvision, numpy" 2>/dev/null; then
+  echo "bench_train: installing PyTorch from PyPI into $venv (once; several GB)"
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q torch torchvision numpy
 fi
+"$venv/bin/python" -c 'import torch; print("bench_train: peer torch", torch.__version__,
+  "cpu", torch.backends.cpu.get_cpu_capability())'
 work=$(mktemp -d /tmp/psrt_bench_train.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 scripts/make_cluster_spec.sh --ps 1 --workers 1 --out "$work/cluster.json"
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 for model in $models; do
+  model_batch=$batch psrt_data="" peer_data=""
   case "$model" in
     mlp) steps=1500 ;;
     lenet) steps=300 ;;
+    inception_v3)
+      steps=24 model_batch=32
+      psrt_data="--synthetic_data --input_height=299 --input_width=299 --input_channels=3"
+      peer_data="--synthetic --image_size 299 --channels 3 --steps 6 --warmup 2"
+      ;;
     *) steps=150 ;;
   esac
   every=$((steps / 6))
   scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" -- \
-    --model="$model" --batch_size="$batch" --intra_op_threads="$threads" \
+    --model="$model" --batch_size="$model_batch" --intra_op_threads="$threads" \
     --train_steps="$steps" --log_every_steps="$every" --progress=log \
-    --learning_rate=0.01 >/dev/null
+    --learning_rate=0.01 $psrt_data >/dev/null
   psrt_eps=$(grep -o '([0-9.]* examples/sec' "$work/$model/worker-0.log" | tr -d '(' |
-             awk 'NR > 1 {print $1}' | sort -g |
-             awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-  torch_eps=$(/usr/bin/python3 scripts/peers/torch_train.py --model "$model" \
-                --batch_size "$batch" --threads "$threads" | sed 's/.*examples_per_sec=//')
+             awk 'NR > 1 {print $1}' | median)
+  torch_eps=$("$venv/bin/python" scripts/peers/torch_train.py --model "$model" \
+                --batch_size "$model_batch" --threads "$threads" $peer_data |
+              sed 's/.*examples_per_sec=//')
   awk -v m="$model" -v p="$psrt_eps" -v t="$torch_eps" \
     'BEGIN {printf "train: model=%s psrt_eps=%.0f torch_eps=%.0f ratio=%.2f\n", m, p, t, p / t}'
 done
