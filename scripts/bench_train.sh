@@ -69,5 +69,5 @@ for model in $models; do
                 --batch_size "$model_batch" --threads "$threads" $peer_data |
               sed 's/.*examples_per_sec=//')
   awk -v m="$model" -v p="$psrt_eps" -v t="$torch_eps" \
-    'BEGIN {printf "train: model=%s psrt_eps=%.0f torch_eps=%.0f ratio=%.2f\n", m, p, t, p / t}'
+    'BEGIN {printf "train: model=%s psrt_eps=%.1f torch_eps=%.1f ratio=%.2f\n", m, p, t, p / t}'
 done
