@@ -1,17 +1,16 @@
 #include "common/rpc_util.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-
 #include <malloc.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/transport_security.h"
-
 #include "grpcpp/create_channel.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -64,7 +63,8 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
       address, security.ChannelCredentials(), args, security.ClientInterceptors());
 }
 
-void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) {
+void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
+                       int64_t max_memory_bytes) {
   const int max = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
   builder->SetMaxReceiveMessageSize(max);
   builder->SetMaxSendMessageSize(-1);
@@ -78,6 +78,11 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes) 
   // connection every 2 minutes and drop it when 20 s pass without an answer.
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 120 * 1000);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  if (max_memory_bytes > 0) {
+    grpc::ResourceQuota quota("psrt_server");
+    quota.Resize(static_cast<size_t>(max_memory_bytes));
+    builder->SetResourceQuota(quota);  // The builder keeps a reference.
+  }
 }
 
 std::string ListenHost(const std::string& bind_host, const std::string& spec_host) {

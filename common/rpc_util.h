@@ -30,8 +30,11 @@ std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
 
 // Applies psrt's settings to a server builder; larger requests are refused
 // with RESOURCE_EXHAUSTED before they are buffered, and a connection gets at
-// most 32 concurrent calls.
-void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes);
+// most 32 concurrent calls. With max_memory_bytes > 0, gRPC's buffers of all
+// connections together are held to it (a ResourceQuota): a request that does
+// not fit is refused with RESOURCE_EXHAUSTED, not delayed.
+void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
+                       int64_t max_memory_bytes = 0);
 
 // The interface a task listens on: `bind_host` (--bind_host) when set, else
 // the task's own host in the cluster spec, so that a task is reachable only

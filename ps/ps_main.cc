@@ -51,6 +51,10 @@ DEFINE_string(checkpoint_dir, "",
               "Directory of this task's checkpoints (a file per stripe): the "
               "chief's saves go there, and at start each stripe restores its "
               "newest intact one.");
+DEFINE_int64(max_grpc_memory_mb, 0,
+             "Hold gRPC's buffers of all connections together to this many MB (0: no "
+             "bound): a request that does not fit is refused with RESOURCE_EXHAUSTED. Size "
+             "it to the largest push times the workers, with room to spare.");
 DEFINE_int64(max_message_mb, 2048,
              "Largest request accepted, in MiB; larger ones are refused "
              "before they are buffered.");
@@ -103,6 +107,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (FLAGS_max_grpc_memory_mb < 0) {
+    LOG(ERROR) << "--max_grpc_memory_mb must be 0 (no bound) or positive, got "
+               << FLAGS_max_grpc_memory_mb;
+    return 2;
+  }
   if (FLAGS_max_message_mb < 1 || FLAGS_max_message_mb > 2048) {
     LOG(ERROR) << "--max_message_mb must be in 1..2048 (gRPC caps a message below 2 GiB), got "
                << FLAGS_max_message_mb;
@@ -191,7 +200,7 @@ int main(int argc, char** argv) {
   psrt::PsService service(stripe_shards, &ps_metrics, &health, std::move(roles));
 
   grpc::ServerBuilder builder;
-  psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20);
+  psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);
   const std::string listen = psrt::JoinHostPort(psrt::ListenHost(FLAGS_bind_host, host), port);
   int bound_port = 0;
   builder.AddListeningPort(listen, (*security)->ServerCredentials(), &bound_port);

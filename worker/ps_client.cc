@@ -159,7 +159,12 @@ absl::Status PsClient::Rpc::CallAll(
                            gave_up ? absl::StrCat(" (still failing after ",
                                                   absl::FormatDuration(retry_timeout),
                                                   " of retries)")
-                                   : ""));
+                                   : "",
+                           // gRPC's own refusals name no limit.
+                           absl::IsResourceExhausted(status)
+                               ? " (a limit of the ps: psrt_ps --max_message_mb, "
+                                 "--max_grpc_memory_mb or --max_waiting_pulls)"
+                               : ""));
         }
         // Nothing else matters now: stop the other shards' calls.
         for (int j = 0; j < n && !independent; ++j) {

@@ -287,6 +287,40 @@ TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
   ::close(holder);
 }
 
+// psrt_ps --max_grpc_memory_mb: a request that does not fit in the bound on
+// gRPC's buffers is refused, with an error that names the flags; requests
+// that fit go through.
+TEST(PsClientTest, ARequestBeyondTheMemoryBoundIsRefused) {
+  ParameterShard shard{ParameterShard::Options()};
+  PsService service({&shard});
+  grpc::ServerBuilder builder;
+  ConfigurePsServer(&builder, int64_t{1} << 30, /*max_memory_bytes=*/int64_t{8} << 20);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  PsClient::Options options;
+  options.ps_addresses = {absl::StrCat("127.0.0.1:", port)};
+  options.retry_timeout = absl::Seconds(1);
+  // 1 MB fits; 24 MB does not.
+  for (const int64_t rows : {int64_t{256}, int64_t{6000}}) {
+    const auto vars = Variables(rows);
+    auto placement = ComputePlacement(vars, 1, PlacementOptions());
+    ASSERT_TRUE(placement.ok());
+    PsClient client(options, *placement, vars);
+    ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
+    absl::Status init = client.Init(SyncConfig(1), Filled(vars, 1.0f));
+    if (rows == 256) {
+      EXPECT_TRUE(init.ok()) << init;
+      continue;
+    }
+    EXPECT_EQ(init.code(), absl::StatusCode::kResourceExhausted) << init;
+    EXPECT_NE(init.message().find("--max_grpc_memory_mb"), absl::string_view::npos) << init;
+  }
+  server->Shutdown();
+}
+
 TEST(PsClientTest, WorkerWithAnotherModelIsRefused) {
   LocalPs ps0;
   auto chief = NewClient({&ps0}, 0, Variables());
