@@ -252,6 +252,75 @@ TEST(ParameterShardTest, APulledSnapshotNeverChanges) {
   EXPECT_EQ(PullNow(&shard, 0)->second, (std::vector<float>{0, 1, 2, 3}));
 }
 
+// A push in pieces, as a stream delivers it.
+std::unique_ptr<ParameterShard::IncomingPush> BeginPushFrom(ParameterShard* shard, int replica,
+                                                            int64_t version) {
+  proto::PushHeader header;
+  header.set_replica(replica);
+  header.set_version(version);
+  *header.add_variables() = Meta("w", {kSize});
+  absl::StatusOr<std::unique_ptr<ParameterShard::IncomingPush>> push = shard->BeginPush(header);
+  EXPECT_TRUE(push.ok()) << push.status();
+  return push.ok() ? *std::move(push) : nullptr;
+}
+
+TEST(ParameterShardTest, APushInPiecesIsAppliedOnlyOnceItIsWhole) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 2));
+  auto first = BeginPushFrom(&shard, 0, 0);
+  ASSERT_TRUE(first->Append(*Bytes({1, 2})).ok());
+  ASSERT_TRUE(PushFrom(&shard, 1, 0, {3, 3, 3, 3}).ok());
+  EXPECT_EQ(shard.GetStatus().version(), 0);  // Replica 0's push is not whole yet.
+  ASSERT_TRUE(first->Append(*Bytes({3, 4})).ok());
+  EXPECT_EQ(first->Append(*Bytes({5})).code(), absl::StatusCode::kInvalidArgument);
+  auto finished = first->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_EQ(finished->version(), 1);
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-2, -2.5, -3, -3.5}));
+
+  // Dropped half way, or finished short: nothing of it is applied.
+  BeginPushFrom(&shard, 0, 1)->Append(*Bytes({100, 100})).IgnoreError();
+  auto short_push = BeginPushFrom(&shard, 0, 1);
+  ASSERT_TRUE(short_push->Append(*Bytes({100, 100})).ok());
+  auto refused = short_push->Finish();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("has 8 bytes, want 16"), std::string::npos)
+      << refused.status();
+  // A NaN in a later piece refuses the whole push.
+  auto nan_push = BeginPushFrom(&shard, 0, 1);
+  ASSERT_TRUE(nan_push->Append(*Bytes({1, 1})).ok());
+  ASSERT_TRUE(nan_push->Append(*Bytes({1, std::nanf("")})).ok());
+  refused = nan_push->Finish();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("\"w\" from replica 0 holds NaN"),
+            std::string::npos) << refused.status();
+  ASSERT_TRUE(PushFrom(&shard, 0, 1, {2, 2, 2, 2}).ok());
+  ASSERT_TRUE(PushFrom(&shard, 1, 1, {0, 0, 0, 0}).ok());
+  EXPECT_EQ(PullNow(&shard, 2)->second, (std::vector<float>{-3, -3.5, -4, -4.5}));
+}
+
+TEST(ParameterShardTest, APushThatFinishesAfterItsVersionEndedIsStale) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::SYNC, 2, 1));  // One gradient a version.
+  auto slow = BeginPushFrom(&shard, 0, 0);
+  ASSERT_TRUE(slow->Append(*Bytes({1, 1, 1, 1})).ok());
+  ASSERT_TRUE(PushFrom(&shard, 1, 0, {1, 2, 3, 4}).ok());  // Version 0 ends.
+  auto late = slow->Finish();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_FALSE(late->accepted());
+  EXPECT_EQ(late->version(), 1);
+  EXPECT_EQ(PullNow(&shard, 1)->second, (std::vector<float>{-1, -2, -3, -4}));
+}
+
+TEST(ParameterShardTest, APieceThatSplitsAnElementIsRefused) {
+  ParameterShard shard({});
+  InitShard(&shard, Config(proto::ASYNC, 1, 1));
+  auto push = BeginPushFrom(&shard, 0, 0);
+  const char bytes[6] = {};
+  EXPECT_EQ(push->Append(SpanByteSource(absl::Span<const char>(bytes, 6))).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ParameterShardTest, LargeGradientsAreReadInBlocks) {
   // More elements than one read block, with a partial last block, in both
   // modes and with a momentum optimizer whose slots follow the blocks.
