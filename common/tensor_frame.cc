@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -36,65 +35,44 @@ void UnrefReleaser(void* user_data) {
   }
 }
 
-std::string FramePrefix(const std::string& header_bytes, size_t data_size) {
+}  // namespace
+
+grpc::ByteBuffer EncodeTensorFrame(
+    const google::protobuf::MessageLite& header,
+    const std::vector<absl::Span<const char>>& chunks,
+    std::function<void()> release) {
+  size_t data_size = 0;
+  for (const auto& chunk : chunks) data_size += chunk.size();
+
   std::string prefix;
+  const std::string header_bytes = header.SerializeAsString();
   prefix.push_back(static_cast<char>(kHeaderTag));
   AppendVarint(header_bytes.size(), &prefix);
   prefix += header_bytes;
   prefix.push_back(static_cast<char>(kDataTag));
   AppendVarint(data_size, &prefix);
-  return prefix;
-}
 
-}  // namespace
-
-std::vector<grpc::ByteBuffer> EncodeTensorFrames(
-    const google::protobuf::MessageLite& header,
-    const std::vector<absl::Span<const char>>& chunks, size_t max_piece_bytes,
-    std::function<void()> release) {
-  CHECK_GT(max_piece_bytes, 0u);
-  size_t data_size = 0;
-  for (const auto& chunk : chunks) data_size += chunk.size();
+  std::vector<grpc::Slice> slices;
+  slices.reserve(chunks.size() + 1);
+  slices.emplace_back(prefix);  // Copied: small.
   Releaser* releaser = nullptr;
   if (release) {
     releaser = new Releaser;
     releaser->release = std::move(release);
     releaser->refs = 1;  // Held until every data slice is made.
   }
-  std::vector<grpc::ByteBuffer> frames;
-  std::vector<grpc::Slice> slices;
-  size_t chunk = 0, offset = 0;  // Cursor: the next byte to frame.
-  size_t remaining = data_size;
-  do {
-    const size_t piece = std::min(max_piece_bytes, remaining);
-    slices.clear();
-    slices.emplace_back(  // Copied: small.
-        FramePrefix(frames.empty() ? header.SerializeAsString() : std::string(), piece));
-    for (size_t left = piece; left > 0;) {
-      while (chunks[chunk].size() == offset) ++chunk, offset = 0;
-      const size_t n = std::min(left, chunks[chunk].size() - offset);
-      char* data = const_cast<char*>(chunks[chunk].data()) + offset;
-      if (releaser != nullptr) {
-        releaser->refs.fetch_add(1);
-        slices.emplace_back(data, n, UnrefReleaser, releaser);
-      } else {
-        slices.emplace_back(data, n, grpc::Slice::STATIC_SLICE);
-      }
-      offset += n;
-      left -= n;
+  for (const auto& chunk : chunks) {
+    if (chunk.empty()) continue;
+    char* data = const_cast<char*>(chunk.data());
+    if (releaser != nullptr) {
+      releaser->refs.fetch_add(1);
+      slices.emplace_back(data, chunk.size(), UnrefReleaser, releaser);
+    } else {
+      slices.emplace_back(data, chunk.size(), grpc::Slice::STATIC_SLICE);
     }
-    frames.emplace_back(slices.data(), slices.size());
-    remaining -= piece;
-  } while (remaining > 0);
+  }
   if (releaser != nullptr) UnrefReleaser(releaser);
-  return frames;
-}
-
-grpc::ByteBuffer EncodeTensorFrame(
-    const google::protobuf::MessageLite& header,
-    const std::vector<absl::Span<const char>>& chunks,
-    std::function<void()> release) {
-  return std::move(EncodeTensorFrames(header, chunks, SIZE_MAX, std::move(release))[0]);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
@@ -106,30 +84,20 @@ absl::Status TensorFrameReader::Open(const grpc::ByteBuffer& buffer,
   if (!buffer.Dump(&slices_).ok()) {
     return absl::InvalidArgumentError("tensor frame: unreadable byte buffer");
   }
-  const size_t total = buffer.Length();
-  if (total == 0) return absl::InvalidArgumentError("tensor frame: an empty message");
-  header->Clear();
   uint8_t tag = 0;
-  for (const grpc::Slice& slice : slices_) {  // Peek at the first byte.
-    if (slice.size() == 0) continue;
-    tag = slice.begin()[0];
-    break;
+  uint64_t header_size = 0;
+  if (!ReadByte(&tag) || tag != kHeaderTag || !ReadVarint(&header_size)) {
+    return absl::InvalidArgumentError(
+        "tensor frame: expected the header (field 1) first");
   }
-  // A header left out (protobuf omits an empty one) is an empty header.
-  if (tag != kDataTag) {
-    uint64_t header_size = 0;
-    if (!ReadByte(&tag) || tag != kHeaderTag || !ReadVarint(&header_size)) {
-      return absl::InvalidArgumentError(
-          "tensor frame: expected the header (field 1) first");
-    }
-    if (header_size > total - Consumed()) {
-      return absl::InvalidArgumentError("tensor frame: header length past the end");
-    }
-    std::string header_bytes(header_size, '\0');
-    CopyBytes(header_bytes.data(), header_size);
-    if (!header->ParseFromString(header_bytes)) {
-      return absl::InvalidArgumentError("tensor frame: malformed header");
-    }
+  const size_t total = buffer.Length();
+  if (header_size > total - Consumed()) {
+    return absl::InvalidArgumentError("tensor frame: header length past the end");
+  }
+  std::string header_bytes(header_size, '\0');
+  CopyBytes(header_bytes.data(), header_size);
+  if (!header->ParseFromString(header_bytes)) {
+    return absl::InvalidArgumentError("tensor frame: malformed header");
   }
   uint64_t data_size = 0;
   if (Consumed() == total) return absl::OkStatus();  // No tensor_data field.

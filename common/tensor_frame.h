@@ -5,8 +5,6 @@
 // A frame is the protobuf encoding of a message with a header (field 1) and a
 // tensor_data bytes field (field 2), written in that order:
 //   0x0A varint(len(header)) header-bytes 0x12 varint(len(data)) data
-// (a reader takes a frame without the header, as protobuf writes an empty
-// one, as one with an empty header).
 // Encoding references the caller's tensor memory directly (no copy); decoding
 // parses the small header and copies the data straight into its destination.
 // Both ends therefore move tensor bytes once, into memory that is reused from
@@ -38,17 +36,6 @@ namespace psrt {
 grpc::ByteBuffer EncodeTensorFrame(
     const google::protobuf::MessageLite& header,
     const std::vector<absl::Span<const char>>& chunks,
-    std::function<void()> release = nullptr);
-
-// The same bytes as frames of at most `max_piece_bytes` of tensor data each
-// (at least one frame): the first carries `header`, the others an empty
-// one, for a stream whose receiver consumes each piece as it arrives.
-// `release` runs once every frame's data is dropped. REQUIRES:
-// max_piece_bytes > 0; a multiple of the element size, so that no element
-// is split.
-std::vector<grpc::ByteBuffer> EncodeTensorFrames(
-    const google::protobuf::MessageLite& header,
-    const std::vector<absl::Span<const char>>& chunks, size_t max_piece_bytes,
     std::function<void()> release = nullptr);
 
 // Reads a frame. Open() parses the header; the data is then a ByteSource.

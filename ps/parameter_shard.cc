@@ -255,6 +255,20 @@ void ParameterShard::ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn) {
   cpu_.ParallelFor(total_elements_, kBlockFloats, fn);
 }
 
+void ParameterShard::ForEachBlock(
+    const ByteSource& data,
+    absl::FunctionRef<void(int64_t, absl::Span<const float>)> fn) {
+  ParallelFor([&](int64_t first, int64_t last) {
+    static thread_local Tensor block({kBlockFloats});
+    for (int64_t begin = first; begin < last; begin += kBlockFloats) {
+      const int64_t n = std::min(kBlockFloats, last - begin);
+      data.ReadAt(begin * sizeof(float),
+                  {reinterpret_cast<char*>(block.data()), n * sizeof(float)});
+      fn(begin, {block.data(), static_cast<size_t>(n)});
+    }
+  });
+}
+
 absl::Status ParameterShard::CheckNotRestoringLocked(absl::string_view what) const {
   if (!restoring_) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
@@ -294,16 +308,23 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
   return absl::OkStatus();
 }
 
-int64_t ParameterShard::FirstNonFiniteUpdate(absl::Span<const float> grad) {
+int64_t ParameterShard::FirstNonFinite(const ByteSource& data) {
+  std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
+  ForEachBlock(data, [&](int64_t begin, absl::Span<const float> block) {
+    const int64_t i = kernels::FirstNonFinite(block);
+    if (i >= 0) KeepLowest(&first, begin + i);
+  });
+  const int64_t index = first.load();
+  return index == std::numeric_limits<int64_t>::max() ? -1 : index;
+}
+
+int64_t ParameterShard::FirstNonFiniteUpdate(const ByteSource& grad) {
   optimizer_->BeginStep(version_);
   const float* values = current_->values.data();
   std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
-  ParallelFor([&](int64_t first_block, int64_t last) {
-    for (int64_t begin = first_block; begin < last; begin += kBlockFloats) {
-      const size_t n = std::min(kBlockFloats, last - begin);
-      if (!optimizer_->UpdateIsFinite(begin, grad.subspan(begin, n), {values + begin, n})) {
-        KeepLowest(&first, begin);
-      }
+  ForEachBlock(grad, [&](int64_t begin, absl::Span<const float> block) {
+    if (!optimizer_->UpdateIsFinite(begin, block, {values + begin, block.size()})) {
+      KeepLowest(&first, begin);
     }
   });
   const int64_t index = first.load();
@@ -314,112 +335,8 @@ const proto::VariableMeta& ParameterShard::VariableAt(int64_t index) const {
   return MetaHolding(variables_, index);
 }
 
-ParameterShard::IncomingPush::IncomingPush(ParameterShard* shard,
-                                           const proto::PushHeader& header,
-                                           size_t wire_bytes, Tensor buffer)
-    : shard_(shard),
-      header_(header),
-      dtype_(header.variables_size() > 0 ? header.variables(0).dtype() : proto::DT_FLOAT),
-      wire_bytes_(wire_bytes),
-      gradients_(std::move(buffer)) {}
-
-ParameterShard::IncomingPush::~IncomingPush() {
-  shard_->GivePushBuffer(std::move(gradients_));
-}
-
-absl::Status ParameterShard::IncomingPush::Append(const ByteSource& piece) {
-  const size_t element_bytes = WireBytesPerElement(dtype_);
-  if (piece.size() > wire_bytes_ - received_) {
-    return absl::InvalidArgumentError(absl::StrCat("push: tensor_data has at least ",
-                                                   received_ + piece.size(),
-                                                   " bytes, want ", wire_bytes_));
-  }
-  if (piece.size() % element_bytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push: a piece of ", piece.size(), " bytes splits a ", element_bytes,
-        "-byte element"));
-  }
-  const int64_t first = received_ / element_bytes;
-  const int64_t count = piece.size() / element_bytes;
-  float* out = gradients_.data() + first;
-  std::optional<WireAsFloatSource> decoded;
-  const ByteSource& floats =
-      dtype_ == proto::DT_FLOAT ? piece : decoded.emplace(piece, dtype_);
-  // Block by block, so that each is checked while it is still in cache.
-  for (int64_t begin = 0; begin < count; begin += kBlockFloats) {
-    const int64_t n = std::min(kBlockFloats, count - begin);
-    floats.ReadAt(begin * sizeof(float),
-                  {reinterpret_cast<char*>(out + begin), n * sizeof(float)});
-    if (first_nonfinite_ < 0) {
-      const int64_t i = kernels::FirstNonFinite({out + begin, static_cast<size_t>(n)});
-      if (i >= 0) first_nonfinite_ = first + begin + i;
-    }
-  }
-  received_ += piece.size();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<proto::PushResponse> ParameterShard::IncomingPush::Finish() {
-  if (received_ != wire_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push: tensor_data has ", received_, " bytes, want ", wire_bytes_));
-  }
-  return shard_->ApplyPush(this);
-}
-
-Tensor ParameterShard::TakePushBuffer(int64_t elements) {
-  {
-    absl::MutexLock lock(&push_buffers_mu_);
-    for (Tensor& buffer : push_buffers_) {
-      if (buffer.num_elements() != elements) continue;
-      Tensor taken = std::move(buffer);
-      buffer = std::move(push_buffers_.back());
-      push_buffers_.pop_back();
-      return taken;
-    }
-  }
-  return Tensor({elements});  // The first pushes, or a new shape.
-}
-
-void ParameterShard::GivePushBuffer(Tensor buffer) {
-  if (buffer.num_elements() == 0) return;
-  absl::MutexLock lock(&push_buffers_mu_);
-  push_buffers_.push_back(std::move(buffer));
-}
-
-absl::StatusOr<std::unique_ptr<ParameterShard::IncomingPush>> ParameterShard::BeginPush(
-    const proto::PushHeader& header) {
-  int64_t elements = 0;
-  for (const proto::VariableMeta& meta : header.variables()) {
-    absl::StatusOr<int64_t> n = CheckedNumElements(MetaShape(meta));
-    if (!n.ok() || *n > (int64_t{1} << 40) - elements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push: variable \"", meta.name(), "\" has an invalid shape"));
-    }
-    elements += *n;
-  }
-  const proto::DataType dtype =
-      header.variables_size() > 0 ? header.variables(0).dtype() : proto::DT_FLOAT;
-  const size_t wire_bytes =
-      static_cast<size_t>(elements) * (IsWireDtype(dtype) ? WireBytesPerElement(dtype) : 4);
-  {
-    absl::MutexLock lock(&mu_);
-    if (header.replica() == 0) last_chief_contact_ = absl::Now();
-    RETURN_IF_ERROR(CheckPushLocked(header, wire_bytes));
-  }
-  return absl::WrapUnique(
-      new IncomingPush(this, header, wire_bytes, TakePushBuffer(elements)));
-}
-
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const proto::PushHeader& header, ByteSource* data) {
-  ASSIGN_OR_RETURN(std::unique_ptr<IncomingPush> push, BeginPush(header));
-  RETURN_IF_ERROR(push->Append(*data));
-  return push->Finish();
-}
-
-absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push) {
-  const proto::PushHeader& header = push->header_;
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
   proto::PushResponse response;
   absl::Status failure;  // Returned once the waiters have their replies.
@@ -427,10 +344,12 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push
   {
     absl::MutexLock lock(&mu_);
     if (header.replica() == 0) last_chief_contact_ = absl::Now();
-    // The shard may have changed since BeginPush (a Restore, a new version).
-    RETURN_IF_ERROR(CheckPushLocked(header, push->wire_bytes_));
-    const absl::Span<const float> gradients(push->gradients_.data(),
-                                            push->gradients_.num_elements());
+    RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
+    // From here on the gradients are float32, whatever the wire carried.
+    std::optional<WireAsFloatSource> decoded;
+    if (header.variables_size() > 0 && header.variables(0).dtype() != proto::DT_FLOAT) {
+      data = &decoded.emplace(*data, header.variables(0).dtype());
+    }
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
     const bool retry = header.worker_incarnation() != 0 &&
@@ -440,12 +359,14 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push
         !retry && !training_done_ &&
         (config_.mode() == proto::ASYNC ||
          (header.version() == version_ && pushed_.count(replica) == 0));
-    // Append checked each gradient as it arrived. Sync checks the update of
-    // their mean below; async the update this gradient makes.
+    // Sync checks each gradient here and the update of their mean below.
+    // Async checks the update this gradient makes, which is non-finite
+    // whenever the gradient is (every rule adds it into a value or a slot):
+    // one pass, and a second only to name the fault.
     const bool async = config_.mode() == proto::ASYNC;
-    const int64_t nonfinite = takes_gradient ? push->first_nonfinite_ : -1;
-    const int64_t unstable =
-        takes_gradient && async && nonfinite < 0 ? FirstNonFiniteUpdate(gradients) : -1;
+    const int64_t unstable = takes_gradient && async ? FirstNonFiniteUpdate(*data) : -1;
+    const int64_t nonfinite =
+        takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
     if (nonfinite >= 0 && !options_.skip_nonfinite_gradients) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
@@ -467,8 +388,8 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
       BeginUpdate();
-      ParallelFor([&](int64_t begin, int64_t end) {
-        UpdateRange(begin, gradients.subspan(begin, end - begin));
+      ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+        UpdateRange(begin, grad);
       });
       ++version_;
       ++pushes_applied_;
@@ -480,17 +401,17 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push
     } else if (pushed_.count(replica) > 0) {
       response.set_accepted(true);  // A retry of an accepted push.
     } else {
+      float* sum = sum_.data();
       if (pushed_.empty()) {
-        std::swap(sum_, push->gradients_);  // The push's buffer is the sum.
-      } else {
-        const float* grad = push->gradients_.data();
-        float* sum = sum_.data();
         ParallelFor([&](int64_t begin, int64_t end) {
-          kernels::Accumulate({grad + begin, static_cast<size_t>(end - begin)},
-                              {sum + begin, static_cast<size_t>(end - begin)});
+          data->ReadAt(begin * sizeof(float),
+                       {reinterpret_cast<char*>(sum + begin), (end - begin) * sizeof(float)});
+        });
+      } else {
+        ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+          kernels::Accumulate(grad, {sum + begin, grad.size()});
         });
       }
-      float* sum = sum_.data();
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
@@ -505,8 +426,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyPush(IncomingPush* push
         // optimizer's state to Inf: then nothing of this version is applied,
         // and the push that completed it fails, so that its worker stops
         // loudly; the version still advances, so that no replica waits for it.
-        const int64_t overflow =
-            FirstNonFiniteUpdate({sum, static_cast<size_t>(total_elements_)});
+        const SpanByteSource mean(absl::Span<const char>(
+            reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
+        const int64_t overflow = FirstNonFiniteUpdate(mean);
         if (overflow < 0) {
           BeginUpdate();
           ParallelFor([&](int64_t begin, int64_t end) {

@@ -41,9 +41,8 @@
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
 //
-// Memory. Gradients are decoded as they arrive into a float32 buffer per
-// push in flight, reused, then summed (sync; the first of a version's pushes
-// becomes the sum without a copy) or applied (async). A pull
+// Memory. Gradients are consumed from the request in small blocks, straight
+// into the sum (sync) or the optimizer (async): no message-sized copy. A pull
 // shares the current values buffer itself (no copy); an update that finds
 // the buffer still shared with a pull in flight first moves to a fresh buffer
 // (copy on write). Buffers are recycled, so steady state touches no new
@@ -132,46 +131,9 @@ class ParameterShard {
   // that a chief can first bring restored shards to one checkpoint).
   absl::StatusOr<bool> Init(const proto::InitHeader& header, ByteSource* data);
 
-  // A push whose gradients arrive in pieces (PsService's streamed Push):
-  // BeginPush checks the header against the shard; Append takes each piece
-  // as it arrives, in order, decoding it to float32 into a buffer of the
-  // shard's (reused from push to push) and checking it for NaN and Inf, so
-  // that no received message is held whole; Finish checks the header again
-  // and applies the push as the header comment says. A push dropped before
-  // Finish applies nothing.
-  // Thread safety: one thread at a time per IncomingPush; any number run
-  // concurrently. REQUIRES: the shard outlives it.
-  class IncomingPush {
-   public:
-    ~IncomingPush();  // Gives the buffer back to the shard.
-    IncomingPush(const IncomingPush&) = delete;
-    IncomingPush& operator=(const IncomingPush&) = delete;
-
-    // The next `piece.size()` bytes of tensor_data. InvalidArgument past
-    // the header's byte length, or for a piece that splits an element.
-    absl::Status Append(const ByteSource& piece);
-    // InvalidArgument unless every byte the header promised has arrived;
-    // otherwise Push's result. Call at most once.
-    absl::StatusOr<proto::PushResponse> Finish();
-
-   private:
-    friend class ParameterShard;
-    IncomingPush(ParameterShard* shard, const proto::PushHeader& header,
-                 size_t wire_bytes, Tensor buffer);
-    ParameterShard* const shard_;
-    const proto::PushHeader header_;
-    const proto::DataType dtype_;
-    const size_t wire_bytes_;  // Of tensor_data, as the header says.
-    size_t received_ = 0;      // Wire bytes appended so far.
-    Tensor gradients_;         // Float32, [wire_bytes_ / element bytes].
-    int64_t first_nonfinite_ = -1;
-  };
-  // Errors: as Push's, before any gradient has arrived.
-  absl::StatusOr<std::unique_ptr<IncomingPush>> BeginPush(const proto::PushHeader& header);
-
-  // A push whose gradients are all in `data` (every variable, in the
-  // shard's order). Invalid input (unknown variable, wrong shape, dtype or
-  // byte length) is InvalidArgument and leaves the state untouched.
+  // `data` holds the gradients of every variable, in the shard's order.
+  // Invalid input (unknown variable, wrong shape, dtype or byte length)
+  // is InvalidArgument and leaves the state untouched.
   absl::StatusOr<proto::PushResponse> Push(const proto::PushHeader& header,
                                            ByteSource* data);
 
@@ -256,15 +218,12 @@ class ParameterShard {
   // malformed push. OK otherwise.
   absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // IncomingPush::Finish: applies `push` (its gradients all arrived).
-  absl::StatusOr<proto::PushResponse> ApplyPush(IncomingPush* push);
-  // Buffers for IncomingPush's gradients: taken and given back whole.
-  Tensor TakePushBuffer(int64_t elements);
-  void GivePushBuffer(Tensor buffer);
+  // The index of the first NaN or Inf element of `data`, or -1.
+  int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first element of a block whose update by `grad` (the
   // optimizer's step at version_) would make a value or an optimizer slot
   // NaN or Inf, or -1. Changes nothing.
-  int64_t FirstNonFiniteUpdate(absl::Span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t FirstNonFiniteUpdate(const ByteSource& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The variable that holds element `index` of the shard.
   const proto::VariableMeta& VariableAt(int64_t index) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -277,6 +236,12 @@ class ParameterShard {
   // Applies `grad` to elements [begin, begin + grad.size()) and updates their
   // moving averages.
   void UpdateRange(int64_t begin, absl::Span<const float> grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads all of `data` as floats in cache-sized blocks, calling
+  // fn(begin, block) with each block and the index of its first element,
+  // on the shard's threads (concurrently, for disjoint blocks).
+  void ForEachBlock(const ByteSource& data,
+                    absl::FunctionRef<void(int64_t, absl::Span<const float>)> fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls fn(begin, end) over [0, total_elements_) on the shard's threads.
   void ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn)
@@ -326,8 +291,6 @@ class ParameterShard {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
-  absl::Mutex push_buffers_mu_;  // Never held with mu_.
-  std::vector<Tensor> push_buffers_ ABSL_GUARDED_BY(push_buffers_mu_);  // Free ones.
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t last_waiter_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -233,77 +233,26 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// A push's stream: the first piece opens the shard's IncomingPush, each
-// piece is appended as it arrives (on gRPC's thread: a piece is small), and
-// the end of the stream applies the push on the service's threads. A stream
-// that fails or is cancelled applies nothing. Deletes itself when done.
-class PsService::PushReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
- public:
-  PushReactor(PsService* service, grpc::CallbackServerContext* context,
-              grpc::ByteBuffer* response)
-      : service_(service), context_(context), response_(response) {
-    StartRead(&piece_);
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // The stream ended (or broke: then Finish is ignored).
-      if (push_ == nullptr) return Fail(absl::InvalidArgumentError("push: an empty stream"));
-      service_->runner_.Schedule([this] {
-        absl::StatusOr<proto::PushResponse> reply = push_->Finish();
-        push_.reset();  // Gives the gradients buffer back.
-        if (reply.ok()) *response_ = SerializeToByteBuffer(*reply);
-        Record(OutcomeOf(reply), reply.ok() ? reply->version() : -1);
-        Finish(ToGrpcStatus(reply.status()));
-      });
-      return;
-    }
-    received_ += piece_.Length();
-    absl::Status status = Take();
-    piece_.Clear();
-    if (!status.ok()) return Fail(status);
-    StartRead(&piece_);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  // Appends piece_, opening the push with the first.
-  absl::Status Take() {
-    TensorFrameReader reader;
+grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) {
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
     proto::PushHeader header;
-    RETURN_IF_ERROR(reader.Open(piece_, &header));
-    if (push_ == nullptr) {
-      start_ = absl::Now();
-      ASSIGN_OR_RETURN(ParameterShard * shard, service_->ShardOf(*context_));
-      RETURN_IF_ERROR(service_->CheckReplica(*context_, header.replica()));
-      ASSIGN_OR_RETURN(push_, shard->BeginPush(header));
-    } else if (header.ByteSizeLong() != 0) {
-      return absl::InvalidArgumentError("push: a header in a piece after the first");
+    TensorFrameReader reader;
+    absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
+    if (opened.ok()) opened = CheckReplica(*context, header.replica());
+    absl::StatusOr<proto::PushResponse> reply =
+        opened.ok() ? (*shard)->Push(header, &reader) : opened;
+    if (reply.ok()) *response = SerializeToByteBuffer(*reply);
+    if (metrics_ != nullptr) {
+      metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
+                                       absl::Now() - start);
+      if (reply.ok()) metrics_->SetVersion(reply->version());
     }
-    return push_->Append(reader);
-  }
-  void Fail(const absl::Status& status) {
-    push_.reset();
-    Record(PushOutcome::kRejected, -1);
-    Finish(ToGrpcStatus(status));
-  }
-  void Record(PushOutcome outcome, int64_t version) {
-    PsMetrics* metrics = service_->metrics_;
-    if (metrics == nullptr) return;
-    metrics->transfers().RecordPush(outcome, received_, absl::Now() - start_);
-    if (version >= 0) metrics->SetVersion(version);
-  }
-
-  PsService* const service_;
-  grpc::CallbackServerContext* const context_;
-  grpc::ByteBuffer* const response_;
-  grpc::ByteBuffer piece_;
-  std::unique_ptr<ParameterShard::IncomingPush> push_;
-  size_t received_ = 0;  // Bytes of every piece so far.
-  absl::Time start_ = absl::Now();
-};
-
-grpc::ServerReadReactor<grpc::ByteBuffer>* PsService::Push(
-    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  return new PushReactor(this, context, response);
+    return reply.status();
+  });
 }
 
 grpc::ServerUnaryReactor* PsService::GetStatus(

@@ -5,9 +5,8 @@
 // Each handler finds the stripe the call names, validates, calls that shard
 // and finishes with the converted status; Shutdown goes to every stripe.
 // Init, Pull and Push are "raw" methods: the shard reads tensor bytes
-// straight from the received slices (a push piece by piece, as its stream
-// delivers them) and pulls send the shard's values buffer itself, without a
-// protobuf copy (common/tensor_frame.h). A pull that must
+// straight from the received slices and pulls send the shard's values buffer
+// itself, without a protobuf copy (common/tensor_frame.h). A pull that must
 // wait for a version holds no thread while it waits. The slow handlers
 // (Init, Push, Save, Restore) run on the service's own threads, so that
 // gRPC's callback threads stay free for health checks, status and pulls.
@@ -83,9 +82,9 @@ class PsService final : public PsServiceBase {
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
-  // A stream of pieces (proto/psrt.proto), each decoded as it arrives.
-  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* context,
-                                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const proto::StatusRequest* request,
                                       proto::StatusResponse* response) override;
@@ -100,7 +99,6 @@ class PsService final : public PsServiceBase {
                                     proto::RestoreResponse* response) override;
 
  private:
-  class PushReactor;
   // The stripe the call names; InvalidArgument for one this process lacks.
   absl::StatusOr<ParameterShard*> ShardOf(const grpc::CallbackServerContext& context) const;
 

@@ -33,10 +33,6 @@ constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
 // all cores: one core alone cannot saturate memory bandwidth here.
 constexpr int64_t kCopyGrainBytes = 256 << 10;
 
-// A push travels as a stream of pieces of this many bytes, which the shard
-// decodes as they arrive (proto/psrt.proto).
-constexpr size_t kPushPieceBytes = 1 << 20;
-
 proto::VariableMeta MetaOf(const VariableSlice& slice,
                            proto::DataType dtype = proto::DT_FLOAT) {
   proto::VariableMeta meta;
@@ -65,83 +61,28 @@ struct PsClient::Rpc {
   std::function<std::string(int)> shard_name;
   absl::Duration retry_timeout;
   // Calls `method` on every shard: in shard order or in `order`, each right
-  // after `prepare(k)` (if any; it may block) has filled requests[k], which
-  // holds the call's messages: one for a unary method, the pieces of a
-  // client stream (Push) otherwise. `on_response` runs on gRPC's thread for
-  // each reply. A shard whose call fails as `retry_on` allows is
+  // after `prepare(k)` (if any; it may block) has filled requests[k];
+  // `on_response` runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
   // called again after a backoff, on its own; the first other error cancels
   // the calls still running (unless `independent`: each call then runs to
   // its end, as a goodbye that must reach every shard does) and is returned,
   // prefixed with the shard's name.
   absl::Status CallAll(
       const std::string& method, absl::Duration timeout, RetryOn retry_on,
-      std::vector<std::vector<grpc::ByteBuffer>>& requests,
+      std::vector<grpc::ByteBuffer>& requests,
       const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
       bool independent = false, const std::vector<int>* order = nullptr,
       const std::function<void(int)>& prepare = nullptr);
-  // The same with one message per shard.
-  absl::Status CallAll(
-      const std::string& method, absl::Duration timeout, RetryOn retry_on,
-      std::vector<grpc::ByteBuffer>& requests,
-      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
-      bool independent = false) {
-    std::vector<std::vector<grpc::ByteBuffer>> messages;
-    messages.reserve(requests.size());
-    for (grpc::ByteBuffer& request : requests) messages.push_back({std::move(request)});
-    return CallAll(method, timeout, retry_on, messages, on_response, independent);
-  }
 };
-
-namespace {
-
-// A client stream of `pieces`, written one after the other, and its one
-// reply: what a Push is on the wire. Runs `done` with the call's status,
-// then deletes itself. REQUIRES: pieces, response and context outlive done.
-class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  StreamCall(const std::vector<grpc::ByteBuffer>* pieces, grpc::ByteBuffer* response,
-             std::function<void(grpc::Status)> done)
-      : pieces_(pieces), response_(response), done_(std::move(done)) {}
-  void Start(grpc::GenericStub* stub, grpc::ClientContext* context, const std::string& method) {
-    stub->PrepareBidiStreamingCall(context, method, grpc::StubOptions(), this);
-    StartRead(response_);
-    WriteNext();
-    StartCall();
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) WriteNext();  // Else the call failed: OnDone says how.
-  }
-  void OnReadDone(bool /*ok*/) override {}
-  void OnDone(const grpc::Status& status) override {
-    done_(status);
-    delete this;
-  }
-
- private:
-  void WriteNext() {
-    if (next_ + 1 < pieces_->size()) {
-      StartWrite(&(*pieces_)[next_++]);
-    } else if (next_ + 1 == pieces_->size()) {
-      StartWriteLast(&(*pieces_)[next_++], grpc::WriteOptions());
-    }
-  }
-  const std::vector<grpc::ByteBuffer>* const pieces_;
-  grpc::ByteBuffer* const response_;
-  const std::function<void(grpc::Status)> done_;
-  size_t next_ = 0;
-};
-
-}  // namespace
 
 absl::Status PsClient::Rpc::CallAll(
     const std::string& method, absl::Duration timeout, RetryOn retry_on,
-    std::vector<std::vector<grpc::ByteBuffer>>& requests,
+    std::vector<grpc::ByteBuffer>& requests,
     const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
     bool independent, const std::vector<int>* order,
     const std::function<void(int)>& prepare) {
   const int n = static_cast<int>(stubs.size());
   CHECK_EQ(requests.size(), static_cast<size_t>(n));
-  const bool stream = method == kPush;
   struct Attempt {
     grpc::ClientContext context;
     grpc::ByteBuffer response;
@@ -159,21 +100,15 @@ absl::Status PsClient::Rpc::CallAll(
     attempt->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     Prepare(k, &attempt->context);
     running[k] = attempt;
-    auto done = [&, k, attempt](grpc::Status status) {
-      absl::Status result =
-          status.ok() ? on_response(k, attempt->response) : FromGrpcStatus(status);
-      absl::MutexLock lock(&mu);
-      finished[k] = std::move(result);
-      --in_flight;
-    };
-    if (stream) {
-      (new StreamCall(&requests[k], &attempt->response, std::move(done)))
-          ->Start(stubs[k].get(), &attempt->context, method);
-    } else {
-      CHECK_EQ(requests[k].size(), 1u);
-      stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k][0],
-                          &attempt->response, std::move(done));
-    }
+    stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k],
+                        &attempt->response, [&, k, attempt](grpc::Status status) {
+                          absl::Status result = status.ok()
+                                                    ? on_response(k, attempt->response)
+                                                    : FromGrpcStatus(status);
+                          absl::MutexLock lock(&mu);
+                          finished[k] = std::move(result);
+                          --in_flight;
+                        });
   };
   auto retryable = [retry_on](const absl::Status& status) {
     return (retry_on != RetryOn::kNothing && absl::IsUnavailable(status)) ||
@@ -570,7 +505,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   CHECK_EQ(grads.size(), variables_.size());
   absl::BlockingCounter released(num_shards());
   const absl::Time start = absl::Now();
-  std::vector<std::vector<grpc::ByteBuffer>> requests(num_shards());
+  std::vector<grpc::ByteBuffer> requests(num_shards());
   int64_t bytes = 0;
   ++push_step_;  // Retries below resend the same (worker, step).
   // Encodes shard k's request, from its gradients as they are now.
@@ -602,9 +537,9 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
       chunks.emplace_back(reinterpret_cast<const char*>(wire.data()),
                           encoded * sizeof(uint16_t));
     }
-    requests[k] = EncodeTensorFrames(push_headers_[k], chunks, kPushPieceBytes,
-                                     [&] { released.DecrementCount(); });
-    for (const grpc::ByteBuffer& piece : requests[k]) bytes += piece.Length();
+    requests[k] = EncodeTensorFrame(push_headers_[k], chunks,
+                                    [&] { released.DecrementCount(); });
+    bytes += requests[k].Length();
   };
   std::vector<proto::PushResponse> responses(num_shards());
   absl::Status status = rpc_->CallAll(

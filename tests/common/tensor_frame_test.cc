@@ -84,44 +84,6 @@ TEST(TensorFrameTest, ReleaseRunsWhenGrpcDropsTheData) {
   EXPECT_TRUE(released);
 }
 
-TEST(TensorFrameTest, PiecesCarryTheHeaderOnceAndTheDataInOrder) {
-  std::vector<float> a = {1, 2, 3};
-  std::vector<float> b = {4, 5, 6, 7};
-  int released = 0;
-  {
-    // 8-byte pieces: the second straddles a and b.
-    std::vector<grpc::ByteBuffer> pieces = EncodeTensorFrames(
-        Header(), {{reinterpret_cast<const char*>(a.data()), 12},
-                   {reinterpret_cast<const char*>(b.data()), 16}},
-        8, [&released] { ++released; });
-    ASSERT_EQ(pieces.size(), 4u);
-    std::vector<float> got;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      TensorFrameReader reader;
-      proto::PushHeader header;
-      ASSERT_TRUE(reader.Open(pieces[i], &header).ok()) << i;
-      EXPECT_EQ(header.version(), i == 0 ? 42 : 0) << i;
-      EXPECT_EQ(header.variables_size(), i == 0 ? 1 : 0) << i;
-      ASSERT_EQ(reader.size(), i < 3 ? 8u : 4u) << i;
-      std::vector<float> piece(reader.size() / sizeof(float));
-      reader.ReadAt(0, {reinterpret_cast<char*>(piece.data()), reader.size()});
-      got.insert(got.end(), piece.begin(), piece.end());
-    }
-    EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, 5, 6, 7}));
-    pieces.pop_back();
-    EXPECT_EQ(released, 0);  // Until every piece is dropped.
-  }
-  EXPECT_EQ(released, 1);
-  // No data at all is still one frame, with the header.
-  std::vector<grpc::ByteBuffer> empty = EncodeTensorFrames(Header(), {}, 8);
-  ASSERT_EQ(empty.size(), 1u);
-  TensorFrameReader reader;
-  proto::PushHeader header;
-  ASSERT_TRUE(reader.Open(empty[0], &header).ok());
-  EXPECT_EQ(header.replica(), 3);
-  EXPECT_EQ(reader.size(), 0u);
-}
-
 TEST(TensorFrameTest, RefusesMalformedFrames) {
   auto open = [](const std::string& bytes) {
     grpc::Slice slice(bytes);

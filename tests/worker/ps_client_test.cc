@@ -93,58 +93,6 @@ TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) { SyncStepOverTwoPsTa
 
 TEST(PsClientTest, SyncStepOverStripedPsTasks) { SyncStepOverTwoPsTasks(3); }
 
-// The Push stream on the wire, as any gRPC client may send it: pieces are
-// taken in order, and a stream that ends short, or breaks the framing,
-// applies nothing.
-TEST(PsClientTest, APushStreamIsAppliedOnlyWhole) {
-  LocalPs ps;
-  const std::vector<VariableDef> vars = {{"w", {4}}};
-  auto chief = NewClient({&ps}, 0, vars);
-  ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
-  ASSERT_TRUE(chief->Init(SyncConfig(1), Filled(vars, 0.0f)).ok());
-  auto stub = proto::ParameterServer::NewStub(
-      grpc::CreateChannel(ps.address(), grpc::InsecureChannelCredentials()));
-  auto piece = [](std::vector<float> data, bool with_header) {
-    proto::PushRequest request;
-    if (with_header) {
-      proto::VariableMeta* meta = request.mutable_header()->add_variables();
-      meta->set_name("w");
-      meta->set_dtype(proto::DT_FLOAT);
-      meta->add_shape(4);
-    }
-    request.set_tensor_data(std::string(reinterpret_cast<const char*>(data.data()),
-                                        data.size() * sizeof(float)));
-    return request;
-  };
-  auto send = [&](const std::vector<proto::PushRequest>& pieces) {
-    grpc::ClientContext context;
-    proto::PushResponse response;
-    auto writer = stub->Push(&context, &response);
-    for (const proto::PushRequest& p : pieces) writer->Write(p);
-    writer->WritesDone();
-    return FromGrpcStatus(writer->Finish());
-  };
-  absl::Status status = send({piece({2, 2}, true)});
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("has 8 bytes, want 16"), std::string::npos) << status;
-  status = send({piece({2, 2}, true), piece({2, 2}, true)});
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("a header in a piece after the first"), std::string::npos)
-      << status;
-  status = send({});
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_EQ(ps.shard().GetStatus().version(), 0);
-  EXPECT_EQ(ps.shard().GetStatus().pushes_applied(), 0);
-
-  status = send({piece({2}, true), piece({4, 6}, false), piece({8}, false)});
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(ps.shard().GetStatus().version(), 1);
-  std::vector<Tensor> values = Filled(vars, 0.0f);
-  ASSERT_TRUE(chief->Pull(1, &values).ok());
-  EXPECT_EQ(std::vector<float>(values[0].data(), values[0].data() + 4),
-            (std::vector<float>{-1, -2, -3, -4}));  // 0 - 0.5 * gradient.
-}
-
 // --wire_dtype=bf16 end to end: pushes and training pulls carry bfloat16,
 // a full-precision pull gets the float32 the stripes hold.
 TEST(PsClientTest, Bf16WireRoundsOnlyWhatTravels) {
