@@ -133,7 +133,7 @@ absl::Status Collective::Deliver(const grpc::ByteBuffer& frame) {
 }
 
 std::unique_ptr<Collective::Call> Collective::StartSend(int64_t op, int step,
-                                                        absl::Span<const float> segment) {
+                                                        absl::Span<const char> bytes) {
   auto call = std::make_unique<Call>();
   proto::CollectiveHeader header;
   header.set_op(op);
@@ -142,7 +142,7 @@ std::unique_ptr<Collective::Call> Collective::StartSend(int64_t op, int step,
   header.set_incarnation(incarnation_);
   Call* raw = call.get();
   call->request = EncodeTensorFrame(
-      header, {{reinterpret_cast<const char*>(segment.data()), segment.size() * sizeof(float)}},
+      header, {bytes},
       [raw] { raw->released.Notify(); });
   call->give_up = absl::Now() + Timeout(op);
   StartAttempt(raw);
@@ -188,7 +188,7 @@ absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
                        : "")));
 }
 
-absl::Status Collective::Receive(int64_t op, int step, absl::Span<float> segment, bool add) {
+absl::Status Collective::Receive(int64_t op, int step, absl::Span<char> bytes, bool add) {
   const int previous = Mod(options_.rank - 1, size());
   const auto key = std::make_pair(op, step);
   std::unique_ptr<grpc::ByteBuffer> frame;
@@ -214,16 +214,18 @@ absl::Status Collective::Receive(int64_t op, int step, absl::Span<float> segment
   TensorFrameReader reader;
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(*frame, &header));
-  if (reader.size() != segment.size() * sizeof(float)) {
+  if (reader.size() != bytes.size()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "allreduce: ", PeerName(previous), " sent ", reader.size(), " bytes for step ", step,
-        " of op ", op, ", this worker expected ", segment.size() * sizeof(float),
+        " of op ", op, ", this worker expected ", bytes.size(),
         " (do all workers train the same model?)")));
   }
   if (!add) {
-    reader.ReadAt(0, {reinterpret_cast<char*>(segment.data()), reader.size()});
+    reader.ReadAt(0, bytes);
     return absl::OkStatus();
   }
+  const absl::Span<float> segment(reinterpret_cast<float*>(bytes.data()),
+                                  bytes.size() / sizeof(float));
   thread_local std::vector<float> block(kBlockFloats);
   for (size_t begin = 0; begin < segment.size(); begin += kBlockFloats) {
     const size_t n = std::min(kBlockFloats, segment.size() - begin);
@@ -233,24 +235,26 @@ absl::Status Collective::Receive(int64_t op, int step, absl::Span<float> segment
   return absl::OkStatus();
 }
 
+namespace {
+absl::Span<char> AsBytes(absl::Span<float> floats) {
+  return {reinterpret_cast<char*>(floats.data()), floats.size() * sizeof(float)};
+}
+}  // namespace
+
 absl::Status Collective::AllreduceSum(absl::Span<float> data) {
   RETURN_IF_ERROR(failed_);
   const int w = size();
   const int r = options_.rank;
   if (w == 1) return absl::OkStatus();
   const int64_t op = ++op_;
-  // Reduce-scatter: afterwards this worker holds the sum of segment r + 1.
-  for (int s = 0; s < w - 1; ++s) {
-    std::unique_ptr<Call> sending = StartSend(op, s, Segment(data, Mod(r - s, w), w));
-    absl::Status received = Receive(op, s, Segment(data, Mod(r - s - 1, w), w), /*add=*/true);
-    absl::Status sent = FinishSend(std::move(sending));
-    RETURN_IF_ERROR(received);
-    RETURN_IF_ERROR(sent);
-  }
-  // All-gather: pass the reduced segments around.
-  for (int s = 0; s < w - 1; ++s) {
-    std::unique_ptr<Call> sending = StartSend(op, w - 1 + s, Segment(data, Mod(r + 1 - s, w), w));
-    absl::Status received = Receive(op, w - 1 + s, Segment(data, Mod(r - s, w), w), /*add=*/false);
+  // Reduce-scatter: afterwards this worker holds the sum of segment r + 1;
+  // then all-gather passes the reduced segments around.
+  for (int s = 0; s < 2 * (w - 1); ++s) {
+    const bool reducing = s < w - 1;
+    const int send = reducing ? r - s : r + 1 - (s - (w - 1));
+    std::unique_ptr<Call> sending = StartSend(op, s, AsBytes(Segment(data, Mod(send, w), w)));
+    absl::Status received =
+        Receive(op, s, AsBytes(Segment(data, Mod(send - 1, w), w)), /*add=*/reducing);
     absl::Status sent = FinishSend(std::move(sending));
     RETURN_IF_ERROR(received);
     RETURN_IF_ERROR(sent);
@@ -258,7 +262,7 @@ absl::Status Collective::AllreduceSum(absl::Span<float> data) {
   return absl::OkStatus();
 }
 
-absl::Status Collective::Broadcast(absl::Span<float> data, int root) {
+absl::Status Collective::Broadcast(absl::Span<char> data, int root) {
   RETURN_IF_ERROR(failed_);
   CHECK(root >= 0 && root < size());
   const int64_t op = ++op_;

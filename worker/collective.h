@@ -80,7 +80,7 @@ class Collective {
   // Replaces `data` on every worker by the element-wise sum of all workers'.
   absl::Status AllreduceSum(absl::Span<float> data);
   // Replaces `data` on every worker by `root`'s.
-  absl::Status Broadcast(absl::Span<float> data, int root);
+  absl::Status Broadcast(absl::Span<char> data, int root);
 
  private:
   class Service;
@@ -88,14 +88,14 @@ class Collective {
   // Names worker `rank` in errors: "worker/1 (host:port)".
   std::string PeerName(int rank) const;
   // Starts sending `segment` as step `step` of op `op` to the next worker.
-  std::unique_ptr<Call> StartSend(int64_t op, int step, absl::Span<const float> segment);
+  std::unique_ptr<Call> StartSend(int64_t op, int step, absl::Span<const char> bytes);
   // Sends call->request once more, on a new context.
   void StartAttempt(Call* call);
   // Waits for `call` to be delivered (and its data released by gRPC).
   absl::Status FinishSend(std::unique_ptr<Call> call);
   // Waits for step `step` of op `op` from the previous worker and adds it
-  // into `segment` (or copies it there).
-  absl::Status Receive(int64_t op, int step, absl::Span<float> segment, bool add);
+  // into `bytes`, as floats (or copies it there).
+  absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add);
   // The silence allowed now: startup_timeout for the first op.
   absl::Duration Timeout(int64_t op) const;
   // Records `status` as the Collective's failure (the first one sticks).

@@ -44,7 +44,7 @@
 #include "models/model.h"
 #include "proto/psrt.pb.h"
 #include "worker/idx_dataset.h"
-#include "worker/ps_client.h"
+#include "worker/parameter_store.h"
 #include "worker/towers.h"
 
 namespace psrt {
@@ -107,11 +107,11 @@ class Trainer {
   // REQUIRES: all pointers outlive the trainer; `test` may be null for
   // replicas other than the chief. Gradients come from the towers (one or
   // more); tower 0 also initializes and evaluates.
-  Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
+  Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
           const Dataset* train, const Dataset* test);
   // InvalidArgument, before any RPC, when `train` has no example for this
   // replica (fewer examples than replicas). Says goodbye to the shards
-  // (PsClient::Shutdown) at the end, except from a chief that failed: its
+  // (ParameterStore::Shutdown) at the end, except from a chief that failed: its
   // goodbye would end training as if the job were done.
   absl::StatusOr<TrainResult> Run();
 
@@ -143,7 +143,7 @@ class Trainer {
   // the shards, has the chief recover them, waits until they are ready and
   // pulls. Sets pulled->training_done if the chief ended training meanwhile.
   absl::Status Recover(const absl::Status& cause, std::vector<Tensor>* params,
-                       PsClient::PullResult* pulled);
+                       ParameterStore::PullResult* pulled);
   // Adds weight decay to the gradients of variables [begin, end); returns
   // their L2 loss.
   float WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
@@ -174,7 +174,7 @@ class Trainer {
   const TrainerOptions options_;
   Towers* const towers_;
   Model* const model_;  // Tower 0.
-  PsClient* const client_;
+  ParameterStore* const client_;
   const Dataset* const train_;
   const Dataset* const test_;
   std::unique_ptr<EventWriter> events_;

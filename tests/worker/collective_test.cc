@@ -113,7 +113,12 @@ TEST(CollectiveTest, BroadcastCopiesTheRootsValues) {
     for (int r = 0; r < 3; ++r) data.push_back(RandomValues(1000, r));
     const std::vector<float> want = data[root];
     for (const absl::Status& s : ring.Run(
-             [&](int r) { return ring.workers[r]->Broadcast(absl::MakeSpan(data[r]), root); }, 3)) {
+             [&](int r) {
+               return ring.workers[r]->Broadcast(
+                   {reinterpret_cast<char*>(data[r].data()), data[r].size() * sizeof(float)},
+                   root);
+             },
+             3)) {
       ASSERT_TRUE(s.ok()) << s;
     }
     for (int r = 0; r < 3; ++r) EXPECT_EQ(data[r], want) << r;
