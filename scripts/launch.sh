@@ -13,7 +13,8 @@
 # --cluster_spec=FILE --job_name=JOB --task_index=I, exactly what you would
 # type to start it by hand on its own machine. --checkpoint_dir DIR is short
 # for --ps_flags "--checkpoint_dir=DIR": the shards save there and restore
-# from there when started again. One log file per task:
+# from there when started again (with no ps job, an allreduce-mode job, it
+# goes to the workers instead). One log file per task:
 # DIR/JOB-I.log (DIR defaults to a new /tmp/psrt_logs.XXXXXX). The chief's
 # log is echoed here as it runs.
 #
@@ -61,7 +62,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 
 usage() { sed -n '2,54p' "$0" >&2; exit 2; }
-spec="" logdir="" ps_flags="" all_hosts=0 gpus_per_worker=0 gpu_list=""
+spec="" logdir="" ps_flags="" checkpoint_dir="" all_hosts=0 gpus_per_worker=0 gpu_list=""
 restart_policy=Never max_restarts=3 backoff_secs=1 max_backoff_secs=30
 worker_flags=()
 while [ $# -gt 0 ]; do
@@ -75,7 +76,7 @@ while [ $# -gt 0 ]; do
     --cluster_spec) spec="$value" ;;
     --logdir) logdir="$value" ;;
     --ps_flags) ps_flags="$value" ;;
-    --checkpoint_dir) ps_flags="$ps_flags --checkpoint_dir=$value" ;;
+    --checkpoint_dir) checkpoint_dir="$value" ;;
     --restart_policy) restart_policy="$value" ;;
     --max_restarts) max_restarts="$value" ;;
     --restart_backoff_secs) backoff_secs="$value" ;;
@@ -111,6 +112,13 @@ for b in psrt_ps psrt_worker psrtctl; do
 done
 spec="$(cd "$(dirname "$spec")" 2>/dev/null && pwd)/$(basename "$spec")"
 tasks="$("$bin/psrtctl" tasks --cluster_spec="$spec")" || exit 2
+if [ -n "$checkpoint_dir" ]; then
+  if grep -q '^ps ' <<<"$tasks"; then
+    ps_flags="$ps_flags --checkpoint_dir=$checkpoint_dir"
+  else  # Allreduce mode: the workers keep the model and its checkpoints.
+    worker_flags+=(--checkpoint_dir="$checkpoint_dir")
+  fi
+fi
 
 logdir="${logdir:-$(mktemp -d /tmp/psrt_logs.XXXXXX)}"
 mkdir -p "$logdir"

@@ -175,8 +175,18 @@ absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
   const grpc::Status status = call->status;
   // gRPC may hold the segment past the call's end: wait until it lets go.
   call->request.Clear();
-  call->released.WaitForNotification();
-  if (status.ok()) return absl::OkStatus();
+  if (status.ok()) {
+    call->released.WaitForNotification();
+    return absl::OkStatus();
+  }
+  // A failed call's bytes can stay queued on a connection whose peer reads
+  // nothing (it hangs); they are released only when the connection closes.
+  // The Collective has failed for good, so its caller stops: give up
+  // waiting, and leave the call to its release callback.
+  if (!call->released.WaitForNotificationWithTimeout(absl::Seconds(2))) {
+    LOG(WARNING) << "allreduce: gRPC still holds a failed message; not waiting for it";
+    call.release();  // Deliberately leaked: the callback still names it.
+  }
   const int next = Mod(options_.rank + 1, size());
   return Fail(absl::Status(
       static_cast<absl::StatusCode>(status.error_code()),

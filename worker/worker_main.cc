@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <type_traits>
 #include <memory>
@@ -565,6 +566,14 @@ absl::Status Run() {
   client_options.metrics = &worker_metrics.transfers();
   std::unique_ptr<psrt::ParameterStore> store;
   if (allreduce) {
+    if (!FLAGS_checkpoint_dir.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(FLAGS_checkpoint_dir, error);
+      if (error) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--checkpoint_dir ", FLAGS_checkpoint_dir, ": ", error.message()));
+      }
+    }
     psrt::AllreduceStore::Options store_options;
     store_options.collective = collective.get();
     store_options.config = options.config;
