@@ -34,7 +34,13 @@ ImagePipeline::ImagePipeline(std::shared_ptr<const ImageShard> shard,
   slots_.resize(options.prefetch_batches);
 }
 
-ImagePipeline::~ImagePipeline() { Stop(); }
+ImagePipeline::~ImagePipeline() {
+  Stop();
+  if (corrupt_count_.load() > 0) {
+    LOG(WARNING) << "input: " << corrupt_count_.load() << " corrupt image(s) of "
+                 << shard_->size() << " skipped (--corrupt_images=skip)";
+  }
+}
 
 const std::vector<int64_t>& ImagePipeline::Order(int64_t epoch) {
   for (int i = 0; i < 2; ++i) {
