@@ -51,7 +51,7 @@ Image SyntheticImage(int label, int num_classes, int height, int width, uint64_t
   ExampleRng rng(seed, label, 0);
   const double hue = static_cast<double>(label) / num_classes;
   uint8_t base[3], bright[3], dark[3];
-  HsvToRgb(hue, 0.8, 0.55 + 0.2 * rng.Uniform(), base);
+  HsvToRgb(hue, 0.5 + 0.4 * rng.Uniform(), 0.4 + 0.4 * rng.Uniform(), base);
   HsvToRgb(hue, 0.4, 1.0, bright);
   HsvToRgb(hue, 0.9, 0.3, dark);
   const int period = 4 + 2 * (label % 4);  // Stripes: 4, 6, 8 or 10 pixels.
@@ -73,7 +73,7 @@ Image SyntheticImage(int label, int num_classes, int height, int width, uint64_t
       const bool stripe = (((vertical ? x : y) + phase) % period) < period / 2;
       const uint8_t* color = shape ? bright : (stripe ? dark : base);
       for (int c = 0; c < 3; ++c) {
-        const int noise = static_cast<int>(rng.UniformInt(41)) - 20;
+        const int noise = static_cast<int>(rng.UniformInt(81)) - 40;
         image.pixels[(size_t{1} * y * width + x) * 3 + c] =
             static_cast<uint8_t>(std::clamp(color[c] + noise, 0, 255));
       }
