@@ -143,7 +143,7 @@ absl::StatusOr<int32_t> ImagePipeline::DecodeOne(int64_t example, int64_t epoch,
 void ImagePipeline::Decode() {
   Image scratch;
   const int b = options_.batch_size;
-  absl::MutexLock lock(&mu_);
+  mu_.Lock();
   while (true) {
     Slot* slot = nullptr;
     while (!stop_) {
@@ -154,7 +154,7 @@ void ImagePipeline::Decode() {
       if (slot != nullptr) break;
       changed_.Wait(&mu_);
     }
-    if (stop_) return;
+    if (stop_) break;
     const int item = slot->claimed++;
     const int64_t example = slot->examples[item];
     const int64_t epoch = slot->epochs[item];
@@ -173,6 +173,7 @@ void ImagePipeline::Decode() {
     }
     if (++slot->done == b) changed_.SignalAll();
   }
+  mu_.Unlock();
 }
 
 absl::Status ImagePipeline::NextBatch(int batch_size, Tensor* images,
