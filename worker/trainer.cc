@@ -43,14 +43,17 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client
 }
 
 Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
-                 BatchSourceFactory train_source, const Dataset* test)
+                 BatchSourceFactory train_source, BatchSourceFactory test_source,
+                 int64_t test_examples)
     : options_(options),
       towers_(towers),
       model_(towers->tower(0)),
       client_(client),
       train_(nullptr),
       train_source_(std::move(train_source)),
-      test_(test) {}
+      test_(nullptr),
+      test_source_(std::move(test_source)),
+      test_examples_(test_examples) {}
 
 std::string Trainer::NewRunId() {
   std::random_device device;
@@ -290,8 +293,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     (void)pulled;
     params = &eval_averages_;
   }
-  const int64_t n = test_->size();
-  const int64_t pixels = test_->images.dim(1);
+  const int64_t n = test_ != nullptr ? test_->size() : test_examples_;
   Tensor batch;
   int64_t correct = 0;
   double loss = 0;
@@ -299,14 +301,38 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   // batch it has run (on a GPU, device memory), so a larger evaluation batch
   // would hold that much more for the rest of training.
   const int64_t eval_batch = std::max(options_.batch_size, 1);
-  for (int64_t begin = 0; begin < n; begin += eval_batch) {
-    const int64_t size = std::min(eval_batch, n - begin);
-    batch.Resize({size, pixels});
-    std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
-    auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
-    const Model::Evaluation evaluation = model_->Evaluate(*params, batch, labels);
-    correct += evaluation.correct;
-    loss += double{evaluation.mean_loss} * size;
+  if (test_ != nullptr) {
+    const int64_t pixels = test_->images.dim(1);
+    for (int64_t begin = 0; begin < n; begin += eval_batch) {
+      const int64_t size = std::min(eval_batch, n - begin);
+      batch.Resize({size, pixels});
+      std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
+      auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
+      const Model::Evaluation evaluation = model_->Evaluate(*params, batch, labels);
+      correct += evaluation.correct;
+      loss += double{evaluation.mean_loss} * size;
+    }
+  } else if (n > 0) {
+    // Streamed: the last batch runs into the next epoch; only its first
+    // `size` examples count, as a batch of their own.
+    ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> source, test_source_());
+    Tensor images;
+    std::vector<int32_t> labels;
+    for (int64_t begin = 0; begin < n; begin += eval_batch) {
+      const int64_t size = std::min(eval_batch, n - begin);
+      RETURN_IF_ERROR(source->NextBatch(static_cast<int>(eval_batch), &images, &labels));
+      const Tensor* evaluated = &images;
+      if (size < eval_batch) {
+        const int64_t pixels = images.dim(1);
+        batch.Resize({size, pixels});
+        std::copy_n(images.data(), size * pixels, batch.data());
+        evaluated = &batch;
+      }
+      const Model::Evaluation evaluation = model_->Evaluate(
+          *params, *evaluated, absl::MakeConstSpan(labels).subspan(0, size));
+      correct += evaluation.correct;
+      loss += double{evaluation.mean_loss} * size;
+    }
   }
   Evaluation result;
   result.accuracy = n == 0 ? 0 : static_cast<double>(correct) / n;

@@ -122,8 +122,14 @@ class Trainer {
   // worker/image_pipeline.h), which already holds this replica's shard.
   // The time the steps wait in its NextBatch is logged with each timing
   // line (input_ms) and at the end (as a share of the training time).
+  // Each evaluation reads the first `test_examples` examples of a fresh
+  // `test_source` (a test set too large to hold decoded in memory).
+  // REQUIRES: test_source makes batches of options.batch_size, in the same
+  // order each time; it may be empty (test_examples 0) for replicas other
+  // than the chief, and train_source for the evaluator.
   Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
-          BatchSourceFactory train_source, const Dataset* test);
+          BatchSourceFactory train_source, BatchSourceFactory test_source,
+          int64_t test_examples);
   // InvalidArgument, before any RPC, when `train` has no example for this
   // replica (fewer examples than replicas). Says goodbye to the shards
   // (PsClient::Shutdown) at the end, except from a chief that failed: its
@@ -193,7 +199,9 @@ class Trainer {
   PsClient* const client_;
   const Dataset* const train_;  // Null with a BatchSourceFactory.
   BatchSourceFactory train_source_;
-  const Dataset* const test_;
+  const Dataset* const test_;  // Or, when null, the stream:
+  BatchSourceFactory test_source_;
+  int64_t test_examples_ = 0;
   std::unique_ptr<EventWriter> events_;
   std::vector<Tensor> eval_averages_;  // The moving averages evaluated.
   bool checkpoints_ = false;  // Every shard can save.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -99,38 +100,51 @@ class LocalTrainingTest : public ::testing::Test {
     return trainer.Run();
   }
 
-  // The MLP on 8x8 RGB crops of the records in `train_file`, 4 classes,
-  // fed by an ImagePipeline; evaluated on central crops of `test_file`'s.
-  // Counts the pipelines made in *sources.
-  absl::StatusOr<TrainResult> TrainOnImages(TrainerOptions options, LocalPs* ps,
-                                            const std::string& train_file,
-                                            const std::string& test_file, int* sources) {
+  static ModelOptions ImageModelOptions() {
     ModelOptions model_options;
     model_options.input_height = model_options.input_width = 8;
     model_options.input_channels = 3;
     model_options.num_classes = 4;
     model_options.hidden_units = {16};
     model_options.intra_op_threads = 1;
-    absl::StatusOr<std::unique_ptr<Model>> model = NewModel("mlp", model_options);
+    return model_options;
+  }
+
+  static ImagePipelineOptions ImageInput() {
+    ImagePipelineOptions input;
+    input.height = input.width = 8;
+    input.channels = 3;
+    input.batch_size = 20;
+    input.threads = 2;
+    return input;
+  }
+
+  static absl::StatusOr<std::shared_ptr<const ImageShard>> ReadShard(const std::string& file) {
+    ImageShardOptions shard_options;
+    shard_options.num_classes = 4;
+    ASSIGN_OR_RETURN(ImageShard read, ReadImageShard({file}, shard_options));
+    return std::make_shared<const ImageShard>(std::move(read));
+  }
+
+  // The MLP on 8x8 RGB crops of the records in `train_file`, 4 classes,
+  // fed by an ImagePipeline; evaluated on central crops of `test_file`'s,
+  // streamed from another. Counts the training pipelines made in *sources.
+  absl::StatusOr<TrainResult> TrainOnImages(TrainerOptions options, LocalPs* ps,
+                                            const std::string& train_file,
+                                            const std::string& test_file, int* sources) {
+    absl::StatusOr<std::unique_ptr<Model>> model = NewModel("mlp", ImageModelOptions());
     EXPECT_TRUE(model.ok()) << model.status();
     const std::vector<VariableDef> variables = (*model)->variables();
     std::vector<std::unique_ptr<Model>> models;
     models.push_back(std::move(*model));
     Towers towers(std::move(models));
     auto client = NewClient({ps}, 0, variables, absl::Seconds(60), /*stripes=*/2);
-    ImageShardOptions shard_options;
-    shard_options.num_classes = 4;
-    ASSIGN_OR_RETURN(ImageShard read, ReadImageShard({train_file}, shard_options));
-    auto shard = std::make_shared<const ImageShard>(std::move(read));
-    ASSIGN_OR_RETURN(ImageShard test_read, ReadImageShard({test_file}, shard_options));
-    ImagePipelineOptions input;
-    input.height = input.width = 8;
-    input.channels = 3;
-    input.batch_size = 20;
-    input.threads = 2;
-    ASSIGN_OR_RETURN(const Dataset test,
-                     DecodeImageDataset(std::make_shared<const ImageShard>(std::move(test_read)),
-                                        input));
+    ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> shard, ReadShard(train_file));
+    ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> test, ReadShard(test_file));
+    const ImagePipelineOptions input = ImageInput();
+    ImagePipelineOptions eval = input;
+    eval.train = false;
+    eval.shuffle = false;
     options.config = SyncConfig(1);
     options.config.set_learning_rate(0.1f);
     options.batch_size = 20;
@@ -140,17 +154,20 @@ class LocalTrainingTest : public ::testing::Test {
       ++*sources;
       return std::unique_ptr<BatchSource>(std::make_unique<ImagePipeline>(shard, input));
     };
-    Trainer trainer(options, &towers, client.get(), source, &test);
+    auto test_source = [&]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
+      return std::unique_ptr<BatchSource>(std::make_unique<ImagePipeline>(test, eval));
+    };
+    Trainer trainer(options, &towers, client.get(), source, test_source, test->size());
     return trainer.Run();
   }
 
   // 200 build_image_data.py records of 16x16 generated JPEGs, 4 classes;
   // the one at `corrupt` (if any) truncated.
-  std::string WriteImageRecords(const std::string& name, int corrupt = -1) {
+  std::string WriteImageRecords(const std::string& name, int corrupt = -1, int count = 200) {
     const std::string path = dir_ + "/" + name;
     auto writer = TFRecordWriter::Open(path);
     EXPECT_TRUE(writer.ok());
-    for (int n = 0; n < 200; ++n) {
+    for (int n = 0; n < count; ++n) {
       ImageRecord record;
       record.encoded = *EncodeJpeg(SyntheticImage(n % 4, 4, 16, 16, n + 1000 * name.size()));
       if (n == corrupt) record.encoded.resize(record.encoded.size() / 2);
@@ -165,18 +182,40 @@ class LocalTrainingTest : public ::testing::Test {
 };
 
 // Training batches from the image pipeline: decoded, cropped and flipped
-// JPEGs train the model well above chance (0.25).
-TEST_F(LocalTrainingTest, TrainsOnDecodedImages) {
+// JPEGs train the model well above chance (0.25). The streamed evaluation
+// of 190 test images (the last batch of 10 runs into the next epoch) gives
+// what the final parameters give on the whole test set decoded at once.
+TEST_F(LocalTrainingTest, TrainsOnDecodedImagesAndEvaluatesAStreamedTestSet) {
   LocalPs ps(0, /*stripes=*/2);
   TrainerOptions options;
   options.train_steps = 60;
+  options.final_params_path = dir_ + "/final.safetensors";
   int sources = 0;
-  absl::StatusOr<TrainResult> result = TrainOnImages(
-      options, &ps, WriteImageRecords("train"), WriteImageRecords("test_set"), &sources);
+  const std::string test_file = WriteImageRecords("test_set", -1, /*count=*/190);
+  absl::StatusOr<TrainResult> result =
+      TrainOnImages(options, &ps, WriteImageRecords("train"), test_file, &sources);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->global_step, 60);
   EXPECT_EQ(sources, 1);
   EXPECT_GT(result->test_accuracy, 0.6);
+
+  absl::StatusOr<std::unique_ptr<Model>> model = NewModel("mlp", ImageModelOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(options.final_params_path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<Tensor> params;
+  for (const VariableDef& v : (*model)->variables()) {
+    for (auto& [name, tensor] : file->tensors) {
+      if (name == v.name) params.push_back(std::move(tensor));
+    }
+  }
+  ASSERT_EQ(params.size(), (*model)->variables().size());
+  absl::StatusOr<std::shared_ptr<const ImageShard>> test = ReadShard(test_file);
+  ASSERT_TRUE(test.ok()) << test.status();
+  absl::StatusOr<Dataset> decoded = DecodeImageDataset(*test, ImageInput());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const Model::Evaluation all = (*model)->Evaluate(params, decoded->images, decoded->labels);
+  EXPECT_EQ(all.correct, static_cast<int64_t>(std::lround(result->test_accuracy * 190)));
 }
 
 // A corrupt image ends training with the pipeline's error, naming the file
