@@ -131,7 +131,8 @@ class LocalTrainingTest : public ::testing::Test {
   // streamed from another. Counts the training pipelines made in *sources.
   absl::StatusOr<TrainResult> TrainOnImages(TrainerOptions options, LocalPs* ps,
                                             const std::string& train_file,
-                                            const std::string& test_file, int* sources) {
+                                            const std::string& test_file, int* sources,
+                                            int threads = 2) {
     absl::StatusOr<std::unique_ptr<Model>> model = NewModel("mlp", ImageModelOptions());
     EXPECT_TRUE(model.ok()) << model.status();
     const std::vector<VariableDef> variables = (*model)->variables();
@@ -141,7 +142,8 @@ class LocalTrainingTest : public ::testing::Test {
     auto client = NewClient({ps}, 0, variables, absl::Seconds(60), /*stripes=*/2);
     ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> shard, ReadShard(train_file));
     ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> test, ReadShard(test_file));
-    const ImagePipelineOptions input = ImageInput();
+    ImagePipelineOptions input = ImageInput();
+    input.threads = threads;
     ImagePipelineOptions eval = input;
     eval.train = false;
     eval.shuffle = false;
@@ -216,6 +218,35 @@ TEST_F(LocalTrainingTest, TrainsOnDecodedImagesAndEvaluatesAStreamedTestSet) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const Model::Evaluation all = (*model)->Evaluate(params, decoded->images, decoded->labels);
   EXPECT_EQ(all.correct, static_cast<int64_t>(std::lround(result->test_accuracy * 190)));
+}
+
+// The decoder threads change nothing: training ends at the same values, bit
+// for bit, with 1 and 4 of them.
+TEST_F(LocalTrainingTest, ImageTrainingDoesNotDependOnDecoderThreads) {
+  const std::string train = WriteImageRecords("train");
+  const std::string test = WriteImageRecords("test_set", -1, /*count=*/40);
+  std::vector<SafetensorsFile> finals;
+  for (int threads : {1, 4}) {
+    LocalPs ps(0, /*stripes=*/2);
+    TrainerOptions options;
+    options.train_steps = 25;
+    options.final_params_path = absl::StrCat(dir_, "/final_", threads, ".safetensors");
+    int sources = 0;
+    absl::StatusOr<TrainResult> result =
+        TrainOnImages(options, &ps, train, test, &sources, threads);
+    ASSERT_TRUE(result.ok()) << result.status();
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(options.final_params_path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    finals.push_back(*std::move(file));
+  }
+  ASSERT_EQ(finals[0].tensors.size(), finals[1].tensors.size());
+  for (size_t i = 0; i < finals[0].tensors.size(); ++i) {
+    const Tensor& a = finals[0].tensors[i].second;
+    const Tensor& b = finals[1].tensors[i].second;
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_TRUE(std::equal(a.flat().begin(), a.flat().end(), b.flat().begin()))
+        << finals[0].tensors[i].first;
+  }
 }
 
 // A corrupt image ends training with the pipeline's error, naming the file
