@@ -55,6 +55,25 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
   }
 }
 
+// One row of CMYK pixels to RGB (or gray). Adobe's CMYK JPEGs (the marker
+// Photoshop writes) store the inks inverted: 255 is no ink.
+void CmykToRgbOrGray(const uint8_t* in, size_t width, bool inverted, int channels,
+                     uint8_t* out) {
+  for (size_t x = 0; x < width; ++x, in += 4) {
+    int rgb[3];
+    const int k = inverted ? in[3] : 255 - in[3];
+    for (int c = 0; c < 3; ++c) {
+      const int ink = inverted ? in[c] : 255 - in[c];
+      rgb[c] = (ink * k + 127) / 255;
+    }
+    if (channels == 3) {
+      for (int c = 0; c < 3; ++c) *out++ = static_cast<uint8_t>(rgb[c]);
+    } else {  // Luminance, as libjpeg's RGB to gray.
+      *out++ = static_cast<uint8_t>((299 * rgb[0] + 587 * rgb[1] + 114 * rgb[2] + 500) / 1000);
+    }
+  }
+}
+
 absl::Status JpegFailure(const char* message) {
   return absl::InvalidArgumentError(absl::StrCat("JPEG: ", message));
 }
@@ -79,6 +98,7 @@ absl::Status DecodeJpeg(absl::string_view bytes, int channels, bool header_only,
                static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   const bool gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const int out_channels = channels == 0 ? (gray ? 1 : 3) : channels;
   image->height = static_cast<int>(cinfo.image_height);
   image->width = static_cast<int>(cinfo.image_width);
@@ -87,14 +107,27 @@ absl::Status DecodeJpeg(absl::string_view bytes, int channels, bool header_only,
     jpeg_destroy_decompress(&cinfo);
     return CheckSize(image->height, image->width);
   }
-  cinfo.out_color_space = out_channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  // libjpeg converts no CMYK to RGB: it gives CMYK (YCCK converted), and
+  // the rows are converted here.
+  cinfo.out_color_space = cmyk ? JCS_CMYK : out_channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   cinfo.dct_method = JDCT_ISLOW;
   jpeg_start_decompress(&cinfo);
   const size_t stride = size_t{cinfo.output_width} * out_channels;
   image->pixels.resize(stride * cinfo.output_height);
+  // CMYK rows land here first (libjpeg's pool: freed by jpeg_destroy).
+  JSAMPARRAY cmyk_row =
+      cmyk ? (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                         cinfo.output_width * 4, 1)
+           : nullptr;
   while (cinfo.output_scanline < cinfo.output_height && !error.truncated) {
-    JSAMPROW row = image->pixels.data() + stride * cinfo.output_scanline;
-    jpeg_read_scanlines(&cinfo, &row, 1);
+    uint8_t* out = image->pixels.data() + stride * cinfo.output_scanline;
+    if (!cmyk) {
+      JSAMPROW row = out;
+      jpeg_read_scanlines(&cinfo, &row, 1);
+      continue;
+    }
+    jpeg_read_scanlines(&cinfo, cmyk_row, 1);
+    CmykToRgbOrGray(cmyk_row[0], cinfo.output_width, cinfo.saw_Adobe_marker, out_channels, out);
   }
   if (!error.truncated) jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);

@@ -38,9 +38,11 @@ ImageFormat DetectImageFormat(absl::string_view bytes);
 
 // Decodes JPEG or PNG `bytes` into `channels` channels (1: gray, 3: RGB;
 // 0: the image's own, gray or RGB). Color converts as the libraries do
-// (gray is replicated into RGB; RGB to gray by luminance); a PNG's alpha is
-// dropped, palettes are expanded, 16 bits become 8. A JPEG whose data ends
-// early is an error too (libjpeg only warns and fills gray).
+// (gray is replicated into RGB; RGB to gray by luminance), and CMYK or
+// YCCK JPEGs become RGB here (R = (1 - C)(1 - K), ...; Adobe's inverted
+// inks included); a PNG's alpha is dropped, palettes are expanded, 16 bits
+// become 8. A JPEG whose data ends early is an error too (libjpeg only
+// warns and fills gray).
 // `image` reuses its pixel storage. REQUIRES: channels is 0, 1 or 3.
 absl::Status DecodeImage(absl::string_view bytes, int channels, Image* image);
 absl::StatusOr<Image> DecodeImage(absl::string_view bytes, int channels = 0);

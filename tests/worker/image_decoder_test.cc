@@ -3,6 +3,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+// jpeglib.h needs stdio's FILE first.
+#include <cstdio>
+#include <jpeglib.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -87,6 +92,63 @@ TEST(ImageDecoderTest, GrayBecomesRgbAndBack) {
   ASSERT_TRUE(from_rgb.ok());
   EXPECT_EQ(from_rgb->channels, 1);
   EXPECT_EQ(from_rgb->pixels.size(), 64u);
+}
+
+// A CMYK JPEG as libjpeg writes one (with an Adobe marker, so its inks
+// count as inverted: 255 is no ink); `pixels` holds C, M, Y, K per pixel.
+std::string EncodeCmykJpeg(int height, int width, const std::vector<uint8_t>& pixels) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr error;
+  cinfo.err = jpeg_std_error(&error);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = width;
+  cinfo.image_height = height;
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 100, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(pixels.data()) + cinfo.next_scanline * width * 4;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string result(reinterpret_cast<char*>(out), size);
+  std::free(out);
+  return result;
+}
+
+// CMYK (as ImageNet holds a few) becomes RGB: with inverted inks, R = C * K
+// / 255 and so on.
+TEST(ImageDecoderTest, CmykJpegBecomesRgb) {
+  const int h = 16, w = 16;
+  std::vector<uint8_t> cmyk;
+  for (int i = 0; i < h * w; ++i) {
+    const bool left = i % w < w / 2;
+    // Left: no black, inks 200, 100, 50; right: half black, no color ink.
+    for (uint8_t v : left ? std::vector<uint8_t>{200, 100, 50, 255}
+                          : std::vector<uint8_t>{255, 255, 255, 128}) {
+      cmyk.push_back(v);
+    }
+  }
+  const std::string jpeg = EncodeCmykJpeg(h, w, cmyk);
+  absl::StatusOr<Image> rgb = DecodeImage(jpeg);
+  ASSERT_TRUE(rgb.ok()) << rgb.status();
+  ASSERT_EQ(rgb->channels, 3);
+  const uint8_t* left = &rgb->pixels[(8 * w + 2) * 3];
+  const uint8_t* right = &rgb->pixels[(8 * w + 13) * 3];
+  EXPECT_NEAR(left[0], 200, 3);
+  EXPECT_NEAR(left[1], 100, 3);
+  EXPECT_NEAR(left[2], 50, 3);
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(right[c], 128, 3);
+  absl::StatusOr<Image> gray = DecodeImage(jpeg, 1);
+  ASSERT_TRUE(gray.ok()) << gray.status();
+  EXPECT_NEAR(gray->pixels[8 * w + 2], (299 * 200 + 587 * 100 + 114 * 50) / 1000, 3);
+  EXPECT_EQ(ReadImageHeader(jpeg)->channels, 3);
 }
 
 TEST(ImageDecoderTest, TruncatedJpegIsAnErrorNotACrash) {
