@@ -8,6 +8,7 @@
 #
 #   scripts/images_to_tfrecord.sh --in DIR --out DIR [--train_shards N]
 #       [--validation_percent P] [--validation_shards N] [--seed S]
+#       [--num_threads T]
 #
 # Writes OUT/train-00000-of-0000N, ... (and OUT/validation-* with
 # --validation_percent), and OUT/labels.txt (the class names, line i is
@@ -20,12 +21,12 @@ bin="${PSRT_BIN_DIR:-$root/build/bin}"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --in|--out|--train_shards|--validation_percent|--validation_shards|--seed)
+    --in|--out|--train_shards|--validation_percent|--validation_shards|--seed|--num_threads)
       [ $# -ge 2 ] || { echo "images_to_tfrecord.sh: $1 needs a value" >&2; exit 2; }
       args+=("$1=$2"); shift 2 ;;
-    --in=*|--out=*|--train_shards=*|--validation_percent=*|--validation_shards=*|--seed=*)
+    --in=*|--out=*|--train_shards=*|--validation_percent=*|--validation_shards=*|--seed=*|--num_threads=*)
       args+=("$1"); shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "images_to_tfrecord.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -1,11 +1,13 @@
 #include "worker/image_folder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -37,10 +39,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Writes sources [begin, end) as one TFRecord file.
-absl::Status WriteShard(const std::vector<Source>& sources, size_t begin, size_t end,
-                        const std::vector<std::string>& classes, const std::string& path,
-                        ImageFolderSummary* summary) {
+// One output file: sources [begin, end).
+struct Shard {
+  std::string path;
+  size_t begin = 0, end = 0;
+};
+
+// Writes one shard as a TFRecord file; counts its PNGs in *png.
+absl::Status WriteShard(const std::vector<Source>& sources, const Shard& shard,
+                        const std::vector<std::string>& classes, int64_t* png) {
+  const size_t begin = shard.begin, end = shard.end;
+  const std::string& path = shard.path;
   const std::string tmp = path + ".tmp";
   ASSIGN_OR_RETURN(std::unique_ptr<TFRecordWriter> writer, TFRecordWriter::Open(tmp));
   Image image;
@@ -54,7 +63,7 @@ absl::Status WriteShard(const std::vector<Source>& sources, size_t begin, size_t
       return absl::InvalidArgumentError(absl::StrCat(source.path, ": ", decoded.message()));
     }
     record.format = format == ImageFormat::kPng ? "PNG" : "JPEG";
-    summary->png_examples += format == ImageFormat::kPng;
+    *png += format == ImageFormat::kPng;
     record.height = image.height;
     record.width = image.width;
     record.channels = image.channels;
@@ -68,7 +77,6 @@ absl::Status WriteShard(const std::vector<Source>& sources, size_t begin, size_t
   std::error_code error;
   fs::rename(tmp, path, error);
   if (error) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", error.message()));
-  summary->files.push_back(path);
   return absl::OkStatus();
 }
 
@@ -133,21 +141,36 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
   if (error) {
     return absl::InternalError(absl::StrCat("cannot create ", options.out_dir, ": ", error.message()));
   }
-  // Splits [begin, begin + count) into `shards` consecutive files.
-  auto write_split = [&](const std::string& name, size_t begin, size_t count,
-                         int shards) -> absl::Status {
-    for (int s = 0; s < shards; ++s) {
-      const std::string path =
-          absl::StrFormat("%s/%s-%05d-of-%05d", options.out_dir, name, s, shards);
-      RETURN_IF_ERROR(WriteShard(sources, begin + count * s / shards,
-                                 begin + count * (s + 1) / shards, summary.classes, path,
-                                 &summary));
+  // [begin, begin + count) as `shards` consecutive files.
+  std::vector<Shard> shards;
+  auto split = [&](const std::string& name, size_t begin, size_t count, int n) {
+    for (int s = 0; s < n; ++s) {
+      shards.push_back({absl::StrFormat("%s/%s-%05d-of-%05d", options.out_dir, name, s, n),
+                        begin + count * s / n, begin + count * (s + 1) / n});
     }
-    return absl::OkStatus();
   };
-  RETURN_IF_ERROR(write_split("train", 0, train, options.train_shards));
-  if (validation > 0) {
-    RETURN_IF_ERROR(write_split("validation", train, validation, options.validation_shards));
+  split("train", 0, train, options.train_shards);
+  if (validation > 0) split("validation", train, validation, options.validation_shards);
+  // Shards on `threads` threads, each taking the next shard; the first
+  // failed shard's error is returned.
+  std::vector<absl::Status> status(shards.size());
+  std::vector<int64_t> png(shards.size(), 0);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t s; (s = next.fetch_add(1)) < shards.size();) {
+      status[s] = WriteShard(sources, shards[s], summary.classes, &png[s]);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < std::min<int>(options.threads, static_cast<int>(shards.size())); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    RETURN_IF_ERROR(status[s]);
+    summary.files.push_back(shards[s].path);
+    summary.png_examples += png[s];
   }
   summary.train_examples = static_cast<int64_t>(train);
   summary.validation_examples = static_cast<int64_t>(validation);

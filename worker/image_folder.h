@@ -22,7 +22,8 @@
 // re-encodes it as JPEG; psrt decodes both). Like build_image_data.py, the
 // examples are shuffled with a fixed seed before they are split into
 // shards, so each shard mixes the classes. Files are written to "*.tmp"
-// and renamed when complete.
+// and renamed when complete, `threads` of them at a time; the output does
+// not depend on the thread count.
 #ifndef PSRT_WORKER_IMAGE_FOLDER_H_
 #define PSRT_WORKER_IMAGE_FOLDER_H_
 
@@ -41,6 +42,7 @@ struct ImageFolderOptions {
   int validation_shards = 1;
   double validation_percent = 0;  // Of the examples, to validation-*.
   uint64_t seed = 12345;          // build_image_data.py's random.seed.
+  int threads = 1;  // Files written at once (build_image_data.py's --num_threads).
 };
 
 struct ImageFolderSummary {

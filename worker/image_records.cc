@@ -7,6 +7,8 @@
 #include "common/status_macros.h"
 #include "common/tfrecord.h"
 #include "glog/logging.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/example.pb.h"
 
 namespace psrt {
@@ -94,8 +96,15 @@ std::string SerializeImageExample(const ImageRecord& r) {
   f["image/format"].mutable_bytes_list()->add_value(r.format);
   f["image/filename"].mutable_bytes_list()->add_value(r.filename);
   f[kImageEncodedFeature].mutable_bytes_list()->add_value(r.encoded);
+  // Map entries in key order, so that a converted folder is the same bytes
+  // every time.
   std::string out;
-  example.SerializeToString(&out);
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    example.SerializeToCodedStream(&coded);
+  }
   return out;
 }
 

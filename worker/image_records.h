@@ -54,7 +54,8 @@ struct ImageRecord {
 absl::StatusOr<ImageRecord> ParseImageExample(absl::string_view serialized);
 
 // The serialized Example of `record`, with every feature above (empty
-// strings and zero sizes too, as build_image_data.py writes them).
+// strings and zero sizes too, as build_image_data.py writes them), its
+// features in name order (the same bytes for the same record).
 std::string SerializeImageExample(const ImageRecord& record);
 
 // Whether the first record of `file` holds image/encoded (an image data

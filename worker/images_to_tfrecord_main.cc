@@ -6,8 +6,10 @@
 //       --train_shards=2 --validation_percent=10
 //
 // Flags are read here only; they fill ImageFolderOptions.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_join.h"
 #include "gflags/gflags.h"
@@ -20,6 +22,7 @@ DEFINE_int32(validation_shards, 1, "Files validation-00000-of-0000N, ...");
 DEFINE_double(validation_percent, 0,
               "Percent of the images (after the seeded shuffle) written to validation-*.");
 DEFINE_uint64(seed, 12345, "Seed of the shuffle before sharding.");
+DEFINE_int32(num_threads, 0, "Files written at once; 0: number of cores.");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
@@ -33,6 +36,9 @@ int main(int argc, char** argv) {
   options.validation_shards = FLAGS_validation_shards;
   options.validation_percent = FLAGS_validation_percent;
   options.seed = FLAGS_seed;
+  options.threads = FLAGS_num_threads > 0
+                        ? FLAGS_num_threads
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   absl::StatusOr<psrt::ImageFolderSummary> summary = psrt::ConvertImageFolder(options);
   if (!summary.ok()) {
     std::fprintf(stderr, "psrt_images_to_tfrecord: %s\n",

@@ -112,6 +112,33 @@ TEST(ImageFolderTest, ConvertsClassFoldersWithBuildImageDataLabels) {
   for (int32_t label : shard->labels) EXPECT_TRUE(label >= 0 && label < 3);
 }
 
+TEST(ImageFolderTest, ThreadsWriteTheSameFiles) {
+  const std::string dir = TestDir();
+  SyntheticFolderOptions generate;
+  generate.num_classes = 2;
+  generate.per_class = 20;
+  generate.height = generate.width = 12;
+  ASSERT_TRUE(WriteSyntheticImageFolder(dir + "/in", generate).ok());
+  std::vector<std::vector<std::string>> contents;
+  for (int threads : {1, 3}) {
+    ImageFolderOptions options;
+    options.in_dir = dir + "/in";
+    options.out_dir = absl::StrCat(dir, "/out", threads);
+    options.train_shards = 4;
+    options.validation_percent = 25;
+    options.validation_shards = 2;
+    options.threads = threads;
+    absl::StatusOr<ImageFolderSummary> summary = ConvertImageFolder(options);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    ASSERT_EQ(summary->files.size(), 6u);
+    EXPECT_EQ(summary->files[5], options.out_dir + "/validation-00001-of-00002");
+    std::vector<std::string> bytes;
+    for (const std::string& f : summary->files) bytes.push_back(Slurp(f));
+    contents.push_back(bytes);
+  }
+  EXPECT_TRUE(contents[0] == contents[1]);  // Byte for byte.
+}
+
 TEST(ImageFolderTest, ABadImageNamesItsFile) {
   const std::string dir = TestDir();
   ::mkdir((dir + "/in").c_str(), 0755);
