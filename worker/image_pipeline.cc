@@ -109,13 +109,16 @@ void ImagePipeline::Stop() {
 }
 
 absl::StatusOr<int32_t> ImagePipeline::DecodeOne(int64_t example, int64_t epoch,
-                                                 Image* scratch, float* out) {
+                                                 std::string* encoded, Image* scratch,
+                                                 float* out) {
   const ImageShard& shard = *shard_;
   const int64_t n = shard.size();
   for (int64_t attempt = 0; attempt < n; ++attempt) {
     const int64_t j = (example + attempt) % n;
     if (options_.skip_corrupt && corrupt_[j].load(std::memory_order_relaxed)) continue;
-    absl::Status status = DecodeImage(shard.encoded[j], options_.channels, scratch);
+    absl::string_view bytes;
+    absl::Status status = shard.Read(j, encoded, &bytes);
+    if (status.ok()) status = DecodeImage(bytes, options_.channels, scratch);
     if (status.ok()) {
       ExampleRng rng(options_.seed, epoch, j);
       const CropBox box =
@@ -141,6 +144,7 @@ absl::StatusOr<int32_t> ImagePipeline::DecodeOne(int64_t example, int64_t epoch,
 }
 
 void ImagePipeline::Decode() {
+  std::string encoded;  // An image read from disk.
   Image scratch;
   const int b = options_.batch_size;
   mu_.Lock();
@@ -161,7 +165,7 @@ void ImagePipeline::Decode() {
     float* out = slot->images.data() + item * pixels_;
     mu_.Unlock();
     const absl::Time start = absl::Now();
-    absl::StatusOr<int32_t> label = DecodeOne(example, epoch, &scratch, out);
+    absl::StatusOr<int32_t> label = DecodeOne(example, epoch, &encoded, &scratch, out);
     busy_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
                        std::memory_order_relaxed);
     mu_.Lock();

@@ -17,7 +17,8 @@
 // batch: no batch-sized buffer is allocated in the steady state. The time
 // NextBatch spends waiting for a buffer to fill is counted (stats()).
 //
-// Corrupt images (any decode error): with skip_corrupt, the example is
+// Corrupt images (any decode error, or a record on disk that no longer
+// reads back; see ImageShard::Read): with skip_corrupt, the example is
 // replaced by the next one of the shard (in storage order) that decodes,
 // deterministically, and counted once per example; without, NextBatch
 // fails with the error naming the file and record, e.g.
@@ -31,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -107,9 +109,9 @@ class ImagePipeline : public BatchSource {
   const std::vector<int64_t>& Order(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Decode();  // A decoder thread's loop.
   // Decodes example `example` (or, with skip_corrupt, its replacement) into
-  // `out`; returns the label.
-  absl::StatusOr<int32_t> DecodeOne(int64_t example, int64_t epoch, Image* scratch,
-                                    float* out);
+  // `out`; returns the label. `encoded` and `scratch` are the thread's.
+  absl::StatusOr<int32_t> DecodeOne(int64_t example, int64_t epoch, std::string* encoded,
+                                    Image* scratch, float* out);
 
   const std::shared_ptr<const ImageShard> shard_;
   const ImagePipelineOptions options_;

@@ -1,9 +1,16 @@
 #include "worker/image_records.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "common/tfrecord.h"
 #include "glog/logging.h"
@@ -120,8 +127,58 @@ absl::StatusOr<bool> IsImageRecordFile(const std::string& file) {
   return example.features().feature().contains(kImageEncodedFeature);
 }
 
+ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 std::string ImageShard::Where(int64_t i) const {
   return absl::StrCat(files[file_index[i]], ": record ", record[i]);
+}
+
+absl::Status ImageShard::Read(int64_t i, std::string* scratch, absl::string_view* bytes) const {
+  const int32_t f = file_index[i];
+  if (static_cast<size_t>(f) >= fds.size() || fds[f].get() < 0) {
+    *bytes = encoded[i];
+    return absl::OkStatus();
+  }
+  // The whole record: header, data and footer (common/tfrecord.h).
+  const int64_t n = kTFRecordHeaderBytes + length[i] + kTFRecordFooterBytes;
+  scratch->resize(n);
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fds[f].get(), scratch->data() + done, n - done, offset[i] + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return absl::DataLossError(absl::StrCat(
+          "reading ", n, " bytes at byte offset ", offset[i], ": ",
+          got < 0 ? std::strerror(errno) : "the file is shorter than when it was indexed"));
+    }
+    done += got;
+  }
+  uint64_t stored_length;
+  uint32_t stored_crc;
+  std::memcpy(&stored_length, scratch->data(), 8);  // Little-endian hosts.
+  std::memcpy(&stored_crc, scratch->data() + kTFRecordHeaderBytes + length[i], 4);
+  const absl::string_view data(scratch->data() + kTFRecordHeaderBytes, length[i]);
+  if (static_cast<int64_t>(stored_length) != length[i] ||
+      crc32c::Unmask(stored_crc) != crc32c::Value(data)) {
+    return absl::DataLossError(absl::StrCat(
+        "the record at byte offset ", offset[i], " changed since it was indexed (its length "
+        "or data checksum does not match)"));
+  }
+  ASSIGN_OR_RETURN(ImageRecord r, ParseImageExample(data));
+  *scratch = std::move(r.encoded);
+  *bytes = *scratch;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ImageShard> ReadImageShard(const std::vector<std::string>& files,
@@ -144,9 +201,14 @@ absl::StatusOr<ImageShard> ReadImageShard(const std::vector<std::string>& files,
     const int32_t file_index = static_cast<int32_t>(shard.files.size());
     shard.files.push_back(files[f]);
     ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(files[f]));
+    const size_t first = shard.encoded.size();
+    int64_t offset = 0;  // Of the record, in a plain file.
     for (int64_t k = 0;; ++k, ++global) {
       ASSIGN_OR_RETURN(bool read, reader->ReadRecord(&serialized));
       if (!read) break;
+      const int64_t record_offset = offset;
+      offset += kTFRecordHeaderBytes + static_cast<int64_t>(serialized.size()) +
+                kTFRecordFooterBytes;
       if (!shard.sharded_by_file && global % options.num_shards != options.shard) continue;
       absl::StatusOr<ImageRecord> r = ParseImageExample(serialized);
       if (!r.ok()) return At(files[f], k, r.status());
@@ -161,6 +223,19 @@ absl::StatusOr<ImageShard> ReadImageShard(const std::vector<std::string>& files,
       shard.labels.push_back(static_cast<int32_t>(label));
       shard.file_index.push_back(file_index);
       shard.record.push_back(k);
+      shard.offset.push_back(record_offset);
+      shard.length.push_back(static_cast<int64_t>(serialized.size()));
+    }
+    // A plain file (its records add up to its size; a gzip file's do not)
+    // can keep its images: they are read back by offset.
+    shard.fds.emplace_back();
+    struct stat st;
+    if (!options.in_memory && ::stat(files[f].c_str(), &st) == 0 && st.st_size == offset) {
+      ScopedFd fd(::open(files[f].c_str(), O_RDONLY | O_CLOEXEC));
+      if (fd.get() >= 0) {
+        shard.fds.back() = std::move(fd);
+        for (size_t i = first; i < shard.encoded.size(); ++i) std::string().swap(shard.encoded[i]);
+      }
     }
   }
   if (shard.size() == 0) {

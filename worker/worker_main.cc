@@ -60,6 +60,11 @@ DEFINE_int32(num_classes, 10, "Classes the model tells apart (labels in [0, num_
 DEFINE_int32(input_threads, 0, "Image records: decoder threads; 0: number of cores.");
 DEFINE_int32(input_prefetch_batches, 3,
              "Image records: batches decoded ahead of the step (buffers in flight).");
+DEFINE_string(input_cache, "memory",
+              "Image records: \"memory\" holds this worker's encoded images in RAM; "
+              "\"disk\" keeps only their offsets in plain TFRecord files and reads each "
+              "image when it is decoded (for shards larger than RAM; gzip files are held "
+              "in memory anyway).");
 DEFINE_string(corrupt_images, "stop",
               "Image records: an image that does not decode \"stop\"s the worker with an "
               "error naming file and record, or is \"skip\"ped (replaced by the next good "
@@ -495,6 +500,10 @@ absl::Status Run() {
                                       "\" is not stop or skip");
   }
   image_options.skip_corrupt = FLAGS_corrupt_images == "skip";
+  if (FLAGS_input_cache != "memory" && FLAGS_input_cache != "disk") {
+    return absl::InvalidArgumentError("--input_cache: \"" + FLAGS_input_cache +
+                                      "\" is not memory or disk");
+  }
   if (image_input && FLAGS_input_channels != 1 && FLAGS_input_channels != 3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--input_channels=", FLAGS_input_channels, ": image records decode to 1 or 3"));
@@ -512,6 +521,7 @@ absl::Status Run() {
     shard_options.num_shards = shards;
     shard_options.num_classes = model_options.num_classes;
     shard_options.label_offset = FLAGS_label_offset;
+    shard_options.in_memory = FLAGS_input_cache == "memory";
     ASSIGN_OR_RETURN(psrt::ImageShard read, psrt::ReadImageShard(files, shard_options));
     return std::make_shared<const psrt::ImageShard>(std::move(read));
   };

@@ -33,10 +33,12 @@ class ImageInputTest : public ClusterFixture {
   }
 };
 
+// With the images left on disk (--input_cache=disk): the same input path
+// but for where the JPEG bytes come from.
 TEST_F(ImageInputTest, TwoWorkersTrainOnConvertedJpegsShardedByFile) {
   Convert();
-  CommandResult r =
-      Launch(MakeSpec(1, 2), dir_ + "/logs", Flags(dir_ + "/records/train-*"));
+  CommandResult r = Launch(MakeSpec(1, 2), dir_ + "/logs",
+                           Flags(dir_ + "/records/train-*") + " --input_cache=disk");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string chief = ReadFile(dir_ + "/logs/worker-0.log");
   long step = 0;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,11 +40,14 @@ std::string TestDir() {
 // record k of file f has label 1 + (f * per_file + k) % kClasses. Records
 // listed in `corrupt` ({file, record}) hold a truncated JPEG.
 std::vector<std::string> WriteRecords(const std::string& dir, int files, int per_file,
-                                      std::vector<std::pair<int, int>> corrupt = {}) {
+                                      std::vector<std::pair<int, int>> corrupt = {},
+                                      bool gzip = false) {
   std::vector<std::string> paths;
   for (int f = 0; f < files; ++f) {
     const std::string path = absl::StrFormat("%s/train-%05d-of-%05d", dir, f, files);
-    auto writer = TFRecordWriter::Open(path);
+    TFRecordWriterOptions writer_options;
+    if (gzip) writer_options.compression = TFRecordCompression::kGzip;
+    auto writer = TFRecordWriter::Open(path, writer_options);
     EXPECT_TRUE(writer.ok());
     for (int k = 0; k < per_file; ++k) {
       const int n = f * per_file + k;
@@ -70,8 +74,9 @@ std::vector<std::string> WriteRecords(const std::string& dir, int files, int per
 }
 
 std::shared_ptr<const ImageShard> Shard(const std::vector<std::string>& files, int shard = 0,
-                                        int shards = 1) {
+                                        int shards = 1, bool in_memory = true) {
   ImageShardOptions options;
+  options.in_memory = in_memory;
   options.shard = shard;
   options.num_shards = shards;
   options.num_classes = kClasses;
@@ -276,6 +281,53 @@ TEST(ImagePipelineTest, CorruptImagesAreSkippedDeterministicallyAndCounted) {
   options.threads = 4;
   ImagePipeline four(shard, options);
   EXPECT_TRUE(Take(&four, 3, 7) == a);
+}
+
+// Images left on disk (offsets only) give the same batches as images held
+// in memory; gzip files are held in memory regardless.
+TEST(ImagePipelineTest, ImagesReadFromDiskGiveTheSameBatches) {
+  const std::string dir = TestDir();
+  const std::vector<std::string> files = WriteRecords(dir, 2, 15);
+  const auto disk = Shard(files, 0, 1, /*in_memory=*/false);
+  ASSERT_EQ(disk->size(), 30);
+  for (int64_t i = 0; i < disk->size(); ++i) ASSERT_TRUE(disk->encoded[i].empty()) << i;
+  ImagePipeline from_disk(disk, Options(3));
+  ImagePipeline from_memory(Shard(files), Options(2));
+  EXPECT_TRUE(Take(&from_disk, 6, 7) == Take(&from_memory, 6, 7));
+
+  const std::string gz = dir + "/gz";
+  ::mkdir(gz.c_str(), 0755);
+  const auto gzip = Shard(WriteRecords(gz, 1, 4, {}, /*gzip=*/true), 0, 1, false);
+  for (int64_t i = 0; i < gzip->size(); ++i) EXPECT_FALSE(gzip->encoded[i].empty()) << i;
+  ImagePipeline from_gzip(gzip, Options(1));
+  EXPECT_EQ(Take(&from_gzip, 2, 7).size(), 2u);
+}
+
+// A record that changed on disk after the shard was indexed is a corrupt
+// image: named, and stopping or skipped like one.
+TEST(ImagePipelineTest, ARecordChangedOnDiskIsNamed) {
+  const std::string dir = TestDir();
+  const std::vector<std::string> files = WriteRecords(dir, 1, 10);
+  const auto shard = Shard(files, 0, 1, /*in_memory=*/false);
+  {
+    std::fstream file(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(shard->offset[2] + 12 + 100);
+    file.put('\x5a');
+  }
+  ImagePipelineOptions options = Options(2);
+  options.shuffle = false;
+  ImagePipeline pipeline(shard, options);
+  Tensor images;
+  std::vector<int32_t> labels;
+  absl::Status status = pipeline.NextBatch(7, &images, &labels);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat(files[0], ": record 2: the record at byte offset ",
+                                     shard->offset[2], " changed since it was indexed")));
+  options.skip_corrupt = true;
+  ImagePipeline skipping(shard, options);
+  EXPECT_EQ(Take(&skipping, 1, 7).size(), 1u);
+  EXPECT_EQ(skipping.stats().corrupt_skipped, 1);
 }
 
 TEST(ImagePipelineTest, CountsTheTimeTheConsumerWaits) {
