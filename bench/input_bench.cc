@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "common/tfrecord.h"
 #include "worker/image_decoder.h"
 #include "worker/image_pipeline.h"
 #include "worker/image_records.h"
@@ -35,6 +36,10 @@ DEFINE_int32(source_width, 500, "Width of the source JPEGs.");
 DEFINE_int32(images, 64, "Distinct source images (cycled).");
 DEFINE_int32(quality, 90, "JPEG quality of the source images.");
 DEFINE_int32(prefetch_batches, 3, "Batches decoded ahead.");
+DEFINE_string(input_cache, "memory",
+              "memory: the JPEGs held in RAM; disk: written as build_image_data.py "
+              "records to --disk_file and read back by offset for each image.");
+DEFINE_string(disk_file, "/tmp/input_bench.tfrecord", "The records, for --input_cache=disk.");
 
 namespace {
 
@@ -63,6 +68,25 @@ int main(int argc, char** argv) {
     shard->file_index.push_back(0);
     shard->record.push_back(i);
   }
+  std::shared_ptr<const psrt::ImageShard> source = shard;
+  if (FLAGS_input_cache == "disk") {
+    auto writer = psrt::TFRecordWriter::Open(FLAGS_disk_file);
+    CHECK(writer.ok()) << writer.status();
+    for (int i = 0; i < FLAGS_images; ++i) {
+      psrt::ImageRecord record;
+      record.encoded = shard->encoded[i];
+      record.label = 1 + shard->labels[i];
+      CHECK((*writer)->Write(psrt::SerializeImageExample(record)).ok());
+    }
+    CHECK((*writer)->Close().ok());
+    psrt::ImageShardOptions options;
+    options.in_memory = false;
+    absl::StatusOr<psrt::ImageShard> read = psrt::ReadImageShard({FLAGS_disk_file}, options);
+    CHECK(read.ok()) << read.status();
+    source = std::make_shared<const psrt::ImageShard>(*std::move(read));
+  } else {
+    CHECK_EQ(FLAGS_input_cache, "memory");
+  }
   std::vector<int> thread_counts;
   for (const char* p = FLAGS_threads.c_str(); *p != '\0';) {
     thread_counts.push_back(std::atoi(p));
@@ -77,7 +101,7 @@ int main(int argc, char** argv) {
     options.threads = threads;
     options.prefetch_batches = FLAGS_prefetch_batches;
     options.train = true;
-    psrt::ImagePipeline pipeline(shard, options);
+    psrt::ImagePipeline pipeline(source, options);
     psrt::Tensor images;
     std::vector<int32_t> labels;
     std::vector<double> rates;
@@ -91,10 +115,10 @@ int main(int argc, char** argv) {
       if (run > 0) rates.push_back(double{FLAGS_batch_size} * FLAGS_batches / secs);
     }
     std::printf(
-        "input: size=%d threads=%d images_per_sec=%.1f (source %dx%d JPEG, %.0f KB avg; "
-        "decode + random crop + resize + flip; median of %d runs)\n",
+        "input: size=%d threads=%d images_per_sec=%.1f (source %dx%d JPEG, %.0f KB avg, "
+        "from %s; decode + random crop + resize + flip; median of %d runs)\n",
         FLAGS_size, threads, Median(rates), FLAGS_source_width, FLAGS_source_height,
-        bytes / 1024.0 / FLAGS_images, FLAGS_runs);
+        bytes / 1024.0 / FLAGS_images, FLAGS_input_cache.c_str(), FLAGS_runs);
     std::fflush(stdout);
   }
   return 0;
