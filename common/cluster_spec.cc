@@ -157,9 +157,6 @@ absl::Status ParseJobs(const Struct& cluster, absl::string_view source,
     }
   }
 
-  if (jobs->count("ps") == 0) {
-    return Invalid(source, "missing job \"ps\" (the parameter servers)");
-  }
   if (jobs->count("worker") == 0 && jobs->count("chief") == 0) {
     return Invalid(source, "missing job \"worker\" (or \"chief\"): no "
                            "training replicas");

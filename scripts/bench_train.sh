@@ -8,10 +8,7 @@
 # pulling parameters from the ps task every step, which PyTorch does not do.
 #
 # The peer is current PyTorch from PyPI (with torchvision), installed once
-# into a virtual environment outside the repository and reused
-# ($PSRT_BENCH_VENV, default ~/.cache/psrt-bench/torch-venv; several GB).
-# Not Debian's python3-torch 1.13, which runs pathologically slowly on
-# AVX2-only CPUs and would make every ratio meaningless.
+# into a virtual environment outside the repository (scripts/peer_venv.sh).
 #
 # mlp, lenet and inception_mini train on Fashion-MNIST; inception_v3 on
 # synthetic 299x299x3 images (psrt's --synthetic_data, the peer's
@@ -32,16 +29,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 scripts/setup.sh >/dev/null
-venv="${PSRT_BENCH_VENV:-$HOME/.cache/psrt-bench/torch-venv}"
-if ! "$venv/bin/python" -c "import torch, torchvision, numpy" 2>/dev/null; then
-  echo "bench_train: installing PyTorch from PyPI into $venv (once; several GB)"
-  mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q torch torchvision numpy
-fi
-"$venv/bin/python" -c 'import torch; print("bench_train: peer torch", torch.__version__,
-  "cpu", torch.backends.cpu.get_cpu_capability())'
+. scripts/peer_venv.sh
 work=$(mktemp -d /tmp/psrt_bench_train.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 scripts/make_cluster_spec.sh --ps 1 --workers 1 --out "$work/cluster.json"

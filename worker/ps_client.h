@@ -41,12 +41,13 @@
 #include "common/tensor.h"
 #include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
+#include "worker/parameter_store.h"
 
 namespace psrt {
 
 class TransportSecurity;  // common/transport_security.h
 
-class PsClient {
+class PsClient final : public ParameterStore {
  public:
   struct Options {
     std::vector<std::string> ps_addresses;  // ps task t listens on [t].
@@ -76,18 +77,6 @@ class PsClient {
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
   };
-  struct PullResult {
-    int64_t version = 0;  // Lowest version among the shards.
-    bool training_done = false;
-    // The longest a shard made the pull wait for its version (PullHeader's
-    // waited_us): the part of the pull's time that is not communication.
-    absl::Duration waited;
-  };
-  struct PushResult {
-    bool accepted = true;  // False if any shard dropped it as stale.
-    bool training_done = false;
-  };
-
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
   PsClient(Options options, Placement placement,
@@ -100,32 +89,18 @@ class PsClient {
   // FailedPrecondition names a ps task that serves another number of
   // stripes than Options::ps_stripes (unless the client has no variables:
   // an operator's, whose Shutdown reaches every stripe of a task anyway).
-  absl::Status WaitForServers(absl::Duration timeout);
+  absl::Status WaitForServers(absl::Duration timeout) override;
   // Chief: registers the variables and their initial values on every shard
   // (or confirms the state they hold), in recovery round `recovery_epoch`
   // (proto's RestoreRequest).
   absl::Status Init(const proto::TrainingConfig& config,
-                    const std::vector<Tensor>& params, int64_t recovery_epoch = 0);
+                    const std::vector<Tensor>& params, int64_t recovery_epoch = 0) override;
   // Waits until the chief has made every shard ready (initialized or
   // restored, and confirmed), checks that it holds exactly this worker's
   // variables, and returns the chief's config. Cancelled when the chief has
   // already ended training.
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
-      absl::Duration timeout);
-  // How a pull's values travel: as Options::wire_dtype says, or float32
-  // whatever it says (for evaluation and the final model).
-  enum class Precision { kWire, kFull };
-  // Lets a caller overlap a pull or a push with its compute
-  // (worker/step_pipeline.h), while the call runs on another thread.
-  struct ShardHooks {
-    // Pull: runs on a gRPC thread once shard k's values are in the
-    // parameters (on every attempt that delivers them).
-    std::function<void(int shard)> arrived;
-    // Push: the shards are sent in `order` (every shard once), each only
-    // after `wait_until_ready(shard)` returns: its gradients are final.
-    std::vector<int> order;
-    std::function<void(int shard)> wait_until_ready;
-  };
+      absl::Duration timeout) override;
   // Fills `params` (one tensor per variable, already shaped) with values of
   // version >= min_version from every shard, once every unfinished replica
   // has pushed min_clock gradients (bounded staleness); with
@@ -133,31 +108,30 @@ class PsClient {
   absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
                                   bool moving_average = false, int64_t min_clock = 0,
                                   Precision precision = Precision::kWire,
-                                  const ShardHooks* hooks = nullptr);
+                                  const ShardHooks* hooks = nullptr) override;
   // Pushes one gradient per variable, tagged with the versions last pulled.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
-                                  const ShardHooks* hooks = nullptr);
+                                  const ShardHooks* hooks = nullptr) override;
   // Tells every shard this replica is done (the chief's ends training).
   // Unreachable shards are ignored: they may have exited already.
-  void Shutdown();
+  void Shutdown() override;
   // Status of every shard, in shard order.
-  absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus();
+  absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
   // Every shard saves checkpoint `step` if it is at `version` (any: -1).
   // Each keeps its `keep` latest checkpoints and `keep_step` (-1: none).
-  absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1);
+  absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
   // Every shard loads checkpoint `step`, in recovery round `recovery_epoch`.
-  absl::Status Restore(int64_t step, int64_t recovery_epoch);
+  absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
 
   // Accept whatever incarnation each shard answers with next: after the
   // chief has brought the shards to one confirmed state.
-  void ForgetIncarnations();
+  void ForgetIncarnations() override;
 
-  int num_shards() const { return placement_.num_shards; }
-  const Placement& placement() const { return placement_; }
-  proto::DataType wire_dtype() const { return options_.wire_dtype; }
+  const Placement& placement() const override { return placement_; }
+  proto::DataType wire_dtype() const override { return options_.wire_dtype; }
   // "ps/T (host:port)", or "ps/T stripe S (host:port)" with several stripes,
   // as errors and logs name shard `shard`.
-  std::string ShardName(int shard) const;
+  std::string ShardName(int shard) const override;
   const std::vector<int64_t>& shard_versions() const { return versions_; }
 
  private:

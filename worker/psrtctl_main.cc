@@ -42,7 +42,7 @@
 #include "worker/ps_client.h"
 
 DEFINE_string(cluster_spec, "", "ClusterSpec JSON file; empty: TF_CONFIG.");
-DEFINE_int32(ps, 1, "make_spec: number of ps tasks.");
+DEFINE_int32(ps, 1, "make_spec: number of ps tasks (0: an allreduce-mode job).");
 DEFINE_int32(workers, 1, "make_spec: number of worker tasks.");
 DEFINE_string(hosts, "127.0.0.1",
               "make_spec: comma-separated hosts; tasks are spread over them in "
@@ -96,8 +96,9 @@ absl::Status Tasks() {
 }
 
 absl::Status MakeSpec() {
-  if (FLAGS_ps < 1 || FLAGS_workers < 1) {
-    return absl::InvalidArgumentError("--ps and --workers must be at least 1");
+  if (FLAGS_ps < 0 || FLAGS_workers < 1) {
+    return absl::InvalidArgumentError(
+        "--workers must be at least 1, --ps at least 0 (0: an allreduce-mode job)");
   }
   std::vector<std::string> hosts = absl::StrSplit(FLAGS_hosts, ',', absl::SkipEmpty());
   if (hosts.empty()) return absl::InvalidArgumentError("--hosts is empty");
@@ -122,8 +123,8 @@ absl::Status MakeSpec() {
   ASSIGN_OR_RETURN(std::vector<std::string> ps, make_job(FLAGS_ps));
   ASSIGN_OR_RETURN(std::vector<std::string> workers, make_job(FLAGS_workers));
   const std::string json = absl::StrCat(
-      "{\n  \"ps\": [", absl::StrJoin(ps, ", "), "],\n  \"worker\": [",
-      absl::StrJoin(workers, ", "), "]\n}\n");
+      "{\n", ps.empty() ? "" : absl::StrCat("  \"ps\": [", absl::StrJoin(ps, ", "), "],\n"),
+      "  \"worker\": [", absl::StrJoin(workers, ", "), "]\n}\n");
   RETURN_IF_ERROR(psrt::ClusterSpec::Parse(json, "generated spec").status());
   if (FLAGS_out.empty()) {
     std::fputs(json.c_str(), stdout);

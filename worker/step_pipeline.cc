@@ -7,7 +7,7 @@
 
 namespace psrt {
 
-StepPipeline::StepPipeline(PsClient* client, const Placement& placement,
+StepPipeline::StepPipeline(ParameterStore* client, const Placement& placement,
                            int num_variables)
     : client_(client),
       variable_shards_(num_variables),
@@ -58,9 +58,9 @@ void StepPipeline::StartPull(int64_t min_version, std::vector<Tensor>* params,
   }
   push_started_ = false;
   thread_.Schedule([this, min_version, params, min_clock] {
-    absl::StatusOr<PsClient::PullResult> result =
+    absl::StatusOr<ParameterStore::PullResult> result =
         client_->Pull(min_version, params, /*moving_average=*/false, min_clock,
-                      PsClient::Precision::kWire, &pull_hooks_);
+                      ParameterStore::Precision::kWire, &pull_hooks_);
     absl::MutexLock lock(&mu_);
     pull_result_ = std::move(result);
   });
@@ -83,10 +83,10 @@ void StepPipeline::WaitForVariables(int begin, int end) {
   blocked_ += absl::Now() - start;
 }
 
-absl::StatusOr<PsClient::PullResult> StepPipeline::WaitForPull() {
+absl::StatusOr<ParameterStore::PullResult> StepPipeline::WaitForPull() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](std::optional<absl::StatusOr<PsClient::PullResult>>* result) {
+      +[](std::optional<absl::StatusOr<ParameterStore::PullResult>>* result) {
         return result->has_value();
       },
       &pull_result_));
@@ -103,7 +103,7 @@ void StepPipeline::StartPush(const std::vector<Tensor>* grads) {
   }
   push_started_ = true;
   thread_.Schedule([this, grads] {
-    absl::StatusOr<PsClient::PushResult> result = client_->Push(*grads, &push_hooks_);
+    absl::StatusOr<ParameterStore::PushResult> result = client_->Push(*grads, &push_hooks_);
     absl::MutexLock lock(&mu_);
     push_result_ = std::move(result);
   });
@@ -118,13 +118,13 @@ void StepPipeline::MarkReady(int begin, int end) {
   }
 }
 
-absl::StatusOr<PsClient::PushResult> StepPipeline::FinishPush() {
+absl::StatusOr<ParameterStore::PushResult> StepPipeline::FinishPush() {
   CHECK(push_started_) << "FinishPush without StartPush";
   MarkReady(0, static_cast<int>(variable_shards_.size()));
   push_started_ = false;
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](std::optional<absl::StatusOr<PsClient::PushResult>>* result) {
+      +[](std::optional<absl::StatusOr<ParameterStore::PushResult>>* result) {
         return result->has_value();
       },
       &push_result_));

@@ -32,21 +32,21 @@
 #include "common/placement.h"
 #include "common/task_runner.h"
 #include "common/tensor.h"
-#include "worker/ps_client.h"
+#include "worker/parameter_store.h"
 
 namespace psrt {
 
 class StepPipeline {
  public:
   // REQUIRES: `client` outlives the pipeline; `placement` is the client's.
-  StepPipeline(PsClient* client, const Placement& placement, int num_variables);
+  StepPipeline(ParameterStore* client, const Placement& placement, int num_variables);
   // Waits for the call running, if any (a push still waiting for gradients
   // is sent as they are: callers finish their pushes first).
   ~StepPipeline();
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
 
-  // Starts PsClient::Pull(min_version, params, ..., min_clock) on the
+  // Starts ParameterStore::Pull(min_version, params, ..., min_clock) on the
   // pipeline's thread. REQUIRES: the pipeline is idle.
   void StartPull(int64_t min_version, std::vector<Tensor>* params, int64_t min_clock);
   // Blocks until every shard holding a slice of variables [begin, end) has
@@ -55,9 +55,9 @@ class StepPipeline {
   // step).
   void WaitForVariables(int begin, int end);
   // Blocks until the pull has ended, and returns its outcome.
-  absl::StatusOr<PsClient::PullResult> WaitForPull();
+  absl::StatusOr<ParameterStore::PullResult> WaitForPull();
 
-  // Starts PsClient::Push(*grads) on the pipeline's thread; a shard is sent
+  // Starts ParameterStore::Push(*grads) on the pipeline's thread; a shard is sent
   // once MarkReady has named all its variables, the shards in the order
   // a backward pass completes them (the highest first variable first).
   // REQUIRES: WaitForPull returned OK; `grads` stays until FinishPush.
@@ -65,7 +65,7 @@ class StepPipeline {
   // The gradients of [begin, end) are final (no effect before StartPush).
   void MarkReady(int begin, int end);
   // Marks every variable ready, waits for the push and returns its outcome.
-  absl::StatusOr<PsClient::PushResult> FinishPush();
+  absl::StatusOr<ParameterStore::PushResult> FinishPush();
   bool push_started() const { return push_started_; }
 
   // The time the caller spent blocked in WaitForVariables since the last
@@ -73,22 +73,22 @@ class StepPipeline {
   absl::Duration TakeBlockedTime();
 
  private:
-  PsClient* const client_;
+  ParameterStore* const client_;
   // Per variable: the shards holding a slice of it.
   std::vector<std::vector<int>> variable_shards_;
   // Per shard: how many distinct variables it holds.
   std::vector<int> shard_variables_;
-  PsClient::ShardHooks push_hooks_;  // Its order is fixed at construction.
-  PsClient::ShardHooks pull_hooks_;
+  ParameterStore::ShardHooks push_hooks_;  // Its order is fixed at construction.
+  ParameterStore::ShardHooks pull_hooks_;
   bool push_started_ = false;  // Caller's thread only.
   absl::Duration blocked_;     // Caller's thread only.
 
   absl::Mutex mu_;
   std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);       // Per shard.
-  std::optional<absl::StatusOr<PsClient::PullResult>> pull_result_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<ParameterStore::PullResult>> pull_result_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> variable_ready_ ABSL_GUARDED_BY(mu_);
   std::vector<int> shard_pending_ ABSL_GUARDED_BY(mu_);  // Variables not ready.
-  std::optional<absl::StatusOr<PsClient::PushResult>> push_result_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<ParameterStore::PushResult>> push_result_ ABSL_GUARDED_BY(mu_);
 
   TaskRunner thread_{1};  // Last: destroyed (joined) first.
 };

@@ -27,7 +27,7 @@ std::string FormatDuration(double secs) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
+Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
                  const Dataset* train, const Dataset* test)
     : options_(options),
       towers_(towers),
@@ -42,7 +42,7 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client
   };
 }
 
-Trainer::Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
+Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
                  BatchSourceFactory train_source, BatchSourceFactory test_source,
                  int64_t test_examples)
     : options_(options),
@@ -173,7 +173,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
 }
 
 absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* params,
-                              PsClient::PullResult* pulled) {
+                              ParameterStore::PullResult* pulled) {
   constexpr int kMaxRecoveries = 20;
   if (++recoveries_ > kMaxRecoveries) {
     return absl::Status(cause.code(), absl::StrCat("gave up after ", kMaxRecoveries,
@@ -194,7 +194,7 @@ absl::Status Trainer::Recover(const absl::Status& cause, std::vector<Tensor>* pa
     }
     RETURN_IF_ERROR(ready.status());
     client_->ForgetIncarnations();  // The confirmed state is the one to train on.
-    absl::StatusOr<PsClient::PullResult> pull = client_->Pull(0, params);
+    absl::StatusOr<ParameterStore::PullResult> pull = client_->Pull(0, params);
     if (pull.ok()) {
       *pulled = *pull;
       break;
@@ -289,7 +289,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
       for (const Tensor& p : *params) eval_averages_.emplace_back(p.shape());
     }
     ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, &eval_averages_, /*moving_average=*/true,
-                                                /*min_clock=*/0, PsClient::Precision::kFull));
+                                                /*min_clock=*/0, ParameterStore::Precision::kFull));
     (void)pulled;
     params = &eval_averages_;
   }
@@ -404,7 +404,7 @@ absl::Status Trainer::RunEvaluator() {
   const int64_t every = options_.eval_every_steps > 0 ? options_.eval_every_steps : 1000;
   int64_t next = 0;
   while (true) {
-    absl::StatusOr<PsClient::PullResult> pulled =
+    absl::StatusOr<ParameterStore::PullResult> pulled =
         client_->Pull(next, &params, options_.eval_moving_average);
     if (!pulled.ok()) {
       if (absl::IsUnavailable(pulled.status())) {
@@ -475,7 +475,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
         chief_config.num_replicas(), " (give every worker the same flags)"));
   }
 
-  ASSIGN_OR_RETURN(PsClient::PullResult pulled, client_->Pull(0, &params));
+  ASSIGN_OR_RETURN(ParameterStore::PullResult pulled, client_->Pull(0, &params));
   start_step_ = pulled.version;
   start_time_ = absl::Now();
   if (options_.metrics != nullptr) {
@@ -547,7 +547,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     return chief && options_.eval_every_steps > 0 &&
            version >= last_eval_step + options_.eval_every_steps;
   };
-  auto finished = [&](const PsClient::PullResult& p) {
+  auto finished = [&](const ParameterStore::PullResult& p) {
     return p.training_done || p.version >= options_.train_steps;
   };
   const int num_variables = static_cast<int>(params.size());
@@ -592,7 +592,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
           " (learning rate too high?)"));
     }
     const absl::Time push_start = absl::Now();
-    absl::StatusOr<PsClient::PushResult> pushed =
+    absl::StatusOr<ParameterStore::PushResult> pushed =
         pushing ? pipeline->FinishPush() : client_->Push(grads);
     interval_time.push += absl::Now() - push_start;
     if (!pushed.ok()) {
@@ -607,7 +607,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     const int64_t min_clock = !sync && options_.staleness >= 0
                                   ? result.local_steps - clock_base - options_.staleness
                                   : 0;
-    absl::StatusOr<PsClient::PullResult> next;
+    absl::StatusOr<ParameterStore::PullResult> next;
     if (pipeline.has_value()) {
       // The next step computes as its parameters arrive, and pushes as its
       // gradients are done unless a duty or the end comes first.
@@ -628,7 +628,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
           // the loop must stop or wait before: a failed pull, a non-finite
           // loss, the end of training, a checkpoint or an evaluation due.
           push_decided = true;
-          absl::StatusOr<PsClient::PullResult> arrived = pipeline->WaitForPull();
+          absl::StatusOr<ParameterStore::PullResult> arrived = pipeline->WaitForPull();
           if (arrived.ok()) arrived->training_done |= pushed->training_done;
           if (arrived.ok() && loss_finite && !finished(*arrived) &&
               !save_due(arrived->version) && !eval_due(arrived->version)) {
@@ -694,7 +694,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     if (client_->wire_dtype() != proto::DT_FLOAT) {
       // The model as the shards hold it, not as the wire rounded it.
       ASSIGN_OR_RETURN(auto full, client_->Pull(0, &params, /*moving_average=*/false,
-                                                /*min_clock=*/0, PsClient::Precision::kFull));
+                                                /*min_clock=*/0, ParameterStore::Precision::kFull));
       (void)full;
     }
     ASSIGN_OR_RETURN(Evaluation final_eval, Evaluate(result.global_step, &params));

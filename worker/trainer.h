@@ -46,7 +46,7 @@
 #include "proto/psrt.pb.h"
 #include "worker/batch_source.h"
 #include "worker/idx_dataset.h"
-#include "worker/ps_client.h"
+#include "worker/parameter_store.h"
 #include "worker/towers.h"
 
 namespace psrt {
@@ -116,7 +116,7 @@ class Trainer {
   // more); tower 0 also initializes and evaluates. The training batches are
   // replica r's shard of `train` (examples i % num_replicas == r), shuffled
   // each epoch from seed + 1000 * r.
-  Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
+  Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
           const Dataset* train, const Dataset* test);
   // Training batches from `train_source` instead (image records: see
   // worker/image_pipeline.h), which already holds this replica's shard.
@@ -127,12 +127,12 @@ class Trainer {
   // REQUIRES: test_source makes batches of options.batch_size, in the same
   // order each time; it may be empty (test_examples 0) for replicas other
   // than the chief, and train_source for the evaluator.
-  Trainer(const TrainerOptions& options, Towers* towers, PsClient* client,
+  Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
           BatchSourceFactory train_source, BatchSourceFactory test_source,
           int64_t test_examples);
   // InvalidArgument, before any RPC, when `train` has no example for this
   // replica (fewer examples than replicas). Says goodbye to the shards
-  // (PsClient::Shutdown) at the end, except from a chief that failed: its
+  // (ParameterStore::Shutdown) at the end, except from a chief that failed: its
   // goodbye would end training as if the job were done.
   absl::StatusOr<TrainResult> Run();
 
@@ -164,7 +164,7 @@ class Trainer {
   // the shards, has the chief recover them, waits until they are ready and
   // pulls. Sets pulled->training_done if the chief ended training meanwhile.
   absl::Status Recover(const absl::Status& cause, std::vector<Tensor>* params,
-                       PsClient::PullResult* pulled);
+                       ParameterStore::PullResult* pulled);
   // Adds weight decay to the gradients of variables [begin, end); returns
   // their L2 loss.
   float WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
@@ -196,7 +196,7 @@ class Trainer {
   const TrainerOptions options_;
   Towers* const towers_;
   Model* const model_;  // Tower 0.
-  PsClient* const client_;
+  ParameterStore* const client_;
   const Dataset* const train_;  // Null with a BatchSourceFactory.
   BatchSourceFactory train_source_;
   const Dataset* const test_;  // Or, when null, the stream:

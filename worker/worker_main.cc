@@ -30,6 +30,8 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "models/model.h"
+#include "worker/allreduce_store.h"
+#include "worker/collective.h"
 #include "worker/idx_dataset.h"
 #include "worker/image_pipeline.h"
 #include "worker/image_records.h"
@@ -185,6 +187,19 @@ DEFINE_string(bind_host, "",
 DEFINE_int32(metrics_port, 0,
              "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
              "0: off.");
+DEFINE_string(mode, "auto",
+              "ps: train against the cluster spec's parameter servers; allreduce: "
+              "the workers average their gradients among themselves with a ring "
+              "allreduce, as Horovod does (synchronous, no ps tasks); auto: allreduce "
+              "when the cluster spec has no ps job, ps otherwise.");
+DEFINE_string(checkpoint_dir, "",
+              "Allreduce mode: the chief saves checkpoints here (the ps format, one "
+              "shard) and every worker restores from here (a directory every worker "
+              "reads). In ps mode the ps tasks take --checkpoint_dir instead.");
+DEFINE_double(allreduce_timeout_secs, 120,
+              "Allreduce mode: a worker that sends nothing or cannot be reached for "
+              "this long fails the others (the chief's checkpoints and evaluations "
+              "between steps count against it).");
 
 namespace {
 
@@ -334,7 +349,7 @@ absl::Status DescribeModel() {
 // for want of it; the warning says why it cannot be watched.
 std::unique_ptr<psrt::WorkerStatusServer> StartStatusServer(
     const psrt::ClusterConfig& cluster, int replica, const psrt::TransportSecurity& security,
-    psrt::WorkerMetrics* metrics) {
+    psrt::WorkerMetrics* metrics, std::vector<grpc::Service*> services) {
   std::string host;
   int port = 0;
   absl::Status status = psrt::SplitHostPort(
@@ -345,6 +360,7 @@ std::unique_ptr<psrt::WorkerStatusServer> StartStatusServer(
   options.job = cluster.task.job;
   options.task_index = cluster.task.index;
   options.replica = replica;
+  options.services = std::move(services);
   absl::StatusOr<std::unique_ptr<psrt::WorkerStatusServer>> server =
       status.ok() ? psrt::WorkerStatusServer::Start(options, metrics) : status;
   if (!server.ok()) {
@@ -373,6 +389,29 @@ absl::Status Run() {
   const psrt::ClusterSpec& spec = cluster.spec;
   const int replica = evaluator ? -1 : spec.ReplicaIndex(cluster.task);
   const int num_replicas = spec.num_replicas();
+  if (FLAGS_mode != "auto" && FLAGS_mode != "ps" && FLAGS_mode != "allreduce") {
+    return absl::InvalidArgumentError("--mode: \"" + FLAGS_mode +
+                                      "\" is not auto, ps or allreduce");
+  }
+  const bool allreduce = FLAGS_mode == "allreduce" || (FLAGS_mode == "auto" && spec.num_ps() == 0);
+  if (allreduce && spec.num_ps() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode=allreduce, but the cluster spec has ", spec.num_ps(),
+        " ps tasks, which allreduce mode would leave idle: remove the \"ps\" job"));
+  }
+  if (!allreduce && spec.num_ps() == 0) {
+    return absl::InvalidArgumentError(
+        "--mode=ps, but the cluster spec has no \"ps\" job (the parameter servers)");
+  }
+  if (allreduce && evaluator) {
+    return absl::InvalidArgumentError(
+        "allreduce mode has no evaluator task: the chief evaluates (--eval_every_steps)");
+  }
+  if (!allreduce && !FLAGS_checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir is the ps tasks' flag in ps mode (psrt_ps --checkpoint_dir); "
+        "psrt_worker takes it in allreduce mode only");
+  }
   // The chief presents the chief's token, when there is one (roles).
   if (replica == 0) security = std::make_shared<const psrt::TransportSecurity>(security->ForChief());
 
@@ -393,8 +432,26 @@ absl::Status Run() {
     }
     LOG(INFO) << cluster.task.ToString() << " metrics on port " << metrics.port();
   }
+  // Allreduce mode: the ring of the workers, served on each one's address.
+  std::unique_ptr<psrt::Collective> collective;
+  std::vector<grpc::Service*> services;
+  if (allreduce) {
+    psrt::Collective::Options ring;
+    ring.rank = replica;
+    for (int r = 0; r < num_replicas; ++r) ring.addresses.push_back(spec.ReplicaAddress(r));
+    ring.security = security;
+    ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
+    ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
+    collective = std::make_unique<psrt::Collective>(ring);
+    services.push_back(collective->service());
+  }
   std::unique_ptr<psrt::WorkerStatusServer> status_server =
-      StartStatusServer(cluster, replica, *security, &worker_metrics);
+      StartStatusServer(cluster, replica, *security, &worker_metrics, services);
+  if (allreduce && status_server == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "allreduce mode: ", cluster.task.ToString(), " cannot serve the ring on ",
+        spec.address(cluster.task.job, cluster.task.index)));
+  }
 
   ASSIGN_OR_RETURN(psrt::ModelOptions model_options, ModelOptionsFromFlags());
   if (FLAGS_num_gpus > FLAGS_batch_size) {
@@ -429,7 +486,8 @@ absl::Status Run() {
   placement_options.partition_threshold_bytes = FLAGS_partition_threshold_bytes;
   ASSIGN_OR_RETURN(const int ps_stripes, psrt::PsStripesFromFlags());
   ASSIGN_OR_RETURN(psrt::Placement placement,
-                   psrt::ComputePlacement(model->variables(), spec.num_ps() * ps_stripes,
+                   psrt::ComputePlacement(model->variables(),
+                                          std::max(1, spec.num_ps() * ps_stripes),
                                           placement_options));
 
   psrt::TrainerOptions options;
@@ -453,7 +511,9 @@ absl::Status Run() {
   options.staleness = FLAGS_staleness;
   options.weight_decay = FLAGS_weight_decay;
   options.clip_norm = FLAGS_clip_norm;
-  options.overlap_comm = FLAGS_overlap_comm;
+  // Allreduce mode averages every gradient at once (tensor fusion into one
+  // buffer), after the backward pass.
+  options.overlap_comm = FLAGS_overlap_comm && !allreduce;
   options.max_failed_saves = FLAGS_max_failed_saves;
   options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
   options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
@@ -556,12 +616,26 @@ absl::Status Run() {
   // sync mode, one batch per update in async mode.
   const double examples_per_step =
       double{FLAGS_batch_size} *
-      (FLAGS_sync_replicas ? (FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate
+      (FLAGS_sync_replicas || allreduce ? (FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate
                                                               : num_replicas)
                            : 1);
   ASSIGN_OR_RETURN(options.config,
                    TrainingConfigFromFlags(num_replicas,
                                            std::max<double>(1, train_examples / examples_per_step)));
+  if (allreduce) {
+    // Synchronous by nature: every step averages every worker's gradient.
+    if (FLAGS_staleness >= 0 ||
+        (FLAGS_replicas_to_aggregate > 0 && FLAGS_replicas_to_aggregate != num_replicas)) {
+      return absl::InvalidArgumentError(
+          "allreduce mode averages every worker's gradient at every step: drop "
+          "--staleness and --replicas_to_aggregate (backup workers need ps mode)");
+    }
+    if (FLAGS_wire_dtype != "fp32") {
+      return absl::InvalidArgumentError("--wire_dtype: allreduce mode moves float32 only");
+    }
+    options.config.set_mode(psrt::proto::SYNC);
+    options.config.set_replicas_to_aggregate(num_replicas);
+  }
   psrt::Dataset test;
   std::shared_ptr<const psrt::ImageShard> test_images;
   if (replica <= 0 && FLAGS_synthetic_data) {  // The chief and the evaluator.
@@ -594,13 +668,25 @@ absl::Status Run() {
   client_options.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client_options.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
   client_options.metrics = &worker_metrics.transfers();
-  psrt::PsClient client(client_options, std::move(placement), model->variables());
-
-  LOG(INFO) << cluster.task.ToString() << " is "
-            << (evaluator ? "the evaluator" : "replica " + std::to_string(replica)) << " of "
-            << num_replicas << " (" << (FLAGS_sync_replicas ? "sync" : "async")
-            << "), " << spec.num_ps() << " parameter servers, "
-            << train_examples << " training examples";
+  std::unique_ptr<psrt::ParameterStore> store;
+  if (allreduce) {
+    psrt::AllreduceStore::Options store_options;
+    store_options.collective = collective.get();
+    store_options.config = options.config;
+    store_options.checkpoint_dir = FLAGS_checkpoint_dir;
+    store = std::make_unique<psrt::AllreduceStore>(store_options, model->variables());
+    LOG(INFO) << cluster.task.ToString() << " is worker " << replica << " of " << num_replicas
+              << " (allreduce mode: a ring of the workers, no parameter servers), "
+              << train_examples << " training examples";
+  } else {
+    store = std::make_unique<psrt::PsClient>(client_options, std::move(placement),
+                                             model->variables());
+    LOG(INFO) << cluster.task.ToString() << " is "
+              << (evaluator ? "the evaluator" : "replica " + std::to_string(replica)) << " of "
+              << num_replicas << " (" << (FLAGS_sync_replicas ? "sync" : "async")
+              << "), " << spec.num_ps() << " parameter servers, "
+              << train_examples << " training examples";
+  }
   std::unique_ptr<psrt::Trainer> trainer;
   if (image_input) {
     auto pipeline = [](std::shared_ptr<const psrt::ImageShard> shard,
@@ -615,10 +701,10 @@ absl::Status Run() {
     eval_options.train = false;
     eval_options.shuffle = false;
     trainer = std::make_unique<psrt::Trainer>(
-        options, &towers, &client, pipeline(train_images, image_options),
+        options, &towers, store.get(), pipeline(train_images, image_options),
         pipeline(test_images, eval_options), test_images != nullptr ? test_images->size() : 0);
   } else {
-    trainer = std::make_unique<psrt::Trainer>(options, &towers, &client, &train,
+    trainer = std::make_unique<psrt::Trainer>(options, &towers, store.get(), &train,
                                               replica <= 0 ? &test : nullptr);
   }
   absl::Status status = evaluator ? trainer->RunEvaluator() : trainer->Run().status();

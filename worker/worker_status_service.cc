@@ -46,12 +46,13 @@ absl::StatusOr<std::unique_ptr<WorkerStatusServer>> WorkerStatusServer::Start(
       std::make_unique<Service>(options, metrics), health));
 
   grpc::ServerBuilder builder;
-  ConfigurePsServer(&builder, 1 << 20);
+  ConfigurePsServer(&builder, options.services.empty() ? 1 << 20 : int64_t{1} << 31);
   // Fail, rather than share the port, when another process listens there.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int bound_port = 0;
   builder.AddListeningPort(options.listen_address, options.credentials, &bound_port);
   builder.RegisterService(server->service_.get());
+  for (grpc::Service* service : options.services) builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
     return absl::UnavailableError("cannot listen on " + options.listen_address +

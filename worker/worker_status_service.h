@@ -4,7 +4,8 @@
 //    examples/sec and the process, read from the task's WorkerMetrics;
 //  - gRPC's standard health service for "" and "psrt.proto.WorkerStatus":
 //    SERVING while the task trains (or evaluates), NOT_SERVING while it
-//    waits for the parameter servers or the chief, and once it is done.
+//    waits for the parameter servers or the chief, and once it is done;
+//  - the services the task adds (allreduce mode's Collective).
 // It is the gRPC adapter of the worker's progress; the trainer only sees
 // WorkerMetrics.
 //
@@ -15,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/health_reporter.h"
@@ -33,6 +35,9 @@ class WorkerStatusServer {
     std::string job;  // "worker", "chief" or "evaluator".
     int task_index = 0;
     int replica = 0;  // -1: the evaluator.
+    // Served on the same port, without a message size cap (allreduce
+    // mode's Collective). REQUIRES: they outlive the server.
+    std::vector<grpc::Service*> services;
   };
 
   // Starts serving and installs itself as `metrics`' state listener.

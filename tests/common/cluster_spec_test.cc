@@ -182,9 +182,12 @@ TEST(ClusterSpecTest, UnknownJob) {
                     HasSubstr("chief, evaluator, ps, worker")));
 }
 
-TEST(ClusterSpecTest, MissingPs) {
-  EXPECT_THAT(ParseError(R"({"worker": ["b:1"]})"),
-              HasSubstr("missing job \"ps\""));
+TEST(ClusterSpecTest, WithoutPsIsAnAllreduceJob) {
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::Parse(R"({"worker": ["b:1", "c:2"]})", "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->num_ps(), 0);
+  EXPECT_EQ(spec->num_replicas(), 2);
+  EXPECT_EQ(spec->ReplicaAddress(1), "c:2");
 }
 
 TEST(ClusterSpecTest, MissingWorkerAndChief) {

@@ -1,0 +1,159 @@
+// Collective: ring allreduce and broadcast between real gRPC servers on
+// 127.0.0.1, one per worker, each driven by its own thread as separate
+// worker processes would; and the faults that must not hang a job.
+#include "worker/collective.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_util.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// W workers' Collectives; worker r serves on addresses[r] unless it is
+// left out of `serving`.
+struct Ring {
+  explicit Ring(int w, absl::Duration timeout = absl::Seconds(30),
+                std::vector<bool> serving = {}) {
+    std::vector<std::string> addresses;
+    for (int r = 0; r < w; ++r) addresses.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    for (int r = 0; r < w; ++r) {
+      Collective::Options options;
+      options.rank = r;
+      options.addresses = addresses;
+      options.timeout = timeout;
+      options.startup_timeout = timeout;
+      workers.push_back(std::make_unique<Collective>(options));
+      if (!serving.empty() && !serving[r]) continue;
+      grpc::ServerBuilder builder;
+      ConfigurePsServer(&builder, int64_t{1} << 30);
+      builder.AddListeningPort(addresses[r], grpc::InsecureServerCredentials());
+      builder.RegisterService(workers[r]->service());
+      servers.push_back(builder.BuildAndStart());
+      EXPECT_NE(servers.back(), nullptr);
+    }
+  }
+  ~Ring() {
+    for (auto& server : servers) server->Shutdown();
+  }
+  // Runs fn(r) on a thread per worker; returns each one's status.
+  std::vector<absl::Status> Run(const std::function<absl::Status(int)>& fn, int w) {
+    std::vector<absl::Status> results(w);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < w; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
+    for (auto& t : threads) t.join();
+    return results;
+  }
+  std::vector<std::unique_ptr<Collective>> workers;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+};
+
+std::vector<float> RandomValues(size_t n, int seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+TEST(CollectiveTest, EveryWorkerGetsTheSameSum) {
+  for (int w : {1, 2, 3}) {
+    Ring ring(w);
+    // Not a multiple of W: segments of unequal sizes. Three ops in a row.
+    for (size_t n : {size_t{1000003}, size_t{7}, size_t{2}}) {
+      std::vector<std::vector<float>> data;
+      for (int r = 0; r < w; ++r) data.push_back(RandomValues(n, 10 * r + static_cast<int>(n)));
+      std::vector<double> want(n, 0.0);
+      for (int r = 0; r < w; ++r) {
+        for (size_t i = 0; i < n; ++i) want[i] += data[r][i];
+      }
+      for (const absl::Status& s : ring.Run(
+               [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, w)) {
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      for (int r = 1; r < w; ++r) {
+        ASSERT_EQ(data[r], data[0]) << "worker " << r << " differs, w=" << w << " n=" << n;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(data[0][i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+      }
+    }
+  }
+}
+
+TEST(CollectiveTest, BroadcastCopiesTheRootsValues) {
+  Ring ring(3);
+  for (int root : {0, 2}) {
+    std::vector<std::vector<float>> data;
+    for (int r = 0; r < 3; ++r) data.push_back(RandomValues(1000, r));
+    const std::vector<float> want = data[root];
+    for (const absl::Status& s : ring.Run(
+             [&](int r) {
+               return ring.workers[r]->Broadcast(
+                   {reinterpret_cast<char*>(data[r].data()), data[r].size() * sizeof(float)},
+                   root);
+             },
+             3)) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(data[r], want) << r;
+  }
+}
+
+TEST(CollectiveTest, ADeadWorkerFailsTheOthersWithinTheTimeoutNamingIt) {
+  // Worker 2 never starts: worker 0 hears nothing from it, worker 1 cannot
+  // reach it; both fail within the timeout, naming it, and stay failed.
+  Ring ring(3, absl::Seconds(2), {true, true, false});
+  std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> results = ring.Run(
+      [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, 2);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(results[r].ok()) << r;
+    EXPECT_NE(results[r].message().find("worker/2 (127.0.0.1:"), std::string::npos)
+        << results[r];
+    EXPECT_EQ(ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])), results[r]);
+  }
+}
+
+TEST(CollectiveTest, BuffersOfDifferentSizesAreRefused) {
+  Ring ring(2, absl::Seconds(5));
+  std::vector<float> a(10, 1.0f), b(12, 1.0f);
+  std::vector<absl::Status> results = ring.Run(
+      [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(r == 0 ? a : b)); }, 2);
+  bool named = false;
+  for (const absl::Status& s : results) {
+    EXPECT_FALSE(s.ok());
+    named |= s.message().find("do all workers train the same model?") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << results[0] << " / " << results[1];
+}
+
+}  // namespace
+}  // namespace psrt
