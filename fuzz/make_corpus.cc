@@ -26,6 +26,9 @@
 #include "proto/psrt.pb.h"
 #include "ps/parameter_shard.h"
 #include "worker/idx_dataset.h"
+#include "worker/image_decoder.h"
+#include "worker/image_records.h"
+#include "worker/synthetic_images.h"
 #include "worker/tfrecord_dataset.h"
 
 namespace psrt {
@@ -135,6 +138,26 @@ void AddTFRecords(Corpus* corpus) {
     CHECK(WriteTFRecordDataset(SmallDataset(), path, options).ok());
     corpus->Add("tfrecord", name, ReadFile(path));
   }
+}
+
+// Small JPEGs (color and gray), a PNG and a build_image_data.py Example.
+void AddImages(Corpus* corpus) {
+  const Image color = SyntheticImage(1, 4, 12, 10, 1);
+  Image gray = color;
+  gray.channels = 1;
+  gray.pixels.resize(size_t{12} * 10);
+  corpus->Add("image", "color.jpg", *EncodeJpeg(color, 75));
+  corpus->Add("image", "gray.jpg", *EncodeJpeg(gray, 75));
+  corpus->Add("image", "color.png", *EncodePng(color));
+  ImageRecord record;
+  record.encoded = *EncodeJpeg(gray, 50);
+  record.label = 3;
+  record.format = "JPEG";
+  record.text = "class_02";
+  record.height = 12;
+  record.width = 10;
+  record.channels = 1;
+  corpus->Add("image", "example", SerializeImageExample(record));
 }
 
 proto::TrainingConfig Config(proto::SyncMode mode, proto::OptimizerType optimizer) {
@@ -280,6 +303,7 @@ int main(int argc, char** argv) {
   psrt::fuzz::AddClusterSpecs(&corpus);
   psrt::fuzz::AddIdx(&corpus);
   psrt::fuzz::AddTFRecords(&corpus);
+  psrt::fuzz::AddImages(&corpus);
   psrt::fuzz::AddSafetensorsAndCheckpoints(&corpus);
   psrt::fuzz::AddFrames(&corpus);
   psrt::fuzz::AddSessions(&corpus);

@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [--secs N] [--build-only] [target...]
 #
-# Targets (default: all): cluster_spec idx tfrecord safetensors checkpoint
+# Targets (default: all): cluster_spec idx tfrecord image safetensors checkpoint
 # tensor_frame ps_requests. Configures build-fuzz/ with clang and
 # -DPSRT_FUZZ=ON (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer;
 # the first build takes several minutes on 2 cores), builds the targets, then
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS=(cluster_spec idx tfrecord safetensors checkpoint tensor_frame ps_requests)
+ALL_TARGETS=(cluster_spec idx tfrecord image safetensors checkpoint tensor_frame ps_requests)
 secs=60
 build_only=0
 targets=()

@@ -14,6 +14,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev zlib1g-dev openssl prometheus-cpp-dev
+  libjpeg62-turbo-dev libpng-dev  # worker/image_decoder.cc
   dataset-fashion-mnist
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
   python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests

@@ -34,7 +34,26 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
       model_(towers->tower(0)),
       client_(client),
       train_(train),
-      test_(test) {}
+      test_(test) {
+  train_source_ = [this]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
+    return std::make_unique<DatasetBatchSource>(train_, options_.replica,
+                                                options_.num_replicas, options_.shuffle,
+                                                options_.seed + 1000 * options_.replica);
+  };
+}
+
+Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
+                 BatchSourceFactory train_source, BatchSourceFactory test_source,
+                 int64_t test_examples)
+    : options_(options),
+      towers_(towers),
+      model_(towers->tower(0)),
+      client_(client),
+      train_(nullptr),
+      train_source_(std::move(train_source)),
+      test_(nullptr),
+      test_source_(std::move(test_source)),
+      test_examples_(test_examples) {}
 
 std::string Trainer::NewRunId() {
   std::random_device device;
@@ -274,8 +293,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     (void)pulled;
     params = &eval_averages_;
   }
-  const int64_t n = test_->size();
-  const int64_t pixels = test_->images.dim(1);
+  const int64_t n = test_ != nullptr ? test_->size() : test_examples_;
   Tensor batch;
   int64_t correct = 0;
   double loss = 0;
@@ -283,14 +301,38 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   // batch it has run (on a GPU, device memory), so a larger evaluation batch
   // would hold that much more for the rest of training.
   const int64_t eval_batch = std::max(options_.batch_size, 1);
-  for (int64_t begin = 0; begin < n; begin += eval_batch) {
-    const int64_t size = std::min(eval_batch, n - begin);
-    batch.Resize({size, pixels});
-    std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
-    auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
-    const Model::Evaluation evaluation = model_->Evaluate(*params, batch, labels);
-    correct += evaluation.correct;
-    loss += double{evaluation.mean_loss} * size;
+  if (test_ != nullptr) {
+    const int64_t pixels = test_->images.dim(1);
+    for (int64_t begin = 0; begin < n; begin += eval_batch) {
+      const int64_t size = std::min(eval_batch, n - begin);
+      batch.Resize({size, pixels});
+      std::copy_n(test_->images.data() + begin * pixels, size * pixels, batch.data());
+      auto labels = absl::MakeConstSpan(test_->labels).subspan(begin, size);
+      const Model::Evaluation evaluation = model_->Evaluate(*params, batch, labels);
+      correct += evaluation.correct;
+      loss += double{evaluation.mean_loss} * size;
+    }
+  } else if (n > 0) {
+    // Streamed: the last batch runs into the next epoch; only its first
+    // `size` examples count, as a batch of their own.
+    ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> source, test_source_());
+    Tensor images;
+    std::vector<int32_t> labels;
+    for (int64_t begin = 0; begin < n; begin += eval_batch) {
+      const int64_t size = std::min(eval_batch, n - begin);
+      RETURN_IF_ERROR(source->NextBatch(static_cast<int>(eval_batch), &images, &labels));
+      const Tensor* evaluated = &images;
+      if (size < eval_batch) {
+        const int64_t pixels = images.dim(1);
+        batch.Resize({size, pixels});
+        std::copy_n(images.data(), size * pixels, batch.data());
+        evaluated = &batch;
+      }
+      const Model::Evaluation evaluation = model_->Evaluate(
+          *params, *evaluated, absl::MakeConstSpan(labels).subspan(0, size));
+      correct += evaluation.correct;
+      loss += double{evaluation.mean_loss} * size;
+    }
   }
   Evaluation result;
   result.accuracy = n == 0 ? 0 : static_cast<double>(correct) / n;
@@ -313,10 +355,10 @@ void Trainer::ReportTiming(int64_t step, const StepTime& time, int64_t steps) {
   };
   LOG(INFO) << absl::StrFormat(
       "step %d timing: compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f "
-      "(per step; push_ms=%.2f pull_ms=%.2f)",
+      "(per step; push_ms=%.2f pull_ms=%.2f input_ms=%.2f)",
       step, per_step_ms(time.compute),
       per_step_ms(time.push + time.pull - time.waited), per_step_ms(time.waited),
-      per_step_ms(time.push), per_step_ms(time.pull));
+      per_step_ms(time.push), per_step_ms(time.pull), per_step_ms(time.input));
 }
 
 void Trainer::Report(int64_t step, double loss, double examples_per_sec,
@@ -398,7 +440,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
 absl::StatusOr<TrainResult> Trainer::Train() {
   // Replica r reads examples r, r + W, ... (BatchIterator): it needs one.
-  if (train_->size() <= options_.replica) {
+  if (train_ != nullptr && train_->size() <= options_.replica) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the training data holds ", train_->size(), " examples, too few for ",
         options_.num_replicas, " replicas: replica ", options_.replica, " gets none"));
@@ -444,14 +486,14 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   // step `version`: one batch per step (sync), or about 1/W of the steps
   // (async). A resumed or recovered sync run thus sees the same data as an
   // uninterrupted one.
-  auto data_from_step = [&](int64_t version) {
-    BatchIterator batches(train_, options_.replica, options_.num_replicas,
-                          options_.shuffle, options_.seed + 1000 * options_.replica);
+  auto data_from_step =
+      [&](int64_t version) -> absl::StatusOr<std::unique_ptr<BatchSource>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> batches, train_source_());
     const int64_t steps = sync ? version : version / options_.num_replicas;
-    batches.Skip(steps * options_.batch_size);
+    RETURN_IF_ERROR(batches->Skip(steps * options_.batch_size));
     return batches;
   };
-  BatchIterator batches = data_from_step(pulled.version);
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> batches, data_from_step(pulled.version));
   if (pulled.version > 0) LOG(INFO) << "resuming at global step " << pulled.version;
 
   Tensor images;
@@ -466,6 +508,16 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   int64_t interval_steps = 0;
   double interval_loss = 0;
   StepTime interval_time;
+  absl::Duration total_input;  // For the share of input waits at the end.
+  // The next batch into images and labels, timed: input waits show.
+  auto next_batch = [&]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    absl::Status status = batches->NextBatch(options_.batch_size, &images, &labels);
+    const absl::Duration took = absl::Now() - start;
+    interval_time.input += took;
+    total_input += took;
+    return status;
+  };
   int64_t stale = 0;
   int64_t clock_base = 0;  // Local steps before the shards' clocks restarted.
   // The shards' state was replaced (a restart or a rollback): wait for them,
@@ -473,7 +525,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   auto recover_or_fail = [&](const absl::Status& status) -> absl::Status {
     if (!absl::IsAborted(status)) return status;
     RETURN_IF_ERROR(Recover(status, &params, &pulled));
-    batches = data_from_step(pulled.version);
+    ASSIGN_OR_RETURN(batches, data_from_step(pulled.version));
     clock_base = result.local_steps;
     // The shards hold a checkpoint of this step (the next ones are saved
     // again on schedule).
@@ -526,7 +578,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       last_eval_step = pulled.version;
     }
     if (!computed) {
-      batches.NextBatch(options_.batch_size, &images, &labels);
+      RETURN_IF_ERROR(next_batch());
       const absl::Time compute_start = absl::Now();
       loss = towers_->ComputeGradients(params, images, labels, &grads);
       loss += WeightDecay(params, &grads, 0, num_variables);
@@ -559,9 +611,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     if (pipeline.has_value()) {
       // The next step computes as its parameters arrive, and pushes as its
       // gradients are done unless a duty or the end comes first.
+      // The batch first: a failed one ends training before a pull starts.
+      RETURN_IF_ERROR(next_batch());
       const absl::Time start = absl::Now();
       pipeline->StartPull(min_version, &params, min_clock);
-      batches.NextBatch(options_.batch_size, &images, &labels);
       float l2 = 0;
       bool loss_finite = true;
       bool push_decided = false;
@@ -625,6 +678,14 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   LOG(INFO) << "replica " << options_.replica << " finished: "
             << result.local_steps << " local steps, global step "
             << result.global_step << ", " << stale << " stale pushes";
+  if (train_ == nullptr) {  // Decoded input: did the steps wait for it?
+    const absl::Duration total = absl::Now() - start_time_;
+    LOG(INFO) << absl::StrFormat(
+        "input wait %.1f%% of step time (%.2f s of %.2f s in NextBatch)",
+        100 * absl::ToDoubleSeconds(total_input) /
+            std::max(1e-9, absl::ToDoubleSeconds(total)),
+        absl::ToDoubleSeconds(total_input), absl::ToDoubleSeconds(total));
+  }
 
   if (chief) {
     if (checkpoints_ && result.global_step > last_saved_step) {

@@ -33,6 +33,7 @@
 #define PSRT_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "common/metrics.h"
 #include "models/model.h"
 #include "proto/psrt.pb.h"
+#include "worker/batch_source.h"
 #include "worker/idx_dataset.h"
 #include "worker/parameter_store.h"
 #include "worker/towers.h"
@@ -102,13 +104,32 @@ struct TrainResult {
   double test_accuracy = -1;  // Chief only.
 };
 
+// Makes this replica's training batch stream from its beginning (the
+// trainer Skips to where a resumed run continues). Called at the start and
+// after each recovery.
+using BatchSourceFactory = std::function<absl::StatusOr<std::unique_ptr<BatchSource>>()>;
+
 class Trainer {
  public:
   // REQUIRES: all pointers outlive the trainer; `test` may be null for
   // replicas other than the chief. Gradients come from the towers (one or
-  // more); tower 0 also initializes and evaluates.
+  // more); tower 0 also initializes and evaluates. The training batches are
+  // replica r's shard of `train` (examples i % num_replicas == r), shuffled
+  // each epoch from seed + 1000 * r.
   Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
           const Dataset* train, const Dataset* test);
+  // Training batches from `train_source` instead (image records: see
+  // worker/image_pipeline.h), which already holds this replica's shard.
+  // The time the steps wait in its NextBatch is logged with each timing
+  // line (input_ms) and at the end (as a share of the training time).
+  // Each evaluation reads the first `test_examples` examples of a fresh
+  // `test_source` (a test set too large to hold decoded in memory).
+  // REQUIRES: test_source makes batches of options.batch_size, in the same
+  // order each time; it may be empty (test_examples 0) for replicas other
+  // than the chief, and train_source for the evaluator.
+  Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* client,
+          BatchSourceFactory train_source, BatchSourceFactory test_source,
+          int64_t test_examples);
   // InvalidArgument, before any RPC, when `train` has no example for this
   // replica (fewer examples than replicas). Says goodbye to the shards
   // (ParameterStore::Shutdown) at the end, except from a chief that failed: its
@@ -165,6 +186,7 @@ class Trainer {
     absl::Duration push;
     absl::Duration pull;    // Includes `waited`.
     absl::Duration waited;  // Pulls waiting on the shards for their version.
+    absl::Duration input;   // NextBatch: waiting for (or copying) a batch.
   };
   // Logs `step N timing: compute_ms=C exposed_comm_ms=E wait_ms=W ...`, per
   // step: exposed communication is push + pull - waited, the time the worker
@@ -175,8 +197,11 @@ class Trainer {
   Towers* const towers_;
   Model* const model_;  // Tower 0.
   ParameterStore* const client_;
-  const Dataset* const train_;
-  const Dataset* const test_;
+  const Dataset* const train_;  // Null with a BatchSourceFactory.
+  BatchSourceFactory train_source_;
+  const Dataset* const test_;  // Or, when null, the stream:
+  BatchSourceFactory test_source_;
+  int64_t test_examples_ = 0;
   std::unique_ptr<EventWriter> events_;
   std::vector<Tensor> eval_averages_;  // The moving averages evaluated.
   bool checkpoints_ = false;  // Every shard can save.

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -33,6 +34,8 @@
 #include "worker/allreduce_store.h"
 #include "worker/collective.h"
 #include "worker/idx_dataset.h"
+#include "worker/image_pipeline.h"
+#include "worker/image_records.h"
 #include "worker/ps_client.h"
 #include "worker/tfrecord_dataset.h"
 #include "worker/trainer.h"
@@ -50,6 +53,28 @@ DEFINE_string(train_data, "",
               "on instead of --data_dir: a file, a comma-separated list, a "
               "directory or a glob.");
 DEFINE_string(test_data, "", "TFRecord test set, like --train_data.");
+DEFINE_string(data_format, "auto",
+              "What --train_data/--test_data hold: \"mnist\" (image_raw + label, "
+              "read into memory), \"images\" (build_image_data.py records: JPEG/PNG in "
+              "image/encoded, decoded and cropped on --input_threads threads to "
+              "--input_height x --input_width x --input_channels), or \"auto\" (images when "
+              "the first record holds image/encoded).");
+DEFINE_int32(num_classes, 10, "Classes the model tells apart (labels in [0, num_classes)).");
+DEFINE_int32(input_threads, 0, "Image records: decoder threads; 0: number of cores.");
+DEFINE_int32(input_prefetch_batches, 3,
+             "Image records: batches decoded ahead of the step (buffers in flight).");
+DEFINE_string(input_cache, "memory",
+              "Image records: \"memory\" holds this worker's encoded images in RAM; "
+              "\"disk\" keeps only their offsets in plain TFRecord files and reads each "
+              "image when it is decoded (for shards larger than RAM; gzip files are held "
+              "in memory anyway).");
+DEFINE_string(corrupt_images, "stop",
+              "Image records: an image that does not decode \"stop\"s the worker with an "
+              "error naming file and record, or is \"skip\"ped (replaced by the next good "
+              "one, deterministically, and counted).");
+DEFINE_int32(label_offset, 1,
+             "Image records: class id = image/class/label - label_offset (1: "
+             "build_image_data.py's labels 1..N become 0..N-1).");
 DEFINE_bool(synthetic_data, false,
             "Train and evaluate on random images of the model's input size (one batch, "
             "reused) instead of a data set: times a model alone.");
@@ -281,8 +306,28 @@ absl::StatusOr<psrt::ModelOptions> ModelOptionsFromFlags() {
   options.input_height = FLAGS_input_height;
   options.input_width = FLAGS_input_width;
   options.input_channels = FLAGS_input_channels;
+  options.num_classes = FLAGS_num_classes;
   options.intra_op_threads = FLAGS_intra_op_threads;
   return options;
+}
+
+// Whether the data flags name image records (--data_format).
+absl::StatusOr<bool> ImageRecordInput() {
+  if (FLAGS_data_format == "mnist") return false;
+  if (FLAGS_data_format == "images") {
+    if (FLAGS_synthetic_data) {
+      return absl::InvalidArgumentError("--data_format=images reads no --synthetic_data");
+    }
+    return true;
+  }
+  if (FLAGS_data_format != "auto") {
+    return absl::InvalidArgumentError("--data_format: \"" + FLAGS_data_format +
+                                      "\" is not auto, mnist or images");
+  }
+  const std::string& spec = FLAGS_train_data.empty() ? FLAGS_test_data : FLAGS_train_data;
+  if (FLAGS_synthetic_data || spec.empty()) return false;
+  ASSIGN_OR_RETURN(std::vector<std::string> files, psrt::ExpandDataFiles(spec));
+  return psrt::IsImageRecordFile(files[0]);
 }
 
 // --describe_model: the model's variables and parameter count, on stdout.
@@ -501,18 +546,72 @@ absl::Status Run() {
     return data;
   };
   const int64_t synthetic_examples = std::max<int64_t>(FLAGS_batch_size, num_replicas);
+  ASSIGN_OR_RETURN(const bool image_input, ImageRecordInput());
+  psrt::ImagePipelineOptions image_options;
+  image_options.height = FLAGS_input_height;
+  image_options.width = FLAGS_input_width;
+  image_options.channels = FLAGS_input_channels;
+  image_options.batch_size = FLAGS_batch_size;
+  image_options.shuffle = FLAGS_shuffle;
+  image_options.seed = FLAGS_seed + 1000 * std::max(replica, 0);
+  image_options.threads = FLAGS_input_threads;
+  image_options.prefetch_batches = std::max(1, FLAGS_input_prefetch_batches);
+  if (FLAGS_corrupt_images != "stop" && FLAGS_corrupt_images != "skip") {
+    return absl::InvalidArgumentError("--corrupt_images: \"" + FLAGS_corrupt_images +
+                                      "\" is not stop or skip");
+  }
+  image_options.skip_corrupt = FLAGS_corrupt_images == "skip";
+  if (FLAGS_input_cache != "memory" && FLAGS_input_cache != "disk") {
+    return absl::InvalidArgumentError("--input_cache: \"" + FLAGS_input_cache +
+                                      "\" is not memory or disk");
+  }
+  if (image_input && FLAGS_input_channels != 1 && FLAGS_input_channels != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--input_channels=", FLAGS_input_channels, ": image records decode to 1 or 3"));
+  }
+  // The image records of `spec`, shard `shard` of `shards`.
+  auto image_shard = [&](const std::string& spec, int shard, int shards)
+      -> absl::StatusOr<std::shared_ptr<const psrt::ImageShard>> {
+    if (spec.empty()) {
+      return absl::InvalidArgumentError(
+          "image records need both --train_data and --test_data (no default data set)");
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> files, psrt::ExpandDataFiles(spec));
+    psrt::ImageShardOptions shard_options;
+    shard_options.shard = shard;
+    shard_options.num_shards = shards;
+    shard_options.num_classes = model_options.num_classes;
+    shard_options.label_offset = FLAGS_label_offset;
+    shard_options.in_memory = FLAGS_input_cache == "memory";
+    ASSIGN_OR_RETURN(psrt::ImageShard read, psrt::ReadImageShard(files, shard_options));
+    return std::make_shared<const psrt::ImageShard>(std::move(read));
+  };
+  std::shared_ptr<const psrt::ImageShard> train_images;
   psrt::Dataset train;
-  if (!evaluator) {
+  int64_t train_examples = 0;  // Of the whole training set (about, for images).
+  if (!evaluator && image_input) {
+    ASSIGN_OR_RETURN(train_images, image_shard(FLAGS_train_data, replica, num_replicas));
+    train_examples = train_images->size() * num_replicas;
+    LOG(INFO) << "input: " << train_images->size() << " image records in "
+              << train_images->files.size() << " file(s) for replica " << replica
+              << ", decoded on "
+              << (FLAGS_input_threads > 0 ? FLAGS_input_threads
+                                          : static_cast<int>(std::thread::hardware_concurrency()))
+              << " threads, " << image_options.prefetch_batches
+              << " batches ahead";
+  } else if (!evaluator) {
     if (FLAGS_synthetic_data) {
       train = psrt::SyntheticDataset(synthetic_examples, pixels, model_options.num_classes, FLAGS_seed);
     } else {
       ASSIGN_OR_RETURN(train, FLAGS_train_data.empty()
                                   ? psrt::LoadMnistSplit(FLAGS_data_dir, "train")
-                                  : psrt::ReadTFRecordDataset(FLAGS_train_data));
+                                  : psrt::ReadTFRecordDataset(FLAGS_train_data,
+                                                              model_options.num_classes));
       ASSIGN_OR_RETURN(train, fits_model(std::move(train),
                                          FLAGS_train_data.empty() ? FLAGS_data_dir
                                                                   : FLAGS_train_data));
     }
+    train_examples = train.size();
   }
   // Examples consumed per global step: every aggregated replica's batch in
   // sync mode, one batch per update in async mode.
@@ -523,7 +622,7 @@ absl::Status Run() {
                            : 1);
   ASSIGN_OR_RETURN(options.config,
                    TrainingConfigFromFlags(num_replicas,
-                                           std::max<double>(1, train.size() / examples_per_step)));
+                                           std::max<double>(1, train_examples / examples_per_step)));
   if (allreduce) {
     // Synchronous by nature: every step averages every worker's gradient.
     if (FLAGS_staleness >= 0 ||
@@ -539,12 +638,18 @@ absl::Status Run() {
     options.config.set_replicas_to_aggregate(num_replicas);
   }
   psrt::Dataset test;
+  std::shared_ptr<const psrt::ImageShard> test_images;
   if (replica <= 0 && FLAGS_synthetic_data) {  // The chief and the evaluator.
     test = psrt::SyntheticDataset(synthetic_examples, pixels, model_options.num_classes, FLAGS_seed + 1);
+  } else if (replica <= 0 && image_input) {
+    // Kept encoded, decoded (central crops) at each evaluation: a decoded
+    // ImageNet validation set at 299x299 would need 50 GB.
+    ASSIGN_OR_RETURN(test_images, image_shard(FLAGS_test_data, 0, 1));
   } else if (replica <= 0) {
     ASSIGN_OR_RETURN(test, FLAGS_test_data.empty()
                                ? psrt::LoadMnistSplit(FLAGS_data_dir, "t10k")
-                               : psrt::ReadTFRecordDataset(FLAGS_test_data));
+                               : psrt::ReadTFRecordDataset(FLAGS_test_data,
+                                                           model_options.num_classes));
     ASSIGN_OR_RETURN(test, fits_model(std::move(test), FLAGS_test_data.empty()
                                                            ? FLAGS_data_dir
                                                            : FLAGS_test_data));
@@ -581,7 +686,7 @@ absl::Status Run() {
     store = std::make_unique<psrt::AllreduceStore>(store_options, model->variables());
     LOG(INFO) << cluster.task.ToString() << " is worker " << replica << " of " << num_replicas
               << " (allreduce mode: a ring of the workers, no parameter servers), "
-              << train.size() << " training examples";
+              << train_examples << " training examples";
   } else {
     store = std::make_unique<psrt::PsClient>(client_options, std::move(placement),
                                              model->variables());
@@ -589,11 +694,29 @@ absl::Status Run() {
               << (evaluator ? "the evaluator" : "replica " + std::to_string(replica)) << " of "
               << num_replicas << " (" << (FLAGS_sync_replicas ? "sync" : "async")
               << "), " << spec.num_ps() << " parameter servers, "
-              << train.size() << " training examples";
+              << train_examples << " training examples";
   }
-  psrt::Trainer trainer(options, &towers, store.get(), &train,
-                        replica <= 0 ? &test : nullptr);
-  absl::Status status = evaluator ? trainer.RunEvaluator() : trainer.Run().status();
+  std::unique_ptr<psrt::Trainer> trainer;
+  if (image_input) {
+    auto pipeline = [](std::shared_ptr<const psrt::ImageShard> shard,
+                       const psrt::ImagePipelineOptions& options) -> psrt::BatchSourceFactory {
+      if (shard == nullptr) return nullptr;
+      return [shard, options]() -> absl::StatusOr<std::unique_ptr<psrt::BatchSource>> {
+        return std::unique_ptr<psrt::BatchSource>(
+            std::make_unique<psrt::ImagePipeline>(shard, options));
+      };
+    };
+    psrt::ImagePipelineOptions eval_options = image_options;
+    eval_options.train = false;
+    eval_options.shuffle = false;
+    trainer = std::make_unique<psrt::Trainer>(
+        options, &towers, store.get(), pipeline(train_images, image_options),
+        pipeline(test_images, eval_options), test_images != nullptr ? test_images->size() : 0);
+  } else {
+    trainer = std::make_unique<psrt::Trainer>(options, &towers, store.get(), &train,
+                                              replica <= 0 ? &test : nullptr);
+  }
+  absl::Status status = evaluator ? trainer->RunEvaluator() : trainer->Run().status();
   worker_metrics.SetState(status.ok() ? psrt::proto::WORKER_DONE : psrt::proto::WORKER_FAILED);
   return status;
 }
