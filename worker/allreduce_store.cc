@@ -23,13 +23,37 @@ ParameterShard::Options ShardOptions(const AllreduceStore::Options& options) {
   return shard;
 }
 
-// One shard holding every variable, whole.
-Placement WholeModel(const std::vector<VariableDef>& variables) {
-  PlacementOptions options;
-  options.partition_threshold_bytes = int64_t{1} << 62;
-  absl::StatusOr<Placement> placement = ComputePlacement(variables, 1, options);
-  CHECK(placement.ok()) << placement.status();
-  return *std::move(placement);
+// The fusion groups as a placement: every variable whole, in groups of
+// consecutive variables of at most `fusion_bytes` (a larger variable alone),
+// formed from the last variable back, the order in which a backward pass
+// finishes them; group 0 holds the first variables.
+Placement FusionGroups(const std::vector<VariableDef>& variables, int64_t fusion_bytes) {
+  std::vector<int> group_from_end(variables.size());
+  int groups = 0;
+  int64_t bytes = 0;
+  for (int v = static_cast<int>(variables.size()) - 1; v >= 0; --v) {
+    const int64_t n = NumElements(variables[v].shape) * static_cast<int64_t>(sizeof(float));
+    if (groups == 0 || (bytes > 0 && bytes + n > fusion_bytes)) {
+      ++groups;
+      bytes = 0;
+    }
+    bytes += n;
+    group_from_end[v] = groups - 1;
+  }
+  Placement placement;
+  placement.num_shards = std::max(groups, 1);
+  placement.shard_slices.resize(placement.num_shards);
+  for (size_t v = 0; v < variables.size(); ++v) {
+    VariableSlice slice;
+    slice.name = variables[v].name;
+    slice.variable = static_cast<int>(v);
+    slice.shape = variables[v].shape;
+    slice.num_bytes = NumElements(variables[v].shape) * static_cast<int64_t>(sizeof(float));
+    slice.shard = groups - 1 - group_from_end[v];
+    placement.shard_slices[slice.shard].push_back(static_cast<int>(placement.slices.size()));
+    placement.slices.push_back(std::move(slice));
+  }
+  return placement;
 }
 
 // What the chief tells the others in WaitForModelReady.
@@ -42,7 +66,7 @@ struct ChiefState {
 AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variables)
     : options_(std::move(options)),
       variables_(std::move(variables)),
-      placement_(WholeModel(variables_)),
+      placement_(FusionGroups(variables_, options_.fusion_bytes)),
       shard_(ShardOptions(options_)) {
   CHECK(options_.collective != nullptr);
   int64_t elements = 0;
@@ -54,6 +78,15 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
     for (int64_t d : slice.shape) meta->add_shape(d);
   }
   flat_ = Tensor({elements});
+  // Group k is flat_[group_start_[k], group_start_[k + 1]).
+  group_start_.assign(placement_.num_shards + 1, 0);
+  for (const VariableSlice& slice : placement_.slices) {
+    group_start_[slice.shard + 1] += slice.num_bytes / static_cast<int64_t>(sizeof(float));
+  }
+  for (int k = 0; k < placement_.num_shards; ++k) group_start_[k + 1] += group_start_[k];
+  LOG(INFO) << "allreduce: " << flat_.num_bytes() << " bytes of gradients in "
+            << placement_.num_shards << " fusion groups of at most " << options_.fusion_bytes
+            << " bytes (a larger variable alone)";
   std::random_device device;
   push_header_.set_worker_incarnation(static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1);
 }
@@ -67,13 +100,15 @@ proto::TrainingConfig AllreduceStore::ShardConfig(proto::TrainingConfig config) 
   return config;
 }
 
-void AllreduceStore::Flatten(const std::vector<Tensor>& tensors) {
-  char* out = reinterpret_cast<char*>(flat_.data());
+void AllreduceStore::Flatten(const std::vector<Tensor>& tensors, int group) {
+  float* out = flat_.data();
+  int64_t at = 0;
   for (const VariableSlice& slice : placement_.slices) {
-    std::memcpy(out, reinterpret_cast<const char*>(tensors[slice.variable].data()) +
-                         slice.byte_offset,
-                slice.num_bytes);
-    out += slice.num_bytes;
+    const int64_t n = slice.num_bytes / static_cast<int64_t>(sizeof(float));
+    if (group < 0 || slice.shard == group) {
+      std::memcpy(out + at, tensors[slice.variable].data(), slice.num_bytes);
+    }
+    at += n;
   }
 }
 
@@ -95,7 +130,7 @@ absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
 absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,
                                   const std::vector<Tensor>& params,
                                   int64_t /*recovery_epoch*/) {
-  Flatten(params);
+  Flatten(params, /*group=*/-1);
   return InitShard(ShardConfig(config));
 }
 
@@ -122,7 +157,7 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
       std::vector<Tensor> values;
       for (const VariableDef& v : variables_) values.emplace_back(v.shape);
       RETURN_IF_ERROR(Pull(0, &values).status());
-      Flatten(values);
+      Flatten(values, /*group=*/-1);
     }
     RETURN_IF_ERROR(options_.collective->Broadcast(
         {reinterpret_cast<char*>(flat_.data()), flat_.num_bytes()}, /*root=*/0));
@@ -143,7 +178,7 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
 
 absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
     int64_t min_version, std::vector<Tensor>* params, bool moving_average,
-    int64_t /*min_clock*/, Precision /*precision*/, const ShardHooks* /*hooks*/) {
+    int64_t /*min_clock*/, Precision /*precision*/, const ShardHooks* hooks) {
   ParameterShard::PullOptions options;
   options.min_version = min_version;
   options.moving_average = moving_average;
@@ -163,6 +198,9 @@ absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
                 in, slice.num_bytes);
     in += slice.num_bytes;
   }
+  if (hooks != nullptr && hooks->arrived) {
+    for (int k = 0; k < placement_.num_shards; ++k) hooks->arrived(k);
+  }
   PullResult result;
   result.version = version_ = reply->header.version();
   result.training_done = reply->header.training_done();
@@ -170,9 +208,19 @@ absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
 }
 
 absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vector<Tensor>& grads,
-                                                                const ShardHooks* /*hooks*/) {
-  Flatten(grads);
-  RETURN_IF_ERROR(options_.collective->AllreduceSum(flat_.flat()));
+                                                                const ShardHooks* hooks) {
+  // Every worker reduces the groups in this order, last layers first,
+  // whatever `hooks` asks: each group as soon as its gradients are final.
+  for (int k = placement_.num_shards - 1; k >= 0; --k) {
+    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+    {
+      Timeline::Span fusion(options_.timeline, "fusion", "allreduce", version_);
+      Flatten(grads, k);
+    }
+    RETURN_IF_ERROR(options_.collective->AllreduceSum(
+        flat_.flat().subspan(group_start_[k], group_start_[k + 1] - group_start_[k])));
+  }
+  Timeline::Span apply(options_.timeline, "apply", "allreduce", version_);
   kernels::Scale(1.0f / options_.collective->size(), flat_.flat());
   push_header_.set_version(version_);
   push_header_.set_step(push_header_.step() + 1);

@@ -11,7 +11,10 @@
 // a ps job could resume. A push sums the workers' gradients with the ring
 // (worker/collective.h), divides by the number of workers and applies the
 // mean to the local shard as its only replica (replicas_to_aggregate 1), so
-// every worker computes the same update from the same bits.
+// every worker computes the same update from the same bits. The gradients
+// are reduced in fusion groups (Options::fusion_bytes), the shards of
+// placement(), so that the trainer's overlap_comm reduces each group while
+// the backward pass goes on (Horovod's tensor fusion).
 //
 // Worker 0 is the chief (initialization, evaluation, checkpoints,
 // TensorBoard). WaitForModelReady brings every worker to the chief's state:
@@ -34,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "common/timeline.h"
 #include "ps/parameter_shard.h"
 #include "worker/collective.h"
 #include "worker/parameter_store.h"
@@ -51,6 +55,14 @@ class AllreduceStore final : public ParameterStore {
     std::string checkpoint_dir;  // Empty: no checkpoints.
     // How long a pull may wait for the local shard (it never waits long).
     absl::Duration pull_timeout = absl::Seconds(60);
+    // Tensor fusion: the gradients are reduced in groups of consecutive
+    // variables of at most this many bytes (a larger variable alone), each
+    // as soon as the backward pass has finished it (with the trainer's
+    // overlap_comm), last layers first.
+    int64_t fusion_bytes = int64_t{4} << 20;
+    // Records fusion and apply spans; null: none. REQUIRES: outlives the
+    // store.
+    Timeline* timeline = nullptr;
   };
   AllreduceStore(Options options, std::vector<VariableDef> variables);
 
@@ -82,8 +94,9 @@ class AllreduceStore final : public ParameterStore {
   proto::TrainingConfig ShardConfig(proto::TrainingConfig config) const;
   // Initializes the local shard with `config` and the values in flat_.
   absl::Status InitShard(const proto::TrainingConfig& config);
-  // Copies `tensors` (one per variable) into flat_, back to back.
-  void Flatten(const std::vector<Tensor>& tensors);
+  // Copies `tensors` (one per variable) into flat_, back to back: those of
+  // fusion group `group`, or all of them (-1).
+  void Flatten(const std::vector<Tensor>& tensors, int group);
   int rank() const { return options_.collective->rank(); }
 
   const Options options_;
@@ -91,6 +104,7 @@ class AllreduceStore final : public ParameterStore {
   const Placement placement_;
   ParameterShard shard_;
   Tensor flat_;  // Every variable back to back: pushes and broadcasts.
+  std::vector<int64_t> group_start_;  // Fusion group k's first element in flat_.
   proto::PushHeader push_header_;
   int64_t version_ = 0;  // Last pulled.
 };

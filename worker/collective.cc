@@ -9,6 +9,7 @@
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
+#include "common/timeline.h"
 #include "common/transport_security.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -259,8 +260,13 @@ absl::Status Collective::AllreduceSum(absl::Span<float> data) {
   const int64_t op = ++op_;
   // Reduce-scatter: afterwards this worker holds the sum of segment r + 1;
   // then all-gather passes the reduced segments around.
+  absl::Time phase_start = absl::Now();
   for (int s = 0; s < 2 * (w - 1); ++s) {
     const bool reducing = s < w - 1;
+    if (s == w - 1 && options_.timeline != nullptr) {
+      options_.timeline->Record("reduce_scatter", "allreduce", phase_start, absl::Now(), op);
+      phase_start = absl::Now();
+    }
     const int send = reducing ? r - s : r + 1 - (s - (w - 1));
     std::unique_ptr<Call> sending = StartSend(op, s, AsBytes(Segment(data, Mod(send, w), w)));
     absl::Status received =
@@ -268,6 +274,9 @@ absl::Status Collective::AllreduceSum(absl::Span<float> data) {
     absl::Status sent = FinishSend(std::move(sending));
     RETURN_IF_ERROR(received);
     RETURN_IF_ERROR(sent);
+  }
+  if (options_.timeline != nullptr) {
+    options_.timeline->Record("all_gather", "allreduce", phase_start, absl::Now(), op);
   }
   return absl::OkStatus();
 }

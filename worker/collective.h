@@ -48,6 +48,7 @@ class Service;
 
 namespace psrt {
 
+class Timeline;           // common/timeline.h
 class TransportSecurity;  // common/transport_security.h
 
 class Collective {
@@ -62,6 +63,9 @@ class Collective {
     absl::Duration timeout = absl::Seconds(60);
     // The same for the first op, while the workers start.
     absl::Duration startup_timeout = absl::Seconds(300);
+    // Records each AllreduceSum's reduce_scatter and all_gather phases;
+    // null: none. REQUIRES: outlives the Collective.
+    Timeline* timeline = nullptr;
   };
 
   explicit Collective(Options options);

@@ -14,6 +14,7 @@
 #include "common/training_config.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/timeline.h"
 #include "glog/logging.h"
 #include "worker/step_pipeline.h"
 
@@ -580,6 +581,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
     if (!computed) {
       RETURN_IF_ERROR(next_batch());
       const absl::Time compute_start = absl::Now();
+      Timeline::Span span(options_.timeline, "compute", "step", pulled.version);
       loss = towers_->ComputeGradients(params, images, labels, &grads);
       loss += WeightDecay(params, &grads, 0, num_variables);
       ClipGradients(&grads);
@@ -592,8 +594,12 @@ absl::StatusOr<TrainResult> Trainer::Train() {
           " (learning rate too high?)"));
     }
     const absl::Time push_start = absl::Now();
-    absl::StatusOr<ParameterStore::PushResult> pushed =
-        pushing ? pipeline->FinishPush() : client_->Push(grads);
+    absl::StatusOr<ParameterStore::PushResult> pushed;
+    {
+      Timeline::Span span(options_.timeline, pushing ? "push (rest)" : "push", "step",
+                          pulled.version);
+      pushed = pushing ? pipeline->FinishPush() : client_->Push(grads);
+    }
     interval_time.push += absl::Now() - push_start;
     if (!pushed.ok()) {
       RETURN_IF_ERROR(recover_or_fail(pushed.status()));
@@ -637,7 +643,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
         }
         pipeline->MarkReady(begin, end);
       };
-      loss = towers_->ComputeGradients(params, images, labels, &grads, hooks) + l2;
+      {
+        Timeline::Span span(options_.timeline, "compute", "step", pulled.version + 1);
+        loss = towers_->ComputeGradients(params, images, labels, &grads, hooks) + l2;
+      }
       next = pipeline->WaitForPull();
       const absl::Duration blocked = pipeline->TakeBlockedTime();
       interval_time.compute += absl::Now() - start - blocked;
@@ -645,6 +654,7 @@ absl::StatusOr<TrainResult> Trainer::Train() {
       computed = next.ok();
     } else {
       const absl::Time pull_start = absl::Now();
+      Timeline::Span span(options_.timeline, "pull", "step", pulled.version);
       next = client_->Pull(min_version, &params, /*moving_average=*/false, min_clock);
       interval_time.pull += absl::Now() - pull_start;
     }

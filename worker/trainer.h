@@ -51,6 +51,8 @@
 
 namespace psrt {
 
+class Timeline;  // common/timeline.h
+
 struct TrainerOptions {
   int replica = 0;       // 0 is the chief; -1 the evaluator.
   int num_replicas = 1;  // Shards of the training set.
@@ -92,6 +94,10 @@ struct TrainerOptions {
   std::string logdir;                 // TensorBoard event files; "": none.
   bool progress_bar = false;          // One redrawn line instead of logs.
   std::string final_params_path;      // Safetensors of the final values.
+
+  // Records compute, push and pull spans per step (common/timeline.h);
+  // null: none. REQUIRES: outlives the trainer.
+  Timeline* timeline = nullptr;
 
   // Progress for /metrics and the status RPC: state, steps, examples/sec
   // (common/metrics.h); null: not reported. REQUIRES: outlives the trainer.

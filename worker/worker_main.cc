@@ -26,6 +26,7 @@
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/task_flags.h"
+#include "common/timeline.h"
 #include "common/training_config.h"
 #include "common/wire_dtype.h"
 #include "gflags/gflags.h"
@@ -197,6 +198,15 @@ DEFINE_string(checkpoint_dir, "",
               "Allreduce mode: the chief saves checkpoints here (the ps format, one "
               "shard) and every worker restores from here (a directory every worker "
               "reads). In ps mode the ps tasks take --checkpoint_dir instead.");
+DEFINE_double(fusion_mb, 4,
+              "Allreduce mode: gradients are averaged in groups of consecutive "
+              "variables of at most this many MB (tensor fusion), each as soon as the "
+              "backward pass has finished it (with --overlap_comm), last layers first.");
+DEFINE_string(timeline, "",
+              "Write a Chrome trace (chrome://tracing, ui.perfetto.dev) of each step's "
+              "compute, push and pull, and in allreduce mode of the fusion, "
+              "reduce-scatter, all-gather and apply, to this file (the chief; replica r "
+              "writes FILE with \"-r\" before its extension).");
 DEFINE_double(allreduce_timeout_secs, 120,
               "Allreduce mode: a worker that sends nothing or cannot be reached for "
               "this long fails the others (the chief's checkpoints and evaluations "
@@ -433,6 +443,21 @@ absl::Status Run() {
     }
     LOG(INFO) << cluster.task.ToString() << " metrics on port " << metrics.port();
   }
+  std::unique_ptr<psrt::Timeline> timeline;
+  if (!FLAGS_timeline.empty()) {
+    // The chief writes FILE; replica r > 0 FILE with "-r" before its
+    // extension (trace.json: trace-1.json), so one flag serves every task.
+    std::string path = FLAGS_timeline;
+    if (replica != 0) {
+      const size_t slash = path.rfind('/');
+      size_t dot = path.rfind('.');
+      if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+        dot = path.size();
+      }
+      path.insert(dot, absl::StrCat("-", evaluator ? "evaluator" : std::to_string(replica)));
+    }
+    ASSIGN_OR_RETURN(timeline, psrt::Timeline::Open(path, std::max(replica, 0)));
+  }
   // Allreduce mode: the ring of the workers, served on each one's address.
   std::unique_ptr<psrt::Collective> collective;
   std::vector<grpc::Service*> services;
@@ -443,6 +468,7 @@ absl::Status Run() {
     ring.security = security;
     ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
     ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
+    ring.timeline = timeline.get();
     collective = std::make_unique<psrt::Collective>(ring);
     services.push_back(collective->service());
   }
@@ -512,9 +538,8 @@ absl::Status Run() {
   options.staleness = FLAGS_staleness;
   options.weight_decay = FLAGS_weight_decay;
   options.clip_norm = FLAGS_clip_norm;
-  // Allreduce mode averages every gradient at once (tensor fusion into one
-  // buffer), after the backward pass.
-  options.overlap_comm = FLAGS_overlap_comm && !allreduce;
+  options.overlap_comm = FLAGS_overlap_comm;
+  options.timeline = timeline.get();
   options.max_failed_saves = FLAGS_max_failed_saves;
   options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
   options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
@@ -683,6 +708,9 @@ absl::Status Run() {
     store_options.collective = collective.get();
     store_options.config = options.config;
     store_options.checkpoint_dir = FLAGS_checkpoint_dir;
+    if (FLAGS_fusion_mb <= 0) return absl::InvalidArgumentError("--fusion_mb must be positive");
+    store_options.fusion_bytes = static_cast<int64_t>(FLAGS_fusion_mb * 1e6);
+    store_options.timeline = timeline.get();
     store = std::make_unique<psrt::AllreduceStore>(store_options, model->variables());
     LOG(INFO) << cluster.task.ToString() << " is worker " << replica << " of " << num_replicas
               << " (allreduce mode: a ring of the workers, no parameter servers), "
@@ -717,6 +745,7 @@ absl::Status Run() {
                                               replica <= 0 ? &test : nullptr);
   }
   absl::Status status = evaluator ? trainer->RunEvaluator() : trainer->Run().status();
+  if (timeline != nullptr && status.ok()) status = timeline->Close();
   worker_metrics.SetState(status.ok() ? psrt::proto::WORKER_DONE : psrt::proto::WORKER_FAILED);
   return status;
 }

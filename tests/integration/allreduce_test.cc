@@ -24,13 +24,24 @@ TEST_F(AllreduceTest, TrainsExactlyAsASyncPsJobOfTheSameWorkers) {
   CommandResult ps = Launch(MakeSpec(1, 2, "ps.json"), dir_ + "/ps",
                             absl::StrCat(kFlags, " --train_steps=40 --final_params_out=", ps_out));
   ASSERT_EQ(ps.exit_code, 0) << ps.output;
+  // Fusion groups of at most 0.1 MB (the model's four variables in two
+  // groups), each reduced while the backward pass goes on; with a timeline.
   const std::string ring_out = dir_ + "/ring.safetensors";
-  CommandResult ring =
-      Launch(MakeSpec(0, 2, "ring.json"), dir_ + "/ring",
-             absl::StrCat(kFlags, " --train_steps=40 --final_params_out=", ring_out));
+  CommandResult ring = Launch(
+      MakeSpec(0, 2, "ring.json"), dir_ + "/ring",
+      absl::StrCat(kFlags, " --train_steps=40 --fusion_mb=0.1 --overlap_comm --timeline=", dir_,
+                   "/trace.json --final_params_out=", ring_out));
   ASSERT_EQ(ring.exit_code, 0) << ring.output;
+  for (const std::string trace : {"/trace.json", "/trace-1.json"}) {
+    const std::string events = ReadFile(dir_ + trace);
+    for (const char* name : {"\"compute\"", "\"fusion\"", "\"reduce_scatter\"",
+                             "\"all_gather\"", "\"apply\""}) {
+      EXPECT_NE(events.find(name), std::string::npos) << trace << " has no " << name;
+    }
+  }
   const std::string chief = ReadFile(dir_ + "/ring/worker-0.log");
   EXPECT_NE(chief.find("allreduce mode"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("in 2 fusion groups"), std::string::npos) << chief;
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << chief;
