@@ -236,7 +236,9 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
 void AllreduceStore::Shutdown() { shard_.Shutdown(rank()); }
 
 absl::StatusOr<std::vector<proto::StatusResponse>> AllreduceStore::GetStatus() {
-  return std::vector<proto::StatusResponse>{shard_.GetStatus()};
+  // Every fusion group (a shard of placement()) is held by the one local
+  // ParameterShard.
+  return std::vector<proto::StatusResponse>(placement_.num_shards, shard_.GetStatus());
 }
 
 absl::Status AllreduceStore::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
