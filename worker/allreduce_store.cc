@@ -122,9 +122,11 @@ absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config) {
 }
 
 absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
-  // The other workers are waited for by the first collective op.
-  if (rank() == 0 && shard_.GetStatus().restoring()) return shard_.RestoreLatest();
-  return absl::OkStatus();
+  if (rank() == 0 && shard_.GetStatus().restoring()) RETURN_IF_ERROR(shard_.RestoreLatest());
+  // A barrier: every worker is up, and each reaches the next one (its
+  // address, TLS and token work), before any model state moves.
+  float one = 1;
+  return options_.collective->AllreduceSum({&one, 1});
 }
 
 absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,

@@ -155,10 +155,28 @@ void Collective::StartAttempt(Call* call) {
   call->context->set_deadline(absl::ToChronoTime(call->give_up));
   call->done = std::make_unique<absl::Notification>();
   next_->stub->UnaryCall(call->context.get(), kDeliver, grpc::StubOptions(), &call->request,
-                         &call->response, [call](grpc::Status status) {
+                         &call->response, [this, call](grpc::Status status) {
+                           if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+                             // Not retried: the receiving side need not wait
+                             // for its peer any longer.
+                             absl::MutexLock lock(&mu_);
+                             if (peer_error_.ok()) peer_error_ = SendError(status);
+                           }
                            call->status = std::move(status);
                            call->done->Notify();
                          });
+}
+
+absl::Status Collective::SendError(const grpc::Status& status) const {
+  const int next = Mod(options_.rank + 1, size());
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat("allreduce: sending to ", PeerName(next), " failed: ",
+                   status.error_message(),
+                   status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                       ? " (it is down, hung or unreachable)"
+                       : ""));
 }
 
 absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
@@ -188,15 +206,7 @@ absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
     LOG(WARNING) << "allreduce: gRPC still holds a failed message; not waiting for it";
     call.release();  // Deliberately leaked: the callback still names it.
   }
-  const int next = Mod(options_.rank + 1, size());
-  return Fail(absl::Status(
-      static_cast<absl::StatusCode>(status.error_code()),
-      absl::StrCat("allreduce: sending to ", PeerName(next), " failed: ",
-                   status.error_message(),
-                   status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                       ? " (it is down, hung or unreachable)"
-                       : "")));
+  return Fail(SendError(status));
 }
 
 absl::Status Collective::Receive(int64_t op, int step, absl::Span<char> bytes, bool add) {

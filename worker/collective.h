@@ -44,6 +44,7 @@
 namespace grpc {
 class ByteBuffer;
 class Service;
+class Status;
 }  // namespace grpc
 
 namespace psrt {
@@ -95,6 +96,8 @@ class Collective {
   std::unique_ptr<Call> StartSend(int64_t op, int step, absl::Span<const char> bytes);
   // Sends call->request once more, on a new context.
   void StartAttempt(Call* call);
+  // The error of a send that failed with `status`, naming the next worker.
+  absl::Status SendError(const grpc::Status& status) const;
   // Waits for `call` to be delivered (and its data released by gRPC).
   absl::Status FinishSend(std::unique_ptr<Call> call);
   // Waits for step `step` of op `op` from the previous worker and adds it

@@ -78,6 +78,36 @@ TEST_F(SecurityTest, ClusterWithMutualTlsAndTokenTrainsAndNeverLogsTheToken) {
   ExpectNoToken("the cluster spec", ReadFile(spec));
 }
 
+// Allreduce mode: the workers' ring runs over the same mutual TLS and
+// token; a worker with another token is refused at once by its neighbours,
+// and fails at once too, instead of waiting out the ring's timeout.
+TEST_F(SecurityTest, TheAllreduceRingNeedsTlsAndTheToken) {
+  const std::string spec = MakeSpec(0, 2);
+  const std::string security = tls_ + " " + token_flag_;
+  CommandResult r = Launch(spec, dir_ + "/ring",
+                           "--train_steps=40 --learning_rate=0.1 --log_every_steps=20 " + security);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/ring/worker-0.log"), &step, &accuracy)) << r.output;
+  EXPECT_EQ(step, 40);
+  ExpectNoToken("the launcher's output", r.output);
+
+  const std::string run = absl::StrCat(
+      " timeout 60 ", bin_, "/psrt_worker --cluster_spec=", spec,
+      " --job_name=worker --train_steps=10 --allreduce_timeout_secs=30 ", tls_);
+  const absl::Time start = absl::Now();
+  const std::string log = dir_ + "/wrong.log";
+  RunCommand(absl::StrCat("PSRT_AUTH_TOKEN=", token_, run, " --task_index=0 > ", log,
+                          " 2>&1 &"));
+  CommandResult wrong = RunCommand("PSRT_AUTH_TOKEN=wrong" + run + " --task_index=1");
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("worker/0 (127.0.0.1:"), std::string::npos) << wrong.output;
+  EXPECT_NE(wrong.output.find("unauthenticated"), std::string::npos) << wrong.output;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(25)) << "waited for the ring's timeout";
+  RunCommand("pkill -9 -f '[c]luster_spec=" + spec + "'");
+}
+
 TEST_F(SecurityTest, ClientsWithoutTheTokenOrTlsAreRefused) {
   const std::string spec = MakeSpec(1, 1);
   const std::string ps_log = dir_ + "/ps-0.log";
