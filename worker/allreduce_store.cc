@@ -123,10 +123,9 @@ absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config) {
 
 absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
   if (rank() == 0 && shard_.GetStatus().restoring()) RETURN_IF_ERROR(shard_.RestoreLatest());
-  // A barrier: every worker is up, and each reaches the next one (its
-  // address, TLS and token work), before any model state moves.
-  float one = 1;
-  return options_.collective->AllreduceSum({&one, 1});
+  // Every worker is up, and each reaches the next one, before any model
+  // state moves.
+  return options_.collective->Join();
 }
 
 absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,

@@ -120,13 +120,26 @@ absl::Status Collective::Deliver(const grpc::ByteBuffer& frame) {
         "cluster spec?)"));
   }
   absl::MutexLock lock(&mu_);
-  if (previous_incarnation_ == 0) previous_incarnation_ = header.incarnation();
+  if (previous_incarnation_ == 0) {
+    // The previous worker's process is the one that joins with this one
+    // (op 1, which reaches every worker). Messages of later ops come from a
+    // process that ran before this one started (a job restarting after a
+    // fault): refused, so that it stops too.
+    if (header.op() != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "allreduce: ", PeerName(options_.rank), " restarted and takes no message of an "
+          "earlier run (op ", header.op(), "): every worker must restart"));
+    }
+    previous_incarnation_ = header.incarnation();
+  }
   if (header.incarnation() != previous_incarnation_) {
     const absl::Status restarted = absl::AbortedError(absl::StrCat(
         "allreduce: ", PeerName(previous), " restarted (its process changed during the "
         "job); every worker must restart and resume from the last checkpoint"));
     if (peer_error_.ok()) peer_error_ = restarted;
-    return absl::FailedPreconditionError(restarted.message());
+    // Unavailable: the restarted worker retries, and reaches this worker's
+    // successor once it has restarted too.
+    return absl::UnavailableError(restarted.message());
   }
   // A retried message that had arrived is taken once.
   inbox_.try_emplace({header.op(), header.step()}, std::make_unique<grpc::ByteBuffer>(frame));
@@ -262,7 +275,18 @@ absl::Span<char> AsBytes(absl::Span<float> floats) {
 }
 }  // namespace
 
+absl::Status Collective::Join() {
+  if (op_ > 0) return failed_;
+  float one = 1;
+  return Reduce(absl::MakeSpan(&one, 1));
+}
+
 absl::Status Collective::AllreduceSum(absl::Span<float> data) {
+  RETURN_IF_ERROR(Join());
+  return Reduce(data);
+}
+
+absl::Status Collective::Reduce(absl::Span<float> data) {
   RETURN_IF_ERROR(failed_);
   const int w = size();
   const int r = options_.rank;
@@ -292,7 +316,7 @@ absl::Status Collective::AllreduceSum(absl::Span<float> data) {
 }
 
 absl::Status Collective::Broadcast(absl::Span<char> data, int root) {
-  RETURN_IF_ERROR(failed_);
+  RETURN_IF_ERROR(Join());
   CHECK(root >= 0 && root < size());
   const int64_t op = ++op_;
   if (size() == 1) return absl::OkStatus();

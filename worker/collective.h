@@ -18,11 +18,15 @@
 //
 // Faults: a previous worker that sends nothing for Options::timeout (its
 // process died, hung or is unreachable), a next worker that cannot be
-// reached within it, or a peer that restarted (another incarnation) fail
-// the call with an error naming that worker and its address; the
-// Collective then stays failed. Sends are retried while the next worker is
-// Unavailable (it may still be starting). The first op waits up to
-// Options::startup_timeout for the others to start.
+// reached within it or refuses a message, or a peer that restarted
+// (another incarnation) fail the call with an error naming that worker and
+// its address; the Collective then stays failed. Sends are retried while the
+// next worker is Unavailable (it may still be starting, or be stopping
+// because it saw this one restart). The first op waits up to
+// Options::startup_timeout for the others to start (Join); a worker takes
+// its predecessor's process to be the one it joined with, and refuses
+// messages of later ops from any other (processes of the run before a
+// restart), so that a job restarted by its supervisor comes back together.
 //
 // Thread safety: AllreduceSum and Broadcast from one thread at a time; the
 // service is called by gRPC concurrently.
@@ -82,6 +86,11 @@ class Collective {
   int rank() const { return options_.rank; }
   int size() const { return static_cast<int>(options_.addresses.size()); }
 
+  // The first op, which every call makes first if it has not run: a
+  // barrier that returns once every worker is up and reaches the next one
+  // (its address, TLS and token work), and that fixes which process of the
+  // previous worker this one takes messages from.
+  absl::Status Join();
   // Replaces `data` on every worker by the element-wise sum of all workers'.
   absl::Status AllreduceSum(absl::Span<float> data);
   // Replaces `data` on every worker by `root`'s.
@@ -90,6 +99,8 @@ class Collective {
  private:
   class Service;
   struct Call;
+  // AllreduceSum once joined.
+  absl::Status Reduce(absl::Span<float> data);
   // Names worker `rank` in errors: "worker/1 (host:port)".
   std::string PeerName(int rank) const;
   // Starts sending `segment` as step `step` of op `op` to the next worker.

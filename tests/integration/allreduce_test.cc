@@ -79,6 +79,52 @@ TEST_F(AllreduceTest, ResumesFromItsCheckpointsExactly) {
   EXPECT_LE(diff, 1e-5);
 }
 
+// worker/1 is killed mid-run under a restart policy: worker/0 fails on
+// seeing it come back, the launcher restarts it too, and the job resumes
+// from the last checkpoint, ending exactly where an uninterrupted run ends.
+TEST_F(AllreduceTest, AKilledWorkerRestartsTheJobFromItsLastCheckpoint) {
+  const std::string spec = MakeSpec(0, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string flags = absl::StrCat(
+      "--model=lenet --intra_op_threads=1 --sync_replicas --noshuffle --learning_rate=0.01 "
+      "--batch_size=20 --log_every_steps=20 --save_checkpoint_steps=20 --train_steps=200 "
+      "--allreduce_timeout_secs=10 --final_params_out=");
+  const std::string resumed = dir_ + "/resumed.safetensors";
+  RunCommand(absl::StrCat("(PSRT_BIN_DIR=", bin_, " timeout 240 ", source_,
+                          "/scripts/launch.sh --cluster_spec ", spec, " --logdir ", dir_,
+                          "/run --checkpoint_dir ", ckpt, " --restart_policy=OnFailure -- ",
+                          flags, resumed, " > ", dir_, "/run.out 2>&1; echo $? > ", dir_,
+                          "/run.rc) > /dev/null 2>&1 &"));
+  const std::string index = ckpt + "/checkpoint.ps-0-of-1";
+  bool saved = false;
+  for (int i = 0; i < 1200 && !saved; ++i) {
+    saved = ReadFile(index).find("model.ckpt-40.") != std::string::npos;
+    if (!saved) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(saved) << ReadFile(dir_ + "/run.out");
+  RunCommand("pkill -9 -f '[c]luster_spec=" + spec + " --job_name=worker --task_index=1'");
+  std::string rc;
+  for (int i = 0; i < 2400 && rc.empty(); ++i) {
+    rc = ReadFile(dir_ + "/run.rc");
+    if (rc.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(rc, "0\n") << ReadFile(dir_ + "/run.out");
+  const std::string chief = ReadFile(dir_ + "/run/worker-0.log");
+  EXPECT_NE(chief.find("resuming at global step"), std::string::npos) << chief;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << chief;
+  EXPECT_EQ(step, 200);
+
+  const std::string reference = dir_ + "/reference.safetensors";
+  CommandResult whole =
+      Launch(MakeSpec(0, 2, "reference.json"), dir_ + "/reference", flags + reference);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const double diff = MaxAbsDiff(resumed, reference);
+  EXPECT_GE(diff, 0);
+  EXPECT_LE(diff, 1e-5);
+}
+
 // worker/1 hangs (SIGSTOP: the launcher sees nothing wrong, its connections
 // stay open): worker/0 fails within --allreduce_timeout_secs, naming it.
 TEST_F(AllreduceTest, AHungWorkerFailsTheOthersNamingIt) {
