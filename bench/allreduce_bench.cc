@@ -5,7 +5,7 @@
 //
 // For each size the ranks time --rounds allreduces of a float32 buffer of
 // that many MB, --runs times; rank 0 prints the median as NCCL's tests do:
-//   allreduce: mb=S workers=W busbw_mb_per_s=X algbw_mb_per_s=Y
+//   allreduce: mb=S workers=W transport=T busbw_mb_per_s=X algbw_mb_per_s=Y
 //              minor_faults_per_round=F
 // (algbw = bytes / time; busbw = algbw * 2 (W - 1) / W, the bytes each
 // worker sends, comparable across worker counts).
@@ -34,6 +34,8 @@ DEFINE_int32(base_port, 29700, "Worker r listens on 127.0.0.1:base_port+r.");
 DEFINE_string(sizes_mb, "1,13,100", "Buffer sizes in MB (10^6 bytes), comma-separated.");
 DEFINE_int32(runs, 5, "Timed runs per size; the median is reported.");
 DEFINE_int32(rounds, 10, "Allreduces per run.");
+DEFINE_bool(unix_socket, false,
+            "Reach the next worker over its abstract Unix socket instead of TCP.");
 
 namespace {
 
@@ -61,10 +63,15 @@ int main(int argc, char** argv) {
   for (int r = 0; r < FLAGS_workers; ++r) {
     options.addresses.push_back(absl::StrCat("127.0.0.1:", FLAGS_base_port + r));
   }
+  options.unix_socket = FLAGS_unix_socket;
   psrt::Collective collective(options);
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, int64_t{1} << 31);
   builder.AddListeningPort(options.addresses[FLAGS_rank], grpc::InsecureServerCredentials());
+  if (FLAGS_unix_socket) {
+    builder.AddListeningPort(psrt::LocalSocketAddress(FLAGS_base_port + FLAGS_rank),
+                             grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(collective.service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   CHECK(server != nullptr) << "cannot listen on " << options.addresses[FLAGS_rank];
@@ -86,9 +93,10 @@ int main(int argc, char** argv) {
     const double bytes = data.size() * sizeof(float);
     const double algbw = bytes / Median(seconds) / 1e6;
     const double busbw = algbw * 2.0 * (FLAGS_workers - 1) / FLAGS_workers;
-    std::printf("allreduce: mb=%g workers=%d busbw_mb_per_s=%.0f algbw_mb_per_s=%.0f "
-                "minor_faults_per_round=%.1f\n",
-                mb, FLAGS_workers, busbw, algbw, Median(faults));
+    std::printf("allreduce: mb=%g workers=%d transport=%s busbw_mb_per_s=%.0f "
+                "algbw_mb_per_s=%.0f minor_faults_per_round=%.1f\n",
+                mb, FLAGS_workers, FLAGS_unix_socket ? "unix" : "tcp", busbw, algbw,
+                Median(faults));
     std::fflush(stdout);
   }
   // A last op, so that no rank leaves while another still sends to it.

@@ -1,6 +1,7 @@
 // gemm_bench: GFLOP/s of every CPU GEMM path (gemm.h) on the GEMM shapes of
-// LeNet's training step at batch 100, and on the batch-reduce GEMMs of its
-// direct convolution, in one run:
+// LeNet's training step at batch 100 and of Inception-v3's large
+// convolutions (1x7/7x1, 3x3 stride 2, 1x1 with 2048 channels), and on the
+// batch-reduce GEMMs of LeNet's direct convolution, in one run:
 //
 //   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2]
 //
@@ -59,6 +60,13 @@ const Case kCases[] = {
     {"fc1 dx", {100, 3136, 512, false, true}, 0.0f, true},
     {"fc1 dw", {3136, 512, 100, true, false}, 0.0f, true},
     {"square 512", {512, 512, 512, false, false}, 0.0f, true},
+    // Inception-v3 at batch 32 (299x299), whole layers as im2col GEMMs: a
+    // 1x7 (or 7x1) 192 -> 192 at 17x17, Mixed_6a's 3x3 stride 2 288 -> 384
+    // to 17x17 and its filter gradient, Mixed_7c's 1x1 2048 -> 320 at 8x8.
+    {"v3 1x7 fwd", {9248, 192, 1344, false, true}, 0.0f, true},
+    {"v3 3x3s2 fwd", {9248, 384, 2592, false, true}, 0.0f, true},
+    {"v3 3x3s2 dw", {2592, 384, 9248, true, false}, 1.0f, true},
+    {"v3 1x1 2048", {2048, 320, 2048, false, true}, 0.0f, true},
     {"tile in L1", {12, 32, 256, false, false}, 0.0f},
 };
 

@@ -87,8 +87,9 @@ Collective::Collective(Options options)
   CHECK(options_.rank >= 0 && options_.rank < size());
   const TransportSecurity plaintext;
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
-  next_->stub = std::make_unique<grpc::GenericStub>(
-      NewPsChannel(options_.addresses[Mod(options_.rank + 1, size())], security));
+  const std::string& next = options_.addresses[Mod(options_.rank + 1, size())];
+  next_->stub = std::make_unique<grpc::GenericStub>(NewPsChannel(
+      options_.unix_socket && !security.tls() ? PreferLocalSocket(next) : next, security));
 }
 
 Collective::~Collective() = default;

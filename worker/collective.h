@@ -68,6 +68,10 @@ class Collective {
     absl::Duration timeout = absl::Seconds(60);
     // The same for the first op, while the workers start.
     absl::Duration startup_timeout = absl::Seconds(300);
+    // Reach the next worker over its Unix socket when its address is a
+    // loopback one (rpc_util.h's PreferLocalSocket; it must serve there).
+    // Not with TLS, whose certificates name the TCP host.
+    bool unix_socket = false;
     // Records each AllreduceSum's reduce_scatter and all_gather phases;
     // null: none. REQUIRES: outlives the Collective.
     Timeline* timeline = nullptr;

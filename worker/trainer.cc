@@ -122,7 +122,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
     config.set_run_id(NewRunId());
     RETURN_IF_ERROR(client_->Init(config, values, epoch));
     LOG(INFO) << "chief initialized " << values.size() << " variables on "
-              << client_->num_shards() << " parameter servers (run " << config.run_id() << ")";
+              << client_->num_shards() << " shards (run " << config.run_id() << ")";
     return absl::OkStatus();
   }
   std::set<int64_t> versions;

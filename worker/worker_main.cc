@@ -372,6 +372,10 @@ std::unique_ptr<psrt::WorkerStatusServer> StartStatusServer(
   options.task_index = cluster.task.index;
   options.replica = replica;
   options.services = std::move(services);
+  // Allreduce mode: the previous worker may reach the ring here too.
+  if (!options.services.empty() && FLAGS_unix_socket) {
+    options.local_socket = psrt::LocalSocketAddress(port);
+  }
   absl::StatusOr<std::unique_ptr<psrt::WorkerStatusServer>> server =
       status.ok() ? psrt::WorkerStatusServer::Start(options, metrics) : status;
   if (!server.ok()) {
@@ -469,6 +473,7 @@ absl::Status Run() {
     ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
     ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
     ring.timeline = timeline.get();
+    ring.unix_socket = FLAGS_unix_socket;
     collective = std::make_unique<psrt::Collective>(ring);
     services.push_back(collective->service());
   }

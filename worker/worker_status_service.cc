@@ -51,6 +51,9 @@ absl::StatusOr<std::unique_ptr<WorkerStatusServer>> WorkerStatusServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int bound_port = 0;
   builder.AddListeningPort(options.listen_address, options.credentials, &bound_port);
+  if (!options.local_socket.empty()) {
+    builder.AddListeningPort(options.local_socket, options.credentials);
+  }
   builder.RegisterService(server->service_.get());
   for (grpc::Service* service : options.services) builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();

@@ -38,6 +38,8 @@ class WorkerStatusServer {
     // Served on the same port, without a message size cap (allreduce
     // mode's Collective). REQUIRES: they outlive the server.
     std::vector<grpc::Service*> services;
+    // Also serve on this address (allreduce mode's Unix socket); "": no.
+    std::string local_socket;
   };
 
   // Starts serving and installs itself as `metrics`' state listener.

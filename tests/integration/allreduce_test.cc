@@ -25,11 +25,12 @@ TEST_F(AllreduceTest, TrainsExactlyAsASyncPsJobOfTheSameWorkers) {
                             absl::StrCat(kFlags, " --train_steps=40 --final_params_out=", ps_out));
   ASSERT_EQ(ps.exit_code, 0) << ps.output;
   // Fusion groups of at most 0.1 MB (the model's four variables in two
-  // groups), each reduced while the backward pass goes on; with a timeline.
+  // groups), each reduced while the backward pass goes on; with a timeline;
+  // the ring over the workers' Unix sockets.
   const std::string ring_out = dir_ + "/ring.safetensors";
   CommandResult ring = Launch(
       MakeSpec(0, 2, "ring.json"), dir_ + "/ring",
-      absl::StrCat(kFlags, " --train_steps=40 --fusion_mb=0.1 --overlap_comm --timeline=", dir_,
+      absl::StrCat(kFlags, " --train_steps=40 --fusion_mb=0.1 --overlap_comm --unix_socket --timeline=", dir_,
                    "/trace.json --final_params_out=", ring_out));
   ASSERT_EQ(ring.exit_code, 0) << ring.output;
   for (const std::string trace : {"/trace.json", "/trace-1.json"}) {
