@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/rpc_util.h"
+#include "bench/bench_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "grpcpp/security/server_credentials.h"
@@ -37,22 +38,9 @@ DEFINE_int32(rounds, 10, "Allreduces per run.");
 DEFINE_bool(unix_socket, false,
             "Reach the next worker over its abstract Unix socket instead of TCP.");
 
-namespace {
-
-void Check(const absl::Status& status) { CHECK(status.ok()) << status; }
-
-int64_t MinorFaults() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_minflt;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using psrt::bench::Check;
+using psrt::bench::Median;
+using psrt::bench::MinorFaults;
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);

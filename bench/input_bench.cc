@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "common/tfrecord.h"
@@ -41,15 +42,7 @@ DEFINE_string(input_cache, "memory",
               "records to --disk_file and read back by offset for each image.");
 DEFINE_string(disk_file, "/tmp/input_bench.tfrecord", "The records, for --input_cache=disk.");
 
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
+using psrt::bench::Median;
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -112,7 +105,7 @@ int main(int argc, char** argv) {
         CHECK(status.ok()) << status;
       }
       const double secs = absl::ToDoubleSeconds(absl::Now() - start);
-      if (run > 0) rates.push_back(double{FLAGS_batch_size} * FLAGS_batches / secs);
+      if (run > 0) rates.push_back(static_cast<double>(FLAGS_batch_size) * FLAGS_batches / secs);
     }
     std::printf(
         "input: size=%d threads=%d images_per_sec=%.1f (source %dx%d JPEG, %.0f KB avg, "

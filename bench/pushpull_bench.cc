@@ -31,6 +31,7 @@
 #include "common/rpc_util.h"
 #include "common/task_flags.h"
 #include "common/wire_dtype.h"
+#include "bench/bench_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/device.h"
@@ -50,21 +51,11 @@ DEFINE_string(device, "cpu",
               "cpu, or gpu: copy gradients from and parameters to GPU 0 "
               "every round, through page-locked tensors.");
 
+using psrt::bench::Check;
+using psrt::bench::Median;
+using psrt::bench::MinorFaults;
+
 namespace {
-
-void Check(const absl::Status& status) { CHECK(status.ok()) << status; }
-
-int64_t MinorFaults() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_minflt;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // One TCP stream over 127.0.0.1 moving `bytes` from a reused send buffer
 // into a reused receive buffer; returns MB/s.

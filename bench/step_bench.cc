@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "models/model.h"
@@ -36,13 +37,9 @@ DEFINE_int32(input_size, 28, "Input height and width (random images).");
 DEFINE_int32(input_channels, 1, "Input channels.");
 DEFINE_int32(num_classes, 10, "Classes.");
 
-namespace {
+using psrt::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+namespace {
 
 double ProcessCpuSeconds() {
   timespec t;
