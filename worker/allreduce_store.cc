@@ -56,9 +56,10 @@ Placement FusionGroups(const std::vector<VariableDef>& variables, int64_t fusion
   return placement;
 }
 
-// What the chief tells the others in WaitForModelReady.
+// What the chief tells the others in WaitForModelReady, before its config.
 struct ChiefState {
   int64_t restored_step = -1;  // The checkpoint it resumed from; -1: none.
+  int64_t config_bytes = 0;    // Its TrainingConfig's serialized size.
 };
 
 }  // namespace
@@ -138,8 +139,11 @@ absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,
 absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
     absl::Duration /*timeout*/) {
   ChiefState chief;
+  std::string config;  // The chief's, serialized.
   if (rank() == 0) {
     const proto::StatusResponse status = shard_.GetStatus();
+    config = status.config().SerializeAsString();
+    chief.config_bytes = static_cast<int64_t>(config.size());
     if (!status.initialized() || !status.ready()) {
       return absl::FailedPreconditionError(
           "allreduce mode: the chief's parameters are not initialized");
@@ -153,6 +157,15 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
   }
   RETURN_IF_ERROR(options_.collective->Broadcast(
       {reinterpret_cast<char*>(&chief), sizeof(chief)}, /*root=*/0));
+  // Every worker applies the chief's config (its learning-rate schedule
+  // counts epochs in the chief's steps), whatever its own flags and data
+  // give: the same update everywhere.
+  config.resize(chief.config_bytes);
+  RETURN_IF_ERROR(options_.collective->Broadcast(absl::MakeSpan(config), /*root=*/0));
+  proto::TrainingConfig chief_config;
+  if (!chief_config.ParseFromString(config)) {
+    return absl::InternalError("allreduce mode: the chief's training config does not parse");
+  }
   if (chief.restored_step < 0) {  // A fresh start: the chief's initial values.
     if (rank() == 0) {
       std::vector<Tensor> values;
@@ -162,7 +175,7 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
     }
     RETURN_IF_ERROR(options_.collective->Broadcast(
         {reinterpret_cast<char*>(flat_.data()), flat_.num_bytes()}, /*root=*/0));
-    if (rank() != 0) RETURN_IF_ERROR(InitShard(ShardConfig(options_.config)));
+    if (rank() != 0) RETURN_IF_ERROR(InitShard(chief_config));
   } else if (rank() != 0) {
     absl::Status restored = shard_.Restore(chief.restored_step);
     if (!restored.ok()) {
@@ -172,9 +185,9 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
           options_.checkpoint_dir, "\" (every worker must read the chief's checkpoint "
           "directory: one host, or a shared volume): ", restored.message()));
     }
-    RETURN_IF_ERROR(InitShard(ShardConfig(options_.config)));  // Confirms it.
+    RETURN_IF_ERROR(InitShard(chief_config));  // Confirms it.
   }
-  return options_.config;
+  return chief_config;
 }
 
 absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(

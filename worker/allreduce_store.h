@@ -18,7 +18,8 @@
 //
 // Worker 0 is the chief (initialization, evaluation, checkpoints,
 // TensorBoard). WaitForModelReady brings every worker to the chief's state:
-// the chief's initial values, broadcast; or, when the chief resumed from a
+// its training config (so that every worker's optimizer and schedule are
+// the chief's) and its initial values, broadcast; or, when the chief resumed from a
 // checkpoint, that checkpoint, which every worker restores from its own
 // checkpoint_dir (every worker must read the chief's checkpoint directory:
 // one host, or a volume they share).
@@ -49,9 +50,6 @@ class AllreduceStore final : public ParameterStore {
   struct Options {
     // This worker's rank is collective->rank(). REQUIRES: outlives the store.
     Collective* collective = nullptr;
-    // The job's config as this worker's flags give it (sync, one replica a
-    // worker).
-    proto::TrainingConfig config;
     std::string checkpoint_dir;  // Empty: no checkpoints.
     // How long a pull may wait for the local shard (it never waits long).
     absl::Duration pull_timeout = absl::Seconds(60);

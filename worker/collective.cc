@@ -87,9 +87,15 @@ Collective::Collective(Options options)
   CHECK(options_.rank >= 0 && options_.rank < size());
   const TransportSecurity plaintext;
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
-  const std::string& next = options_.addresses[Mod(options_.rank + 1, size())];
-  next_->stub = std::make_unique<grpc::GenericStub>(NewPsChannel(
-      options_.unix_socket && !security.tls() ? PreferLocalSocket(next) : next, security));
+  auto stub = [&](int rank) {
+    const std::string& address = options_.addresses[Mod(rank, size())];
+    return std::make_unique<grpc::GenericStub>(NewPsChannel(
+        options_.unix_socket && !security.tls() ? PreferLocalSocket(address) : address,
+        security));
+  };
+  next_->stub = stub(options_.rank + 1);
+  previous_ = std::make_unique<Channel>();
+  previous_->stub = stub(options_.rank - 1);
 }
 
 Collective::~Collective() = default;
@@ -114,6 +120,10 @@ absl::Status Collective::Deliver(const grpc::ByteBuffer& frame) {
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(frame, &header));
   const int previous = Mod(options_.rank - 1, size());
+  // Op 0 is the next worker asking whether this process still answers.
+  if (header.op() == 0 && header.sender() == Mod(options_.rank + 1, size())) {
+    return absl::OkStatus();
+  }
   if (header.sender() != previous) {
     return absl::InvalidArgumentError(absl::StrCat(
         "allreduce: worker/", options_.rank, " takes messages from worker/", previous,
@@ -143,6 +153,7 @@ absl::Status Collective::Deliver(const grpc::ByteBuffer& frame) {
     return absl::UnavailableError(restarted.message());
   }
   // A retried message that had arrived is taken once.
+  if (std::make_pair(header.op(), header.step()) <= last_taken_) return absl::OkStatus();
   inbox_.try_emplace({header.op(), header.step()}, std::make_unique<grpc::ByteBuffer>(frame));
   return absl::OkStatus();
 }
@@ -193,6 +204,25 @@ absl::Status Collective::SendError(const grpc::Status& status) const {
                        : ""));
 }
 
+absl::Status Collective::Ping(absl::Duration deadline) {
+  proto::CollectiveHeader header;  // Op 0.
+  header.set_sender(options_.rank);
+  header.set_incarnation(incarnation_);
+  grpc::ByteBuffer request = EncodeTensorFrame(header, {});
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  absl::Notification done;
+  grpc::Status status;
+  previous_->stub->UnaryCall(&context, kDeliver, grpc::StubOptions(), &request, &response,
+                             [&](grpc::Status s) {
+                               status = std::move(s);
+                               done.Notify();
+                             });
+  done.WaitForNotification();
+  return FromGrpcStatus(status);
+}
+
 absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
@@ -208,17 +238,23 @@ absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
   const grpc::Status status = call->status;
   // gRPC may hold the segment past the call's end: wait until it lets go.
   call->request.Clear();
+  call->context.reset();
+  call->response.Clear();
   if (status.ok()) {
     call->released.WaitForNotification();
     return absl::OkStatus();
   }
   // A failed call's bytes can stay queued on a connection whose peer reads
   // nothing (it hangs); they are released only when the connection closes.
-  // The Collective has failed for good, so its caller stops: give up
-  // waiting, and leave the call to its release callback.
-  if (!call->released.WaitForNotificationWithTimeout(absl::Seconds(2))) {
-    LOG(WARNING) << "allreduce: gRPC still holds a failed message; not waiting for it";
-    call.release();  // Deliberately leaked: the callback still names it.
+  // The Collective has failed for good: close the channel (its last
+  // reference), so that the transport drops them before the caller frees
+  // the buffer they point into.
+  if (!call->released.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    next_->stub.reset();
+    if (!call->released.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+      LOG(WARNING) << "allreduce: gRPC still holds a failed message; not waiting for it";
+      call.release();  // Deliberately leaked: the callback still names it.
+    }
   }
   return Fail(SendError(status));
 }
@@ -227,28 +263,44 @@ absl::Status Collective::Receive(int64_t op, int step, absl::Span<char> bytes, b
   const int previous = Mod(options_.rank - 1, size());
   const auto key = std::make_pair(op, step);
   std::unique_ptr<grpc::ByteBuffer> frame;
-  {
-    absl::MutexLock lock(&mu_);
-    auto arrived = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return inbox_.count(key) > 0 || !peer_error_.ok();
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&arrived), Timeout(op));
-    auto it = inbox_.find(key);
-    if (it != inbox_.end()) {
-      frame = std::move(it->second);
-      inbox_.erase(it);
-    } else if (!peer_error_.ok()) {
-      return Fail(peer_error_);
-    } else {
+  const absl::Time start = absl::Now();
+  while (frame == nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto arrived = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return inbox_.count(key) > 0 || !peer_error_.ok();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&arrived), Timeout(op));
+      auto it = inbox_.find(key);
+      if (it != inbox_.end()) {
+        frame = std::move(it->second);
+        inbox_.erase(it);
+        last_taken_ = key;
+        break;
+      }
+      if (!peer_error_.ok()) return Fail(peer_error_);
+    }
+    // Silent for a timeout: a previous worker that still answers is busy
+    // (the chief evaluating or saving), and is waited for up to
+    // busy_timeout; one that does not answer is dead or hung.
+    const absl::Duration silent = absl::Now() - start;
+    const absl::Status alive = Ping(std::min(options_.timeout, absl::Seconds(30)));
+    if (!alive.ok() || silent >= options_.busy_timeout) {
       return Fail(absl::DeadlineExceededError(absl::StrCat(
           "allreduce: nothing from ", PeerName(previous), " for ",
-          absl::FormatDuration(Timeout(op)), " (op ", op, ", step ", step,
-          "): it died, hung or cannot reach this worker")));
+          absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))), " (op ", op,
+          ", step ", step, "): ",
+          alive.ok() ? "it answers but sends nothing (--allreduce_busy_timeout_secs)"
+                     : absl::StrCat("it died, hung or cannot reach this worker (",
+                                    alive.message(), ")"))));
     }
+    LOG(INFO) << "allreduce: " << PeerName(previous) << " is alive but has sent nothing for "
+              << absl::Trunc(silent, absl::Seconds(1))
+              << "; waiting (it may be evaluating or saving)";
   }
   TensorFrameReader reader;
   proto::CollectiveHeader header;
-  RETURN_IF_ERROR(reader.Open(*frame, &header));
+  RETURN_IF_ERROR(Fail(reader.Open(*frame, &header)));
   if (reader.size() != bytes.size()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "allreduce: ", PeerName(previous), " sent ", reader.size(), " bytes for step ", step,

@@ -16,8 +16,10 @@
 // buffer without a copy, and is read from gRPC's buffers straight into the
 // destination.
 //
-// Faults: a previous worker that sends nothing for Options::timeout (its
-// process died, hung or is unreachable), a next worker that cannot be
+// Faults: a previous worker that sends nothing for Options::timeout and
+// then does not answer a ping either (its process died, hung or is
+// unreachable; one that answers is waited for up to busy_timeout), a next
+// worker that cannot be
 // reached within it or refuses a message, or a peer that restarted
 // (another incarnation) fail the call with an error naming that worker and
 // its address; the Collective then stays failed. Sends are retried while the
@@ -68,6 +70,10 @@ class Collective {
     absl::Duration timeout = absl::Seconds(60);
     // The same for the first op, while the workers start.
     absl::Duration startup_timeout = absl::Seconds(300);
+    // How long a previous worker that still answers (a ping, once it has
+    // been silent for `timeout`) may go on sending nothing: the chief
+    // evaluating or saving between steps.
+    absl::Duration busy_timeout = absl::Minutes(30);
     // Reach the next worker over its Unix socket when its address is a
     // loopback one (rpc_util.h's PreferLocalSocket; it must serve there).
     // Not with TLS, whose certificates name the TCP host.
@@ -118,6 +124,9 @@ class Collective {
   // Waits for step `step` of op `op` from the previous worker and adds it
   // into `bytes`, as floats (or copies it there).
   absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add);
+  // Whether the previous worker's process answers within `deadline` (a
+  // Deliver of op 0).
+  absl::Status Ping(absl::Duration deadline);
   // The silence allowed now: startup_timeout for the first op.
   absl::Duration Timeout(int64_t op) const;
   // Records `status` as the Collective's failure (the first one sticks).
@@ -130,7 +139,8 @@ class Collective {
   const int64_t incarnation_;
   std::unique_ptr<Service> service_;
   struct Channel;
-  std::unique_ptr<Channel> next_;  // To worker rank + 1.
+  std::unique_ptr<Channel> next_;      // To worker rank + 1; reset when failed.
+  std::unique_ptr<Channel> previous_;  // To worker rank - 1, for pings.
   int64_t op_ = 0;                 // Ops started so far.
   absl::Status failed_;            // The caller's thread only.
 
@@ -139,6 +149,8 @@ class Collective {
   std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_
       ABSL_GUARDED_BY(mu_);
   int64_t previous_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none seen.
+  // The last (op, step) taken from the inbox: a retry of it is dropped.
+  std::pair<int64_t, int> last_taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Status peer_error_ ABSL_GUARDED_BY(mu_);           // From Deliver.
 };
 

@@ -152,11 +152,26 @@ absl::Status DecodePng(absl::string_view bytes, int channels, bool header_only,
     png_image_free(&png);
     return CheckSize(image->height, image->width);
   }
-  png.format = out_channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  // With transparency (an alpha channel or tRNS), libpng would blend onto
+  // whatever the buffer held (the previous image): read the alpha channel
+  // too and drop it, as TensorFlow's decode_png does for 1 or 3 channels.
+  const bool alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+  png.format = (out_channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB) |
+               (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
   image->pixels.resize(PNG_IMAGE_SIZE(png));
   if (!png_image_finish_read(&png, /*background=*/nullptr, image->pixels.data(),
                              /*row_stride=*/0, /*colormap=*/nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat("PNG: ", png.message));
+  }
+  if (alpha) {
+    const size_t pixels = size_t{png.width} * png.height;
+    uint8_t* data = image->pixels.data();
+    for (size_t i = 0; i < pixels; ++i) {
+      for (int c = 0; c < out_channels; ++c) {
+        data[i * out_channels + c] = data[i * (out_channels + 1) + c];
+      }
+    }
+    image->pixels.resize(pixels * out_channels);
   }
   return absl::OkStatus();
 }

@@ -208,9 +208,12 @@ DEFINE_string(timeline, "",
               "reduce-scatter, all-gather and apply, to this file (the chief; replica r "
               "writes FILE with \"-r\" before its extension).");
 DEFINE_double(allreduce_timeout_secs, 120,
-              "Allreduce mode: a worker that sends nothing or cannot be reached for "
-              "this long fails the others (the chief's checkpoints and evaluations "
-              "between steps count against it).");
+              "Allreduce mode: a worker that sends nothing for this long and then does "
+              "not answer either (dead, hung, unreachable), or that cannot be reached "
+              "for this long, fails the others, named.");
+DEFINE_double(allreduce_busy_timeout_secs, 1800,
+              "Allreduce mode: how long a worker that still answers may send nothing "
+              "(the chief evaluating or saving between steps) before the others fail.");
 
 namespace {
 
@@ -471,6 +474,7 @@ absl::Status Run() {
     for (int r = 0; r < num_replicas; ++r) ring.addresses.push_back(spec.ReplicaAddress(r));
     ring.security = security;
     ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
+    ring.busy_timeout = absl::Seconds(FLAGS_allreduce_busy_timeout_secs);
     ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
     ring.timeline = timeline.get();
     ring.unix_socket = FLAGS_unix_socket;
@@ -711,7 +715,6 @@ absl::Status Run() {
     }
     psrt::AllreduceStore::Options store_options;
     store_options.collective = collective.get();
-    store_options.config = options.config;
     store_options.checkpoint_dir = FLAGS_checkpoint_dir;
     if (FLAGS_fusion_mb <= 0) return absl::InvalidArgumentError("--fusion_mb must be positive");
     store_options.fusion_bytes = static_cast<int64_t>(FLAGS_fusion_mb * 1e6);

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 // jpeglib.h needs stdio's FILE first.
 #include <cstdio>
 #include <jpeglib.h>
+#include <png.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +69,43 @@ TEST(ImageDecoderTest, PngRoundTripIsExact) {
   EXPECT_EQ(header->height, 17);
   EXPECT_EQ(header->width, 9);
   EXPECT_EQ(header->channels, 3);
+}
+
+// A PNG with an alpha channel decodes to its color values, whatever the
+// reused buffer held before (libpng would blend onto it).
+TEST(ImageDecoderTest, TransparencyIsDroppedNotBlendedOntoTheLastImage) {
+  std::vector<uint8_t> rgba;
+  for (int i = 0; i < 6 * 5; ++i) {
+    rgba.insert(rgba.end(), {static_cast<uint8_t>(i), static_cast<uint8_t>(2 * i), 7,
+                             static_cast<uint8_t>(i % 2 ? 0 : 128)});
+  }
+  png_image png;
+  std::memset(&png, 0, sizeof(png));
+  png.version = PNG_IMAGE_VERSION;
+  png.width = 6;
+  png.height = 5;
+  png.format = PNG_FORMAT_RGBA;
+  png_alloc_size_t size = 0;
+  ASSERT_TRUE(png_image_write_get_memory_size(png, size, 0, rgba.data(), 0, nullptr));
+  std::string bytes(size, '\0');
+  ASSERT_TRUE(png_image_write_to_memory(&png, bytes.data(), &size, 0, rgba.data(), 0, nullptr));
+  bytes.resize(size);
+  for (int channels : {3, 1}) {
+    Image image;
+    image.pixels.assign(6 * 5 * 3, 200);  // The previous image, in the reused buffer.
+    ASSERT_TRUE(DecodeImage(bytes, channels, &image).ok());
+    ASSERT_EQ(image.pixels.size(), 6u * 5 * channels);
+    Image again;
+    ASSERT_TRUE(DecodeImage(bytes, channels, &again).ok());
+    EXPECT_EQ(image.pixels, again.pixels) << channels;
+    if (channels == 3) {
+      for (int i = 0; i < 6 * 5; ++i) {
+        EXPECT_EQ(image.pixels[3 * i], i) << i;
+        EXPECT_EQ(image.pixels[3 * i + 1], 2 * i) << i;
+        EXPECT_EQ(image.pixels[3 * i + 2], 7) << i;
+      }
+    }
+  }
 }
 
 TEST(ImageDecoderTest, GrayBecomesRgbAndBack) {
