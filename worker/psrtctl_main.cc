@@ -147,6 +147,12 @@ absl::StatusOr<std::shared_ptr<const psrt::TransportSecurity>> OperatorSecurity(
 // A client that only talks to the shards (no variables).
 absl::StatusOr<std::unique_ptr<psrt::PsClient>> OperatorClient() {
   ASSIGN_OR_RETURN(psrt::ClusterSpec spec, LoadSpec());
+  if (spec.num_ps() == 0) {
+    return absl::FailedPreconditionError(
+        "psrtctl shutdown ends a job through its parameter servers, and this cluster spec has "
+        "none (an allreduce-mode job): stop its workers instead (Ctrl-C the launcher, or "
+        "stop the tasks); started again, the job resumes from its --checkpoint_dir");
+  }
   psrt::PsClient::Options options;
   for (int k = 0; k < spec.num_ps(); ++k) options.ps_addresses.push_back(spec.address("ps", k));
   options.replica = -1;

@@ -50,6 +50,11 @@ TEST_F(AllreduceTest, TrainsExactlyAsASyncPsJobOfTheSameWorkers) {
   const double diff = MaxAbsDiff(ring_out, ps_out);
   EXPECT_GE(diff, 0);
   EXPECT_LE(diff, 1e-5);
+  // An operator's shutdown needs parameter servers; this job has none.
+  CommandResult shutdown =
+      RunCommand(absl::StrCat(bin_, "/psrtctl shutdown --cluster_spec=", dir_, "/ring.json"));
+  EXPECT_EQ(shutdown.exit_code, 1) << shutdown.output;
+  EXPECT_NE(shutdown.output.find("an allreduce-mode job"), std::string::npos) << shutdown.output;
 }
 
 TEST_F(AllreduceTest, ResumesFromItsCheckpointsExactly) {
