@@ -43,8 +43,9 @@ class ParameterStore {
   // Lets a caller overlap a pull or a push with its compute
   // (worker/step_pipeline.h), while the call runs on another thread.
   struct ShardHooks {
-    // Pull: runs on a gRPC thread once shard k's values are in the
-    // parameters (on every attempt that delivers them).
+    // Pull: runs (on the store's thread, a gRPC one for PsClient) once
+    // shard k's values are in the parameters (on every attempt that
+    // delivers them).
     std::function<void(int shard)> arrived;
     // Push: the shards are sent in `order` (every shard once), each only
     // after `wait_until_ready(shard)` returns: its gradients are final.

@@ -83,48 +83,27 @@ class PsClient final : public ParameterStore {
            std::vector<VariableDef> variables);
   ~PsClient();
 
-  // Waits until every shard answers and none is still restoring its
-  // checkpoint at start, retrying with backoff and logging the shards it
-  // still waits for. DeadlineExceeded names them;
-  // FailedPrecondition names a ps task that serves another number of
+  // ParameterStore (worker/parameter_store.h), over gRPC. WaitForServers
+  // retries with backoff, logging the shards it still waits for, and also
+  // fails (FailedPrecondition) on a ps task that serves another number of
   // stripes than Options::ps_stripes (unless the client has no variables:
   // an operator's, whose Shutdown reaches every stripe of a task anyway).
+  // Shutdown ignores unreachable shards: they may have exited already.
   absl::Status WaitForServers(absl::Duration timeout) override;
-  // Chief: registers the variables and their initial values on every shard
-  // (or confirms the state they hold), in recovery round `recovery_epoch`
-  // (proto's RestoreRequest).
   absl::Status Init(const proto::TrainingConfig& config,
                     const std::vector<Tensor>& params, int64_t recovery_epoch = 0) override;
-  // Waits until the chief has made every shard ready (initialized or
-  // restored, and confirmed), checks that it holds exactly this worker's
-  // variables, and returns the chief's config. Cancelled when the chief has
-  // already ended training.
   absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
       absl::Duration timeout) override;
-  // Fills `params` (one tensor per variable, already shaped) with values of
-  // version >= min_version from every shard, once every unfinished replica
-  // has pushed min_clock gradients (bounded staleness); with
-  // `moving_average`, with their moving averages instead.
   absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
                                   bool moving_average = false, int64_t min_clock = 0,
                                   Precision precision = Precision::kWire,
                                   const ShardHooks* hooks = nullptr) override;
-  // Pushes one gradient per variable, tagged with the versions last pulled.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
                                   const ShardHooks* hooks = nullptr) override;
-  // Tells every shard this replica is done (the chief's ends training).
-  // Unreachable shards are ignored: they may have exited already.
   void Shutdown() override;
-  // Status of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
-  // Every shard saves checkpoint `step` if it is at `version` (any: -1).
-  // Each keeps its `keep` latest checkpoints and `keep_step` (-1: none).
   absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
-  // Every shard loads checkpoint `step`, in recovery round `recovery_epoch`.
   absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
-
-  // Accept whatever incarnation each shard answers with next: after the
-  // chief has brought the shards to one confirmed state.
   void ForgetIncarnations() override;
 
   const Placement& placement() const override { return placement_; }
