@@ -33,6 +33,7 @@ DEFINE_int32(batch_size, 100, "Examples per step.");
 DEFINE_int32(steps, 20, "Steps per timed run.");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
 DEFINE_string(device, "cpu", "cpu, or gpu (GPU 0).");
+DEFINE_string(gpu_math, "fp32", "fp32 or tf32: how GPU GEMMs round.");
 DEFINE_int32(input_size, 28, "Input height and width (random images).");
 DEFINE_int32(input_channels, 1, "Input channels.");
 DEFINE_int32(num_classes, 10, "Classes.");
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
       << "--device=" << FLAGS_device << " is not cpu or gpu";
   if (FLAGS_device == "gpu") {
     options.device.type = psrt::kernels::DeviceType::kGpu;
+    auto math = psrt::kernels::ParseGpuMath(FLAGS_gpu_math);
+    CHECK(math.ok()) << math.status();
+    options.device.gpu_math = *math;
   }
   auto model = psrt::NewModel(FLAGS_model, options);
   CHECK(model.ok()) << model.status();
@@ -93,9 +97,10 @@ int main(int argc, char** argv) {
     cpu_eps.push_back(examples * FLAGS_threads / cpu);
   }
   std::printf(
-      "step: model=%s device=%s threads=%d batch=%d wall_eps=%.1f "
-      "cpu_eps=%.0f\n",
-      FLAGS_model.c_str(), FLAGS_device.c_str(), FLAGS_threads,
+      "step: model=%s device=%s gpu_math=%s threads=%d batch=%d "
+      "wall_eps=%.1f cpu_eps=%.0f\n",
+      FLAGS_model.c_str(), FLAGS_device.c_str(),
+      FLAGS_device == "gpu" ? FLAGS_gpu_math.c_str() : "-", FLAGS_threads,
       FLAGS_batch_size, Median(wall_eps), Median(cpu_eps));
   return 0;
 }

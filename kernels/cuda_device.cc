@@ -130,13 +130,42 @@ class CachingAllocator {
   DeviceMemoryStats stats_;
 };
 
+// A side stream and the events that order it against the compute stream.
+// Fields are null until Create succeeds; the destructor frees what exists.
+struct SideStreams {
+  cudaStream_t upload = nullptr;    // Host to device, ahead of compute.
+  cudaStream_t download = nullptr;  // Device to host, after compute.
+  cudaEvent_t compute_done = nullptr;
+  cudaEvent_t uploads_done = nullptr;
+
+  absl::Status Create() {
+    RETURN_IF_ERROR(CudaStatus(
+        "cudaStreamCreate(upload)",
+        cudaStreamCreateWithFlags(&upload, cudaStreamNonBlocking)));
+    RETURN_IF_ERROR(CudaStatus(
+        "cudaStreamCreate(download)",
+        cudaStreamCreateWithFlags(&download, cudaStreamNonBlocking)));
+    RETURN_IF_ERROR(CudaStatus(
+        "cudaEventCreate",
+        cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming)));
+    return CudaStatus(
+        "cudaEventCreate",
+        cudaEventCreateWithFlags(&uploads_done, cudaEventDisableTiming));
+  }
+  ~SideStreams() {
+    if (uploads_done != nullptr) cudaEventDestroy(uploads_done);
+    if (compute_done != nullptr) cudaEventDestroy(compute_done);
+    if (download != nullptr) cudaStreamDestroy(download);
+    if (upload != nullptr) cudaStreamDestroy(upload);
+  }
+};
+
 class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
  public:
-  CudaDevice(std::unique_ptr<CudaContext> ctx, cudaStream_t copy_stream,
-             cudaEvent_t compute_done, std::string gpu_name)
+  CudaDevice(std::unique_ptr<CudaContext> ctx,
+             std::unique_ptr<SideStreams> side, std::string gpu_name)
       : ctx_(std::move(ctx)),
-        copy_stream_(copy_stream),
-        compute_done_(compute_done),
+        side_(std::move(side)),
         name_(absl::StrCat("gpu:", ctx_->device(), " (", gpu_name, ")")),
         allocator_(ctx_->device()) {}
 
@@ -144,8 +173,7 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
     Bind();
     const absl::Status synced = Synchronize();
     LOG_IF(ERROR, !synced.ok()) << name_ << ": " << synced;
-    cudaEventDestroy(compute_done_);
-    cudaStreamDestroy(copy_stream_);
+    for (cudaEvent_t mark : marks_) cudaEventDestroy(mark);
   }
 
   DeviceType type() const override { return DeviceType::kGpu; }
@@ -153,6 +181,8 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
   void Bind() override { PSRT_CUDA_CHECK(cudaSetDevice(ctx_->device())); }
   absl::Status Synchronize() override {
     RETURN_IF_ERROR(ctx_->Synchronize());
+    RETURN_IF_ERROR(CudaStatus("cudaStreamSynchronize(uploads)",
+                               cudaStreamSynchronize(side_->upload)));
     return WaitForHostCopies();
   }
 
@@ -174,20 +204,56 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
   void Fill(float* x, int64_t n, float value) override {
     kernels::Fill(*ctx_, value, x, n);
   }
+  // One event serves each direction: cudaStreamWaitEvent takes the record
+  // made just before it.
+  void BeginUploads() override {
+    PSRT_CUDA_CHECK(cudaEventRecord(side_->compute_done, ctx_->stream()));
+    PSRT_CUDA_CHECK(
+        cudaStreamWaitEvent(side_->upload, side_->compute_done, 0));
+  }
+  void UploadToDevice(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+                                    side_->upload));
+  }
+  void ComputeWaitsForUploads() override {
+    PSRT_CUDA_CHECK(cudaEventRecord(side_->uploads_done, side_->upload));
+    PSRT_CUDA_CHECK(
+        cudaStreamWaitEvent(ctx_->stream(), side_->uploads_done, 0));
+  }
   void CopyToHostAfterCompute(void* host, const void* src,
                               size_t bytes) override {
     if (bytes == 0) return;
-    // The copy stream waits for the compute stream's work so far, then
-    // copies while the compute stream goes on. One event serves every copy:
-    // cudaStreamWaitEvent takes the record made just before it.
-    PSRT_CUDA_CHECK(cudaEventRecord(compute_done_, ctx_->stream()));
-    PSRT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    // The download stream waits for the compute stream's work so far, then
+    // copies while the compute stream goes on.
+    PSRT_CUDA_CHECK(cudaEventRecord(side_->compute_done, ctx_->stream()));
+    PSRT_CUDA_CHECK(
+        cudaStreamWaitEvent(side_->download, side_->compute_done, 0));
     PSRT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
-                                 copy_stream_));
+                                    side_->download));
+  }
+  int MarkHostCopies() override {
+    if (next_mark_ == marks_.size()) {
+      // Blocking sync: a waiting thread sleeps instead of spinning on a core
+      // that the pushes of the gradients already copied need.
+      cudaEvent_t mark;
+      PSRT_CUDA_CHECK(cudaEventCreateWithFlags(
+          &mark, cudaEventDisableTiming | cudaEventBlockingSync));
+      marks_.push_back(mark);
+    }
+    PSRT_CUDA_CHECK(cudaEventRecord(marks_[next_mark_], side_->download));
+    return static_cast<int>(next_mark_++);
+  }
+  absl::Status WaitForHostCopies(int mark) override {
+    CHECK(mark >= 0 && static_cast<size_t>(mark) < next_mark_)
+        << "mark " << mark << " was not handed out since the last wait";
+    return CudaStatus("cudaEventSynchronize(copies)",
+                      cudaEventSynchronize(marks_[mark]));
   }
   absl::Status WaitForHostCopies() override {
+    next_mark_ = 0;
     return CudaStatus("cudaStreamSynchronize(copies)",
-                      cudaStreamSynchronize(copy_stream_));
+                      cudaStreamSynchronize(side_->download));
   }
 
  protected:
@@ -196,39 +262,40 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
  private:
   const std::unique_ptr<CudaContext> ctx_;
-  const cudaStream_t copy_stream_;
-  const cudaEvent_t compute_done_;
+  const std::unique_ptr<SideStreams> side_;
   const std::string name_;
+  // MarkHostCopies's events, reused: [0, next_mark_) are handed out.
+  std::vector<cudaEvent_t> marks_;
+  size_t next_mark_ = 0;
   CachingAllocator allocator_;
   CudaWorkspace workspace_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu) {
-  const int count = CudaDeviceCount();
+absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math) {
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess) {
+    cudaGetLastError();  // Not sticky: clear it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gpu:", gpu, " asked for, but the CUDA runtime finds no usable GPU: ",
+        cudaGetErrorString(counted)));
+  }
   if (gpu < 0 || gpu >= count) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gpu:", gpu, " asked for, but this process sees ", count,
-        " GPU(s) (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them)"));
+        " GPU(s) (CUDA_VISIBLE_DEVICES may hide some)"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> ctx, CudaContext::Create(gpu));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> ctx,
+                   CudaContext::Create(gpu, math));
   cudaDeviceProp prop;
   RETURN_IF_ERROR(CudaStatus("cudaGetDeviceProperties",
                              cudaGetDeviceProperties(&prop, gpu)));
-  cudaStream_t copy_stream;
-  RETURN_IF_ERROR(CudaStatus(
-      "cudaStreamCreate",
-      cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking)));
-  cudaEvent_t compute_done;
-  const cudaError_t err =
-      cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming);
-  if (err != cudaSuccess) {
-    cudaStreamDestroy(copy_stream);
-    return CudaStatus("cudaEventCreate", err);
-  }
-  return std::unique_ptr<Device>(new CudaDevice(
-      std::move(ctx), copy_stream, compute_done, prop.name));
+  auto side = std::make_unique<SideStreams>();
+  RETURN_IF_ERROR(side->Create());
+  return std::unique_ptr<Device>(
+      new CudaDevice(std::move(ctx), std::move(side), prop.name));
 }
 
 }  // namespace kernels
@@ -236,10 +303,10 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu) {
 
 extern "C" int PsrtCudaDeviceCount() { return psrt::kernels::CudaDeviceCount(); }
 
-extern "C" psrt::kernels::Device* PsrtNewCudaDevice(int gpu,
+extern "C" psrt::kernels::Device* PsrtNewCudaDevice(int gpu, int math,
                                                     absl::Status* status) {
   absl::StatusOr<std::unique_ptr<psrt::kernels::Device>> device =
-      psrt::kernels::NewCudaDevice(gpu);
+      psrt::kernels::NewCudaDevice(gpu, static_cast<psrt::kernels::GpuMath>(math));
   if (!device.ok()) {
     *status = device.status();
     return nullptr;

@@ -14,10 +14,11 @@ namespace psrt {
 namespace kernels {
 
 // GPU `gpu` of the visible ones: a non-blocking compute stream with its
-// cuBLAS handle, a side stream for copies to the host, a caching allocator
-// and page-locked host memory. FailedPrecondition where there is no such GPU
-// or no driver.
-absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu);
+// cuBLAS handle (in `math`'s mode), side streams for uploads and for copies
+// to the host, a caching allocator and page-locked host memory.
+// FailedPrecondition where there is no such GPU or no usable driver, with
+// the CUDA runtime's reason.
+absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math);
 
 }  // namespace kernels
 }  // namespace psrt
@@ -26,9 +27,10 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu);
 extern "C" {
 // The number of CUDA devices this process sees; 0 without a driver.
 int PsrtCudaDeviceCount();
-// NewCudaDevice(gpu): the device (the caller owns it), or null with the
-// error in *status.
-psrt::kernels::Device* PsrtNewCudaDevice(int gpu, absl::Status* status);
+// NewCudaDevice(gpu, GpuMath(math)): the device (the caller owns it), or
+// null with the error in *status.
+psrt::kernels::Device* PsrtNewCudaDevice(int gpu, int math,
+                                         absl::Status* status);
 }
 
 #endif  // PSRT_KERNELS_CUDA_DEVICE_H_

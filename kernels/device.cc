@@ -77,10 +77,17 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
   void Fill(float* x, int64_t n, float value) override {
     std::fill_n(x, n, value);
   }
+  void BeginUploads() override {}
+  void UploadToDevice(void* dst, const void* host, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host, bytes);
+  }
+  void ComputeWaitsForUploads() override {}
   void CopyToHostAfterCompute(void* host, const void* src,
                               size_t bytes) override {
     if (bytes > 0) std::memcpy(host, src, bytes);
   }
+  int MarkHostCopies() override { return 0; }
+  absl::Status WaitForHostCopies(int) override { return absl::OkStatus(); }
   absl::Status WaitForHostCopies() override { return absl::OkStatus(); }
 
  protected:
@@ -97,10 +104,11 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
 
 #if PSRT_WITH_CUDA
 // libpsrt_kernels_cuda.so (cuda_device.h), loaded from the directory of the
-// running binary on first use; `error` says why it could not be.
+// running binary on first use; `error` says why it could not be (logged
+// once, with dlopen's reason).
 struct CudaLibrary {
   int (*device_count)() = nullptr;
-  Device* (*new_device)(int, absl::Status*) = nullptr;
+  Device* (*new_device)(int, int, absl::Status*) = nullptr;
   std::string error;
 };
 
@@ -118,20 +126,42 @@ const CudaLibrary& LoadCudaLibrary() {
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       lib->error = absl::StrCat("cannot load the CUDA kernels: ", dlerror());
-      return lib;
+    } else {
+      lib->device_count =
+          reinterpret_cast<int (*)()>(dlsym(handle, "PsrtCudaDeviceCount"));
+      lib->new_device = reinterpret_cast<Device* (*)(int, int, absl::Status*)>(
+          dlsym(handle, "PsrtNewCudaDevice"));
+      if (lib->device_count == nullptr || lib->new_device == nullptr) {
+        lib->error = absl::StrCat(path, " lacks psrt's entry points");
+        lib->device_count = nullptr;
+        lib->new_device = nullptr;
+      }
     }
-    lib->device_count =
-        reinterpret_cast<int (*)()>(dlsym(handle, "PsrtCudaDeviceCount"));
-    lib->new_device = reinterpret_cast<Device* (*)(int, absl::Status*)>(
-        dlsym(handle, "PsrtNewCudaDevice"));
-    if (lib->device_count == nullptr || lib->new_device == nullptr) {
-      lib->error = absl::StrCat(path, " lacks psrt's entry points");
-      lib->device_count = nullptr;
-      lib->new_device = nullptr;
-    }
+    LOG_IF(WARNING, !lib->error.empty()) << lib->error;
     return lib;
   }();
   return *library;
+}
+
+// The driver's count of the GPUs this process may use, through libcuda's
+// driver API (cuInit, cuDeviceGetCount), so that asking loads neither cudart
+// nor cuBLAS. 0 without a driver.
+int DriverGpuCount() {
+  static const int count = [] {
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) return 0;  // No driver: no GPU, nothing to say.
+    // CUresult cuInit(unsigned), cuDeviceGetCount(int*); 0 is CUDA_SUCCESS.
+    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(handle, "cuInit"));
+    auto get_count =
+        reinterpret_cast<int (*)(int*)>(dlsym(handle, "cuDeviceGetCount"));
+    int n = 0;
+    if (init == nullptr || get_count == nullptr || init(0) != 0 ||
+        get_count(&n) != 0) {
+      return 0;
+    }
+    return n;
+  }();
+  return count;
 }
 #endif
 
@@ -139,12 +169,31 @@ const CudaLibrary& LoadCudaLibrary() {
 
 bool BuiltWithCuda() { return PSRT_WITH_CUDA != 0; }
 
+absl::StatusOr<GpuMath> ParseGpuMath(const std::string& name) {
+  if (name == "fp32") return GpuMath::kFp32;
+  if (name == "tf32") return GpuMath::kTf32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--gpu_math=", name, ": want fp32 or tf32"));
+}
+
 int VisibleGpuCount() {
 #if PSRT_WITH_CUDA
-  const CudaLibrary& cuda = LoadCudaLibrary();
-  return cuda.device_count != nullptr ? cuda.device_count() : 0;
+  return DriverGpuCount();
 #else
   return 0;
+#endif
+}
+
+absl::StatusOr<int> LoadCudaKernels() {
+#if PSRT_WITH_CUDA
+  const CudaLibrary& cuda = LoadCudaLibrary();
+  if (cuda.device_count == nullptr) {
+    return absl::FailedPreconditionError(cuda.error);
+  }
+  return cuda.device_count();
+#else
+  return absl::FailedPreconditionError(
+      "this psrt was built without CUDA (no nvcc when it was configured)");
 #endif
 }
 
@@ -159,7 +208,8 @@ absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec) {
         absl::StrCat("gpu:", spec.gpu, " asked for: ", cuda.error));
   }
   absl::Status status;
-  std::unique_ptr<Device> device(cuda.new_device(spec.gpu, &status));
+  std::unique_ptr<Device> device(cuda.new_device(
+      spec.gpu, static_cast<int>(spec.gpu_math), &status));
   if (device == nullptr) return status;
   return device;
 #else

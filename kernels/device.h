@@ -15,9 +15,17 @@
 // between them and the device are asynchronous.
 //
 // Ordering: everything is queued in order on the device's compute stream
-// (the CPU runs it at once). CopyToHostAfterCompute queues a copy on a side
-// stream that starts when the work queued so far is done and overlaps the
-// work queued after it; WaitForHostCopies waits for those copies.
+// (the CPU runs it at once), except two kinds of copies on side streams:
+// - Uploads (UploadToDevice) run on an upload stream, so that a layer's
+//   parameters travel while the layers before it compute. BeginUploads makes
+//   the upload stream wait for the compute stream's work so far (which may
+//   still read the destinations); ComputeWaitsForUploads makes the compute
+//   stream's later work wait for the uploads queued so far.
+// - CopyToHostAfterCompute queues a copy on a download stream that starts
+//   when the compute work queued so far is done and overlaps the work queued
+//   after it. MarkHostCopies names the downloads queued so far, so that
+//   WaitForHostCopies(mark) waits for those alone (a layer's gradients);
+//   WaitForHostCopies() waits for all, and ends the marks handed out.
 // Synchronize waits for everything.
 //
 // Thread safety: not thread-safe; one device per thread (towers own one
@@ -47,7 +55,12 @@ struct DeviceSpec {
   DeviceType type = DeviceType::kCpu;
   int gpu = 0;          // kGpu: the CUDA device ordinal (of the visible ones).
   int cpu_threads = 0;  // kCpu: intra-op threads; 0 is one per core.
+  GpuMath gpu_math = GpuMath::kFp32;  // kGpu only (ops.h).
 };
+
+// "fp32" or "tf32" (the --gpu_math flag); InvalidArgument naming the value
+// otherwise.
+absl::StatusOr<GpuMath> ParseGpuMath(const std::string& name);
 
 // Counters of a device's allocator, for tests and memory reports.
 struct DeviceMemoryStats {
@@ -85,10 +98,21 @@ class Device {
   virtual void CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
   virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void Fill(float* x, int64_t n, float value) = 0;
+  // See Ordering above. `host` should be page-locked (host_allocator()) for
+  // the copy to be asynchronous. REQUIRES: `host` is unchanged until the
+  // compute stream has waited for the upload (ComputeWaitsForUploads) and
+  // that work has run.
+  virtual void BeginUploads() = 0;
+  virtual void UploadToDevice(void* dst, const void* host, size_t bytes) = 0;
+  virtual void ComputeWaitsForUploads() = 0;
   // See Ordering above. REQUIRES: `src` is not written before
   // WaitForHostCopies returns.
   virtual void CopyToHostAfterCompute(void* host, const void* src,
                                       size_t bytes) = 0;
+  virtual int MarkHostCopies() = 0;
+  // REQUIRES: `mark` came from MarkHostCopies since the last
+  // WaitForHostCopies().
+  virtual absl::Status WaitForHostCopies(int mark) = 0;
   virtual absl::Status WaitForHostCopies() = 0;
 
   // ---- Ops (ops.h). ----
@@ -169,11 +193,21 @@ class Device {
 };
 
 // The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES
-// applies); 0 without a GPU, a driver, or a CUDA build.
+// applies); 0 without a GPU, a driver, or a CUDA build. Asks the driver
+// (libcuda) alone: it loads neither the CUDA kernels nor cudart and cuBLAS,
+// so a process that then runs on the CPU never maps them.
 int VisibleGpuCount();
 
 // Whether this binary was built with the CUDA kernels.
 bool BuiltWithCuda();
+
+// Loads the CUDA kernels (libpsrt_kernels_cuda.so beside the binary, which
+// loads cudart and cuBLAS) and returns the number of GPUs the CUDA runtime
+// sees, 0 on a machine without one. FailedPrecondition with dlopen's reason
+// where the library cannot be loaded (a missing cudart or cuBLAS, say), or
+// in a build without CUDA. NewDevice does the same load; this is for
+// checks that must tell "no GPU" from "cannot load" (psrtctl devices, tests).
+absl::StatusOr<int> LoadCudaKernels();
 
 // The device of `spec`. FailedPrecondition naming the GPU where there is no
 // such GPU, no driver, or no CUDA build.

@@ -28,6 +28,12 @@ struct MatMulShape {
   bool transpose_b = false;
 };
 
+// How a GPU's matrix products (and so its convolutions, which are GEMMs)
+// round: kFp32 is IEEE single precision, as on the CPU; kTf32 lets cuBLAS
+// use the tensor cores' TF32 (inputs rounded to a 10-bit mantissa, sums in
+// FP32), as PyTorch's convolutions do by default. The CPU always runs FP32.
+enum class GpuMath { kFp32, kTf32 };
+
 // The GEMM: c = alpha * op(a) * op(b) + beta * c. With beta == 0, c is
 // overwritten and its old contents are never read. Runs the fastest path
 // this CPU supports (gemm.h: AVX-512 or Eigen; defined in gemm.cc).

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -40,7 +41,8 @@ absl::Status CudaError(const char* what, cudaError_t err) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device,
+                                                                 GpuMath math) {
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) {
     return CudaError(absl::StrCat("cudaSetDevice(", device, ")").c_str(), err);
@@ -48,10 +50,16 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
   cudaStream_t stream;
   err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (err != cudaSuccess) return CudaError("cudaStreamCreate", err);
-  cublasHandle_t cublas;
+  cublasHandle_t cublas = nullptr;
   cublasStatus_t st = cublasCreate(&cublas);
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(cublas, stream);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasSetMathMode(cublas, math == GpuMath::kTf32
+                                       ? CUBLAS_TF32_TENSOR_OP_MATH
+                                       : CUBLAS_DEFAULT_MATH);
+  }
   if (st != CUBLAS_STATUS_SUCCESS) {
+    if (cublas != nullptr) cublasDestroy(cublas);
     cudaStreamDestroy(stream);
     return absl::FailedPreconditionError(
         absl::StrCat("cuBLAS: ", cublasGetStatusString(st)));
@@ -90,6 +98,11 @@ void Gemm(const CudaContext& ctx, const MatMulShape& s, float alpha,
   if (s.m == 0 || s.n == 0) return;
   const int64_t lda = s.transpose_a ? s.m : s.k;
   const int64_t ldb = s.transpose_b ? s.k : s.n;
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  CHECK(s.m <= kMaxInt && s.n <= kMaxInt && s.k <= kMaxInt && lda <= kMaxInt &&
+        ldb <= kMaxInt)
+      << "GEMM dimension past cuBLAS's int: m=" << s.m << " n=" << s.n
+      << " k=" << s.k;
   PSRT_CUBLAS_CHECK(cublasSgemm(
       ctx.cublas(), s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(s.n),

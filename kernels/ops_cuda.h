@@ -34,9 +34,10 @@ namespace kernels {
 class CudaContext {
  public:
   // Makes `device` current on the calling thread and creates a non-blocking
-  // stream and a cuBLAS handle on it. Fails (FailedPrecondition) where there
-  // is no such device or no driver.
-  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device = 0);
+  // stream and a cuBLAS handle on it, in `math`'s mode (ops.h). Fails
+  // (FailedPrecondition) where there is no such device or no driver.
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(
+      int device = 0, GpuMath math = GpuMath::kFp32);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -61,6 +62,8 @@ int CudaDeviceCount();
 
 // ---- The ops of ops.h (same contracts; pointers are device pointers). ----
 
+// REQUIRES (CHECKed): every dimension and leading dimension fits cuBLAS's
+// int.
 void Gemm(const CudaContext& ctx, const MatMulShape& shape, float alpha,
           const float* a, const float* b, float beta, float* c);
 void MatMulForward(const CudaContext& ctx, const MatMulShape& shape,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -38,12 +39,14 @@ using kernels::DeviceArray;
 // The model built by NetBuilder: runs its graph's layers forward in node
 // order and backward in reverse, on its device.
 //
-// On a GPU each step copies the parameters and the batch to the device on
-// the compute stream, and each layer's gradients to the host (the caller's
-// tensors) on a side stream as soon as that layer's backward is queued, so
-// the copies overlap the rest of the backward; the step then waits once, for
-// those copies. On the CPU the layers read and write the caller's tensors
-// in place.
+// On a GPU each step copies the batch to the device on the compute stream,
+// each layer's parameters on the upload stream (the layer's forward waits
+// for them, the layers before it do not), and each layer's gradients to the
+// host (the caller's tensors) on the download stream as soon as that
+// layer's backward is queued, so the copies overlap the rest of the
+// backward; gradients_ready names a layer once its copies have landed, in
+// backward order, as on the CPU. On the CPU the layers read and write the
+// caller's tensors in place.
 class NetModel : public Model {
  public:
   NetModel(const ModelOptions& options, NetBuilder::Graph graph,
@@ -51,7 +54,8 @@ class NetModel : public Model {
       : device_(std::move(device)),
         graph_(std::move(graph)),
         num_classes_(options.num_classes),
-        step_result_({2}, device_->host_allocator()) {
+        step_result_({2}, device_->host_allocator()),
+        staging_({0}, device_->host_allocator()) {
     const size_t n = graph_.nodes.size();
     outputs_.resize(n);
     grads_.resize(n);
@@ -122,6 +126,12 @@ class NetModel : public Model {
     if (device_->host_memory() && hooks.loss_ready) hooks.loss_ready(step_result_.data()[0]);
 
     std::fill(grad_ready_.begin(), grad_ready_.end(), false);
+    // GPU: a mark per layer's gradient copies, in backward order, so that
+    // each layer's gradients reach the hook as soon as they are on the host
+    // while the GPU runs the rest of the backward.
+    const bool gpu = !device_->host_memory();
+    const int loss_mark = gpu ? device_->MarkHostCopies() : 0;
+    copy_marks_.clear();
     device_->SoftmaxCrossEntropyBackward(
         logits, labels_, batch, num_classes_,
         grads_[last].Reserve(device_.get(), batch * num_classes_));
@@ -156,24 +166,31 @@ class NetModel : public Model {
                               batch * graph_.nodes[in].dims.size());
         }
       }
-      if (!device_->host_memory()) {
+      if (node.var_end == node.var_begin) continue;
+      if (gpu) {
         for (int v = node.var_begin; v < node.var_end; ++v) {
           device_->CopyToHostAfterCompute((*grads)[v].data(), grad_ptrs_[v],
                                           (*grads)[v].num_bytes());
         }
-      } else if (hooks.gradients_ready && node.var_end > node.var_begin) {
+        copy_marks_.push_back({device_->MarkHostCopies(), i});
+      } else if (hooks.gradients_ready) {
         hooks.gradients_ready(node.var_begin, node.var_end);
       }
     }
-    const absl::Status copied = device_->WaitForHostCopies();
-    CHECK(copied.ok()) << device_->name() << ": " << copied;
-    // On a GPU the loss and the gradients reach the host together, at the end.
-    if (!device_->host_memory()) {
-      if (hooks.loss_ready) hooks.loss_ready(step_result_.data()[0]);
-      if (hooks.gradients_ready && !params.empty()) {
-        hooks.gradients_ready(0, static_cast<int>(params.size()));
+    if (gpu) {
+      if (hooks.loss_ready) {
+        CheckDevice(device_->WaitForHostCopies(loss_mark));
+        hooks.loss_ready(step_result_.data()[0]);
+      }
+      if (hooks.gradients_ready) {
+        for (const auto& [mark, i] : copy_marks_) {
+          CheckDevice(device_->WaitForHostCopies(mark));
+          hooks.gradients_ready(graph_.nodes[i].var_begin,
+                                graph_.nodes[i].var_end);
+        }
       }
     }
+    CheckDevice(device_->WaitForHostCopies());
     return step_result_.data()[0];
   }
 
@@ -190,11 +207,13 @@ class NetModel : public Model {
     device_->CountCorrect(logits, labels_, batch, num_classes_, correct);
     device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
                                         loss_.Reserve(device_.get(), 1));
-    int32_t host_correct = 0;
-    device_->CopyToHostAfterCompute(&host_correct, correct, sizeof(int32_t));
+    // The count lands in the second slot of the page-locked step_result_.
+    device_->CopyToHostAfterCompute(step_result_.data() + 1, correct,
+                                    sizeof(int32_t));
     device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(), sizeof(float));
-    const absl::Status copied = device_->WaitForHostCopies();
-    CHECK(copied.ok()) << device_->name() << ": " << copied;
+    CheckDevice(device_->WaitForHostCopies());
+    int32_t host_correct = 0;
+    std::memcpy(&host_correct, step_result_.data() + 1, sizeof(int32_t));
     return Evaluation{host_correct, step_result_.data()[0]};
   }
 
@@ -202,6 +221,7 @@ class NetModel : public Model {
   // Points param_ptrs_, grad_ptrs_ (when grads is not null), images_ and
   // labels_ at the step's data on the device: the caller's own memory on
   // the CPU; on a GPU, device buffers that the batch is copied into here
+  // (through page-locked staging unless the images are page-locked already)
   // and each layer's parameters in Forward.
   void PlaceStep(const std::vector<Tensor>& params, const Tensor& images,
                  absl::Span<const int32_t> labels, std::vector<Tensor>* grads) {
@@ -219,12 +239,30 @@ class NetModel : public Model {
       param_ptrs_[v] = device_params_[v].Reserve(dev, params[v].num_elements());
       grad_ptrs_[v] = device_grads_[v].Reserve(dev, params[v].num_elements());
     }
+    // A copy from pageable memory would stage it through the driver's
+    // buffers and hold this thread; the staging buffer is free again here,
+    // since the previous step's work has finished.
+    const float* host_images = images.data();
+    const size_t label_bytes = labels.size() * sizeof(int32_t);
+    const bool pinned = images.allocator() == dev->host_allocator();
+    staging_.Resize({(pinned ? 0 : images.num_elements()) +
+                     static_cast<int64_t>(labels.size())});
+    if (!pinned) {
+      std::memcpy(staging_.data(), images.data(), images.num_bytes());
+      host_images = staging_.data();
+    }
+    float* host_labels = staging_.data() + (pinned ? 0 : images.num_elements());
+    std::memcpy(host_labels, labels.data(), label_bytes);
     float* x = device_images_.Reserve(dev, images.num_elements());
-    dev->CopyToDevice(x, images.data(), images.num_bytes());
+    dev->CopyToDevice(x, host_images, images.num_bytes());
     int32_t* y = device_labels_.Reserve(dev, labels.size());
-    dev->CopyToDevice(y, labels.data(), labels.size() * sizeof(int32_t));
+    dev->CopyToDevice(y, host_labels, label_bytes);
     images_ = x;
     labels_ = y;
+  }
+
+  void CheckDevice(const absl::Status& status) const {
+    CHECK(status.ok()) << device_->name() << ": " << status;
   }
 
   void SetInputs(int i) {
@@ -237,17 +275,23 @@ class NetModel : public Model {
   }
 
   // Runs the layers in node order; before a layer with variables, waits
-  // for them (`before_read`, may be empty) and, on a GPU, queues their copy
-  // to the device.
+  // for them (`before_read`, may be empty) and, on a GPU, uploads them on
+  // the upload stream, which the layer's compute then waits for: the next
+  // layers' parameters travel while this one computes.
   void Forward(const StepContext& step, const std::vector<Tensor>& params,
                int64_t batch, const std::function<void(int, int)>& before_read) {
+    const bool gpu = !device_->host_memory();
+    if (gpu) device_->BeginUploads();
     for (size_t i = 1; i < graph_.nodes.size(); ++i) {
       const NetBuilder::Graph::Node& node = graph_.nodes[i];
       if (node.var_end > node.var_begin) {
         if (before_read) before_read(node.var_begin, node.var_end);
-        for (int v = node.var_begin; v < node.var_end && !device_->host_memory(); ++v) {
-          device_->CopyToDevice(device_params_[v].data(), params[v].data(),
-                                params[v].num_bytes());
+        if (gpu) {
+          for (int v = node.var_begin; v < node.var_end; ++v) {
+            device_->UploadToDevice(device_params_[v].data(), params[v].data(),
+                                    params[v].num_bytes());
+          }
+          device_->ComputeWaitsForUploads();
         }
       }
       SetInputs(i);
@@ -307,6 +351,11 @@ class NetModel : public Model {
   std::vector<DeviceArray<float>> device_grads_;
   DeviceArray<float> device_images_;
   DeviceArray<int32_t> device_labels_;
+  // Page-locked host copies of a pageable batch (images, then labels).
+  Tensor staging_;
+  // ComputeGradients on a GPU: per layer with variables, in backward order,
+  // the mark of its gradient copies and its node.
+  std::vector<std::pair<int, int>> copy_marks_;
   // Device scalars, and the host memory (page-locked on a GPU) that the
   // step's loss is copied into.
   DeviceArray<float> loss_;

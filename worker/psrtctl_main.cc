@@ -9,6 +9,11 @@
 //   psrtctl health --address=HOST:PORT     exit 0 if that task's health
 //                                          service says SERVING (a probe
 //                                          that can carry TLS and the token)
+//   psrtctl devices                        the GPUs the driver and the CUDA
+//                                          runtime see, and whether the CUDA
+//                                          kernels load (exit 1 if a CUDA
+//                                          build's cannot, with dlopen's
+//                                          reason)
 //
 // The cluster spec is validated exactly as the ps and worker binaries do it.
 #include <arpa/inet.h>
@@ -37,6 +42,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "kernels/device.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/psrt.grpc.pb.h"
 #include "worker/ps_client.h"
@@ -287,6 +293,25 @@ absl::Status Health() {
   return absl::OkStatus();
 }
 
+// One line: devices: cuda_build=yes|no driver_gpus=N cuda_kernels=loaded
+// runtime_gpus=N, or cuda_kernels=not_loaded (reason) and an error.
+absl::Status Devices() {
+  const bool cuda = psrt::kernels::BuiltWithCuda();
+  std::printf("devices: cuda_build=%s driver_gpus=%d", cuda ? "yes" : "no",
+              psrt::kernels::VisibleGpuCount());
+  if (!cuda) {
+    std::printf("\n");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> runtime_gpus = psrt::kernels::LoadCudaKernels();
+  if (!runtime_gpus.ok()) {
+    std::printf(" cuda_kernels=not_loaded\n");
+    return runtime_gpus.status();
+  }
+  std::printf(" cuda_kernels=loaded runtime_gpus=%d\n", *runtime_gpus);
+  return absl::OkStatus();
+}
+
 absl::Status Shutdown() {
   ASSIGN_OR_RETURN(auto client, OperatorClient());
   RETURN_IF_ERROR(client->WaitForServers(absl::Seconds(5)));
@@ -298,7 +323,8 @@ absl::Status Shutdown() {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "psrtctl tasks|make_spec|status|shutdown|health [flags]; see --help");
+      "psrtctl tasks|make_spec|status|shutdown|health|devices [flags]; see "
+      "--help");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
@@ -314,8 +340,12 @@ int main(int argc, char** argv) {
     status = Shutdown();
   } else if (command == "health") {
     status = Health();
+  } else if (command == "devices") {
+    status = Devices();
   } else {
-    std::fprintf(stderr, "usage: psrtctl tasks|make_spec|status|shutdown|health [flags]\n");
+    std::fprintf(stderr,
+                 "usage: psrtctl tasks|make_spec|status|shutdown|health|devices "
+                 "[flags]\n");
     return 2;
   }
   if (!status.ok()) {

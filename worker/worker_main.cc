@@ -103,6 +103,11 @@ DEFINE_string(device, "auto",
               "Where the forward and backward run: auto (a GPU when one is "
               "visible, else the CPU), cpu, or gpu (CUDA; an error when none "
               "is visible). CUDA_VISIBLE_DEVICES chooses the GPUs.");
+DEFINE_string(gpu_math, "fp32",
+              "How a GPU's matrix products and convolutions round: fp32 (IEEE "
+              "single precision, as on the CPU) or tf32 (the tensor cores' "
+              "TF32 inputs with FP32 sums, PyTorch's default for "
+              "convolutions: faster, about 3 decimal digits per input).");
 DEFINE_int32(num_gpus, 1,
              "Towers per worker (in-graph replication), one per GPU: each "
              "batch is split over GPUs 0..N-1 and their gradients are "
@@ -495,7 +500,8 @@ absl::Status Run() {
         "--num_gpus=", FLAGS_num_gpus, " towers cannot share a batch of ",
         FLAGS_batch_size, " (--batch_size)"));
   }
-  // --device=cpu does not even load the CUDA libraries.
+  // Counting GPUs asks the driver alone: a process that ends up on the CPU
+  // never loads cudart or cuBLAS. --device=cpu does not even ask.
   const int visible_gpus =
       FLAGS_device == "cpu" ? 0 : psrt::kernels::VisibleGpuCount();
   // The evaluator evaluates on one device.
@@ -503,9 +509,12 @@ absl::Status Run() {
                    psrt::ChooseTowerDevices(FLAGS_device,
                                             evaluator ? 1 : FLAGS_num_gpus,
                                             visible_gpus));
+  ASSIGN_OR_RETURN(const psrt::kernels::GpuMath gpu_math,
+                   psrt::kernels::ParseGpuMath(FLAGS_gpu_math));
   std::vector<std::unique_ptr<psrt::Model>> tower_models;
   for (const psrt::kernels::DeviceSpec& device : tower_devices) {
     model_options.device = device;
+    model_options.device.gpu_math = gpu_math;
     ASSIGN_OR_RETURN(std::unique_ptr<psrt::Model> tower,
                      psrt::NewModel(FLAGS_model, model_options));
     LOG(INFO) << "tower " << tower_models.size() << " of " << FLAGS_model

@@ -146,8 +146,15 @@ def main():
     parser.add_argument("--image_size", type=int, default=28)
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--gpu_math", choices=["fp32", "tf32"], default="tf32",
+                        help="tf32: PyTorch's default for convolutions (cuDNN) "
+                             "and TF32 matmuls too; fp32: neither, IEEE single "
+                             "precision as psrt's --gpu_math=fp32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    tf32 = args.gpu_math == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.manual_seed(1)
     device = torch.device(args.device)
     total = (args.warmup + args.steps) * args.batch_size
@@ -184,7 +191,8 @@ def main():
         sync()
         rates.append(args.steps * args.batch_size / (time.perf_counter() - start))
     print(f"torch: model={args.model} batch={args.batch_size} threads={args.threads} "
-          f"device={args.device} examples_per_sec={statistics.median(rates):.1f}")
+          f"device={args.device} gpu_math={args.gpu_math} "
+          f"examples_per_sec={statistics.median(rates):.1f}")
 
 
 if __name__ == "__main__":

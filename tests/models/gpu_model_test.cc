@@ -2,7 +2,8 @@
 // loss, every gradient, predictions after a training step (batch-norm
 // moving statistics), and a steady state that allocates no device memory
 // (towers on the GPU: tests/worker/towers_test.cc). Every case
-// skips itself where no GPU is visible (or the build has no CUDA), as in CI.
+// skips itself where no GPU is visible (or the build has no CUDA), as in CI,
+// and fails instead under PSRT_REQUIRE_GPU=1 (tests/gpu_test_util.h).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "models/model.h"
+#include "tests/gpu_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace psrt {
@@ -58,33 +60,23 @@ std::vector<int32_t> Labels(const Case& c) {
   return labels;
 }
 
-// |a - b| <= 1e-3 * max|reference| + 1e-5 elementwise: the GPU's sums run
-// in another order (and with atomics), so they differ in the last bits.
+// Relative error in the 2-norm (gpu_test_util.h): the GPU's sums run in
+// another order (and with atomics), and batch norm's backward subtracts
+// means, so whole models differ by about 1e-6; a bug differs by order 1.
 void ExpectNear(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
   ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  float scale = 0;
-  for (float x : cpu.flat()) scale = std::max(scale, std::abs(x));
-  const float tolerance = 1e-3f * scale + 1e-5f;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < cpu.num_elements(); ++i) {
-    if (!(std::abs(gpu.data()[i] - cpu.data()[i]) <= tolerance)) {
-      if (bad++ < 3) {
-        ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu.data()[i]
-                      << ", cpu " << cpu.data()[i] << " (tolerance "
-                      << tolerance << ")";
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.num_elements();
+  EXPECT_TRUE(psrt::testing::NearInNorm(gpu.data(), cpu.data(),
+                                        cpu.num_elements(), 1e-3))
+      << what;
 }
 
 class GpuModelTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (kernels::VisibleGpuCount() == 0) {
-      GTEST_SKIP() << "no GPU visible"
-                   << (kernels::BuiltWithCuda() ? "" : " (built without CUDA)");
-    }
+    PSRT_SKIP_WITHOUT_GPU(kernels::VisibleGpuCount(),
+                          (kernels::BuiltWithCuda()
+                               ? "the driver reports none"
+                               : "built without CUDA"));
   }
 };
 
@@ -127,7 +119,12 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
   // Inference mode: the moving statistics both sides have kept.
   const Model::Evaluation on_gpu = (*gpu)->Evaluate(gpu_params, images, labels);
   const Model::Evaluation on_cpu = (*cpu)->Evaluate(params, images, labels);
-  EXPECT_EQ(on_gpu.correct, on_cpu.correct);
+  // A row whose two best logits are nearly tied may flip its arg-max
+  // between the two summation orders; more than one such row in a batch of
+  // random images is not to be expected.
+  EXPECT_LE(std::abs(on_gpu.correct - on_cpu.correct), 1)
+      << on_gpu.correct << " right on the GPU, " << on_cpu.correct
+      << " on the CPU";
   EXPECT_NEAR(on_gpu.mean_loss, on_cpu.mean_loss, 1e-4f * std::max(1.0f, on_cpu.mean_loss));
 }
 

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/gpu_test_util.h"
 
 namespace psrt {
 namespace {
@@ -68,7 +69,9 @@ TEST(TowersTest, AveragedTowerGradientsEqualTheWholeBatchGradient) {
 // Two towers on GPU 0, each with its own model, device and streams, run
 // from two threads. The GPU sums in another order: 1e-4.
 TEST(TowersTest, GpuTowersEqualOneGpuOnTheWholeBatch) {
-  if (kernels::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible";
+  PSRT_SKIP_WITHOUT_GPU(kernels::VisibleGpuCount(),
+                        (kernels::BuiltWithCuda() ? "the driver reports none"
+                                                  : "built without CUDA"));
   kernels::DeviceSpec gpu;
   gpu.type = kernels::DeviceType::kGpu;
   ExpectTowersEqualTheWholeBatch("lenet", 2, gpu, 1e-4);

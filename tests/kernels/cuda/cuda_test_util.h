@@ -1,6 +1,7 @@
 // Test helpers shared by the CPU/GPU parity tests: device arrays filled from
 // and read back to host vectors, and a fixture holding a CPU context (the
-// oracle) and a CUDA context, which skips the test where there is no GPU.
+// oracle) and a CUDA context, which skips the test where there is no GPU
+// (or fails it under PSRT_REQUIRE_GPU=1: tests/gpu_test_util.h).
 // Random inputs come from gradient_check.h (RandomVector).
 #ifndef PSRT_TESTS_KERNELS_CUDA_CUDA_TEST_UTIL_H_
 #define PSRT_TESTS_KERNELS_CUDA_CUDA_TEST_UTIL_H_
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu_context.h"
 #include "kernels/ops_cuda.h"
+#include "tests/gpu_test_util.h"
 #include "tests/kernels/gradient_check.h"
 
 namespace psrt {
@@ -67,7 +69,11 @@ class DeviceArray {
 class CudaParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    int count = 0;
+    const cudaError_t counted = cudaGetDeviceCount(&count);
+    PSRT_SKIP_WITHOUT_GPU(counted == cudaSuccess ? count : 0,
+                          "the CUDA runtime says "
+                              << cudaGetErrorString(counted));
     absl::StatusOr<std::unique_ptr<CudaContext>> gpu = CudaContext::Create(0);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = *std::move(gpu);

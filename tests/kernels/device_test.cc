@@ -1,0 +1,81 @@
+// Device selection (device.h): the --gpu_math names, counting GPUs without
+// loading CUDA's libraries, and, in a CUDA build, that the CUDA kernels'
+// library loads: CI has no GPU, so there it must load and report 0 GPUs,
+// never fail to load (which would make every GPU test skip on a GPU
+// machine too).
+#include "kernels/device.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace kernels {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(DeviceTest, GpuMathNames) {
+  EXPECT_EQ(*ParseGpuMath("fp32"), GpuMath::kFp32);
+  EXPECT_EQ(*ParseGpuMath("tf32"), GpuMath::kTf32);
+  const absl::StatusOr<GpuMath> bad = ParseGpuMath("fp16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--gpu_math=fp16"));
+}
+
+bool Mapped(const std::string& library) {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find(library) != std::string::npos;
+}
+
+// In a fresh process (the death test re-runs this binary for this test
+// alone), counting GPUs and choosing the CPU map none of CUDA's runtime
+// libraries: cuBLAS alone is about 540 MB.
+TEST(DeviceTest, CountingGpusLoadsNeitherCudartNorCublas) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        VisibleGpuCount();
+        DeviceSpec cpu;
+        absl::StatusOr<std::unique_ptr<Device>> device = NewDevice(cpu);
+        const bool clean = device.ok() && !Mapped("libcublas") &&
+                           !Mapped("libcudart") &&
+                           !Mapped("libpsrt_kernels_cuda");
+        std::exit(clean ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DeviceTest, TheCudaKernelsLoadInACudaBuild) {
+  const absl::StatusOr<int> runtime_gpus = LoadCudaKernels();
+  if (!BuiltWithCuda()) {
+    ASSERT_FALSE(runtime_gpus.ok());
+    EXPECT_THAT(std::string(runtime_gpus.status().message()),
+                HasSubstr("without CUDA"));
+    return;
+  }
+  ASSERT_TRUE(runtime_gpus.ok()) << runtime_gpus.status();
+  EXPECT_TRUE(Mapped("libpsrt_kernels_cuda"));
+  EXPECT_EQ(*runtime_gpus, VisibleGpuCount())
+      << "the CUDA runtime and the driver count different GPUs";
+  if (*runtime_gpus > 0) return;
+  // No GPU here: asking for one says so, and not that something failed to
+  // load.
+  DeviceSpec gpu;
+  gpu.type = DeviceType::kGpu;
+  const absl::StatusOr<std::unique_ptr<Device>> device = NewDevice(gpu);
+  ASSERT_FALSE(device.ok());
+  const std::string message(device.status().message());
+  EXPECT_THAT(message, HasSubstr("gpu:0 asked for"));
+  EXPECT_THAT(message, Not(HasSubstr("cannot load")));
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace psrt
