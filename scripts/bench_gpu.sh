@@ -50,8 +50,12 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 mkdir -p "$log_dir"
 failed=0
 
-# The last non-empty line of a log, for a FAILED line.
-reason() { grep -v '^[[:space:]]*$' "$1" | tail -n 1 | cut -c1-300; }
+# Why a log's program failed, for a FAILED line: its first glog error or
+# fatal line, else its last non-empty line.
+reason() {
+  { grep -m 1 -E '^[EF][0-9]{8} ' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } |
+    cut -c1-300
+}
 
 for model in $models; do
   case "$model" in

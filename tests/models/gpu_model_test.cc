@@ -9,6 +9,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -126,6 +127,49 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
       << on_gpu.correct << " right on the GPU, " << on_cpu.correct
       << " on the CPU";
   EXPECT_NEAR(on_gpu.mean_loss, on_cpu.mean_loss, 1e-4f * std::max(1.0f, on_cpu.mean_loss));
+}
+
+// The step hooks on a GPU: the same calls in the same order as on the CPU
+// (each layer's variables, backward order), and a layer's gradients final
+// when gradients_ready names them, before the rest of the backward is done.
+TEST_P(GpuModelTest, StepHooksComeLayerByLayerAsOnTheCpu) {
+  const Case& c = GetParam();
+  auto cpu = NewModel(c.model, OptionsFor(c, {}));
+  auto gpu = NewModel(c.model, OptionsFor(c, Gpu()));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<Tensor> params;
+  (*gpu)->Initialize(7, &params);
+  const Tensor images =
+      RandomImages(c.batch, int64_t{c.size} * c.size * c.channels, 3);
+  const std::vector<int32_t> labels = Labels(c);
+
+  using Calls = std::vector<std::pair<char, int>>;  // ('r'|'g', begin).
+  auto record = [](Calls* calls, std::vector<Tensor>* grads,
+                   std::vector<Tensor>* seen) {
+    StepHooks hooks;
+    hooks.before_read = [calls](int b, int) { calls->push_back({'r', b}); };
+    hooks.loss_ready = [calls](float) { calls->push_back({'l', 0}); };
+    hooks.gradients_ready = [calls, grads, seen](int b, int e) {
+      calls->push_back({'g', b});
+      for (int v = b; v < e; ++v) (*seen)[v] = (*grads)[v].Clone();
+    };
+    return hooks;
+  };
+  Calls cpu_calls, gpu_calls;
+  std::vector<Tensor> cpu_grads, gpu_grads, cpu_seen(params.size()),
+      gpu_seen(params.size());
+  (*cpu)->ComputeGradients(params, images, labels, &cpu_grads,
+                           record(&cpu_calls, &cpu_grads, &cpu_seen));
+  (*gpu)->ComputeGradients(params, images, labels, &gpu_grads,
+                           record(&gpu_calls, &gpu_grads, &gpu_seen));
+  EXPECT_EQ(gpu_calls, cpu_calls);
+  for (size_t v = 0; v < params.size(); ++v) {
+    ASSERT_EQ(gpu_seen[v].shape(), gpu_grads[v].shape()) << v << " not announced";
+    EXPECT_TRUE(psrt::testing::NearInNorm(gpu_seen[v].data(), gpu_grads[v].data(),
+                                          gpu_grads[v].num_elements(), 0))
+        << (*gpu)->variables()[v].name << " changed after gradients_ready";
+  }
 }
 
 TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
