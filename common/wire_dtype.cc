@@ -97,23 +97,68 @@ bool HasF16c() {
 
 }  // namespace
 
-// Elsewhere the compiler's _Float16 conversions (libgcc's, in software):
-// slow, but the same rounding.
+// Elsewhere, in integer arithmetic (any compiler: clang 14 has no _Float16
+// on x86), bit for bit what F16C gives: round to nearest even, subnormals,
+// Inf, and NaN kept NaN with its top payload bits and the quiet bit set.
+namespace {
+
+uint16_t FloatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) {  // NaN.
+    return sign | 0x7e00u | static_cast<uint16_t>((x >> 13) & 0x3ffu);
+  }
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520: Inf (or Inf).
+  if (x < 0x38800000u) {
+    // Below 2^-14, a subnormal half or zero: adding 0.5 lines the half's
+    // last bit up with the float's, and the float adder rounds to nearest
+    // even, which is the half's rounding.
+    float sum;
+    std::memcpy(&sum, &x, sizeof(sum));
+    sum += 0.5f;
+    uint32_t bits;
+    std::memcpy(&bits, &sum, sizeof(bits));
+    return sign | static_cast<uint16_t>(bits - 0x3f000000u);
+  }
+  // Normal: rebias the exponent, and round the 13 bits dropped to nearest
+  // even (a carry into the exponent is the right result, up to Inf).
+  const uint32_t odd = (x >> 13) & 1u;
+  x += 0xc8000fffu + odd;  // (15 - 127) << 23, plus the rounding.
+  return sign | static_cast<uint16_t>(x >> 13);
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {  // Inf, or NaN made quiet.
+    bits = sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x400000u : 0);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else {
+    // Zero or subnormal, mantissa * 2^-24: exact in a float.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    std::memcpy(&bits, &magnitude, sizeof(bits));
+    bits |= sign;
+  }
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
 void EncodeFp16Portable(absl::Span<const float> from, absl::Span<uint16_t> to) {
   CHECK_EQ(from.size(), to.size());
-  for (size_t i = 0; i < from.size(); ++i) {
-    const _Float16 h = static_cast<_Float16>(from[i]);
-    std::memcpy(&to[i], &h, sizeof(h));
-  }
+  for (size_t i = 0; i < from.size(); ++i) to[i] = FloatToHalf(from[i]);
 }
 
 void DecodeFp16Portable(absl::Span<const uint16_t> from, absl::Span<float> to) {
   CHECK_EQ(from.size(), to.size());
-  for (size_t i = 0; i < from.size(); ++i) {
-    _Float16 h;
-    std::memcpy(&h, &from[i], sizeof(h));
-    to[i] = static_cast<float>(h);
-  }
+  for (size_t i = 0; i < from.size(); ++i) to[i] = HalfToFloat(from[i]);
 }
 
 void EncodeFp16(absl::Span<const float> from, absl::Span<uint16_t> to) {

@@ -3,6 +3,8 @@
 #
 #   scripts/fuzz.sh [--secs N] [--build-only] [target...]
 #
+# CI runs --build-only (.ci/run), so a change that breaks a target, or the
+# build with clang, fails CI.
 # Targets (default: all): cluster_spec idx tfrecord image safetensors checkpoint
 # tensor_frame ps_requests. Configures build-fuzz/ with clang and
 # -DPSRT_FUZZ=ON (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer;
@@ -41,8 +43,22 @@ for t in "${targets[@]}"; do
     exit 2
   fi
 done
+scripts/setup.sh --no-build >/dev/null  # psrt's packages.
+# clang and its sanitizer and libFuzzer runtimes, from Debian.
+fuzz_packages=(clang libclang-rt-14-dev)  # clang: /usr/bin/clang++ (14 on Debian 12)
+missing=()
+for p in "${fuzz_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "fuzz.sh: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
 if ! command -v clang++ >/dev/null; then
-  echo "fuzz.sh: clang++ not found (apt-get install clang-14 libclang-rt-14-dev)" >&2
+  echo "fuzz.sh: clang++ not found after installing ${fuzz_packages[*]}" >&2
   exit 2
 fi
 

@@ -5,9 +5,12 @@
 #
 #   scripts/setup.sh            # Release build in build/
 #   BUILD_DIR=out scripts/setup.sh
+#   scripts/setup.sh --no-build # the packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+build=1
+[ "${1:-}" = --no-build ] && build=0
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -38,6 +41,7 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+[ "$build" -eq 1 ] || exit 0
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
