@@ -27,7 +27,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "worker/collective.h"
+#include "worker/store/collective.h"
 
 DEFINE_int32(rank, 0, "This worker's rank.");
 DEFINE_int32(workers, 2, "Workers in the ring.");

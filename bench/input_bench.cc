@@ -22,10 +22,10 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "common/tfrecord.h"
-#include "worker/image_decoder.h"
-#include "worker/image_pipeline.h"
-#include "worker/image_records.h"
-#include "worker/synthetic_images.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_pipeline.h"
+#include "worker/input/image_records.h"
+#include "worker/input/synthetic_images.h"
 
 DEFINE_int32(size, 299, "Output height and width.");
 DEFINE_string(threads, "1,2", "Comma-separated decoder thread counts to time.");

@@ -35,7 +35,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "kernels/device.h"
-#include "worker/ps_client.h"
+#include "worker/store/ps_client.h"
 
 DEFINE_string(cluster_spec, "", "Spec of the running ps tasks.");
 DEFINE_double(model_mb, 13, "Model size in MB (10^6 bytes).");

@@ -8,7 +8,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
-#include "worker/idx_dataset.h"
+#include "worker/input/idx_dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   psrt::fuzz::InitOnce();

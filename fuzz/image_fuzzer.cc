@@ -11,9 +11,9 @@
 
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
-#include "worker/image_decoder.h"
-#include "worker/image_preprocess.h"
-#include "worker/image_records.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_preprocess.h"
+#include "worker/input/image_records.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   psrt::fuzz::InitOnce();

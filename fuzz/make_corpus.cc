@@ -25,11 +25,11 @@
 #include "glog/logging.h"
 #include "proto/psrt.pb.h"
 #include "ps/parameter_shard.h"
-#include "worker/idx_dataset.h"
-#include "worker/image_decoder.h"
-#include "worker/image_records.h"
-#include "worker/synthetic_images.h"
-#include "worker/tfrecord_dataset.h"
+#include "worker/input/idx_dataset.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_records.h"
+#include "worker/input/synthetic_images.h"
+#include "worker/input/tfrecord_dataset.h"
 
 namespace psrt {
 namespace fuzz {

@@ -7,7 +7,7 @@
 #include "common/tfrecord.h"
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
-#include "worker/tfrecord_dataset.h"
+#include "worker/input/tfrecord_dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   psrt::fuzz::InitOnce();

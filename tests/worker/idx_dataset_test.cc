@@ -1,4 +1,4 @@
-#include "worker/idx_dataset.h"
+#include "worker/input/idx_dataset.h"
 
 #include <sys/stat.h>
 #include <zlib.h>

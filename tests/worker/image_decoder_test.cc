@@ -1,4 +1,4 @@
-#include "worker/image_decoder.h"
+#include "worker/input/image_decoder.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -13,7 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/synthetic_images.h"
+#include "worker/input/synthetic_images.h"
 
 namespace psrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/image_folder.h"
+#include "worker/input/image_folder.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,9 +15,9 @@
 #include "common/tfrecord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/image_decoder.h"
-#include "worker/image_records.h"
-#include "worker/synthetic_images.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_records.h"
+#include "worker/input/synthetic_images.h"
 
 namespace psrt {
 namespace {

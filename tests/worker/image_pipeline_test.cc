@@ -1,4 +1,4 @@
-#include "worker/image_pipeline.h"
+#include "worker/input/image_pipeline.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,9 +16,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
-#include "worker/image_decoder.h"
-#include "worker/image_records.h"
-#include "worker/synthetic_images.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_records.h"
+#include "worker/input/synthetic_images.h"
 
 namespace psrt {
 namespace {

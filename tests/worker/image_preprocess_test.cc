@@ -1,4 +1,4 @@
-#include "worker/image_preprocess.h"
+#include "worker/input/image_preprocess.h"
 
 #include <vector>
 

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "ps/parameter_shard.h"
 #include "ps/ps_service.h"
-#include "worker/ps_client.h"
+#include "worker/store/ps_client.h"
 
 namespace psrt {
 

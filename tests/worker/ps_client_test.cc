@@ -1,7 +1,7 @@
 // PsClient against real PsService shards in this process, over gRPC on
 // 127.0.0.1: partitioned variables, messages far above gRPC's 4 MB default,
 // sync aggregation across two clients, and model mismatch detection.
-#include "worker/ps_client.h"
+#include "worker/store/ps_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -2,7 +2,7 @@
 // usable as soon as it arrives, each shard's push leaves only once all its
 // variables are ready (and before the others'), and a failed pull releases
 // the compute waiting for it.
-#include "worker/step_pipeline.h"
+#include "worker/training/step_pipeline.h"
 
 #include <memory>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "worker/tfrecord_dataset.h"
+#include "worker/input/tfrecord_dataset.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
-#include "worker/idx_dataset.h"
+#include "worker/input/idx_dataset.h"
 
 namespace psrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/towers.h"
+#include "worker/training/towers.h"
 
 #include <random>
 

@@ -1,4 +1,4 @@
-#include "worker/trainer.h"
+#include "worker/training/trainer.h"
 
 #include <unistd.h>
 
@@ -16,10 +16,10 @@
 #include "common/status_macros.h"
 #include "common/tfrecord.h"
 #include "tests/worker/local_ps.h"
-#include "worker/image_decoder.h"
-#include "worker/image_pipeline.h"
-#include "worker/image_records.h"
-#include "worker/synthetic_images.h"
+#include "worker/input/image_decoder.h"
+#include "worker/input/image_pipeline.h"
+#include "worker/input/image_records.h"
+#include "worker/input/synthetic_images.h"
 
 namespace psrt {
 namespace {

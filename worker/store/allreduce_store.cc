@@ -1,0 +1,266 @@
+#include "worker/store/allreduce_store.h"
+
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/byte_source.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/elementwise.h"
+
+namespace psrt {
+namespace {
+
+ParameterShard::Options ShardOptions(const AllreduceStore::Options& options) {
+  ParameterShard::Options shard;
+  shard.checkpoint_dir = options.checkpoint_dir;
+  // The chief resumes from its newest checkpoint; the others restore the one
+  // it resumed from (WaitForModelReady).
+  shard.restore_at_start = options.collective->rank() == 0 && !options.checkpoint_dir.empty();
+  return shard;
+}
+
+// The fusion groups as a placement: every variable whole, in groups of
+// consecutive variables of at most `fusion_bytes` (a larger variable alone),
+// formed from the last variable back, the order in which a backward pass
+// finishes them; group 0 holds the first variables.
+Placement FusionGroups(const std::vector<VariableDef>& variables, int64_t fusion_bytes) {
+  std::vector<int> group_from_end(variables.size());
+  int groups = 0;
+  int64_t bytes = 0;
+  for (int v = static_cast<int>(variables.size()) - 1; v >= 0; --v) {
+    const int64_t n = NumElements(variables[v].shape) * static_cast<int64_t>(sizeof(float));
+    if (groups == 0 || (bytes > 0 && bytes + n > fusion_bytes)) {
+      ++groups;
+      bytes = 0;
+    }
+    bytes += n;
+    group_from_end[v] = groups - 1;
+  }
+  Placement placement;
+  placement.num_shards = std::max(groups, 1);
+  placement.shard_slices.resize(placement.num_shards);
+  for (size_t v = 0; v < variables.size(); ++v) {
+    VariableSlice slice;
+    slice.name = variables[v].name;
+    slice.variable = static_cast<int>(v);
+    slice.shape = variables[v].shape;
+    slice.num_bytes = NumElements(variables[v].shape) * static_cast<int64_t>(sizeof(float));
+    slice.shard = groups - 1 - group_from_end[v];
+    placement.shard_slices[slice.shard].push_back(static_cast<int>(placement.slices.size()));
+    placement.slices.push_back(std::move(slice));
+  }
+  return placement;
+}
+
+// What the chief tells the others in WaitForModelReady, before its config.
+struct ChiefState {
+  int64_t restored_step = -1;  // The checkpoint it resumed from; -1: none.
+  int64_t config_bytes = 0;    // Its TrainingConfig's serialized size.
+};
+
+}  // namespace
+
+AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variables)
+    : options_(std::move(options)),
+      variables_(std::move(variables)),
+      placement_(FusionGroups(variables_, options_.fusion_bytes)),
+      shard_(ShardOptions(options_)) {
+  CHECK(options_.collective != nullptr);
+  int64_t elements = 0;
+  for (const VariableSlice& slice : placement_.slices) {
+    elements += slice.num_bytes / static_cast<int64_t>(sizeof(float));
+    proto::VariableMeta* meta = push_header_.add_variables();
+    meta->set_name(slice.name);
+    meta->set_dtype(proto::DT_FLOAT);
+    for (int64_t d : slice.shape) meta->add_shape(d);
+  }
+  flat_ = Tensor({elements});
+  // Group k is flat_[group_start_[k], group_start_[k + 1]).
+  group_start_.assign(placement_.num_shards + 1, 0);
+  for (const VariableSlice& slice : placement_.slices) {
+    group_start_[slice.shard + 1] += slice.num_bytes / static_cast<int64_t>(sizeof(float));
+  }
+  for (int k = 0; k < placement_.num_shards; ++k) group_start_[k + 1] += group_start_[k];
+  LOG(INFO) << "allreduce: " << flat_.num_bytes() << " bytes of gradients in "
+            << placement_.num_shards << " fusion groups of at most " << options_.fusion_bytes
+            << " bytes (a larger variable alone)";
+  std::random_device device;
+  push_header_.set_worker_incarnation(static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1);
+}
+
+std::string AllreduceStore::ShardName(int /*shard*/) const {
+  return absl::StrCat("worker/", rank(), "'s own parameters (allreduce mode)");
+}
+
+proto::TrainingConfig AllreduceStore::ShardConfig(proto::TrainingConfig config) const {
+  config.set_replicas_to_aggregate(1);
+  return config;
+}
+
+void AllreduceStore::Flatten(const std::vector<Tensor>& tensors, int group) {
+  float* out = flat_.data();
+  int64_t at = 0;
+  for (const VariableSlice& slice : placement_.slices) {
+    const int64_t n = slice.num_bytes / static_cast<int64_t>(sizeof(float));
+    if (group < 0 || slice.shard == group) {
+      std::memcpy(out + at, tensors[slice.variable].data(), slice.num_bytes);
+    }
+    at += n;
+  }
+}
+
+absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config) {
+  proto::InitHeader header;
+  *header.mutable_config() = config;
+  *header.mutable_variables() = push_header_.variables();
+  SpanByteSource values(
+      absl::Span<const char>(reinterpret_cast<const char*>(flat_.data()), flat_.num_bytes()));
+  return shard_.Init(header, &values).status();
+}
+
+absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
+  if (rank() == 0 && shard_.GetStatus().restoring()) RETURN_IF_ERROR(shard_.RestoreLatest());
+  // Every worker is up, and each reaches the next one, before any model
+  // state moves.
+  return options_.collective->Join();
+}
+
+absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,
+                                  const std::vector<Tensor>& params,
+                                  int64_t /*recovery_epoch*/) {
+  Flatten(params, /*group=*/-1);
+  return InitShard(ShardConfig(config));
+}
+
+absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
+    absl::Duration /*timeout*/) {
+  ChiefState chief;
+  std::string config;  // The chief's, serialized.
+  if (rank() == 0) {
+    const proto::StatusResponse status = shard_.GetStatus();
+    config = status.config().SerializeAsString();
+    chief.config_bytes = static_cast<int64_t>(config.size());
+    if (!status.initialized() || !status.ready()) {
+      return absl::FailedPreconditionError(
+          "allreduce mode: the chief's parameters are not initialized");
+    }
+    if (status.version() > 0) chief.restored_step = status.restored_step();
+    if (status.version() > 0 && chief.restored_step < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "allreduce mode: the chief is at global step ", status.version(),
+          " without a checkpoint the other workers could restore"));
+    }
+  }
+  RETURN_IF_ERROR(options_.collective->Broadcast(
+      {reinterpret_cast<char*>(&chief), sizeof(chief)}, /*root=*/0));
+  // Every worker applies the chief's config (its learning-rate schedule
+  // counts epochs in the chief's steps), whatever its own flags and data
+  // give: the same update everywhere.
+  config.resize(chief.config_bytes);
+  RETURN_IF_ERROR(options_.collective->Broadcast(absl::MakeSpan(config), /*root=*/0));
+  proto::TrainingConfig chief_config;
+  if (!chief_config.ParseFromString(config)) {
+    return absl::InternalError("allreduce mode: the chief's training config does not parse");
+  }
+  if (chief.restored_step < 0) {  // A fresh start: the chief's initial values.
+    if (rank() == 0) {
+      std::vector<Tensor> values;
+      for (const VariableDef& v : variables_) values.emplace_back(v.shape);
+      RETURN_IF_ERROR(Pull(0, &values).status());
+      Flatten(values, /*group=*/-1);
+    }
+    RETURN_IF_ERROR(options_.collective->Broadcast(
+        {reinterpret_cast<char*>(flat_.data()), flat_.num_bytes()}, /*root=*/0));
+    if (rank() != 0) RETURN_IF_ERROR(InitShard(chief_config));
+  } else if (rank() != 0) {
+    absl::Status restored = shard_.Restore(chief.restored_step);
+    if (!restored.ok()) {
+      return absl::Status(restored.code(), absl::StrCat(
+          "allreduce mode: the chief resumed from checkpoint ", chief.restored_step,
+          ", which worker/", rank(), " cannot restore from --checkpoint_dir=\"",
+          options_.checkpoint_dir, "\" (every worker must read the chief's checkpoint "
+          "directory: one host, or a shared volume): ", restored.message()));
+    }
+    RETURN_IF_ERROR(InitShard(chief_config));  // Confirms it.
+  }
+  return chief_config;
+}
+
+absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
+    int64_t min_version, std::vector<Tensor>* params, bool moving_average,
+    int64_t /*min_clock*/, Precision /*precision*/, const ShardHooks* hooks) {
+  ParameterShard::PullOptions options;
+  options.min_version = min_version;
+  options.moving_average = moving_average;
+  options.replica = rank();
+  options.deadline = absl::Now() + options_.pull_timeout;
+  absl::Notification done;
+  absl::StatusOr<ParameterShard::PullReply> reply;
+  shard_.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
+    reply = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  RETURN_IF_ERROR(reply.status());
+  const char* in = reinterpret_cast<const char*>(reply->snapshot->values.data());
+  for (const VariableSlice& slice : placement_.slices) {
+    std::memcpy(reinterpret_cast<char*>((*params)[slice.variable].data()) + slice.byte_offset,
+                in, slice.num_bytes);
+    in += slice.num_bytes;
+  }
+  if (hooks != nullptr && hooks->arrived) {
+    for (int k = 0; k < placement_.num_shards; ++k) hooks->arrived(k);
+  }
+  PullResult result;
+  result.version = version_ = reply->header.version();
+  result.training_done = reply->header.training_done();
+  return result;
+}
+
+absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vector<Tensor>& grads,
+                                                                const ShardHooks* hooks) {
+  // Every worker reduces the groups in this order, last layers first,
+  // whatever `hooks` asks: each group as soon as its gradients are final.
+  for (int k = placement_.num_shards - 1; k >= 0; --k) {
+    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+    {
+      Timeline::Span fusion(options_.timeline, "fusion", "allreduce", version_);
+      Flatten(grads, k);
+    }
+    RETURN_IF_ERROR(options_.collective->AllreduceSum(
+        flat_.flat().subspan(group_start_[k], group_start_[k + 1] - group_start_[k])));
+  }
+  Timeline::Span apply(options_.timeline, "apply", "allreduce", version_);
+  kernels::Scale(1.0f / options_.collective->size(), flat_.flat());
+  push_header_.set_version(version_);
+  push_header_.set_step(push_header_.step() + 1);
+  SpanByteSource mean(
+      absl::Span<const char>(reinterpret_cast<const char*>(flat_.data()), flat_.num_bytes()));
+  ASSIGN_OR_RETURN(proto::PushResponse response, shard_.Push(push_header_, &mean));
+  PushResult result;
+  result.accepted = response.accepted();
+  result.training_done = response.training_done();
+  return result;
+}
+
+void AllreduceStore::Shutdown() { shard_.Shutdown(rank()); }
+
+absl::StatusOr<std::vector<proto::StatusResponse>> AllreduceStore::GetStatus() {
+  // Every fusion group (a shard of placement()) is held by the one local
+  // ParameterShard.
+  return std::vector<proto::StatusResponse>(placement_.num_shards, shard_.GetStatus());
+}
+
+absl::Status AllreduceStore::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
+  return shard_.Save(step, version, keep, keep_step).status();
+}
+
+absl::Status AllreduceStore::Restore(int64_t step, int64_t recovery_epoch) {
+  return shard_.Restore(step, recovery_epoch);
+}
+
+}  // namespace psrt

@@ -1,0 +1,113 @@
+// AllreduceStore: the ParameterStore of allreduce mode (psrt_worker
+// --mode=allreduce, or a cluster spec without a "ps" job), as Horovod runs
+// data-parallel training: no parameter servers; every worker keeps the whole
+// model and applies every step itself.
+//
+// The model lives in a ParameterShard of the worker's own (ps/
+// parameter_shard.h, one shard holding every variable), so that the
+// optimizers, moving averages and checkpoint files are the parameter
+// servers' own: a checkpoint is a one-shard ps checkpoint
+// (model.ckpt-N.ps-0-of-1.safetensors), which export_checkpoint.sh reads and
+// a ps job could resume. A push sums the workers' gradients with the ring
+// (worker/collective.h), divides by the number of workers and applies the
+// mean to the local shard as its only replica (replicas_to_aggregate 1), so
+// every worker computes the same update from the same bits. The gradients
+// are reduced in fusion groups (Options::fusion_bytes), the shards of
+// placement(), so that the trainer's overlap_comm reduces each group while
+// the backward pass goes on (Horovod's tensor fusion).
+//
+// Worker 0 is the chief (initialization, evaluation, checkpoints,
+// TensorBoard). WaitForModelReady brings every worker to the chief's state:
+// its training config (so that every worker's optimizer and schedule are
+// the chief's) and its initial values, broadcast; or, when the chief resumed from a
+// checkpoint, that checkpoint, which every worker restores from its own
+// checkpoint_dir (every worker must read the chief's checkpoint directory:
+// one host, or a volume they share).
+//
+// Faults: a worker that dies or hangs fails the others' next push within
+// the Collective's timeout, with an error naming it; the job then restarts
+// (the launcher's restart policy, or Kubernetes) and resumes from the last
+// checkpoint.
+//
+// Thread safety: not thread-safe (ParameterStore).
+#ifndef PSRT_WORKER_STORE_ALLREDUCE_STORE_H_
+#define PSRT_WORKER_STORE_ALLREDUCE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/timeline.h"
+#include "ps/parameter_shard.h"
+#include "worker/store/collective.h"
+#include "worker/store/parameter_store.h"
+
+namespace psrt {
+
+class AllreduceStore final : public ParameterStore {
+ public:
+  struct Options {
+    // This worker's rank is collective->rank(). REQUIRES: outlives the store.
+    Collective* collective = nullptr;
+    std::string checkpoint_dir;  // Empty: no checkpoints.
+    // How long a pull may wait for the local shard (it never waits long).
+    absl::Duration pull_timeout = absl::Seconds(60);
+    // Tensor fusion: the gradients are reduced in groups of consecutive
+    // variables of at most this many bytes (a larger variable alone), each
+    // as soon as the backward pass has finished it (with the trainer's
+    // overlap_comm), last layers first.
+    int64_t fusion_bytes = int64_t{4} << 20;
+    // Records fusion and apply spans; null: none. REQUIRES: outlives the
+    // store.
+    Timeline* timeline = nullptr;
+  };
+  AllreduceStore(Options options, std::vector<VariableDef> variables);
+
+  absl::Status WaitForServers(absl::Duration timeout) override;
+  absl::Status Init(const proto::TrainingConfig& config, const std::vector<Tensor>& params,
+                    int64_t recovery_epoch = 0) override;
+  absl::StatusOr<proto::TrainingConfig> WaitForModelReady(absl::Duration timeout) override;
+  absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
+                                  bool moving_average = false, int64_t min_clock = 0,
+                                  Precision precision = Precision::kWire,
+                                  const ShardHooks* hooks = nullptr) override;
+  // Averages `grads` with every worker's (a collective op: every worker
+  // pushes at every step) and applies the mean.
+  absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
+                                  const ShardHooks* hooks = nullptr) override;
+  void Shutdown() override;
+  // The local shard's status, once for each fusion group.
+  absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
+  absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
+  absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
+  void ForgetIncarnations() override {}
+
+  const Placement& placement() const override { return placement_; }
+  proto::DataType wire_dtype() const override { return proto::DT_FLOAT; }
+  std::string ShardName(int shard) const override;
+
+ private:
+  // The shard's config: the job's, with every version taking one push (the
+  // workers' mean).
+  proto::TrainingConfig ShardConfig(proto::TrainingConfig config) const;
+  // Initializes the local shard with `config` and the values in flat_.
+  absl::Status InitShard(const proto::TrainingConfig& config);
+  // Copies `tensors` (one per variable) into flat_, back to back: those of
+  // fusion group `group`, or all of them (-1).
+  void Flatten(const std::vector<Tensor>& tensors, int group);
+  int rank() const { return options_.collective->rank(); }
+
+  const Options options_;
+  const std::vector<VariableDef> variables_;
+  const Placement placement_;
+  ParameterShard shard_;
+  Tensor flat_;  // Every variable back to back: pushes and broadcasts.
+  std::vector<int64_t> group_start_;  // Fusion group k's first element in flat_.
+  proto::PushHeader push_header_;
+  int64_t version_ = 0;  // Last pulled.
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_STORE_ALLREDUCE_STORE_H_

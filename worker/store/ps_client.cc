@@ -1,0 +1,609 @@
+#include "worker/store/ps_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc_util.h"
+#include "common/status_macros.h"
+#include "common/tensor_frame.h"
+#include "common/transport_security.h"
+#include "common/wire_dtype.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kInit[] = "/psrt.proto.ParameterServer/Init";
+constexpr char kPull[] = "/psrt.proto.ParameterServer/Pull";
+constexpr char kPush[] = "/psrt.proto.ParameterServer/Push";
+constexpr char kGetStatus[] = "/psrt.proto.ParameterServer/GetStatus";
+constexpr char kShutdown[] = "/psrt.proto.ParameterServer/Shutdown";
+constexpr char kSave[] = "/psrt.proto.ParameterServer/Save";
+constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
+
+// Pulled bytes are copied into the parameters in pieces of this size, on
+// all cores: one core alone cannot saturate memory bandwidth here.
+constexpr int64_t kCopyGrainBytes = 256 << 10;
+
+proto::VariableMeta MetaOf(const VariableSlice& slice,
+                           proto::DataType dtype = proto::DT_FLOAT) {
+  proto::VariableMeta meta;
+  meta.set_name(slice.name);
+  meta.set_dtype(dtype);
+  for (int64_t d : slice.shape) meta.add_shape(d);
+  return meta;
+}
+
+}  // namespace
+
+// Which failures a call retries, with backoff, until Options::retry_timeout.
+enum class RetryOn {
+  kNothing,
+  kUnavailable,             // Safe when the call may be repeated.
+  kUnavailableOrDeadline,   // Pushes: a repeated one is deduplicated.
+};
+
+struct PsClient::Rpc {
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per shard.
+  std::vector<std::string> stripes;  // Per shard: its stripe, as metadata.
+  // A context for a call to shard k, with its stripe named.
+  void Prepare(int k, grpc::ClientContext* context) const {
+    context->AddMetadata(kStripeMetadata, stripes[k]);
+  }
+  std::function<std::string(int)> shard_name;
+  absl::Duration retry_timeout;
+  // Calls `method` on every shard: in shard order or in `order`, each right
+  // after `prepare(k)` (if any; it may block) has filled requests[k];
+  // `on_response` runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
+  // called again after a backoff, on its own; the first other error cancels
+  // the calls still running (unless `independent`: each call then runs to
+  // its end, as a goodbye that must reach every shard does) and is returned,
+  // prefixed with the shard's name.
+  absl::Status CallAll(
+      const std::string& method, absl::Duration timeout, RetryOn retry_on,
+      std::vector<grpc::ByteBuffer>& requests,
+      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
+      bool independent = false, const std::vector<int>* order = nullptr,
+      const std::function<void(int)>& prepare = nullptr);
+};
+
+absl::Status PsClient::Rpc::CallAll(
+    const std::string& method, absl::Duration timeout, RetryOn retry_on,
+    std::vector<grpc::ByteBuffer>& requests,
+    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
+    bool independent, const std::vector<int>* order,
+    const std::function<void(int)>& prepare) {
+  const int n = static_cast<int>(stubs.size());
+  CHECK_EQ(requests.size(), static_cast<size_t>(n));
+  struct Attempt {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;
+  };
+  // Every attempt stays alive until the last callback has run.
+  std::vector<std::unique_ptr<Attempt>> attempts;
+  std::vector<Attempt*> running(n, nullptr);
+  absl::Mutex mu;
+  std::vector<std::optional<absl::Status>> finished(n);  // Guarded by mu.
+  int in_flight = 0;                                      // Guarded by mu.
+
+  auto start = [&](int k) {  // REQUIRES: mu not held; in_flight counted.
+    attempts.push_back(std::make_unique<Attempt>());
+    Attempt* attempt = attempts.back().get();
+    attempt->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Prepare(k, &attempt->context);
+    running[k] = attempt;
+    stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k],
+                        &attempt->response, [&, k, attempt](grpc::Status status) {
+                          absl::Status result = status.ok()
+                                                    ? on_response(k, attempt->response)
+                                                    : FromGrpcStatus(status);
+                          absl::MutexLock lock(&mu);
+                          finished[k] = std::move(result);
+                          --in_flight;
+                        });
+  };
+  auto retryable = [retry_on](const absl::Status& status) {
+    return (retry_on != RetryOn::kNothing && absl::IsUnavailable(status)) ||
+           (retry_on == RetryOn::kUnavailableOrDeadline && absl::IsDeadlineExceeded(status));
+  };
+
+  // Each shard may be retried for retry_timeout from its first failure.
+  std::vector<absl::Time> give_up(n, absl::InfiniteFuture());
+  std::vector<absl::Time> retry_at(n, absl::InfiniteFuture());
+  std::vector<absl::Duration> backoff(n, absl::Milliseconds(100));
+  std::vector<bool> done(n, false);
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu);
+    in_flight = n;
+  }
+  for (int i = 0; i < n; ++i) {
+    const int k = order != nullptr ? (*order)[i] : i;
+    if (prepare) prepare(k);
+    start(k);
+  }
+
+  mu.Lock();
+  while (true) {
+    for (int k = 0; k < n; ++k) {
+      if (!finished[k].has_value()) continue;
+      absl::Status status = *std::move(finished[k]);
+      finished[k].reset();
+      running[k] = nullptr;
+      if (status.ok()) {
+        done[k] = true;
+      } else if (error.ok() && retryable(status) &&
+                 (give_up[k] == absl::InfiniteFuture() || absl::Now() < give_up[k])) {
+        if (give_up[k] == absl::InfiniteFuture()) give_up[k] = absl::Now() + retry_timeout;
+        if (backoff[k] == absl::Milliseconds(100)) {  // The first retry.
+          LOG(WARNING) << shard_name(k) << ": " << status.message()
+                       << "; retrying for up to " << retry_timeout;
+        }
+        retry_at[k] = absl::Now() + backoff[k];
+        backoff[k] = std::min(backoff[k] * 2, absl::Seconds(2));
+      } else {
+        done[k] = true;
+        if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
+          const bool gave_up = retryable(status);
+          error = absl::Status(
+              status.code(),
+              absl::StrCat(shard_name(k), ": ", status.message(),
+                           gave_up ? absl::StrCat(" (still failing after ",
+                                                  absl::FormatDuration(retry_timeout),
+                                                  " of retries)")
+                                   : "",
+                           // gRPC's own refusals name no limit.
+                           absl::IsResourceExhausted(status)
+                               ? " (a limit of the ps: psrt_ps --max_message_mb, "
+                                 "--max_grpc_memory_mb or --max_waiting_pulls)"
+                               : ""));
+        }
+        // Nothing else matters now: stop the other shards' calls.
+        for (int j = 0; j < n && !independent; ++j) {
+          if (running[j] != nullptr) running[j]->context.TryCancel();
+          if (retry_at[j] != absl::InfiniteFuture()) {
+            retry_at[j] = absl::InfiniteFuture();
+            done[j] = true;
+          }
+        }
+      }
+    }
+    if (in_flight == 0 && std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
+      break;
+    }
+    const absl::Time now = absl::Now();
+    absl::Time next_retry = absl::InfiniteFuture();
+    for (int k = 0; k < n; ++k) {
+      if (retry_at[k] <= now) {
+        retry_at[k] = absl::InfiniteFuture();
+        ++in_flight;
+        mu.Unlock();
+        start(k);
+        mu.Lock();
+      }
+      next_retry = std::min(next_retry, retry_at[k]);
+    }
+    mu.AwaitWithDeadline(absl::Condition(
+                             +[](std::vector<std::optional<absl::Status>>* f) {
+                               return std::any_of(f->begin(), f->end(),
+                                                  [](const auto& s) { return s.has_value(); });
+                             },
+                             &finished),
+                         next_retry);
+  }
+  mu.Unlock();
+  return error;
+}
+
+PsClient::PsClient(Options options, Placement placement,
+                   std::vector<VariableDef> variables)
+    : options_(std::move(options)),
+      copier_(options_.copy_threads, /*spin=*/false),
+      placement_(std::move(placement)),
+      variables_(std::move(variables)),
+      rpc_(std::make_unique<Rpc>()) {
+  CHECK_GE(options_.ps_stripes, 1);
+  CHECK_EQ(placement_.num_shards,
+           static_cast<int>(options_.ps_addresses.size()) * options_.ps_stripes);
+  rpc_->shard_name = [this](int k) { return ShardName(k); };
+  rpc_->retry_timeout = options_.retry_timeout;
+  const TransportSecurity plaintext;
+  const TransportSecurity& security = options_.security ? *options_.security : plaintext;
+  const bool unix_socket = options_.unix_socket && !security.tls();
+  LOG_IF(WARNING, options_.unix_socket && security.tls())
+      << "unix_socket: TLS channels stay on TCP (certificates name the host)";
+  for (int k = 0; k < num_shards(); ++k) {
+    const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
+    const std::string target = unix_socket ? PreferLocalSocket(address) : address;
+    if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
+    rpc_->stubs.push_back(
+        std::make_unique<grpc::GenericStub>(NewPsChannel(target, security)));
+    rpc_->stripes.push_back(std::to_string(k % options_.ps_stripes));
+  }
+  CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
+  push_headers_.resize(num_shards());
+  wire_buffers_.resize(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    push_headers_[k].set_replica(options_.replica);
+    for (int s : placement_.shard_slices[k]) {
+      *push_headers_[k].add_variables() = MetaOf(placement_.slices[s], options_.wire_dtype);
+    }
+  }
+  versions_.assign(num_shards(), 0);
+  incarnations_.assign(num_shards(), 0);
+  std::random_device device;
+  worker_incarnation_ = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1;
+}
+
+absl::Status PsClient::CheckIncarnations(const std::vector<int64_t>& answered) {
+  absl::Status status;
+  for (int k = 0; k < num_shards(); ++k) {
+    if (incarnations_[k] != 0 && incarnations_[k] != answered[k] && status.ok()) {
+      status = absl::AbortedError(absl::StrCat(
+          ShardName(k), " restarted or was rolled back (new incarnation ", answered[k],
+          "); pull again"));
+    }
+    incarnations_[k] = answered[k];
+  }
+  return status;
+}
+
+void PsClient::ForgetIncarnations() {
+  std::fill(incarnations_.begin(), incarnations_.end(), 0);
+}
+
+PsClient::~PsClient() = default;
+
+std::string PsClient::ShardName(int shard) const {
+  const int task = shard / options_.ps_stripes;
+  return absl::StrCat("ps/", task,
+                      options_.ps_stripes > 1
+                          ? absl::StrCat(" stripe ", shard % options_.ps_stripes)
+                          : "",
+                      " (", options_.ps_addresses[task], ")");
+}
+
+absl::Status PsClient::WaitForServers(absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  std::vector<bool> up(num_shards(), false);
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (true) {
+    std::vector<std::string> waiting;
+    for (int k = 0; k < num_shards(); ++k) {
+      if (up[k]) continue;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      context.set_wait_for_ready(false);
+      rpc_->Prepare(k, &context);
+      grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
+      grpc::ByteBuffer response;
+      absl::Notification done;
+      grpc::Status status;
+      rpc_->stubs[k]->UnaryCall(&context, kGetStatus, grpc::StubOptions(), &request,
+                           &response, [&](grpc::Status s) {
+                             status = std::move(s);
+                             done.Notify();
+                           });
+      done.WaitForNotification();
+      proto::StatusResponse reply;
+      if (status.ok()) status = ToGrpcStatus(ParseFromByteBuffer(response, &reply));
+      if (status.ok()) {
+        const int stripes = std::max(1, reply.stripes());
+        if (reply.restoring()) {
+          waiting.push_back(absl::StrCat(ShardName(k), ": restoring its checkpoint"));
+          continue;
+        }
+        // An operator's client (no variables) deals in whole processes.
+        if (stripes != options_.ps_stripes && !variables_.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " serves ", stripes, " stripes, but this task was "
+              "started with --ps_stripes=", options_.ps_stripes,
+              ": give every task of the job the same --ps_stripes"));
+        }
+        up[k] = true;
+      } else if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        // A missing or wrong auth token does not get better by waiting.
+        return absl::UnauthenticatedError(
+            absl::StrCat(ShardName(k), ": ", status.error_message()));
+      } else {
+        waiting.push_back(absl::StrCat(ShardName(k), ": ", status.error_message()));
+      }
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("parameter servers not reachable after ", 
+                       absl::FormatDuration(timeout), ": ",
+                       absl::StrJoin(waiting, "; ")));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for " << absl::StrJoin(waiting, "; ");
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::Status PsClient::Init(const proto::TrainingConfig& config,
+                            const std::vector<Tensor>& params,
+                            int64_t recovery_epoch) {
+  CHECK_EQ(params.size(), variables_.size());
+  absl::BlockingCounter released(num_shards());
+  std::vector<grpc::ByteBuffer> requests;
+  for (int k = 0; k < num_shards(); ++k) {
+    proto::InitHeader header;
+    *header.mutable_config() = config;
+    header.set_recovery_epoch(recovery_epoch);
+    std::vector<absl::Span<const char>> chunks;
+    for (int s : placement_.shard_slices[k]) {
+      const VariableSlice& slice = placement_.slices[s];
+      *header.add_variables() = MetaOf(slice);
+      const char* base = reinterpret_cast<const char*>(params[slice.variable].data());
+      chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
+    }
+    requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
+  }
+  absl::Status status = rpc_->CallAll(kInit, options_.rpc_timeout, RetryOn::kUnavailable, requests,
+                                [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  requests.clear();
+  released.Wait();  // gRPC no longer reads `params`.
+  return status;
+}
+
+absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
+  std::vector<grpc::ByteBuffer> requests(num_shards(),
+                                         SerializeToByteBuffer(proto::StatusRequest()));
+  std::vector<proto::StatusResponse> statuses(num_shards());
+  RETURN_IF_ERROR(rpc_->CallAll(kGetStatus, options_.rpc_timeout, RetryOn::kUnavailable, requests,
+                          [&](int k, const grpc::ByteBuffer& response) {
+                            return ParseFromByteBuffer(response, &statuses[k]);
+                          }));
+  return statuses;
+}
+
+absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
+    absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (true) {
+    ASSIGN_OR_RETURN(std::vector<proto::StatusResponse> statuses, GetStatus());
+    std::vector<std::string> waiting;
+    for (int k = 0; k < num_shards(); ++k) {
+      if (statuses[k].training_done()) {
+        return absl::CancelledError(
+            absl::StrCat(ShardName(k), ": the chief has ended training"));
+      }
+      if (!statuses[k].ready()) waiting.push_back(ShardName(k));
+    }
+    if (waiting.empty()) {
+      for (int k = 0; k < num_shards(); ++k) {
+        const auto& held = statuses[k].variables();
+        const auto& mine = push_headers_[k].variables();
+        bool same = held.size() == mine.size();
+        for (int i = 0; same && i < held.size(); ++i) {
+          same = held[i].name() == mine[i].name() &&
+                 std::equal(held[i].shape().begin(), held[i].shape().end(),
+                            mine[i].shape().begin(), mine[i].shape().end());
+        }
+        if (!same) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " holds a model other than this worker's (check that "
+              "every worker has the same --model, layer sizes, "
+              "--placement and --partition_threshold_bytes)"));
+        }
+      }
+      return statuses[0].config();
+    }
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the chief did not initialize the model within ",
+          absl::FormatDuration(timeout), ": waiting for ",
+          absl::StrJoin(waiting, ", ")));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for the chief to initialize "
+                << absl::StrJoin(waiting, ", ");
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+absl::StatusOr<PsClient::PullResult> PsClient::Pull(
+    int64_t min_version, std::vector<Tensor>* params, bool moving_average,
+    int64_t min_clock, Precision precision, const ShardHooks* hooks) {
+  CHECK_EQ(params->size(), variables_.size());
+  const proto::DataType dtype =
+      precision == Precision::kWire ? options_.wire_dtype : proto::DT_FLOAT;
+  proto::PullRequest request;
+  if (dtype != proto::DT_FLOAT) request.set_wire_dtype(dtype);
+  request.set_min_version(min_version);
+  request.set_replica(options_.replica);
+  request.set_moving_average(moving_average);
+  request.set_min_clock(min_clock);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
+  std::vector<grpc::ByteBuffer> requests;
+  for (int k = 0; k < num_shards(); ++k) {
+    request.set_incarnation(incarnations_[k]);
+    requests.push_back(SerializeToByteBuffer(request));
+  }
+  std::vector<proto::PullHeader> headers(num_shards());
+  const absl::Time start = absl::Now();
+  std::atomic<int64_t> bytes{0};
+  RETURN_IF_ERROR(rpc_->CallAll(
+      kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
+      [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
+        bytes += response.Length();
+        TensorFrameReader reader;
+        RETURN_IF_ERROR(reader.Open(response, &headers[k]));
+        const std::vector<int>& slices = placement_.shard_slices[k];
+        int64_t expected = 0;
+        for (int s : slices) expected += placement_.slices[s].num_bytes;
+        expected = expected / sizeof(float) * WireBytesPerElement(dtype);
+        bool dtype_ok = true;
+        for (const proto::VariableMeta& meta : headers[k].variables()) {
+          dtype_ok = dtype_ok && meta.dtype() == dtype;
+        }
+        if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
+            static_cast<int64_t>(reader.size()) != expected || !dtype_ok) {
+          return absl::InternalError(absl::StrCat(
+              "pull reply carries ", headers[k].variables_size(), " tensors and ",
+              reader.size(), " bytes, want ", slices.size(), " tensors and ", expected,
+              " bytes of ", proto::DataType_Name(dtype),
+              dtype_ok ? "" : " (the reply has another dtype)"));
+        }
+        // The values as float32, whatever the wire carried.
+        std::optional<WireAsFloatSource> decoded;
+        const ByteSource& values = dtype != proto::DT_FLOAT
+                                       ? decoded.emplace(reader, dtype)
+                                       : static_cast<const ByteSource&>(reader);
+        size_t offset = 0;
+        for (int s : slices) {
+          const VariableSlice& slice = placement_.slices[s];
+          char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
+                      slice.byte_offset;
+          copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
+                              [&](int64_t begin, int64_t end) {
+                                values.ReadAt(offset + begin, {dst + begin, size_t(end - begin)});
+                              });
+          offset += slice.num_bytes;
+        }
+        if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
+        return absl::OkStatus();
+      }));
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordPull(bytes);
+    options_.metrics->RecordPullWait(absl::Now() - start);
+  }
+  std::vector<int64_t> incarnations;
+  for (const proto::PullHeader& header : headers) incarnations.push_back(header.incarnation());
+  RETURN_IF_ERROR(CheckIncarnations(incarnations));
+  PullResult result;
+  result.version = headers[0].version();
+  for (int k = 0; k < num_shards(); ++k) {
+    versions_[k] = headers[k].version();
+    result.version = std::min(result.version, headers[k].version());
+    result.training_done |= headers[k].training_done();
+    result.waited =
+        std::max(result.waited, absl::Microseconds(headers[k].waited_us()));
+  }
+  return result;
+}
+
+absl::StatusOr<PsClient::PushResult> PsClient::Push(
+    const std::vector<Tensor>& grads, const ShardHooks* hooks) {
+  CHECK_EQ(grads.size(), variables_.size());
+  absl::BlockingCounter released(num_shards());
+  const absl::Time start = absl::Now();
+  std::vector<grpc::ByteBuffer> requests(num_shards());
+  int64_t bytes = 0;
+  ++push_step_;  // Retries below resend the same (worker, step).
+  // Encodes shard k's request, from its gradients as they are now.
+  auto prepare = [&](int k) {
+    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+    push_headers_[k].set_version(versions_[k]);
+    push_headers_[k].set_worker_incarnation(worker_incarnation_);
+    push_headers_[k].set_step(push_step_);
+    push_headers_[k].set_incarnation(incarnations_[k]);
+    std::vector<absl::Span<const char>> chunks;
+    std::vector<uint16_t>& wire = wire_buffers_[k];
+    size_t encoded = 0;
+    for (int s : placement_.shard_slices[k]) {
+      const VariableSlice& slice = placement_.slices[s];
+      const float* base = grads[slice.variable].data() + slice.byte_offset / sizeof(float);
+      const int64_t n = slice.num_bytes / sizeof(float);
+      if (options_.wire_dtype == proto::DT_FLOAT) {
+        chunks.emplace_back(reinterpret_cast<const char*>(base), slice.num_bytes);
+        continue;
+      }
+      if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
+      copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
+        EncodeWire(options_.wire_dtype, {base + begin, size_t(end - begin)},
+                   {wire.data() + encoded + begin, size_t(end - begin)});
+      });
+      encoded += n;
+    }
+    if (encoded > 0) {
+      chunks.emplace_back(reinterpret_cast<const char*>(wire.data()),
+                          encoded * sizeof(uint16_t));
+    }
+    requests[k] = EncodeTensorFrame(push_headers_[k], chunks,
+                                    [&] { released.DecrementCount(); });
+    bytes += requests[k].Length();
+  };
+  std::vector<proto::PushResponse> responses(num_shards());
+  absl::Status status = rpc_->CallAll(
+      kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
+      [&](int k, const grpc::ByteBuffer& response) {
+        return ParseFromByteBuffer(response, &responses[k]);
+      },
+      /*independent=*/false, hooks != nullptr ? &hooks->order : nullptr, prepare);
+  // Even a failed or timed-out call may still be reading `grads` in gRPC's
+  // write path: return only once gRPC has dropped every reference.
+  requests.clear();
+  released.Wait();
+  PushResult result;
+  for (const proto::PushResponse& r : responses) {
+    result.accepted &= r.accepted();
+    result.training_done |= r.training_done();
+  }
+  if (options_.metrics != nullptr) {
+    const PushOutcome outcome = !status.ok()         ? PushOutcome::kRejected
+                                : result.accepted     ? PushOutcome::kAccepted
+                                : result.training_done ? PushOutcome::kLate
+                                                       : PushOutcome::kStale;
+    options_.metrics->RecordPush(outcome, bytes, absl::Now() - start);
+  }
+  RETURN_IF_ERROR(status);  // Before the replies: a failed call has none.
+  std::vector<int64_t> incarnations;
+  for (const proto::PushResponse& r : responses) incarnations.push_back(r.incarnation());
+  RETURN_IF_ERROR(CheckIncarnations(incarnations));
+  return result;
+}
+
+void PsClient::Shutdown() {
+  proto::ShutdownRequest request;
+  request.set_replica(options_.replica);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
+  // Every shard must hear it, whatever another one answers: a ps that misses
+  // the chief's goodbye waits for training to end.
+  absl::Status status = rpc_->CallAll(
+      kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
+      [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); }, /*independent=*/true);
+  if (!status.ok()) LOG(WARNING) << "goodbye not delivered everywhere: " << status.message();
+}
+
+absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
+  proto::SaveRequest request;
+  request.set_step(step);
+  request.set_version(version);
+  request.set_keep(keep);
+  if (keep_step >= 0) request.set_keep_step(keep_step);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
+  // Writing a large shard to disk takes a while.
+  return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,
+                       requests,
+                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+}
+
+absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
+  proto::RestoreRequest request;
+  request.set_step(step);
+  request.set_recovery_epoch(recovery_epoch);
+  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
+  return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
+                       RetryOn::kUnavailable, requests,
+                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+}
+
+}  // namespace psrt

@@ -1,0 +1,140 @@
+// PsClient: a worker's view of the parameter servers: Init (chief), Pull,
+// Push, and little else.
+//
+// The client holds one gRPC channel per PS shard and the placement that maps
+// the model's variables onto shards (common/placement.h). A ps process may
+// serve several shards (stripes, proto/psrt.proto): shard k is stripe
+// k % S of ps task k / S, on a channel (a TCP connection) of its own. Every call goes to
+// all shards in parallel and returns when all have answered. Push sends
+// gradient bytes straight from the caller's tensors; Pull copies parameter
+// bytes straight into the caller's tensors: no per-step allocation of tensor
+// size on either path.
+//
+// Versions are tracked per shard: Pull records each shard's version, and the
+// next Push tags each shard's gradients with it. In sync mode the shards
+// move in lockstep, so all of them are equal.
+//
+// Faults: a shard that is unreachable (UNAVAILABLE) is called again with
+// backoff for up to Options::retry_timeout, alone, while the other shards'
+// calls go on; the first other error cancels the calls still running. A
+// push is retried with the same (worker incarnation, step), so the shard
+// never applies it twice. Pulls and pushes name the incarnation each shard
+// last answered with, and return Aborted when the shard has another one (it
+// restarted and restored a checkpoint, or was rolled back) or says its state
+// is not confirmed: the caller then waits for the model to be ready again,
+// calls ForgetIncarnations, and pulls.
+//
+// Thread safety: not thread-safe; one thread at a time drives it.
+#ifndef PSRT_WORKER_STORE_PS_CLIENT_H_
+#define PSRT_WORKER_STORE_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/placement.h"
+#include "common/tensor.h"
+#include "kernels/cpu_context.h"
+#include "proto/psrt.pb.h"
+#include "worker/store/parameter_store.h"
+
+namespace psrt {
+
+class TransportSecurity;  // common/transport_security.h
+
+class PsClient final : public ParameterStore {
+ public:
+  struct Options {
+    std::vector<std::string> ps_addresses;  // ps task t listens on [t].
+    // Shards each ps task serves (psrt_ps --ps_stripes); WaitForServers
+    // fails when a ps task serves another number.
+    int ps_stripes = 1;
+    int replica = 0;                        // This worker's replica index.
+    absl::Duration rpc_timeout = absl::Seconds(60);
+    // How long a pull may wait for the next version (sync mode waits for
+    // the slowest replica).
+    absl::Duration pull_timeout = absl::Seconds(300);
+    // Threads that copy pulled values into the parameters; 0: one per core.
+    int copy_threads = 0;
+    // How long an unreachable shard is retried before the call fails (a
+    // supervised parameter server restarts within this).
+    absl::Duration retry_timeout = absl::Seconds(60);
+    // TLS and the auth token of every channel; null: plaintext, no token.
+    std::shared_ptr<const TransportSecurity> security;
+    // Reach shards on this host (a loopback address) over their Unix socket
+    // (psrt_ps --unix_socket; rpc_util.h's PreferLocalSocket). Not with TLS,
+    // whose certificates name the TCP host: those stay on TCP.
+    bool unix_socket = false;
+    // How gradients and parameters travel (common/wire_dtype.h): DT_FLOAT,
+    // or DT_BFLOAT16 / DT_HALF (half the bytes; the shards keep float32).
+    proto::DataType wire_dtype = proto::DT_FLOAT;
+    // Counts pushes and pulls (common/metrics.h); null: not counted.
+    // REQUIRES: outlives the client.
+    TransferMetrics* metrics = nullptr;
+  };
+  // REQUIRES: placement.num_shards ==
+  //           options.ps_addresses.size() * options.ps_stripes.
+  PsClient(Options options, Placement placement,
+           std::vector<VariableDef> variables);
+  ~PsClient();
+
+  // ParameterStore (worker/parameter_store.h), over gRPC. WaitForServers
+  // retries with backoff, logging the shards it still waits for, and also
+  // fails (FailedPrecondition) on a ps task that serves another number of
+  // stripes than Options::ps_stripes (unless the client has no variables:
+  // an operator's, whose Shutdown reaches every stripe of a task anyway).
+  // Shutdown ignores unreachable shards: they may have exited already.
+  absl::Status WaitForServers(absl::Duration timeout) override;
+  absl::Status Init(const proto::TrainingConfig& config,
+                    const std::vector<Tensor>& params, int64_t recovery_epoch = 0) override;
+  absl::StatusOr<proto::TrainingConfig> WaitForModelReady(
+      absl::Duration timeout) override;
+  absl::StatusOr<PullResult> Pull(int64_t min_version, std::vector<Tensor>* params,
+                                  bool moving_average = false, int64_t min_clock = 0,
+                                  Precision precision = Precision::kWire,
+                                  const ShardHooks* hooks = nullptr) override;
+  absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
+                                  const ShardHooks* hooks = nullptr) override;
+  void Shutdown() override;
+  absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
+  absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
+  absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
+  void ForgetIncarnations() override;
+
+  const Placement& placement() const override { return placement_; }
+  proto::DataType wire_dtype() const override { return options_.wire_dtype; }
+  // "ps/T (host:port)", or "ps/T stripe S (host:port)" with several stripes,
+  // as errors and logs name shard `shard`.
+  std::string ShardName(int shard) const override;
+  const std::vector<int64_t>& shard_versions() const { return versions_; }
+
+ private:
+  // The gRPC side (stubs and the all-shards call), kept out of this header
+  // so that the trainer never sees a gRPC type.
+  struct Rpc;
+  // Records the incarnation each shard answered with; Aborted if one
+  // changed.
+  absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
+
+  const Options options_;
+  const kernels::CpuContext copier_;
+  const Placement placement_;
+  const std::vector<VariableDef> variables_;
+  std::unique_ptr<Rpc> rpc_;
+  std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
+  // Per shard: its gradients as bfloat16 (Options::wire_dtype), reused.
+  std::vector<std::vector<uint16_t>> wire_buffers_;
+  std::vector<int64_t> versions_;
+  std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
+  int64_t worker_incarnation_ = 0;     // Random id of this client.
+  int64_t push_step_ = 0;              // Pushes sent so far.
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_STORE_PS_CLIENT_H_
