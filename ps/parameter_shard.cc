@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/random_id.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
 #include "common/wire_dtype.h"
@@ -455,12 +456,6 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   for (auto& [done, reply] : ready) done(std::move(reply));
   if (!failure.ok()) return failure;
   return response;
-}
-
-int64_t ParameterShard::NewIncarnation() {
-  std::random_device device;
-  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());
-  return static_cast<int64_t>(rng() >> 1) | 1;  // Positive, never 0.
 }
 
 int64_t ParameterShard::incarnation() const {

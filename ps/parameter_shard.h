@@ -207,7 +207,6 @@ class ParameterShard {
   // The fewest gradients pushed by a replica that has not finished.
   int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   class SnapshotPool;
-  static int64_t NewIncarnation();
 
   absl::Status ValidateTensors(
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_id.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
 #include "glog/logging.h"

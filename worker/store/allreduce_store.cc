@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/random_id.h"
 #include "common/byte_source.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -88,8 +89,7 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
   LOG(INFO) << "allreduce: " << flat_.num_bytes() << " bytes of gradients in "
             << placement_.num_shards << " fusion groups of at most " << options_.fusion_bytes
             << " bytes (a larger variable alone)";
-  std::random_device device;
-  push_header_.set_worker_incarnation(static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1);
+  push_header_.set_worker_incarnation(NewIncarnation());
 }
 
 std::string AllreduceStore::ShardName(int /*shard*/) const {

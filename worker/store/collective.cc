@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
@@ -25,12 +26,6 @@ constexpr char kDeliver[] = "/psrt.proto.Collective/Deliver";
 // Received segments are added in blocks of this many floats (64 KiB), read
 // from gRPC's buffers into a cache-resident scratch.
 constexpr size_t kBlockFloats = 16 * 1024;
-
-int64_t NewIncarnation() {
-  std::random_device device;
-  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device());
-  return static_cast<int64_t>(rng() >> 1) | 1;  // Positive, never 0.
-}
 
 // Segment i of W of n elements: [i n / W, (i + 1) n / W).
 template <class T>

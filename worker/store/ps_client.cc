@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
@@ -239,8 +240,7 @@ PsClient::PsClient(Options options, Placement placement,
   }
   versions_.assign(num_shards(), 0);
   incarnations_.assign(num_shards(), 0);
-  std::random_device device;
-  worker_incarnation_ = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) | 1;
+  worker_incarnation_ = NewIncarnation();
 }
 
 absl::Status PsClient::CheckIncarnations(const std::vector<int64_t>& answered) {

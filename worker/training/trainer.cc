@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/random_id.h"
 #include "common/training_config.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -55,11 +56,6 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
       test_(nullptr),
       test_source_(std::move(test_source)),
       test_examples_(test_examples) {}
-
-std::string Trainer::NewRunId() {
-  std::random_device device;
-  return absl::StrFormat("%08x%08x", device(), device());
-}
 
 absl::Status Trainer::CheckOneRun(const std::vector<proto::StatusResponse>& shards) const {
   std::map<std::string, std::vector<std::string>> runs;  // Run id -> shards.
@@ -119,7 +115,7 @@ absl::Status Trainer::RecoverOrInitialize(const std::vector<Tensor>& values,
   // initializes the others.
   if (empty.size() == shards.size() && !after_fault) {
     proto::TrainingConfig config = options_.config;
-    config.set_run_id(NewRunId());
+    config.set_run_id(NewRandomHexId());
     RETURN_IF_ERROR(client_->Init(config, values, epoch));
     LOG(INFO) << "chief initialized " << values.size() << " variables on "
               << client_->num_shards() << " shards (run " << config.run_id() << ")";

@@ -161,8 +161,6 @@ class Trainer {
   // all of them hold. `values` initializes; after a fault, shards that lost
   // the model are an error instead.
   absl::Status RecoverOrInitialize(const std::vector<Tensor>& values, bool after_fault);
-  // A fresh run's id (TrainingConfig.run_id): 64 random bits, in hex.
-  static std::string NewRunId();
   // FailedPrecondition naming the shards and their runs when the
   // initialized shards hold states of more than one run.
   absl::Status CheckOneRun(const std::vector<proto::StatusResponse>& shards) const;
