@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/struct.pb.h"
@@ -285,27 +286,12 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Parse(absl::string_view json,
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromFile(const std::string& path) {
-  const std::string source = absl::StrCat("cluster spec file ", path);
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat(source, ": cannot open: ",
-                                     std::strerror(err)));
+  absl::StatusOr<std::string> text = FileSystem::Default()->ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cluster spec file ", text.status().message()));
   }
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f);
-  const int err = errno;
-  std::fclose(f);
-  if (failed) {
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat(source, ": cannot read: ",
-                                     std::strerror(err)));
-  }
-  return Parse(text, source);
+  return Parse(*text, absl::StrCat("cluster spec file ", path));
 }
 
 int ClusterSpec::num_tasks(absl::string_view job) const {

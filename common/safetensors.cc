@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -119,16 +120,7 @@ absl::Status WriteSafetensors(const std::string& path,
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  // One buffer of the file's size: no stream buffer growing by doubling and
-  // no second copy out of it (a large checkpoint is read into memory once).
-  const std::streamoff size = in.tellg();
-  std::string bytes(size < 0 ? 0 : static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (size < 0 || !in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
-    return absl::DataLossError(absl::StrCat("cannot read ", path));
-  }
+  ASSIGN_OR_RETURN(const std::string bytes, FileSystem::Default()->ReadFile(path));
   return ParseSafetensors(bytes, path);
 }
 

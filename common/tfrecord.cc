@@ -249,6 +249,27 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* record) {
   return true;
 }
 
+absl::StatusOr<absl::string_view> ReadTFRecordAt(const RandomAccessFile& file, int64_t offset,
+                                                 int64_t length, std::string* scratch) {
+  const int64_t n = kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
+  scratch->resize(n);
+  absl::Status read = file.ReadAt(offset, n, scratch->data());
+  if (!read.ok()) {
+    return absl::DataLossError(absl::StrCat("reading the record at byte offset ", offset,
+                                            ", indexed before: ", read.message()));
+  }
+  const char* header = scratch->data();
+  const absl::string_view data(header + kTFRecordHeaderBytes, length);
+  if (DecodeFixed64(header) != static_cast<uint64_t>(length) ||
+      DecodeFixed32(header + 8) != MaskedLengthCrc(header) ||
+      DecodeFixed32(data.data() + length) != crc32c::Mask(crc32c::Value(data))) {
+    return absl::DataLossError(absl::StrCat(
+        "the record at byte offset ", offset, " changed since it was indexed (its length "
+        "or data checksum does not match)"));
+  }
+  return data;
+}
+
 absl::StatusOr<std::vector<std::string>> ReadTFRecordFile(
     const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader,

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_system.h"
 
 struct gzFile_s;  // zlib's file handle (zlib.h stays out of this header).
 
@@ -83,6 +84,15 @@ class TFRecordReader {
   int64_t records_read_ = 0;
   absl::Status error_;  // Sticky.
 };
+
+// Reads back one record of an open plain (not gzip) TFRecord file: the
+// record at byte `offset` whose data is `length` bytes, where a
+// TFRecordReader found it. Header, data and footer are read into *scratch
+// and checked (the length and both checksums); the data is returned as a
+// view into *scratch. DataLoss, saying which, when the file is now shorter
+// or the record no longer matches. Thread-safe as `file` is.
+absl::StatusOr<absl::string_view> ReadTFRecordAt(const RandomAccessFile& file, int64_t offset,
+                                                 int64_t length, std::string* scratch);
 
 // Every record of a file, in order (the reader's errors).
 absl::StatusOr<std::vector<std::string>> ReadTFRecordFile(

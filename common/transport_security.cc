@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpc/grpc.h"
@@ -59,15 +60,12 @@ absl::StatusOr<std::string> ReadFlagFile(const FlagFile& file, bool secret) {
     LOG(WARNING) << absl::StrFormat("%s is readable by every user (mode %04o): chmod 600 it",
                                     file.Name(), mode);
   }
-  std::ifstream in(file.path, std::ios::binary);
-  if (!in.is_open()) {
+  absl::StatusOr<std::string> contents = FileSystem::Default()->ReadFile(file.path);
+  if (!contents.ok()) {
     return absl::PermissionDeniedError(
-        absl::StrCat(file.Name(), ": cannot open it: ", std::strerror(errno)));
+        absl::StrCat(file.Name(), ": ", contents.status().message()));
   }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(file.Name(), ": read error"));
-  return contents.str();
+  return contents;
 }
 
 // ---------------------------------------------------------------- PEM checks

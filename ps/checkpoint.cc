@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_system.h"
 #include "common/file_util.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -55,52 +56,52 @@ absl::Status WriteIndex(const ShardCheckpointId& id, const std::vector<int64_t>&
   return WriteFileAtomically(IndexPath(id), text);
 }
 
-// The checkpoints in the order they were saved, oldest first: shard files
-// the index misses (a crash between a save's rename and its index update, a
-// lost index) first, by step, then the index's lines in order.
-std::vector<int64_t> InSaveOrder(const ShardCheckpointId& id) {
-  std::vector<int64_t> listed;
-  std::ifstream in(IndexPath(id));
-  std::string line;
+// The steps of `id`'s checkpoints: those the index names, in its order
+// (each once), and the files under their final name that it misses (a
+// crash between a save's rename and its index update, a lost index), by
+// step. Every file under its final name is complete (written, synced,
+// renamed). A missing index or directory holds none.
+struct KnownCheckpoints {
+  std::vector<int64_t> indexed;
+  std::vector<int64_t> unindexed;
+};
+
+KnownCheckpoints FindCheckpoints(const ShardCheckpointId& id) {
+  KnownCheckpoints known;
+  FileSystem* fs = FileSystem::Default();
   int64_t step = 0;
-  while (std::getline(in, line)) {
-    if (StepOfFile(id, line, &step) &&
-        std::find(listed.begin(), listed.end(), step) == listed.end()) {
-      listed.push_back(step);
+  auto seen = [&known](int64_t s) {
+    return std::find(known.indexed.begin(), known.indexed.end(), s) != known.indexed.end();
+  };
+  if (absl::StatusOr<std::string> index = fs->ReadFile(IndexPath(id)); index.ok()) {
+    for (absl::string_view line : absl::StrSplit(*index, '\n', absl::SkipEmpty())) {
+      if (StepOfFile(id, std::string(line), &step) && !seen(step)) known.indexed.push_back(step);
     }
   }
-  std::vector<int64_t> unlisted;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(id.dir, error)) {
-    if (StepOfFile(id, entry.path().filename().string(), &step) &&
-        std::find(listed.begin(), listed.end(), step) == listed.end()) {
-      unlisted.push_back(step);
+  if (absl::StatusOr<std::vector<std::string>> names = fs->ListDirectory(id.dir); names.ok()) {
+    for (const std::string& name : *names) {
+      if (StepOfFile(id, name, &step) && !seen(step)) known.unindexed.push_back(step);
     }
   }
-  std::sort(unlisted.begin(), unlisted.end());
-  unlisted.insert(unlisted.end(), listed.begin(), listed.end());
-  return unlisted;
+  std::sort(known.unindexed.begin(), known.unindexed.end());
+  return known;
+}
+
+// The checkpoints in the order they were saved, oldest first: the files the
+// index misses first, by step, then the index's lines in order.
+std::vector<int64_t> InSaveOrder(const ShardCheckpointId& id) {
+  KnownCheckpoints known = FindCheckpoints(id);
+  known.unindexed.insert(known.unindexed.end(), known.indexed.begin(), known.indexed.end());
+  return known.unindexed;
 }
 
 }  // namespace
 
 std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
-  std::ifstream in(IndexPath(id));
-  std::vector<int64_t> steps;
-  std::string line;
-  int64_t step = 0;
-  while (std::getline(in, line)) {
-    if (StepOfFile(id, line, &step)) steps.push_back(step);
-  }
-  // Every file under its final name is complete (written, synced, renamed),
-  // so files the index misses (a crash between the rename and the index
-  // update, a lost index) are listed too.
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(id.dir, error)) {
-    if (StepOfFile(id, entry.path().filename().string(), &step)) steps.push_back(step);
-  }
+  const KnownCheckpoints known = FindCheckpoints(id);
+  std::vector<int64_t> steps = known.indexed;
+  steps.insert(steps.end(), known.unindexed.begin(), known.unindexed.end());
   std::sort(steps.rbegin(), steps.rend());
-  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
   return steps;
 }
 

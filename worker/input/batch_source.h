@@ -12,9 +12,12 @@
 #define PSRT_WORKER_INPUT_BATCH_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/tensor.h"
 #include "worker/input/idx_dataset.h"
 
@@ -33,6 +36,10 @@ class BatchSource {
   // REQUIRES: examples >= 0.
   virtual absl::Status Skip(int64_t examples) = 0;
 };
+
+// Makes a batch stream from its beginning (a trainer Skips to where a
+// resumed run continues); called at the start and after each recovery.
+using BatchSourceFactory = std::function<absl::StatusOr<std::unique_ptr<BatchSource>>()>;
 
 // A Dataset's shard through a BatchIterator (see there).
 class DatasetBatchSource : public BatchSource {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -47,40 +48,6 @@ bool IsDirectory(const std::string& path) {
 bool HasGzipMagic(const std::string& bytes) {
   return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
          static_cast<unsigned char>(bytes[1]) == 0x8b;
-}
-
-// The whole file, as is.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    }
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat(path, ": cannot open: ",
-                                     std::strerror(err)));
-  }
-  std::string bytes;
-  struct stat st;
-  if (::fstat(fileno(f), &st) == 0 && st.st_size > 0) {
-    bytes.resize(static_cast<size_t>(st.st_size));
-  }
-  size_t got = std::fread(bytes.data(), 1, bytes.size(), f);
-  bytes.resize(got);
-  // The file may have grown since fstat, or have no size (a pipe).
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
-  const bool failed = std::ferror(f);
-  const int err = errno;
-  std::fclose(f);
-  if (failed) {
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat(path, ": read error: ",
-                                     std::strerror(err)));
-  }
-  return bytes;
 }
 
 // Inflates a gzip file (one or more concatenated members) held in memory.
@@ -173,7 +140,7 @@ std::string ToString(absl::uint128 v) {
 absl::StatusOr<IdxFile> ReadIdx(const std::string& path, uint32_t magic,
                                 absl::string_view what) {
   IdxFile file;
-  ASSIGN_OR_RETURN(file.bytes, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(file.bytes, FileSystem::Default()->ReadFile(path));
   if (HasGzipMagic(file.bytes)) {
     ASSIGN_OR_RETURN(file.bytes, Gunzip(path, file.bytes));
   } else if (absl::EndsWith(path, ".gz")) {

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "common/tfrecord.h"
 #include "worker/input/image_decoder.h"
@@ -33,12 +34,6 @@ bool IsImageName(const fs::path& path) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // One output file: sources [begin, end).
 struct Shard {
   std::string path;
@@ -56,7 +51,7 @@ absl::Status WriteShard(const std::vector<Source>& sources, const Shard& shard,
   for (size_t i = begin; i < end; ++i) {
     const Source& source = sources[i];
     ImageRecord record;
-    ASSIGN_OR_RETURN(record.encoded, ReadFile(source.path));
+    ASSIGN_OR_RETURN(record.encoded, FileSystem::Default()->ReadFile(source.path));
     const ImageFormat format = DetectImageFormat(record.encoded);
     absl::Status decoded = DecodeImage(record.encoded, 0, &image);
     if (!decoded.ok()) {

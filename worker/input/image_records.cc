@@ -1,68 +1,20 @@
 #include "worker/input/image_records.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "common/tfrecord.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/example.pb.h"
+#include "worker/input/example_features.h"
 
 namespace psrt {
 namespace {
-
-using FeatureMap = google::protobuf::Map<std::string, tf::Feature>;
-
-absl::Status Missing(const FeatureMap& features, absl::string_view name) {
-  std::vector<std::string> present;
-  for (const auto& [key, value] : features) present.push_back(key);
-  std::sort(present.begin(), present.end());
-  return absl::InvalidArgumentError(absl::StrCat(
-      "missing feature \"", name, "\" (present: ",
-      present.empty() ? "none" : absl::StrJoin(present, ", "), ")"));
-}
-
-// The single bytes value of `name`; `required` false: "" when absent.
-absl::StatusOr<std::string> GetBytes(FeatureMap* features, absl::string_view name,
-                                     bool required) {
-  auto it = features->find(std::string(name));
-  if (it == features->end()) {
-    if (required) return Missing(*features, name);
-    return std::string();
-  }
-  if (it->second.kind_case() != tf::Feature::kBytesList ||
-      it->second.bytes_list().value_size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("feature \"", name, "\" is not a bytes_list of one value"));
-  }
-  // Moved out: the encoded image is the bulk of the record.
-  return std::move(*it->second.mutable_bytes_list()->mutable_value(0));
-}
-
-absl::StatusOr<int64_t> GetInt64(const FeatureMap& features, absl::string_view name,
-                                 bool required) {
-  auto it = features.find(std::string(name));
-  if (it == features.end()) {
-    if (required) return Missing(features, name);
-    return 0;
-  }
-  if (it->second.kind_case() != tf::Feature::kInt64List ||
-      it->second.int64_list().value_size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("feature \"", name, "\" is not an int64_list of one value"));
-  }
-  return it->second.int64_list().value(0);
-}
 
 absl::Status At(const std::string& file, int64_t record, const absl::Status& status) {
   return absl::Status(status.code(),
@@ -77,17 +29,21 @@ absl::StatusOr<ImageRecord> ParseImageExample(absl::string_view serialized) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a tf.train.Example (", serialized.size(), " bytes)"));
   }
-  FeatureMap* features = example.mutable_features()->mutable_feature();
+  ExampleFeatures features(&example);
   ImageRecord r;
-  ASSIGN_OR_RETURN(r.encoded, GetBytes(features, kImageEncodedFeature, true));
-  ASSIGN_OR_RETURN(r.label, GetInt64(*features, "image/class/label", true));
-  ASSIGN_OR_RETURN(r.format, GetBytes(features, "image/format", false));
-  ASSIGN_OR_RETURN(r.text, GetBytes(features, "image/class/text", false));
-  ASSIGN_OR_RETURN(r.filename, GetBytes(features, "image/filename", false));
-  ASSIGN_OR_RETURN(r.colorspace, GetBytes(features, "image/colorspace", false));
-  ASSIGN_OR_RETURN(r.height, GetInt64(*features, "image/height", false));
-  ASSIGN_OR_RETURN(r.width, GetInt64(*features, "image/width", false));
-  ASSIGN_OR_RETURN(r.channels, GetInt64(*features, "image/channels", false));
+  // Moved out: the encoded image is the bulk of the record.
+  ASSIGN_OR_RETURN(r.encoded, features.TakeBytes(kImageEncodedFeature, true));
+  ASSIGN_OR_RETURN(r.label, features.RequiredInt64("image/class/label"));
+  ASSIGN_OR_RETURN(r.format, features.TakeBytes("image/format", false));
+  ASSIGN_OR_RETURN(r.text, features.TakeBytes("image/class/text", false));
+  ASSIGN_OR_RETURN(r.filename, features.TakeBytes("image/filename", false));
+  ASSIGN_OR_RETURN(r.colorspace, features.TakeBytes("image/colorspace", false));
+  ASSIGN_OR_RETURN(std::optional<int64_t> height, features.Int64("image/height"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> width, features.Int64("image/width"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> channels, features.Int64("image/channels"));
+  r.height = height.value_or(0);
+  r.width = width.value_or(0);
+  r.channels = channels.value_or(0);
   return r;
 }
 
@@ -127,54 +83,18 @@ absl::StatusOr<bool> IsImageRecordFile(const std::string& file) {
   return example.features().feature().contains(kImageEncodedFeature);
 }
 
-ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-ScopedFd::~ScopedFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 std::string ImageShard::Where(int64_t i) const {
   return absl::StrCat(files[file_index[i]], ": record ", record[i]);
 }
 
 absl::Status ImageShard::Read(int64_t i, std::string* scratch, absl::string_view* bytes) const {
   const int32_t f = file_index[i];
-  if (static_cast<size_t>(f) >= fds.size() || fds[f].get() < 0) {
+  if (static_cast<size_t>(f) >= on_disk.size() || on_disk[f] == nullptr) {
     *bytes = encoded[i];
     return absl::OkStatus();
   }
-  // The whole record: header, data and footer (common/tfrecord.h).
-  const int64_t n = kTFRecordHeaderBytes + length[i] + kTFRecordFooterBytes;
-  scratch->resize(n);
-  int64_t done = 0;
-  while (done < n) {
-    const ssize_t got = ::pread(fds[f].get(), scratch->data() + done, n - done, offset[i] + done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      return absl::DataLossError(absl::StrCat(
-          "reading ", n, " bytes at byte offset ", offset[i], ": ",
-          got < 0 ? std::strerror(errno) : "the file is shorter than when it was indexed"));
-    }
-    done += got;
-  }
-  uint64_t stored_length;
-  uint32_t stored_crc;
-  std::memcpy(&stored_length, scratch->data(), 8);  // Little-endian hosts.
-  std::memcpy(&stored_crc, scratch->data() + kTFRecordHeaderBytes + length[i], 4);
-  const absl::string_view data(scratch->data() + kTFRecordHeaderBytes, length[i]);
-  if (static_cast<int64_t>(stored_length) != length[i] ||
-      crc32c::Unmask(stored_crc) != crc32c::Value(data)) {
-    return absl::DataLossError(absl::StrCat(
-        "the record at byte offset ", offset[i], " changed since it was indexed (its length "
-        "or data checksum does not match)"));
-  }
+  ASSIGN_OR_RETURN(const absl::string_view data,
+                   ReadTFRecordAt(*on_disk[f], offset[i], length[i], scratch));
   ASSIGN_OR_RETURN(ImageRecord r, ParseImageExample(data));
   *scratch = std::move(r.encoded);
   *bytes = *scratch;
@@ -228,12 +148,15 @@ absl::StatusOr<ImageShard> ReadImageShard(const std::vector<std::string>& files,
     }
     // A plain file (its records add up to its size; a gzip file's do not)
     // can keep its images: they are read back by offset.
-    shard.fds.emplace_back();
-    struct stat st;
-    if (!options.in_memory && ::stat(files[f].c_str(), &st) == 0 && st.st_size == offset) {
-      ScopedFd fd(::open(files[f].c_str(), O_RDONLY | O_CLOEXEC));
-      if (fd.get() >= 0) {
-        shard.fds.back() = std::move(fd);
+    shard.on_disk.emplace_back();
+    FileSystem* fs = FileSystem::Default();
+    if (!options.in_memory) {
+      absl::StatusOr<int64_t> size = fs->FileSize(files[f]);
+      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+          size.ok() && *size == offset ? fs->OpenRandomAccess(files[f])
+                                       : absl::StatusOr<std::unique_ptr<RandomAccessFile>>(nullptr);
+      if (file.ok() && *file != nullptr) {
+        shard.on_disk.back() = *std::move(file);
         for (size_t i = first; i < shard.encoded.size(); ++i) std::string().swap(shard.encoded[i]);
       }
     }

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_system.h"
 
 namespace psrt {
 
@@ -63,19 +64,6 @@ std::string SerializeImageExample(const ImageRecord& record);
 // missing, empty or corrupt file.
 absl::StatusOr<bool> IsImageRecordFile(const std::string& file);
 
-// An open file descriptor, closed with its owner. Move-only.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd = -1) : fd_(fd) {}
-  ScopedFd(ScopedFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  ScopedFd& operator=(ScopedFd&& o) noexcept;
-  ~ScopedFd();
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // The examples of one worker's shard: their labels, where each came from
 // (for messages), and their encoded images, held in memory (about 110 KB
 // an ImageNet image) or, for plain (not gzip) files read with
@@ -90,7 +78,8 @@ struct ImageShard {
   std::vector<int64_t> record;      // its record index there,
   std::vector<int64_t> offset;      // and its record's byte offset
   std::vector<int64_t> length;      // and data length there.
-  std::vector<ScopedFd> fds;  // Per file: open when its images stay on disk.
+  // Per file: open when its images stay on disk, else null.
+  std::vector<std::unique_ptr<RandomAccessFile>> on_disk;
   bool sharded_by_file = true;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "proto/example.pb.h"
+#include "worker/input/example_features.h"
 
 namespace psrt {
 namespace {
@@ -78,12 +79,6 @@ absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) {
   return files;  // glob(3) sorts.
 }
 
-// A feature's int64 value; `present` false when absent.
-struct Int64Feature {
-  bool present = false;
-  int64_t value = 0;
-};
-
 // Reads Examples into one growing pixel buffer and label list, checking
 // each record against the first one's shape.
 class ExampleDecoder {
@@ -100,13 +95,13 @@ class ExampleDecoder {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": record ", index_, ": ", what));
   }
-  absl::Status MissingFeature(absl::string_view name) const;
-  const tf::Feature* Find(absl::string_view name) const;
-  absl::StatusOr<Int64Feature> GetInt64(absl::string_view name) const;
+  // A feature reader's error, with the file and record.
+  absl::Status Error(const absl::Status& status) const { return Error(status.message()); }
   absl::StatusOr<std::pair<int64_t, int64_t>> Shape(size_t num_bytes) const;
 
   const int num_classes_;
   tf::Example example_;
+  ExampleFeatures features_{&example_};
   std::string file_;  // Of the record being decoded, for messages.
   int64_t index_ = 0;
   int64_t rows_ = 0, cols_ = 0;  // Fixed by the first record.
@@ -114,15 +109,6 @@ class ExampleDecoder {
   std::string pixels_;
   std::vector<int32_t> labels_;
 };
-
-const char* KindName(const tf::Feature& f) {
-  switch (f.kind_case()) {
-    case tf::Feature::kBytesList: return "a bytes_list";
-    case tf::Feature::kFloatList: return "a float_list";
-    case tf::Feature::kInt64List: return "an int64_list";
-    default: return "empty";
-  }
-}
 
 // Raw pixels are needed; say so when image_raw holds an encoded image.
 std::string EncodedImageHint(const std::string& raw) {
@@ -133,63 +119,33 @@ std::string EncodedImageHint(const std::string& raw) {
   return "";
 }
 
-const tf::Feature* ExampleDecoder::Find(absl::string_view name) const {
-  const auto& features = example_.features().feature();
-  auto it = features.find(std::string(name));
-  return it == features.end() ? nullptr : &it->second;
-}
-
-absl::Status ExampleDecoder::MissingFeature(absl::string_view name) const {
-  std::vector<std::string> present;
-  for (const auto& [key, value] : example_.features().feature()) {
-    present.push_back(key);
-  }
-  std::sort(present.begin(), present.end());
-  return Error(absl::StrCat("missing feature \"", name, "\" (present: ",
-                            present.empty() ? "none" : absl::StrJoin(present, ", "),
-                            ")"));
-}
-
-absl::StatusOr<Int64Feature> ExampleDecoder::GetInt64(
-    absl::string_view name) const {
-  const tf::Feature* f = Find(name);
-  if (f == nullptr) return Int64Feature{};
-  if (f->kind_case() != tf::Feature::kInt64List) {
-    return Error(absl::StrCat("feature \"", name, "\" is ", KindName(*f),
-                              ", expected an int64_list"));
-  }
-  if (f->int64_list().value_size() != 1) {
-    return Error(absl::StrCat("feature \"", name, "\" has ",
-                              f->int64_list().value_size(),
-                              " values, expected 1"));
-  }
-  return Int64Feature{true, f->int64_list().value(0)};
-}
-
 // rows x cols of this record's image of `num_bytes` pixels.
 absl::StatusOr<std::pair<int64_t, int64_t>> ExampleDecoder::Shape(
     size_t num_bytes) const {
-  ASSIGN_OR_RETURN(const Int64Feature height, GetInt64("height"));
-  ASSIGN_OR_RETURN(const Int64Feature width, GetInt64("width"));
-  ASSIGN_OR_RETURN(const Int64Feature depth, GetInt64("depth"));
-  ASSIGN_OR_RETURN(const Int64Feature pixels, GetInt64("pixels"));
-  if (depth.present && depth.value != 1) {
-    return Error(absl::StrCat("depth ", depth.value,
+  auto get = [this](absl::string_view name) -> absl::StatusOr<std::optional<int64_t>> {
+    absl::StatusOr<std::optional<int64_t>> value = features_.Int64(name);
+    if (!value.ok()) return Error(value.status());
+    return value;
+  };
+  ASSIGN_OR_RETURN(const std::optional<int64_t> height, get("height"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> width, get("width"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> depth, get("depth"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> pixels, get("pixels"));
+  if (depth.has_value() && *depth != 1) {
+    return Error(absl::StrCat("depth ", *depth,
                               ": only single-channel images are supported"));
   }
-  if (height.present != width.present) {
-    return MissingFeature(height.present ? "width" : "height");
+  if (height.has_value() != width.has_value()) {
+    return Error(features_.Missing(height.has_value() ? "width" : "height"));
   }
   const int64_t n = static_cast<int64_t>(num_bytes);
-  if (height.present) {
-    if (height.value <= 0 || width.value <= 0 || height.value > INT_MAX ||
-        width.value > INT_MAX) {
-      return Error(absl::StrCat("bad image size ", height.value, " x ",
-                                width.value));
+  if (height.has_value()) {
+    if (*height <= 0 || *width <= 0 || *height > INT_MAX || *width > INT_MAX) {
+      return Error(absl::StrCat("bad image size ", *height, " x ", *width));
     }
-    return std::make_pair(height.value, width.value);
+    return std::make_pair(*height, *width);
   }
-  const int64_t count = pixels.present ? pixels.value : n;
+  const int64_t count = pixels.value_or(n);
   if (count <= 0 || count > INT_MAX) {
     return Error(absl::StrCat("bad image size: ", count, " pixels"));
   }
@@ -207,18 +163,10 @@ absl::Status ExampleDecoder::Decode(const std::string& file, int64_t index,
     return Error(absl::StrCat("not a tf.train.Example (", record.size(),
                               " bytes that do not parse)"));
   }
-  const tf::Feature* image = Find("image_raw");
-  if (image == nullptr) return MissingFeature("image_raw");
-  if (image->kind_case() != tf::Feature::kBytesList) {
-    return Error(absl::StrCat("feature \"image_raw\" is ", KindName(*image),
-                              ", expected a bytes_list"));
-  }
-  if (image->bytes_list().value_size() != 1) {
-    return Error(absl::StrCat("feature \"image_raw\" has ",
-                              image->bytes_list().value_size(),
-                              " values, expected 1"));
-  }
-  const std::string& raw = image->bytes_list().value(0);
+  absl::StatusOr<const std::string*> image = features_.Bytes("image_raw");
+  if (!image.ok()) return Error(image.status());
+  if (*image == nullptr) return Error(features_.Missing("image_raw"));
+  const std::string& raw = **image;
   ASSIGN_OR_RETURN(const auto shape, Shape(raw.size()));
   if (rows_ == 0) {
     rows_ = shape.first;
@@ -234,16 +182,15 @@ absl::Status ExampleDecoder::Decode(const std::string& file, int64_t index,
                               rows_ * cols_, " (", rows_, " x ", cols_, ")",
                               EncodedImageHint(raw)));
   }
-  const tf::Feature* label_feature = Find("label");
-  if (label_feature == nullptr) return MissingFeature("label");
-  ASSIGN_OR_RETURN(const Int64Feature label, GetInt64("label"));
-  if (label.value < 0 || label.value >= num_classes_) {
-    return Error(absl::StrCat("label ", label.value, " is out of range for ",
+  absl::StatusOr<int64_t> label = features_.RequiredInt64("label");
+  if (!label.ok()) return Error(label.status());
+  if (*label < 0 || *label >= num_classes_) {
+    return Error(absl::StrCat("label ", *label, " is out of range for ",
                               num_classes_, " classes (must be 0..",
                               num_classes_ - 1, ")"));
   }
   pixels_.append(raw);
-  labels_.push_back(static_cast<int32_t>(label.value));
+  labels_.push_back(static_cast<int32_t>(*label));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,528 @@
+// psrt_worker's flags, and the one function that reads them
+// (worker_flags.h).
+#include "worker/worker_flags.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "common/task_flags.h"
+#include "common/training_config.h"
+#include "common/wire_dtype.h"
+#include "gflags/gflags.h"
+
+DEFINE_string(cluster_spec, "",
+              "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
+              "Empty: read the TF_CONFIG environment variable.");
+DEFINE_string(job_name, "", "\"worker\" or \"chief\". Empty: from TF_CONFIG.");
+DEFINE_int32(task_index, 0, "This task's index within its job.");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
+              "Directory with the IDX files (train-images-idx3-ubyte[.gz], ...).");
+DEFINE_string(train_data, "",
+              "TFRecord files of tf.train.Example (image_raw, label) to train "
+              "on instead of --data_dir: a file, a comma-separated list, a "
+              "directory or a glob.");
+DEFINE_string(test_data, "", "TFRecord test set, like --train_data.");
+DEFINE_string(data_format, "auto",
+              "What --train_data/--test_data hold: \"mnist\" (image_raw + label, "
+              "read into memory), \"images\" (build_image_data.py records: JPEG/PNG in "
+              "image/encoded, decoded and cropped on --input_threads threads to "
+              "--input_height x --input_width x --input_channels), or \"auto\" (images when "
+              "the first record holds image/encoded).");
+DEFINE_int32(num_classes, 10, "Classes the model tells apart (labels in [0, num_classes)).");
+DEFINE_int32(input_threads, 0, "Image records: decoder threads; 0: number of cores.");
+DEFINE_int32(input_prefetch_batches, 3,
+             "Image records: batches decoded ahead of the step (buffers in flight).");
+DEFINE_string(input_cache, "memory",
+              "Image records: \"memory\" holds this worker's encoded images in RAM; "
+              "\"disk\" keeps only their offsets in plain TFRecord files and reads each "
+              "image when it is decoded (for shards larger than RAM; gzip files are held "
+              "in memory anyway).");
+DEFINE_string(corrupt_images, "stop",
+              "Image records: an image that does not decode \"stop\"s the worker with an "
+              "error naming file and record, or is \"skip\"ped (replaced by the next good "
+              "one, deterministically, and counted).");
+DEFINE_int32(label_offset, 1,
+             "Image records: class id = image/class/label - label_offset (1: "
+             "build_image_data.py's labels 1..N become 0..N-1).");
+DEFINE_bool(synthetic_data, false,
+            "Train and evaluate on random images of the model's input size (one batch, "
+            "reused) instead of a data set: times a model alone.");
+DEFINE_string(model, "mlp",
+              "Model to train: mlp, lenet, inception_mini or inception_v3.");
+DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
+DEFINE_int32(input_width, 28, "Image width the model is built for (inception_v3: 299).");
+DEFINE_int32(input_channels, 1, "Image channels the model is built for (inception_v3: 3).");
+DEFINE_bool(describe_model, false,
+            "Print the model's variables, one \"name shape\" line each, then "
+            "\"params=N\", and exit (needs no cluster).");
+DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
+DEFINE_int32(batch_size, 100, "Training batch size per worker.");
+DEFINE_bool(unix_socket, false,
+            "Reach ps tasks on this host (a loopback address in the spec) "
+            "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
+            "faster than loopback TCP; not with TLS.");
+DEFINE_string(wire_dtype, "fp32",
+              "How gradients and parameters travel: fp32, bf16 (bfloat16: half "
+              "the bytes, fp32's range) or fp16 (half the bytes, more precision, "
+              "but gradients beyond 65504 become Inf and are refused). The ps "
+              "adds, applies and checkpoints in fp32; the evaluator and the "
+              "chief's final evaluation pull fp32.");
+DEFINE_string(device, "auto",
+              "Where the forward and backward run: auto (a GPU when one is "
+              "visible, else the CPU), cpu, or gpu (CUDA; an error when none "
+              "is visible). CUDA_VISIBLE_DEVICES chooses the GPUs.");
+DEFINE_string(gpu_math, "fp32",
+              "How a GPU's matrix products and convolutions round: fp32 (IEEE "
+              "single precision, as on the CPU) or tf32 (the tensor cores' "
+              "TF32 inputs with FP32 sums, PyTorch's default for "
+              "convolutions: faster, about 3 decimal digits per input).");
+DEFINE_int32(num_gpus, 1,
+             "Towers per worker (in-graph replication), one per GPU: each "
+             "batch is split over GPUs 0..N-1 and their gradients are "
+             "averaged before one push. More than are visible is an error.");
+DEFINE_int64(train_steps, 2000, "Stop when the global step reaches this.");
+DEFINE_bool(sync_replicas, false,
+            "Synchronous training (SyncReplicas): average the gradients of "
+            "--replicas_to_aggregate workers per step. Otherwise asynchronous.");
+DEFINE_int32(staleness, -1,
+             "Asynchronous training with bounded staleness: a worker runs at "
+             "most this many steps ahead of the slowest (0: lockstep); "
+             "negative: unbounded.");
+DEFINE_int32(replicas_to_aggregate, 0,
+             "Sync mode: gradients averaged per step; the other workers are "
+             "backups. 0: all workers.");
+DEFINE_string(optimizer, "sgd",
+              "sgd, momentum, adagrad, rmsprop or adam, applied on the parameter "
+              "servers with TensorFlow's rules and defaults.");
+DEFINE_double(learning_rate, 0.1, "(Initial) learning rate.");
+DEFINE_double(momentum, 0.9, "Momentum, for momentum (and rmsprop, default 0 there).");
+DEFINE_bool(use_nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
+DEFINE_double(adam_beta1, 0.9, "Adam's beta1.");
+DEFINE_double(adam_beta2, 0.999, "Adam's beta2.");
+DEFINE_double(epsilon, 0, "Adam's or RMSProp's epsilon; 0: TensorFlow's default.");
+DEFINE_double(rmsprop_decay, 0.9, "RMSProp's decay (rho).");
+DEFINE_double(adagrad_initial_accumulator, 0.1, "Adagrad's initial accumulator value.");
+DEFINE_string(learning_rate_decay, "none",
+              "Schedule: none, exponential (tf.train.exponential_decay) or "
+              "piecewise (tf.train.piecewise_constant).");
+DEFINE_double(decay_rate, 0.96, "exponential: factor per --decay_steps.");
+DEFINE_int64(decay_steps, 0, "exponential: steps per decay; 0: use --decay_epochs.");
+DEFINE_double(decay_epochs, 1, "exponential: epochs per decay, when --decay_steps is 0.");
+DEFINE_bool(staircase, false, "exponential: decay in whole steps.");
+DEFINE_string(boundaries, "", "piecewise: comma-separated ascending steps.");
+DEFINE_string(values, "", "piecewise: comma-separated learning rates, one more than boundaries.");
+DEFINE_int64(warmup_steps, 0, "Linear learning-rate warmup over this many steps.");
+DEFINE_double(weight_decay, 0, "L2 regularization of the weights (not biases).");
+DEFINE_double(clip_norm, 0, "Clip gradients by global norm; 0: off.");
+DEFINE_bool(overlap_comm, true,
+            "Overlap each step's pull with the forward pass and its push with the "
+            "backward pass, shard by shard (most with --placement=contiguous); "
+            "not with --clip_norm.");
+DEFINE_double(moving_average_decay, 0,
+              "Keep an exponential moving average of every variable on the "
+              "parameter servers (saved with checkpoints); 0: off.");
+DEFINE_int64(save_checkpoint_steps, 0,
+             "Chief: checkpoint every this many steps (needs psrt_ps --checkpoint_dir).");
+DEFINE_double(save_checkpoint_secs, 600,
+              "Chief: checkpoint every this many seconds; 0: not by time.");
+DEFINE_int32(keep_checkpoints, 5, "Checkpoints kept by each parameter server.");
+DEFINE_int32(max_failed_saves, 3,
+             "Chief: stop with an error once this many checkpoints in a row could not be "
+             "written (a full or broken disk); 0: train on regardless.");
+DEFINE_int64(eval_every_steps, 0, "Chief: evaluate on the test set every this many steps.");
+DEFINE_bool(eval_moving_average, false, "Evaluate with the moving averages.");
+DEFINE_string(logdir, "", "Chief: write TensorBoard event files here.");
+DEFINE_string(progress, "auto",
+              "Chief progress display: bar (one redrawn line), log, or auto "
+              "(bar when stderr is a terminal).");
+DEFINE_string(placement, "contiguous",
+              "Variable placement on parameter servers: contiguous (neighbouring layers "
+              "together, which --overlap_comm needs), round_robin or greedy.");
+DEFINE_int64(partition_threshold_bytes, 1 << 20,
+             "Variables larger than this are split across parameter servers.");
+DEFINE_bool(shuffle, true, "Shuffle this worker's shard of the data each epoch.");
+DEFINE_uint64(seed, 1, "Seed of the initial values and the data order.");
+DEFINE_int32(log_every_steps, 100, "Log a progress line every this many local steps.");
+DEFINE_int32(intra_op_threads, 0, "Threads for the kernels; 0: number of cores.");
+DEFINE_double(startup_timeout_secs, 300,
+              "How long to wait for the parameter servers and the chief.");
+DEFINE_double(ps_retry_secs, 60,
+              "How long an unreachable parameter server is retried (with "
+              "backoff) before the worker gives up; a supervised one that "
+              "restarts within this is recovered from.");
+DEFINE_double(pull_timeout_secs, 300,
+              "How long a pull may wait for the next version (sync mode waits "
+              "for the slowest worker); then the worker fails.");
+DEFINE_string(final_params_out, "",
+              "Chief: write the final parameters to this safetensors file.");
+DEFINE_string(bind_host, "",
+              "Interface the task's status and health service listens on (the "
+              "port comes from the cluster spec), and --metrics_port's; empty: "
+              "this task's host in the spec. 0.0.0.0: every interface.");
+DEFINE_int32(metrics_port, 0,
+             "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
+             "0: off.");
+DEFINE_string(mode, "auto",
+              "ps: train against the cluster spec's parameter servers; allreduce: "
+              "the workers average their gradients among themselves with a ring "
+              "allreduce, as Horovod does (synchronous, no ps tasks); auto: allreduce "
+              "when the cluster spec has no ps job, ps otherwise.");
+DEFINE_string(checkpoint_dir, "",
+              "Allreduce mode: the chief saves checkpoints here (the ps format, one "
+              "shard) and every worker restores from here (a directory every worker "
+              "reads). In ps mode the ps tasks take --checkpoint_dir instead.");
+DEFINE_double(fusion_mb, 4,
+              "Allreduce mode: gradients are averaged in groups of consecutive "
+              "variables of at most this many MB (tensor fusion), each as soon as the "
+              "backward pass has finished it (with --overlap_comm), last layers first.");
+DEFINE_string(timeline, "",
+              "Write a Chrome trace (chrome://tracing, ui.perfetto.dev) of each step's "
+              "compute, push and pull, and in allreduce mode of the fusion, "
+              "reduce-scatter, all-gather and apply, to this file (the chief; replica r "
+              "writes FILE with \"-r\" before its extension).");
+DEFINE_double(allreduce_timeout_secs, 120,
+              "Allreduce mode: a worker that sends nothing for this long and then does "
+              "not answer either (dead, hung, unreachable), or that cannot be reached "
+              "for this long, fails the others, named.");
+DEFINE_double(allreduce_busy_timeout_secs, 1800,
+              "Allreduce mode: how long a worker that still answers may send nothing "
+              "(the chief evaluating or saving between steps) before the others fail.");
+
+
+namespace psrt {
+namespace {
+
+template <class T>
+absl::StatusOr<std::vector<T>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<T> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    T value;
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      ok = absl::SimpleAtof(part, &value);
+    } else {
+      ok = absl::SimpleAtoi(part, &value);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError("--" + flag + ": \"" + std::string(part) +
+                                        "\" is not a number");
+    }
+    out.push_back(value);
+  }
+  return out;
+}
+
+// The chief's training rule. With --decay_epochs (no --decay_steps) the
+// decay steps wait for the training set's size (ResolveDecayEpochs); a
+// provisional 1 lets everything else be validated now.
+absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
+                                                              double* decay_epochs) {
+  proto::TrainingConfig config;
+  config.set_mode(FLAGS_sync_replicas ? proto::SYNC : proto::ASYNC);
+  config.set_num_replicas(num_replicas);
+  config.set_replicas_to_aggregate(
+      FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate : num_replicas);
+  if (config.replicas_to_aggregate() > num_replicas) {
+    return absl::InvalidArgumentError(
+        "--replicas_to_aggregate=" + std::to_string(FLAGS_replicas_to_aggregate) +
+        " exceeds the " + std::to_string(num_replicas) + " workers of the cluster");
+  }
+  static const std::map<std::string, proto::OptimizerType> kOptimizers = {
+      {"sgd", proto::SGD},         {"momentum", proto::MOMENTUM},
+      {"adagrad", proto::ADAGRAD}, {"rmsprop", proto::RMSPROP},
+      {"adam", proto::ADAM}};
+  auto optimizer = kOptimizers.find(FLAGS_optimizer);
+  if (optimizer == kOptimizers.end()) {
+    return absl::InvalidArgumentError("--optimizer: unknown optimizer \"" + FLAGS_optimizer +
+                                      "\" (known: adagrad, adam, momentum, rmsprop, sgd)");
+  }
+  config.set_optimizer(optimizer->second);
+  config.set_learning_rate(FLAGS_learning_rate);
+  const bool rmsprop = optimizer->second == proto::RMSPROP;
+  const bool momentum_set = !gflags::GetCommandLineFlagInfoOrDie("momentum").is_default;
+  config.set_momentum(rmsprop && !momentum_set ? 0.0f : FLAGS_momentum);
+  config.set_use_nesterov(FLAGS_use_nesterov);
+  config.set_beta1(FLAGS_adam_beta1);
+  config.set_beta2(FLAGS_adam_beta2);
+  config.set_epsilon(FLAGS_epsilon);
+  config.set_rho(FLAGS_rmsprop_decay);
+  config.set_initial_accumulator_value(FLAGS_adagrad_initial_accumulator);
+  SetOptimizerDefaults(&config);
+  config.set_moving_average_decay(FLAGS_moving_average_decay);
+
+  proto::LearningRateSchedule* schedule = config.mutable_schedule();
+  schedule->set_warmup_steps(FLAGS_warmup_steps);
+  *decay_epochs = 0;
+  if (FLAGS_learning_rate_decay == "exponential") {
+    schedule->set_type(proto::LearningRateSchedule::EXPONENTIAL_DECAY);
+    schedule->set_decay_rate(FLAGS_decay_rate);
+    if (FLAGS_decay_steps > 0) {
+      schedule->set_decay_steps(FLAGS_decay_steps);
+    } else {
+      // At least 1 step; with --decay_epochs > 0 provisional until the
+      // training set's size is known (ResolveDecayEpochs).
+      *decay_epochs = std::max(0.0, FLAGS_decay_epochs);
+      schedule->set_decay_steps(1);
+    }
+    schedule->set_staircase(FLAGS_staircase);
+  } else if (FLAGS_learning_rate_decay == "piecewise") {
+    schedule->set_type(proto::LearningRateSchedule::PIECEWISE_CONSTANT);
+    ASSIGN_OR_RETURN(std::vector<int64_t> boundaries,
+                     ParseList<int64_t>("boundaries", FLAGS_boundaries));
+    ASSIGN_OR_RETURN(std::vector<float> values, ParseList<float>("values", FLAGS_values));
+    *schedule->mutable_boundaries() = {boundaries.begin(), boundaries.end()};
+    *schedule->mutable_values() = {values.begin(), values.end()};
+  } else if (FLAGS_learning_rate_decay != "none") {
+    return absl::InvalidArgumentError("--learning_rate_decay: unknown schedule \"" +
+                                      FLAGS_learning_rate_decay +
+                                      "\" (known: none, exponential, piecewise)");
+  }
+  RETURN_IF_ERROR(ValidateTrainingConfig(config));
+  return config;
+}
+
+absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text) {
+  std::vector<int> units;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n <= 0) {
+      return absl::InvalidArgumentError(
+          "--hidden_units: \"" + std::string(part) + "\" is not a positive integer");
+    }
+    units.push_back(n);
+  }
+  return units;
+}
+
+absl::Status ReadModelFlags(WorkerConfig* config) {
+  config->model = FLAGS_model;
+  config->describe_model = FLAGS_describe_model;
+  ModelOptions& options = config->model_options;
+  ASSIGN_OR_RETURN(options.hidden_units, ParseHiddenUnits(FLAGS_hidden_units));
+  options.input_height = FLAGS_input_height;
+  options.input_width = FLAGS_input_width;
+  options.input_channels = FLAGS_input_channels;
+  options.num_classes = FLAGS_num_classes;
+  options.intra_op_threads = FLAGS_intra_op_threads;
+  config->device = FLAGS_device;
+  config->num_gpus = FLAGS_num_gpus;
+  ASSIGN_OR_RETURN(config->gpu_math, kernels::ParseGpuMath(FLAGS_gpu_math));
+  if (FLAGS_batch_size <= 0) {
+    return absl::InvalidArgumentError("--batch_size must be positive");
+  }
+  if (FLAGS_num_gpus > FLAGS_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--num_gpus=", FLAGS_num_gpus,
+                                                   " towers cannot share a batch of ",
+                                                   FLAGS_batch_size, " (--batch_size)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadInputFlags(WorkerConfig* config) {
+  InputOptions& input = config->input;
+  ASSIGN_OR_RETURN(input.format, ParseInputFormat(FLAGS_data_format));
+  input.data_dir = FLAGS_data_dir;
+  input.train_data = FLAGS_train_data;
+  input.test_data = FLAGS_test_data;
+  input.synthetic = FLAGS_synthetic_data;
+  input.height = FLAGS_input_height;
+  input.width = FLAGS_input_width;
+  input.channels = FLAGS_input_channels;
+  input.num_classes = FLAGS_num_classes;
+  input.model = FLAGS_model;
+  input.batch_size = FLAGS_batch_size;
+  input.shuffle = FLAGS_shuffle;
+  input.seed = FLAGS_seed;
+  input.decoder_threads = FLAGS_input_threads;
+  input.prefetch_batches = FLAGS_input_prefetch_batches;
+  input.label_offset = FLAGS_label_offset;
+  if (FLAGS_corrupt_images != "stop" && FLAGS_corrupt_images != "skip") {
+    return absl::InvalidArgumentError("--corrupt_images: \"" + FLAGS_corrupt_images +
+                                      "\" is not stop or skip");
+  }
+  input.skip_corrupt = FLAGS_corrupt_images == "skip";
+  if (FLAGS_input_cache != "memory" && FLAGS_input_cache != "disk") {
+    return absl::InvalidArgumentError("--input_cache: \"" + FLAGS_input_cache +
+                                      "\" is not memory or disk");
+  }
+  input.records_in_memory = FLAGS_input_cache == "memory";
+  return absl::OkStatus();
+}
+
+absl::Status ReadStoreFlags(WorkerConfig* config) {
+  const ClusterSpec& spec = config->cluster.spec;
+  ASSIGN_OR_RETURN(config->placement.strategy, ParsePlacementStrategy(FLAGS_placement));
+  config->placement.partition_threshold_bytes = FLAGS_partition_threshold_bytes;
+  ASSIGN_OR_RETURN(config->ps_stripes, PsStripesFromFlags());
+
+  PsClient::Options& client = config->ps_client;
+  for (int k = 0; k < spec.num_ps(); ++k) client.ps_addresses.push_back(spec.address("ps", k));
+  client.ps_stripes = config->ps_stripes;
+  ASSIGN_OR_RETURN(client.wire_dtype, ParseWireDtype(FLAGS_wire_dtype));
+  // The evaluator judges the model as the shards hold it.
+  if (config->evaluator) client.wire_dtype = proto::DT_FLOAT;
+  client.replica = config->replica;
+  client.security = config->security;
+  client.unix_socket = FLAGS_unix_socket;
+  client.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
+  client.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
+
+  Collective::Options& ring = config->ring;
+  ring.rank = config->replica;
+  for (int r = 0; r < config->num_replicas; ++r) ring.addresses.push_back(spec.ReplicaAddress(r));
+  ring.security = config->security;
+  ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
+  ring.busy_timeout = absl::Seconds(FLAGS_allreduce_busy_timeout_secs);
+  ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
+  ring.unix_socket = FLAGS_unix_socket;
+  config->checkpoint_dir = FLAGS_checkpoint_dir;
+  if (FLAGS_fusion_mb <= 0) return absl::InvalidArgumentError("--fusion_mb must be positive");
+  config->fusion_bytes = static_cast<int64_t>(FLAGS_fusion_mb * 1e6);
+  return absl::OkStatus();
+}
+
+absl::Status ReadTrainerFlags(WorkerConfig* config) {
+  TrainerOptions& options = config->trainer;
+  options.replica = config->replica;
+  options.num_replicas = config->num_replicas;
+  options.batch_size = FLAGS_batch_size;
+  options.train_steps = FLAGS_train_steps;
+  options.log_every_steps = std::max(1, FLAGS_log_every_steps);
+  options.shuffle = FLAGS_shuffle;
+  options.seed = FLAGS_seed;
+  options.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
+  options.final_params_path = FLAGS_final_params_out;
+  if (FLAGS_sync_replicas && FLAGS_staleness >= 0) {
+    return absl::InvalidArgumentError(
+        "--staleness bounds asynchronous training; drop it or --sync_replicas");
+  }
+  options.staleness = FLAGS_staleness;
+  options.weight_decay = FLAGS_weight_decay;
+  options.clip_norm = FLAGS_clip_norm;
+  options.overlap_comm = FLAGS_overlap_comm;
+  options.max_failed_saves = FLAGS_max_failed_saves;
+  options.save_checkpoint_steps = FLAGS_save_checkpoint_steps;
+  options.save_checkpoint_secs = FLAGS_save_checkpoint_secs;
+  options.keep_checkpoints = std::max(1, FLAGS_keep_checkpoints);
+  options.eval_every_steps = FLAGS_eval_every_steps;
+  options.eval_moving_average = FLAGS_eval_moving_average;
+  options.logdir = FLAGS_logdir;
+  if (FLAGS_progress == "auto") {
+    options.progress_bar = isatty(STDERR_FILENO);
+  } else if (FLAGS_progress == "bar" || FLAGS_progress == "log") {
+    options.progress_bar = FLAGS_progress == "bar";
+  } else {
+    return absl::InvalidArgumentError("--progress: \"" + FLAGS_progress +
+                                      "\" is not auto, bar or log");
+  }
+
+  ASSIGN_OR_RETURN(options.config,
+                   TrainingConfigFromFlags(config->num_replicas, &config->decay_epochs));
+  // Examples consumed per global step: every aggregated replica's batch in
+  // sync mode, one batch per update in async mode.
+  config->examples_per_step =
+      double{FLAGS_batch_size} *
+      (FLAGS_sync_replicas || config->allreduce ? options.config.replicas_to_aggregate() : 1);
+  if (config->allreduce) {
+    // Synchronous by nature: every step averages every worker's gradient.
+    if (FLAGS_staleness >= 0 || (FLAGS_replicas_to_aggregate > 0 &&
+                                 FLAGS_replicas_to_aggregate != config->num_replicas)) {
+      return absl::InvalidArgumentError(
+          "allreduce mode averages every worker's gradient at every step: drop "
+          "--staleness and --replicas_to_aggregate (backup workers need ps mode)");
+    }
+    if (FLAGS_wire_dtype != "fp32") {
+      return absl::InvalidArgumentError("--wire_dtype: allreduce mode moves float32 only");
+    }
+    options.config.set_mode(proto::SYNC);
+    options.config.set_replicas_to_aggregate(config->num_replicas);
+  }
+  return absl::OkStatus();
+}
+
+// The chief writes FILE; replica r > 0 FILE with "-r" before its extension
+// (trace.json: trace-1.json), so one flag serves every task.
+std::string ReplicaTimelinePath(const std::string& path, int replica, bool evaluator) {
+  if (path.empty() || replica == 0) return path;
+  const size_t slash = path.rfind('/');
+  size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    dot = path.size();
+  }
+  std::string out = path;
+  out.insert(dot, absl::StrCat("-", evaluator ? "evaluator" : std::to_string(replica)));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
+  WorkerConfig config;
+  const char* tf_config = std::getenv("TF_CONFIG");
+  ASSIGN_OR_RETURN(config.cluster,
+                   ResolveClusterConfig(FLAGS_cluster_spec, tf_config ? tf_config : "",
+                                        FLAGS_job_name, FLAGS_task_index));
+  const ClusterSpec& spec = config.cluster.spec;
+  const TaskId& task = config.cluster.task;
+  config.evaluator = task.job == "evaluator";
+  if (task.job != "worker" && task.job != "chief" && !config.evaluator) {
+    return absl::InvalidArgumentError(
+        "psrt_worker runs worker, chief and evaluator tasks, but this task is " +
+        task.ToString() + " (use psrt_ps for ps tasks)");
+  }
+  config.replica = config.evaluator ? -1 : spec.ReplicaIndex(task);
+  config.num_replicas = spec.num_replicas();
+  if (FLAGS_mode != "auto" && FLAGS_mode != "ps" && FLAGS_mode != "allreduce") {
+    return absl::InvalidArgumentError("--mode: \"" + FLAGS_mode +
+                                      "\" is not auto, ps or allreduce");
+  }
+  config.allreduce = FLAGS_mode == "allreduce" || (FLAGS_mode == "auto" && spec.num_ps() == 0);
+  if (config.allreduce && spec.num_ps() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode=allreduce, but the cluster spec has ", spec.num_ps(),
+        " ps tasks, which allreduce mode would leave idle: remove the \"ps\" job"));
+  }
+  if (!config.allreduce && spec.num_ps() == 0) {
+    return absl::InvalidArgumentError(
+        "--mode=ps, but the cluster spec has no \"ps\" job (the parameter servers)");
+  }
+  if (config.allreduce && config.evaluator) {
+    return absl::InvalidArgumentError(
+        "allreduce mode has no evaluator task: the chief evaluates (--eval_every_steps)");
+  }
+  if (!config.allreduce && !FLAGS_checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir is the ps tasks' flag in ps mode (psrt_ps --checkpoint_dir); "
+        "psrt_worker takes it in allreduce mode only");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const TransportSecurity> security,
+                   TransportSecurityFromFlags());
+  // The chief presents the chief's token, when there is one (roles).
+  if (config.replica == 0) security = std::make_shared<const TransportSecurity>(security->ForChief());
+  config.security = std::move(security);
+  if (const char* count = std::getenv("PSRT_RESTART_COUNT")) {
+    absl::SimpleAtoi(count, &config.restarts);
+  }
+
+  RETURN_IF_ERROR(ReadModelFlags(&config));
+  RETURN_IF_ERROR(ReadInputFlags(&config));
+  RETURN_IF_ERROR(ReadStoreFlags(&config));
+  RETURN_IF_ERROR(ReadTrainerFlags(&config));
+  config.bind_host = FLAGS_bind_host;
+  config.metrics_port = FLAGS_metrics_port;
+  config.timeline_path = ReplicaTimelinePath(FLAGS_timeline, config.replica, config.evaluator);
+  return config;
+}
+
+}  // namespace psrt

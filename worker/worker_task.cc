@@ -1,0 +1,219 @@
+#include "worker/worker_task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/rpc_util.h"
+#include "common/status_macros.h"
+#include "common/timeline.h"
+#include "common/training_config.h"
+#include "glog/logging.h"
+#include "models/model.h"
+#include "worker/store/allreduce_store.h"
+#include "worker/store/collective.h"
+#include "worker/store/ps_client.h"
+#include "worker/training/towers.h"
+#include "worker/training/trainer.h"
+#include "worker/worker_status_service.h"
+
+namespace psrt {
+namespace {
+
+// This task's status and health service, on its own address of the cluster
+// spec. A task that cannot listen there (the port is taken) still trains:
+// the service is for watching the task, and a training job should not fail
+// for want of it; the warning says why it cannot be watched.
+std::unique_ptr<WorkerStatusServer> StartStatusServer(const WorkerConfig& config,
+                                                      WorkerMetrics* metrics,
+                                                      std::vector<grpc::Service*> services) {
+  const ClusterConfig& cluster = config.cluster;
+  std::string host;
+  int port = 0;
+  absl::Status status = SplitHostPort(
+      cluster.spec.address(cluster.task.job, cluster.task.index), &host, &port);
+  WorkerStatusServer::Options options;
+  options.listen_address = JoinHostPort(ListenHost(config.bind_host, host), port);
+  options.credentials = config.security->ServerCredentials();
+  options.job = cluster.task.job;
+  options.task_index = cluster.task.index;
+  options.replica = config.replica;
+  options.services = std::move(services);
+  // Allreduce mode: the previous worker may reach the ring here too.
+  if (!options.services.empty() && config.ring.unix_socket) {
+    options.local_socket = LocalSocketAddress(port);
+  }
+  absl::StatusOr<std::unique_ptr<WorkerStatusServer>> server =
+      status.ok() ? WorkerStatusServer::Start(options, metrics) : status;
+  if (!server.ok()) {
+    LOG(WARNING) << cluster.task.ToString() << " serves no status or health: "
+                 << server.status().message() << "; training anyway";
+    return nullptr;
+  }
+  LOG(INFO) << cluster.task.ToString() << " status and health on " << options.listen_address;
+  return *std::move(server);
+}
+
+absl::Status ServeMetrics(const WorkerConfig& config, Metrics* metrics) {
+  if (config.metrics_port <= 0) return absl::OkStatus();
+  const ClusterConfig& cluster = config.cluster;
+  std::string spec_host;
+  int spec_port = 0;
+  RETURN_IF_ERROR(SplitHostPort(cluster.spec.address(cluster.task.job, cluster.task.index),
+                                &spec_host, &spec_port));
+  absl::Status serving = metrics->Serve(ListenHost(config.bind_host, spec_host),
+                                        config.metrics_port);
+  if (!serving.ok()) {
+    return absl::UnavailableError(absl::StrCat("--metrics_port: ", serving.message()));
+  }
+  LOG(INFO) << cluster.task.ToString() << " metrics on port " << metrics->port();
+  return absl::OkStatus();
+}
+
+// One model per tower device (the evaluator evaluates on one).
+absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfig& config) {
+  // Counting GPUs asks the driver alone: a process that ends up on the CPU
+  // never loads cudart or cuBLAS. --device=cpu does not even ask.
+  const int visible_gpus = config.device == "cpu" ? 0 : kernels::VisibleGpuCount();
+  ASSIGN_OR_RETURN(std::vector<kernels::DeviceSpec> devices,
+                   ChooseTowerDevices(config.device, config.evaluator ? 1 : config.num_gpus,
+                                      visible_gpus));
+  std::vector<std::unique_ptr<Model>> towers;
+  ModelOptions options = config.model_options;
+  for (const kernels::DeviceSpec& device : devices) {
+    options.device = device;
+    options.device.gpu_math = config.gpu_math;
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> tower, NewModel(config.model, options));
+    LOG(INFO) << "tower " << towers.size() << " of " << config.model << " on "
+              << tower->device_name() << " (--device=" << config.device << ", "
+              << visible_gpus << " GPUs visible)";
+    towers.push_back(std::move(tower));
+  }
+  return towers;
+}
+
+absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& config,
+                                                          const Model& model,
+                                                          Collective* ring, Timeline* timeline,
+                                                          WorkerMetrics* metrics) {
+  const std::string task = config.cluster.task.ToString();
+  if (config.allreduce) {
+    if (!config.checkpoint_dir.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(config.checkpoint_dir, error);
+      if (error) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--checkpoint_dir ", config.checkpoint_dir, ": ", error.message()));
+      }
+    }
+    AllreduceStore::Options options;
+    options.collective = ring;
+    options.checkpoint_dir = config.checkpoint_dir;
+    options.fusion_bytes = config.fusion_bytes;
+    options.timeline = timeline;
+    LOG(INFO) << task << " is worker " << config.replica << " of " << config.num_replicas
+              << " (allreduce mode: a ring of the workers, no parameter servers)";
+    return std::unique_ptr<ParameterStore>(
+        std::make_unique<AllreduceStore>(options, model.variables()));
+  }
+  const int num_ps = config.cluster.spec.num_ps();
+  ASSIGN_OR_RETURN(Placement placement,
+                   ComputePlacement(model.variables(), std::max(1, num_ps * config.ps_stripes),
+                                    config.placement));
+  PsClient::Options options = config.ps_client;
+  options.metrics = &metrics->transfers();
+  LOG(INFO) << task << " is "
+            << (config.evaluator ? "the evaluator" : "replica " + std::to_string(config.replica))
+            << " of " << config.num_replicas << " ("
+            << (config.trainer.config.mode() == proto::SYNC ? "sync" : "async") << "), "
+            << num_ps << " parameter servers";
+  return std::unique_ptr<ParameterStore>(
+      std::make_unique<PsClient>(options, std::move(placement), model.variables()));
+}
+
+}  // namespace
+
+absl::Status ResolveDecayEpochs(int64_t train_examples, WorkerConfig* config) {
+  if (config->decay_epochs <= 0) return absl::OkStatus();
+  const double steps_per_epoch =
+      std::max<double>(1, train_examples / config->examples_per_step);
+  config->trainer.config.mutable_schedule()->set_decay_steps(
+      std::max<int64_t>(1, std::llround(config->decay_epochs * steps_per_epoch)));
+  return ValidateTrainingConfig(config->trainer.config);
+}
+
+absl::Status DescribeModel(const WorkerConfig& config) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   NewModel(config.model, config.model_options));
+  int64_t params = 0;
+  for (const VariableDef& v : model->variables()) {
+    std::printf("%s %s\n", v.name.c_str(), ShapeToString(v.shape).c_str());
+    params += NumElements(v.shape);
+  }
+  std::printf("params=%lld\n", static_cast<long long>(params));
+  return absl::OkStatus();
+}
+
+absl::Status RunWorkerTask(WorkerConfig config) {
+  const ClusterConfig& cluster = config.cluster;
+  // Telemetry: metrics (--metrics_port); status and health on the task's port.
+  Metrics metrics({cluster.task.job, cluster.task.index, config.restarts});
+  WorkerMetrics worker_metrics(&metrics);
+  RETURN_IF_ERROR(ServeMetrics(config, &metrics));
+  std::unique_ptr<Timeline> timeline;
+  if (!config.timeline_path.empty()) {
+    ASSIGN_OR_RETURN(timeline,
+                     Timeline::Open(config.timeline_path, std::max(config.replica, 0)));
+  }
+  // Allreduce mode: the ring of the workers, served on each one's address.
+  std::unique_ptr<Collective> ring;
+  std::vector<grpc::Service*> services;
+  if (config.allreduce) {
+    Collective::Options options = config.ring;
+    options.timeline = timeline.get();
+    ring = std::make_unique<Collective>(options);
+    services.push_back(ring->service());
+  }
+  std::unique_ptr<WorkerStatusServer> status_server =
+      StartStatusServer(config, &worker_metrics, services);
+  if (config.allreduce && status_server == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("allreduce mode: ", cluster.task.ToString(), " cannot serve the ring on ",
+                     cluster.spec.address(cluster.task.job, cluster.task.index)));
+  }
+
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Model>> tower_models, MakeTowers(config));
+  Towers towers(std::move(tower_models));
+  ASSIGN_OR_RETURN(WorkerInput input,
+                   OpenWorkerInput(config.input, config.replica, config.num_replicas));
+  LOG(INFO) << cluster.task.ToString() << ": " << input.train_examples << " training examples";
+  RETURN_IF_ERROR(ResolveDecayEpochs(input.train_examples, &config));
+  ASSIGN_OR_RETURN(std::unique_ptr<ParameterStore> store,
+                   MakeStore(config, *towers.tower(0), ring.get(), timeline.get(),
+                             &worker_metrics));
+
+  TrainerOptions options = config.trainer;
+  options.metrics = &worker_metrics;
+  options.timeline = timeline.get();
+  std::unique_ptr<Trainer> trainer;
+  if (input.image_records) {
+    trainer = std::make_unique<Trainer>(options, &towers, store.get(), input.train_source,
+                                        input.test_source, input.test_examples);
+  } else {
+    trainer = std::make_unique<Trainer>(options, &towers, store.get(), &input.train,
+                                        config.replica <= 0 ? &input.test : nullptr);
+  }
+  absl::Status status = config.evaluator ? trainer->RunEvaluator() : trainer->Run().status();
+  if (timeline != nullptr && status.ok()) status = timeline->Close();
+  worker_metrics.SetState(status.ok() ? proto::WORKER_DONE : proto::WORKER_FAILED);
+  return status;
+}
+
+}  // namespace psrt
