@@ -1,4 +1,4 @@
-// IDX input (the MNIST / Fashion-MNIST file format) and per-worker batching.
+// IDX input: the MNIST / Fashion-MNIST file format, read into a Dataset.
 //
 // IDX layout (big-endian): magic 0x00000803 (images) or 0x00000801 (labels),
 // then the dimension sizes (N, rows, cols for images; N for labels) as
@@ -14,28 +14,14 @@
 #define PSRT_WORKER_INPUT_IDX_DATASET_H_
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tensor.h"
+#include "worker/input/dataset.h"
 
 namespace psrt {
-
-// A labelled image set held in memory.
-struct Dataset {
-  Tensor images;                // [N, rows*cols], pixels scaled to [0, 1].
-  std::vector<int32_t> labels;  // N class ids.
-  int rows = 0;
-  int cols = 0;
-  int64_t size() const { return static_cast<int64_t>(labels.size()); }
-};
-
-// `examples` random images of `pixels` values in [0, 1) with random labels
-// below num_classes, from `seed` alone (tf_cnn_benchmarks' synthetic data:
-// for timing a model without reading any).
-Dataset SyntheticDataset(int64_t examples, int64_t pixels, int num_classes, uint64_t seed);
 
 absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
                                        const std::string& labels_path,
@@ -47,33 +33,6 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
 // names tried.
 absl::StatusOr<Dataset> LoadMnistSplit(const std::string& data_dir,
                                        const std::string& split);
-
-// BatchIterator: this worker's shard of a Dataset, batched.
-//
-// Shard s of n holds the examples i with i % n == s, in index order, or in a
-// fresh pseudo-random order each epoch when `shuffle` (seeded by `seed`, so
-// runs repeat). Batches run across epoch boundaries without gaps.
-// Thread safety: not thread-safe.
-class BatchIterator {
- public:
-  // REQUIRES: 0 <= shard < num_shards; the shard is non-empty.
-  BatchIterator(const Dataset* data, int shard, int num_shards, bool shuffle,
-                uint64_t seed);
-  // Fills `images` ([batch, rows*cols], storage reused) and `labels`.
-  // REQUIRES: batch_size > 0.
-  void NextBatch(int batch_size, Tensor* images, std::vector<int32_t>* labels);
-  // Moves past `examples` examples exactly as NextBatch would (a resumed
-  // worker continues the data order where the checkpointed run was).
-  void Skip(int64_t examples);
-
- private:
-  void StartEpoch();
-  const Dataset* data_;
-  std::vector<int64_t> order_;
-  size_t next_ = 0;
-  bool shuffle_;
-  std::mt19937_64 rng_;
-};
 
 }  // namespace psrt
 

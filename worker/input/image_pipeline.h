@@ -42,7 +42,7 @@
 #include "absl/time/time.h"
 #include "common/tensor.h"
 #include "worker/input/batch_source.h"
-#include "worker/input/idx_dataset.h"
+#include "worker/input/dataset.h"
 #include "worker/input/image_preprocess.h"
 #include "worker/input/image_records.h"
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/input/idx_dataset.h"
 #include "worker/input/image_pipeline.h"
 #include "worker/input/image_records.h"
 #include "worker/input/tfrecord_dataset.h"

@@ -23,7 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/input/batch_source.h"
-#include "worker/input/idx_dataset.h"
+#include "worker/input/dataset.h"
 
 namespace psrt {
 

@@ -28,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/tfrecord.h"
-#include "worker/input/idx_dataset.h"
+#include "worker/input/dataset.h"
 
 namespace psrt {
 
