@@ -43,20 +43,10 @@ for t in "${targets[@]}"; do
     exit 2
   fi
 done
-scripts/setup.sh --no-build >/dev/null  # psrt's packages.
-# clang and its sanitizer and libFuzzer runtimes, from Debian.
-fuzz_packages=(clang libclang-rt-14-dev)  # clang: /usr/bin/clang++ (14 on Debian 12)
-missing=()
-for p in "${fuzz_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz.sh: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+# psrt's packages, and clang with its sanitizer and libFuzzer runtimes
+# (clang: /usr/bin/clang++, version 14 on Debian 12).
+fuzz_packages=(clang libclang-rt-14-dev)
+scripts/setup.sh --no-build "${fuzz_packages[@]}" >/dev/null
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ not found after installing ${fuzz_packages[*]}" >&2
   exit 2

@@ -5,12 +5,18 @@
 #
 #   scripts/setup.sh            # Release build in build/
 #   BUILD_DIR=out scripts/setup.sh
-#   scripts/setup.sh --no-build # the packages only
+#   scripts/setup.sh --no-build [PACKAGE...]
+#                               # the packages only (and these others)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 build=1
-[ "${1:-}" = --no-build ] && build=0
+extra=()
+if [ "${1:-}" = --no-build ]; then
+  build=0
+  shift
+  extra=("$@")
+fi
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -21,6 +27,7 @@ PACKAGES=(
   dataset-fashion-mnist
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
   python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests
+  "${extra[@]}"
 )
 
 missing=()
