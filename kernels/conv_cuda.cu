@@ -102,7 +102,7 @@ void Im2Col(const CudaContext& ctx, const ConvGeometry& g, const float* x,
   const int64_t n = images * g.out_height * g.out_width * g.patch;
   Im2ColKernel<<<cuda::BlocksFor(n), cuda::kThreadsPerBlock, 0, ctx.stream()>>>(
       g, x, images, col);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 void CheckShape(const Conv2DShape& s) {
@@ -119,12 +119,16 @@ CudaWorkspace::~CudaWorkspace() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
-float* CudaWorkspace::Get(int64_t size) {
+float* CudaWorkspace::Get(const CudaContext& ctx, int64_t size) {
   if (size > capacity_) {
-    if (data_ != nullptr) PSRT_CUDA_CHECK(cudaFree(data_));
+    if (data_ != nullptr) PSRT_CUDA_RECORD(ctx, cudaFree(data_));
     data_ = nullptr;
-    PSRT_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void**>(&data_), size * sizeof(float)));
+    capacity_ = 0;
+    if (!PSRT_CUDA_RECORD(ctx, cudaMalloc(reinterpret_cast<void**>(&data_),
+                                          size * sizeof(float)))) {
+      data_ = nullptr;
+      return nullptr;
+    }
     capacity_ = size;
   }
   return data_;
@@ -141,7 +145,8 @@ void Conv2DForward(const CudaContext& ctx, const Conv2DShape& s, const float* x,
     return;
   }
   const int64_t chunk = ChunkImages(s, g);
-  float* col = workspace->Get(chunk * pixels * g.patch);
+  float* col = workspace->Get(ctx, chunk * pixels * g.patch);
+  if (col == nullptr) return;  // Recorded in ctx.
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   for (int64_t n = 0; n < s.batch; n += chunk) {
     const int64_t images = std::min(chunk, s.batch - n);
@@ -164,7 +169,8 @@ void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& s,
     return;
   }
   const int64_t chunk = ChunkImages(s, g);
-  float* col = workspace->Get(chunk * pixels * g.patch);
+  float* col = workspace->Get(ctx, chunk * pixels * g.patch);
+  if (col == nullptr) return;  // Recorded in ctx.
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = pixels * s.out_channels;
   for (int64_t n = 0; n < s.batch; n += chunk) {
@@ -183,7 +189,7 @@ void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& s,
       const int64_t cells = images * in_image;
       Col2ImKernel<<<cuda::BlocksFor(cells), cuda::kThreadsPerBlock, 0,
                      ctx.stream()>>>(g, col, images, dx + n * in_image);
-      PSRT_CUDA_CHECK(cudaGetLastError());
+      PSRT_CUDA_RECORD(ctx, cudaGetLastError());
     }
   }
 }

@@ -1,6 +1,10 @@
 // Error checks for CUDA runtime and cuBLAS calls, shared by the .cu files
-// and the host-compiled CUDA code (cuda_device.cc). A failure is a broken
-// invariant: CHECK, naming the call and CUDA's message. Internal to kernels/.
+// and the host-compiled CUDA code (cuda_device.cc). Internal to kernels/.
+//   PSRT_CUDA_RECORD(ctx, call): a failure is recorded in the CudaContext
+//     (a device fault the step fails with: device_fault.h); evaluates to
+//     whether the call succeeded.
+//   PSRT_CUDA_CHECK(call): a failure is a broken invariant (freeing what
+//     was allocated): CHECK, naming the call and CUDA's message.
 #ifndef PSRT_KERNELS_CUDA_CHECK_H_
 #define PSRT_KERNELS_CUDA_CHECK_H_
 
@@ -15,6 +19,8 @@
     CHECK_EQ(psrt_err_, cudaSuccess)                       \
         << #expr << ": " << cudaGetErrorString(psrt_err_); \
   } while (0)
+
+#define PSRT_CUDA_RECORD(ctx, expr) ((ctx).Record(#expr, (expr)))
 
 #define PSRT_CUBLAS_CHECK(expr)                              \
   do {                                                       \

@@ -178,13 +178,13 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
   DeviceType type() const override { return DeviceType::kGpu; }
   std::string name() const override { return name_; }
-  void Bind() override { PSRT_CUDA_CHECK(cudaSetDevice(ctx_->device())); }
+  void Bind() override { PSRT_CUDA_RECORD(*ctx_, cudaSetDevice(ctx_->device())); }
   absl::Status Synchronize() override {
-    RETURN_IF_ERROR(ctx_->Synchronize());
-    RETURN_IF_ERROR(CudaStatus("cudaStreamSynchronize(uploads)",
-                               cudaStreamSynchronize(side_->upload)));
+    ctx_->Synchronize();
+    PSRT_CUDA_RECORD(*ctx_, cudaStreamSynchronize(side_->upload));
     return WaitForHostCopies();
   }
+  absl::Status status() const override { return ctx_->status(); }
 
   void* Allocate(size_t bytes) override { return allocator_.Allocate(bytes); }
   void Free(void* p) override { allocator_.Free(p); }
@@ -193,12 +193,12 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
   void CopyToDevice(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
-    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+    PSRT_CUDA_RECORD(*ctx_, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
                                  ctx_->stream()));
   }
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+    PSRT_CUDA_RECORD(*ctx_, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                  ctx_->stream()));
   }
   void Fill(float* x, int64_t n, float value) override {
@@ -207,18 +207,18 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
   // One event serves each direction: cudaStreamWaitEvent takes the record
   // made just before it.
   void BeginUploads() override {
-    PSRT_CUDA_CHECK(cudaEventRecord(side_->compute_done, ctx_->stream()));
-    PSRT_CUDA_CHECK(
+    PSRT_CUDA_RECORD(*ctx_, cudaEventRecord(side_->compute_done, ctx_->stream()));
+    PSRT_CUDA_RECORD(*ctx_, 
         cudaStreamWaitEvent(side_->upload, side_->compute_done, 0));
   }
   void UploadToDevice(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
-    PSRT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+    PSRT_CUDA_RECORD(*ctx_, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
                                     side_->upload));
   }
   void ComputeWaitsForUploads() override {
-    PSRT_CUDA_CHECK(cudaEventRecord(side_->uploads_done, side_->upload));
-    PSRT_CUDA_CHECK(
+    PSRT_CUDA_RECORD(*ctx_, cudaEventRecord(side_->uploads_done, side_->upload));
+    PSRT_CUDA_RECORD(*ctx_, 
         cudaStreamWaitEvent(ctx_->stream(), side_->uploads_done, 0));
   }
   void CopyToHostAfterCompute(void* host, const void* src,
@@ -226,34 +226,36 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
     if (bytes == 0) return;
     // The download stream waits for the compute stream's work so far, then
     // copies while the compute stream goes on.
-    PSRT_CUDA_CHECK(cudaEventRecord(side_->compute_done, ctx_->stream()));
-    PSRT_CUDA_CHECK(
+    PSRT_CUDA_RECORD(*ctx_, cudaEventRecord(side_->compute_done, ctx_->stream()));
+    PSRT_CUDA_RECORD(*ctx_, 
         cudaStreamWaitEvent(side_->download, side_->compute_done, 0));
-    PSRT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
+    PSRT_CUDA_RECORD(*ctx_, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
                                     side_->download));
   }
   int MarkHostCopies() override {
     if (next_mark_ == marks_.size()) {
       // Blocking sync: a waiting thread sleeps instead of spinning on a core
       // that the pushes of the gradients already copied need.
-      cudaEvent_t mark;
-      PSRT_CUDA_CHECK(cudaEventCreateWithFlags(
-          &mark, cudaEventDisableTiming | cudaEventBlockingSync));
+      cudaEvent_t mark = nullptr;
+      if (!PSRT_CUDA_RECORD(*ctx_, cudaEventCreateWithFlags(
+                                       &mark, cudaEventDisableTiming | cudaEventBlockingSync))) {
+        return -1;  // Waiting for it returns the fault.
+      }
       marks_.push_back(mark);
     }
-    PSRT_CUDA_CHECK(cudaEventRecord(marks_[next_mark_], side_->download));
+    PSRT_CUDA_RECORD(*ctx_, cudaEventRecord(marks_[next_mark_], side_->download));
     return static_cast<int>(next_mark_++);
   }
   absl::Status WaitForHostCopies(int mark) override {
-    CHECK(mark >= 0 && static_cast<size_t>(mark) < next_mark_)
+    CHECK(mark < 0 || static_cast<size_t>(mark) < next_mark_)
         << "mark " << mark << " was not handed out since the last wait";
-    return CudaStatus("cudaEventSynchronize(copies)",
-                      cudaEventSynchronize(marks_[mark]));
+    if (mark >= 0) PSRT_CUDA_RECORD(*ctx_, cudaEventSynchronize(marks_[mark]));
+    return ctx_->status();
   }
   absl::Status WaitForHostCopies() override {
     next_mark_ = 0;
-    return CudaStatus("cudaStreamSynchronize(copies)",
-                      cudaStreamSynchronize(side_->download));
+    PSRT_CUDA_RECORD(*ctx_, cudaStreamSynchronize(side_->download));
+    return ctx_->status();
   }
 
  protected:

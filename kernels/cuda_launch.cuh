@@ -63,7 +63,7 @@ template <class F>
 void LaunchForEachIndex(const CudaContext& ctx, int64_t n, const F& f) {
   if (n <= 0) return;
   ForEachIndexKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 template <class F>
@@ -72,7 +72,7 @@ void LaunchForEachRowCol(const CudaContext& ctx, int64_t rows, int64_t cols,
   if (rows * cols <= 0) return;
   ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0,
                         ctx.stream()>>>(rows, cols, f);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 template <class F>
@@ -81,7 +81,7 @@ void LaunchForEachPixelChannel(const CudaContext& ctx, int64_t pixels,
   if (pixels * channels <= 0) return;
   ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock, 0,
                               ctx.stream()>>>(pixels, channels, f);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 constexpr int kColumnsPerBlock = 32;
@@ -115,7 +115,7 @@ __global__ void ColumnSumKernel(int64_t rows, int64_t cols, F f, float* out) {
 template <class F>
 void ColumnSums(const CudaContext& ctx, int64_t rows, int64_t cols, const F& f,
                 float* out) {
-  PSRT_CUDA_CHECK(cudaMemsetAsync(out, 0, cols * sizeof(float), ctx.stream()));
+  PSRT_CUDA_RECORD(ctx, cudaMemsetAsync(out, 0, cols * sizeof(float), ctx.stream()));
   const dim3 block(kColumnsPerBlock, kRowsPerBlock);
   const int64_t strips = (cols + kColumnsPerBlock - 1) / kColumnsPerBlock;
   const int64_t row_blocks = std::min<int64_t>(
@@ -123,7 +123,7 @@ void ColumnSums(const CudaContext& ctx, int64_t rows, int64_t cols, const F& f,
   const dim3 grid(static_cast<unsigned>(strips),
                   static_cast<unsigned>(std::max<int64_t>(row_blocks, 1)));
   ColumnSumKernel<<<grid, block, 0, ctx.stream()>>>(rows, cols, f, out);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 struct ScaledValue {

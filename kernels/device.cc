@@ -42,6 +42,7 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
   }
   void Bind() override {}
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status status() const override { return absl::OkStatus(); }
 
   void* Allocate(size_t bytes) override {
     constexpr size_t kAlignment = 256;

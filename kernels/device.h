@@ -7,6 +7,10 @@
 // (host memory on the CPU). The two implementations only forward: the math
 // lives in the kernels and their shared functors.
 //
+// Faults: a GPU's failed call does not end the process; the device records
+// it (status(), sticky), and the waits (WaitForHostCopies, Synchronize)
+// return it. Out of memory in Allocate is still fatal.
+//
 // Memory: Allocate/Free go through the device's caching allocator (the heap
 // on the CPU; on a GPU freed blocks are kept for reuse, so a step that frees
 // and allocates the same sizes calls cudaMalloc and cudaFree never).
@@ -81,7 +85,13 @@ class Device {
   bool host_memory() const { return type() == DeviceType::kCpu; }
   // Makes this device current on the calling thread (cudaSetDevice).
   virtual void Bind() = 0;
+  // Waits for everything queued; status() after.
   virtual absl::Status Synchronize() = 0;
+  // The device's first fault (device_fault.h: a failed CUDA call, launch
+  // or copy, naming the device and the call), sticky: once it is not OK,
+  // what the device computed since is meaningless, and waits return it.
+  // Always OK on the CPU.
+  virtual absl::Status status() const = 0;
 
   // ---- Memory. ----
   // At least `bytes` bytes, 256-byte aligned; never null (out of memory is

@@ -80,11 +80,11 @@ void DropoutBackward(const CudaContext& ctx, const float* dy, int64_t n,
 
 void L2LossForward(const CudaContext& ctx, const float* x, int64_t n,
                    float* loss) {
-  PSRT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), ctx.stream()));
+  PSRT_CUDA_RECORD(ctx, cudaMemsetAsync(loss, 0, sizeof(float), ctx.stream()));
   if (n <= 0) return;
   HalfSquaredSumKernel<<<cuda::BlocksFor(n), cuda::kThreadsPerBlock, 0,
                          ctx.stream()>>>(x, n, loss);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 void L2LossBackward(const CudaContext& ctx, const float* x, int64_t n,

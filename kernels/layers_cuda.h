@@ -38,8 +38,9 @@ class CudaWorkspace {
   CudaWorkspace(const CudaWorkspace&) = delete;
   CudaWorkspace& operator=(const CudaWorkspace&) = delete;
 
-  // A device buffer of at least `size` floats, valid until the next Get.
-  float* Get(int64_t size);
+  // A device buffer of at least `size` floats, valid until the next Get;
+  // null when it cannot be had (recorded in ctx).
+  float* Get(const CudaContext& ctx, int64_t size);
 
  private:
   float* data_ = nullptr;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "kernels/cuda_launch.cuh"
+#include "kernels/device_fault.h"
 #include "kernels/functors.h"
 #include "kernels/matmul_backward.h"
 #include "kernels/ops_cuda.h"
@@ -73,9 +74,26 @@ CudaContext::~CudaContext() {
 }
 
 absl::Status CudaContext::Synchronize() const {
-  const cudaError_t err = cudaStreamSynchronize(stream_);
-  if (err != cudaSuccess) return CudaError("cudaStreamSynchronize", err);
-  return absl::OkStatus();
+  Record("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  return status_;
+}
+
+bool CudaContext::Record(const char* what, cudaError_t err) const {
+  if (err == cudaSuccess) return true;
+  if (status_.ok()) {
+    status_ = DeviceFault(absl::StrCat("gpu:", device_, ": ", what, ": ",
+                                       cudaGetErrorString(err)));
+  }
+  return false;
+}
+
+bool CudaContext::Record(const char* what, cublasStatus_t status) const {
+  if (status == CUBLAS_STATUS_SUCCESS) return true;
+  if (status_.ok()) {
+    status_ = DeviceFault(absl::StrCat("gpu:", device_, ": ", what, ": ",
+                                       cublasGetStatusString(status)));
+  }
+  return false;
 }
 
 int CudaDeviceCount() {
@@ -103,7 +121,7 @@ void Gemm(const CudaContext& ctx, const MatMulShape& s, float alpha,
         ldb <= kMaxInt)
       << "GEMM dimension past cuBLAS's int: m=" << s.m << " n=" << s.n
       << " k=" << s.k;
-  PSRT_CUBLAS_CHECK(cublasSgemm(
+  PSRT_CUDA_RECORD(ctx, cublasSgemm(
       ctx.cublas(), s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(s.n),
       static_cast<int>(s.m), static_cast<int>(s.k), &alpha, b,
@@ -150,12 +168,12 @@ void SoftmaxCrossEntropyForward(const CudaContext& ctx, const float* logits,
                                 int64_t classes, float* loss) {
   CHECK_GE(batch, 1);
   CHECK_GE(classes, 1);
-  PSRT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), ctx.stream()));
+  PSRT_CUDA_RECORD(ctx, cudaMemsetAsync(loss, 0, sizeof(float), ctx.stream()));
   SoftmaxLossKernel<<<BlocksFor(batch), kThreadsPerBlock, 0, ctx.stream()>>>(
       functor::SoftmaxCrossEntropyRow{logits, labels, batch, classes,
                                       /*dlogits=*/nullptr},
       loss);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 void SoftmaxCrossEntropyBackward(const CudaContext& ctx, const float* logits,
@@ -182,11 +200,11 @@ void ApplyMomentum(const CudaContext& ctx, float lr, float momentum,
 void CountCorrect(const CudaContext& ctx, const float* logits,
                   const int32_t* labels, int64_t batch, int64_t classes,
                   int32_t* correct) {
-  PSRT_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), ctx.stream()));
+  PSRT_CUDA_RECORD(ctx, cudaMemsetAsync(correct, 0, sizeof(int32_t), ctx.stream()));
   if (batch <= 0) return;
   CountCorrectKernel<<<BlocksFor(batch), kThreadsPerBlock, 0, ctx.stream()>>>(
       functor::CorrectPrediction{logits, labels, classes}, batch, correct);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 void Accumulate(const CudaContext& ctx, const float* grad, float* acc,

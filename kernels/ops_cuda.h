@@ -5,8 +5,11 @@
 // the same code the CPU ops run. The CPU ops are the oracle for these.
 //
 // Everything is queued on the context's stream and returns without waiting;
-// nothing here copies between host and device. Launch errors are CHECKed
-// (a bad launch is a broken invariant, not an input error).
+// nothing here copies between host and device. A failed CUDA or cuBLAS
+// call (a launch, or an earlier asynchronous fault surfacing) is recorded in
+// the context (CudaContext::status, a device fault: device_fault.h) instead
+// of ending the process; the ops after it still run, and what they compute
+// is meaningless.
 //
 // This header compiles with the host compiler too (no CUDA syntax), so host
 // code and tests include it directly; they link psrt_kernels_cuda.
@@ -46,8 +49,17 @@ class CudaContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
 
-  // Waits until everything queued on the stream is done.
+  // Waits until everything queued on the stream is done; a failure is
+  // recorded too.
   absl::Status Synchronize() const;
+
+  // The first failed call recorded on this context, sticky (a device fault
+  // naming the device and the call); OK while none failed.
+  const absl::Status& status() const { return status_; }
+  // Records `what` as failed unless it succeeded (the first failure
+  // counts); returns whether it succeeded. Const: ops take a const context.
+  bool Record(const char* what, cudaError_t err) const;
+  bool Record(const char* what, cublasStatus_t status) const;
 
  private:
   CudaContext(int device, cudaStream_t stream, cublasHandle_t cublas)
@@ -55,6 +67,7 @@ class CudaContext {
   int device_;
   cudaStream_t stream_;
   cublasHandle_t cublas_;
+  mutable absl::Status status_;
 };
 
 // Number of CUDA devices; 0 where there is no GPU or no driver.

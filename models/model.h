@@ -69,6 +69,12 @@ class Model {
   virtual std::string device_name() const = 0;
   // Its device allocator's counters (device.h), for tests and reports.
   virtual kernels::DeviceMemoryStats device_memory() const = 0;
+  // The first fault of its device (kernels/device_fault.h: a failed CUDA
+  // call, launch or copy), sticky; OK on the CPU. Once it is not OK, the
+  // results of ComputeGradients and Evaluate are meaningless (the step
+  // hooks are not called past the fault, so nothing meaningless is
+  // announced): the caller checks it after each call and fails the step.
+  virtual absl::Status status() const = 0;
 
   // Resizes `params` to one tensor per variable and fills initial values,
   // deterministically from `seed`.

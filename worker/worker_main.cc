@@ -5,11 +5,15 @@
 //       --sync_replicas --train_steps=2000
 //
 // The flags become a validated WorkerConfig (worker_flags.h), which the task
-// builds and runs (worker_task.h).
+// builds and runs (worker_task.h). Exit status: 0 when training ended, 1 on
+// an error, kernels::kDeviceFaultExitCode (200) when a GPU faulted, which
+// launch.sh --restart_policy=ExitCode retries (a fresh process gets a fresh
+// CUDA context).
 #include "absl/status/status.h"
 #include "common/rpc_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "kernels/device_fault.h"
 #include "worker/worker_flags.h"
 #include "worker/worker_task.h"
 
@@ -33,7 +37,7 @@ int main(int argc, char** argv) {
   const absl::Status status = Main();
   if (!status.ok()) {
     LOG(ERROR) << status.message();
-    return 1;
+    return psrt::kernels::IsDeviceFault(status) ? psrt::kernels::kDeviceFaultExitCode : 1;
   }
   return 0;
 }

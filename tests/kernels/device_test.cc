@@ -11,6 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/device_fault.h"
+#include "tests/gpu_test_util.h"
 
 namespace psrt {
 namespace kernels {
@@ -74,6 +76,47 @@ TEST(DeviceTest, TheCudaKernelsLoadInACudaBuild) {
   const std::string message(device.status().message());
   EXPECT_THAT(message, HasSubstr("gpu:0 asked for"));
   EXPECT_THAT(message, Not(HasSubstr("cannot load")));
+}
+
+TEST(DeviceFaultTest, IsMarkedAndKeepsItsMessage) {
+  const absl::Status fault = DeviceFault("gpu:0: cudaMemcpyAsync(...): an illegal memory access");
+  EXPECT_TRUE(IsDeviceFault(fault));
+  EXPECT_EQ(fault.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(fault.message(), "gpu:0: cudaMemcpyAsync(...): an illegal memory access");
+  EXPECT_FALSE(IsDeviceFault(absl::InternalError("gpu:0: something else")));
+  EXPECT_FALSE(IsDeviceFault(absl::OkStatus()));
+  // 128-255: what launch.sh's ExitCode policy retries.
+  EXPECT_GE(kDeviceFaultExitCode, 128);
+  EXPECT_LE(kDeviceFaultExitCode, 255);
+}
+
+TEST(DeviceFaultTest, TheCpuNeverFaults) {
+  absl::StatusOr<std::unique_ptr<Device>> cpu = NewDevice(DeviceSpec{});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE((*cpu)->status().ok());
+}
+
+// A failed copy on a GPU is recorded, named, returned by the waits and
+// sticky; the process goes on.
+TEST(DeviceFaultTest, AFailedGpuCopyIsAStatusNotAnAbort) {
+  PSRT_SKIP_WITHOUT_GPU(VisibleGpuCount(), "the driver reports none");
+  DeviceSpec spec;
+  spec.type = DeviceType::kGpu;
+  absl::StatusOr<std::unique_ptr<Device>> gpu = NewDevice(spec);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Device& device = **gpu;
+  device.Bind();
+  EXPECT_TRUE(device.status().ok());
+  const float host[4] = {1, 2, 3, 4};
+  // Not a device pointer: cudaMemcpyAsync refuses it.
+  device.CopyToDevice(reinterpret_cast<void*>(uintptr_t{8}), host, sizeof(host));
+  const absl::Status fault = device.status();
+  ASSERT_FALSE(fault.ok());
+  EXPECT_TRUE(IsDeviceFault(fault)) << fault;
+  EXPECT_THAT(std::string(fault.message()), HasSubstr("gpu:0"));
+  EXPECT_THAT(std::string(fault.message()), HasSubstr("cudaMemcpyAsync"));
+  EXPECT_EQ(device.WaitForHostCopies(), fault);
+  EXPECT_EQ(device.Synchronize(), fault);
 }
 
 }  // namespace
