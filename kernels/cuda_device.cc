@@ -117,7 +117,10 @@ class CachingAllocator {
   void ReleaseCached() {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
-        PSRT_CUDA_CHECK(cudaFree(p));
+        // Not fatal: after a device fault every call fails, teardown too.
+        const cudaError_t err = cudaFree(p);
+        LOG_IF(ERROR, err != cudaSuccess)
+            << "gpu:" << device_ << ": cudaFree: " << cudaGetErrorString(err);
         stats_.bytes_reserved -= size;
       }
       blocks.clear();
