@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/backoff.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
@@ -219,15 +220,14 @@ absl::Status Collective::Ping(absl::Duration deadline) {
 }
 
 absl::Status Collective::FinishSend(std::unique_ptr<Call> call) {
-  absl::Duration backoff = absl::Milliseconds(50);
+  Backoff backoff(absl::Milliseconds(50), absl::Seconds(1));
   while (true) {
     call->done->WaitForNotification();
     if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() + backoff >= call->give_up) {
+        absl::Now() + backoff.Peek() >= call->give_up) {
       break;
     }
-    absl::SleepFor(backoff);  // The next worker may still be starting.
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(backoff.Next());  // The next worker may still be starting.
     StartAttempt(call.get());
   }
   const grpc::Status status = call->status;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "common/backoff.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
@@ -119,7 +120,7 @@ absl::Status PsClient::Rpc::CallAll(
   // Each shard may be retried for retry_timeout from its first failure.
   std::vector<absl::Time> give_up(n, absl::InfiniteFuture());
   std::vector<absl::Time> retry_at(n, absl::InfiniteFuture());
-  std::vector<absl::Duration> backoff(n, absl::Milliseconds(100));
+  std::vector<Backoff> backoff(n, Backoff(absl::Milliseconds(100), absl::Seconds(2)));
   std::vector<bool> done(n, false);
   absl::Status error;
   {
@@ -144,12 +145,11 @@ absl::Status PsClient::Rpc::CallAll(
       } else if (error.ok() && retryable(status) &&
                  (give_up[k] == absl::InfiniteFuture() || absl::Now() < give_up[k])) {
         if (give_up[k] == absl::InfiniteFuture()) give_up[k] = absl::Now() + retry_timeout;
-        if (backoff[k] == absl::Milliseconds(100)) {  // The first retry.
+        if (backoff[k].retries() == 0) {  // The first retry.
           LOG(WARNING) << shard_name(k) << ": " << status.message()
                        << "; retrying for up to " << retry_timeout;
         }
-        retry_at[k] = absl::Now() + backoff[k];
-        backoff[k] = std::min(backoff[k] * 2, absl::Seconds(2));
+        retry_at[k] = absl::Now() + backoff[k].Next();
       } else {
         done[k] = true;
         if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
@@ -273,7 +273,7 @@ std::string PsClient::ShardName(int shard) const {
 
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   std::vector<bool> up(num_shards(), false);
   absl::Time next_log = absl::Now() + absl::Seconds(2);
   while (true) {
@@ -329,8 +329,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       LOG(INFO) << "waiting for " << absl::StrJoin(waiting, "; ");
       next_log = absl::Now() + absl::Seconds(5);
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    absl::SleepFor(backoff.Next());
   }
 }
 
