@@ -49,9 +49,10 @@ class ShardFanout {
   // Calls `method` on every shard: in shard order or in `order`, each right
   // after `prepare(k)` (if any; it may block) has filled requests[k].
   // `on_response` (if any; none ignores the replies) runs on gRPC's thread
-  // for each reply; its error counts as the shard's. Retries as `retry_on` allows; the first other error
-  // cancels the calls still running (unless `independent`: each call then
-  // runs to its end, as a goodbye that must reach every shard does).
+  // for each reply; its error counts as the shard's. Retries as `retry_on`
+  // allows; the first other error cancels the calls still running (unless
+  // `independent`: each call then runs to its end, as a goodbye that must
+  // reach every shard does).
   // REQUIRES: requests.size() == num_shards().
   absl::Status CallAll(
       const std::string& method, absl::Duration timeout, RetryOn retry_on,
