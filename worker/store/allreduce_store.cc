@@ -42,7 +42,7 @@ Placement FusionGroups(const std::vector<VariableDef>& variables, int64_t fusion
     group_from_end[v] = groups - 1;
   }
   Placement placement;
-  placement.num_shards = std::max(groups, 1);
+  placement.num_shards = std::max(groups, 1);  // A shard of the placement per group.
   placement.shard_slices.resize(placement.num_shards);
   for (size_t v = 0; v < variables.size(); ++v) {
     VariableSlice slice;
@@ -81,18 +81,20 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
   }
   flat_ = Tensor({elements});
   // Group k is flat_[group_start_[k], group_start_[k + 1]).
-  group_start_.assign(placement_.num_shards + 1, 0);
+  group_start_.assign(num_groups() + 1, 0);
   for (const VariableSlice& slice : placement_.slices) {
     group_start_[slice.shard + 1] += slice.num_bytes / static_cast<int64_t>(sizeof(float));
   }
-  for (int k = 0; k < placement_.num_shards; ++k) group_start_[k + 1] += group_start_[k];
+  for (int group = 0; group < num_groups(); ++group) {
+    group_start_[group + 1] += group_start_[group];
+  }
   LOG(INFO) << "allreduce: " << flat_.num_bytes() << " bytes of gradients in "
-            << placement_.num_shards << " fusion groups of at most " << options_.fusion_bytes
+            << num_groups() << " fusion groups of at most " << options_.fusion_bytes
             << " bytes (a larger variable alone)";
   push_header_.set_worker_incarnation(NewIncarnation());
 }
 
-std::string AllreduceStore::ShardName(int /*shard*/) const {
+std::string AllreduceStore::ShardName(int /*group*/) const {
   return absl::StrCat("worker/", rank(), "'s own parameters (allreduce mode)");
 }
 
@@ -213,7 +215,7 @@ absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
     in += slice.num_bytes;
   }
   if (hooks != nullptr && hooks->arrived) {
-    for (int k = 0; k < placement_.num_shards; ++k) hooks->arrived(k);
+    for (int group = 0; group < num_groups(); ++group) hooks->arrived(group);
   }
   PullResult result;
   result.version = version_ = reply->header.version();
@@ -225,14 +227,14 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
                                                                 const ShardHooks* hooks) {
   // Every worker reduces the groups in this order, last layers first,
   // whatever `hooks` asks: each group as soon as its gradients are final.
-  for (int k = placement_.num_shards - 1; k >= 0; --k) {
-    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+  for (int group = num_groups() - 1; group >= 0; --group) {
+    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(group);
     {
       Timeline::Span fusion(options_.timeline, "fusion", "allreduce", version_);
-      Flatten(grads, k);
+      Flatten(grads, group);
     }
-    RETURN_IF_ERROR(options_.collective->AllreduceSum(
-        flat_.flat().subspan(group_start_[k], group_start_[k + 1] - group_start_[k])));
+    RETURN_IF_ERROR(options_.collective->AllreduceSum(flat_.flat().subspan(
+        group_start_[group], group_start_[group + 1] - group_start_[group])));
   }
   Timeline::Span apply(options_.timeline, "apply", "allreduce", version_);
   kernels::Scale(1.0f / options_.collective->size(), flat_.flat());
@@ -252,7 +254,7 @@ void AllreduceStore::Shutdown() { shard_.Shutdown(rank()); }
 absl::StatusOr<std::vector<proto::StatusResponse>> AllreduceStore::GetStatus() {
   // Every fusion group (a shard of placement()) is held by the one local
   // ParameterShard.
-  return std::vector<proto::StatusResponse>(placement_.num_shards, shard_.GetStatus());
+  return std::vector<proto::StatusResponse>(num_groups(), shard_.GetStatus());
 }
 
 absl::Status AllreduceStore::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {

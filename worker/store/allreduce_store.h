@@ -12,9 +12,11 @@
 // (worker/collective.h), divides by the number of workers and applies the
 // mean to the local shard as its only replica (replicas_to_aggregate 1), so
 // every worker computes the same update from the same bits. The gradients
-// are reduced in fusion groups (Options::fusion_bytes), the shards of
-// placement(), so that the trainer's overlap_comm reduces each group while
-// the backward pass goes on (Horovod's tensor fusion).
+// are reduced in fusion groups (Options::fusion_bytes), so that the
+// trainer's overlap_comm reduces each group while the backward pass goes on
+// (Horovod's tensor fusion). The ParameterStore interface calls its parts
+// shards: here placement()'s "shard" k, ShardHooks' and ShardName's, is
+// fusion group k (all of them held by the one local ParameterShard).
 //
 // Worker 0 is the chief (initialization, evaluation, checkpoints,
 // TensorBoard). WaitForModelReady brings every worker to the chief's state:
@@ -85,7 +87,8 @@ class AllreduceStore final : public ParameterStore {
 
   const Placement& placement() const override { return placement_; }
   proto::DataType wire_dtype() const override { return proto::DT_FLOAT; }
-  std::string ShardName(int shard) const override;
+  // The same name for every fusion group: this worker's own parameters.
+  std::string ShardName(int group) const override;
 
  private:
   // The shard's config: the job's, with every version taking one push (the
@@ -97,10 +100,11 @@ class AllreduceStore final : public ParameterStore {
   // fusion group `group`, or all of them (-1).
   void Flatten(const std::vector<Tensor>& tensors, int group);
   int rank() const { return options_.collective->rank(); }
+  int num_groups() const { return placement_.num_shards; }
 
   const Options options_;
   const std::vector<VariableDef> variables_;
-  const Placement placement_;
+  const Placement placement_;  // Its shards are the fusion groups.
   ParameterShard shard_;
   Tensor flat_;  // Every variable back to back: pushes and broadcasts.
   std::vector<int64_t> group_start_;  // Fusion group k's first element in flat_.

@@ -1,20 +1,12 @@
 // Collective: the ring collectives of the workers of an allreduce-mode job
-// (proto/psrt.proto's Collective service), as Horovod and NCCL run them.
-//
-// Worker r of W sends only to worker r+1 (mod W) and receives only from
-// worker r-1. AllreduceSum cuts the buffer into W segments and runs W-1
-// reduce-scatter steps (send a segment, add the one received into its own)
-// and W-1 all-gather steps (send a reduced segment, copy the one received);
-// each worker sends and receives 2 (W-1) / W of the buffer. Each segment's
-// sum is computed once, by one worker, in ring order, and copied to the
-// others, so every worker ends with the same bits. Broadcast passes a buffer
-// around the ring from its root.
+// (proto/psrt.proto's Collective service), as Horovod and NCCL run them: the
+// schedule of ring_schedule.h (reduce-scatter and all-gather around the
+// ring, each worker sending 2 (W-1) / W of the buffer; every worker ends
+// with the same bits) over the gRPC transport of grpc_ring_transport.h.
 //
 // Every worker must make the same sequence of calls with buffers of the same
 // sizes (the ops are numbered, and a message of another op or size is
-// refused). Messages are tensor frames: a segment travels from the caller's
-// buffer without a copy, and is read from gRPC's buffers straight into the
-// destination.
+// refused).
 //
 // Faults: a previous worker that sends nothing for Options::timeout and
 // then does not answer a ping either (its process died, hung or is
@@ -36,25 +28,22 @@
 #define PSRT_WORKER_STORE_COLLECTIVE_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/store/ring_schedule.h"
 
 namespace grpc {
-class ByteBuffer;
 class Service;
-class Status;
 }  // namespace grpc
 
 namespace psrt {
 
+class GrpcRingTransport;  // worker/store/grpc_ring_transport.h
 class Timeline;           // common/timeline.h
 class TransportSecurity;  // common/transport_security.h
 
@@ -107,51 +96,9 @@ class Collective {
   absl::Status Broadcast(absl::Span<char> data, int root);
 
  private:
-  class Service;
-  struct Call;
-  // AllreduceSum once joined.
-  absl::Status Reduce(absl::Span<float> data);
-  // Names worker `rank` in errors: "worker/1 (host:port)".
-  std::string PeerName(int rank) const;
-  // Starts sending `segment` as step `step` of op `op` to the next worker.
-  std::unique_ptr<Call> StartSend(int64_t op, int step, absl::Span<const char> bytes);
-  // Sends call->request once more, on a new context.
-  void StartAttempt(Call* call);
-  // The error of a send that failed with `status`, naming the next worker.
-  absl::Status SendError(const grpc::Status& status) const;
-  // Waits for `call` to be delivered (and its data released by gRPC).
-  absl::Status FinishSend(std::unique_ptr<Call> call);
-  // Waits for step `step` of op `op` from the previous worker and adds it
-  // into `bytes`, as floats (or copies it there).
-  absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add);
-  // Whether the previous worker's process answers within `deadline` (a
-  // Deliver of op 0).
-  absl::Status Ping(absl::Duration deadline);
-  // The silence allowed now: startup_timeout for the first op.
-  absl::Duration Timeout(int64_t op) const;
-  // Records `status` as the Collective's failure (the first one sticks).
-  absl::Status Fail(absl::Status status);
-
-  // From the service: a message of the previous worker.
-  absl::Status Deliver(const grpc::ByteBuffer& frame);
-
   const Options options_;
-  const int64_t incarnation_;
-  std::unique_ptr<Service> service_;
-  struct Channel;
-  std::unique_ptr<Channel> next_;      // To worker rank + 1; reset when failed.
-  std::unique_ptr<Channel> previous_;  // To worker rank - 1, for pings.
-  int64_t op_ = 0;                 // Ops started so far.
-  absl::Status failed_;            // The caller's thread only.
-
-  absl::Mutex mu_;
-  // Received and not yet taken, by (op, step).
-  std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_
-      ABSL_GUARDED_BY(mu_);
-  int64_t previous_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none seen.
-  // The last (op, step) taken from the inbox: a retry of it is dropped.
-  std::pair<int64_t, int> last_taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  absl::Status peer_error_ ABSL_GUARDED_BY(mu_);           // From Deliver.
+  const std::unique_ptr<GrpcRingTransport> transport_;
+  RingSchedule schedule_;
 };
 
 }  // namespace psrt

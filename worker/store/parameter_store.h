@@ -5,7 +5,9 @@
 //    worker averages the gradients with the others (a ring allreduce) and
 //    applies them to a store of its own.
 // The trainer (worker/trainer.h) sees only this interface. A store is cut
-// into shards (placement()); the calls act on all of them.
+// into shards (placement()); the calls act on all of them. A shard is a ps
+// shard (one stripe of a ps task) for PsClient, a fusion group for
+// AllreduceStore.
 //
 // Thread safety: not thread-safe; one thread at a time drives a store.
 #ifndef PSRT_WORKER_STORE_PARAMETER_STORE_H_

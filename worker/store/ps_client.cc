@@ -3,21 +3,19 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
-#include "absl/synchronization/notification.h"
+#include "common/backoff.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
 #include "common/transport_security.h"
 #include "common/wire_dtype.h"
+#include "worker/store/shard_fanout.h"
 #include "glog/logging.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/generic/generic_stub.h"
 
 namespace psrt {
 namespace {
@@ -45,177 +43,17 @@ proto::VariableMeta MetaOf(const VariableSlice& slice,
 
 }  // namespace
 
-// Which failures a call retries, with backoff, until Options::retry_timeout.
-enum class RetryOn {
-  kNothing,
-  kUnavailable,             // Safe when the call may be repeated.
-  kUnavailableOrDeadline,   // Pushes: a repeated one is deduplicated.
-};
-
-struct PsClient::Rpc {
-  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per shard.
-  std::vector<std::string> stripes;  // Per shard: its stripe, as metadata.
-  // A context for a call to shard k, with its stripe named.
-  void Prepare(int k, grpc::ClientContext* context) const {
-    context->AddMetadata(kStripeMetadata, stripes[k]);
-  }
-  std::function<std::string(int)> shard_name;
-  absl::Duration retry_timeout;
-  // Calls `method` on every shard: in shard order or in `order`, each right
-  // after `prepare(k)` (if any; it may block) has filled requests[k];
-  // `on_response` runs on gRPC's thread for each reply. A shard whose call fails as `retry_on` allows is
-  // called again after a backoff, on its own; the first other error cancels
-  // the calls still running (unless `independent`: each call then runs to
-  // its end, as a goodbye that must reach every shard does) and is returned,
-  // prefixed with the shard's name.
-  absl::Status CallAll(
-      const std::string& method, absl::Duration timeout, RetryOn retry_on,
-      std::vector<grpc::ByteBuffer>& requests,
-      const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
-      bool independent = false, const std::vector<int>* order = nullptr,
-      const std::function<void(int)>& prepare = nullptr);
-};
-
-absl::Status PsClient::Rpc::CallAll(
-    const std::string& method, absl::Duration timeout, RetryOn retry_on,
-    std::vector<grpc::ByteBuffer>& requests,
-    const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
-    bool independent, const std::vector<int>* order,
-    const std::function<void(int)>& prepare) {
-  const int n = static_cast<int>(stubs.size());
-  CHECK_EQ(requests.size(), static_cast<size_t>(n));
-  struct Attempt {
-    grpc::ClientContext context;
-    grpc::ByteBuffer response;
-  };
-  // Every attempt stays alive until the last callback has run.
-  std::vector<std::unique_ptr<Attempt>> attempts;
-  std::vector<Attempt*> running(n, nullptr);
-  absl::Mutex mu;
-  std::vector<std::optional<absl::Status>> finished(n);  // Guarded by mu.
-  int in_flight = 0;                                      // Guarded by mu.
-
-  auto start = [&](int k) {  // REQUIRES: mu not held; in_flight counted.
-    attempts.push_back(std::make_unique<Attempt>());
-    Attempt* attempt = attempts.back().get();
-    attempt->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    Prepare(k, &attempt->context);
-    running[k] = attempt;
-    stubs[k]->UnaryCall(&attempt->context, method, grpc::StubOptions(), &requests[k],
-                        &attempt->response, [&, k, attempt](grpc::Status status) {
-                          absl::Status result = status.ok()
-                                                    ? on_response(k, attempt->response)
-                                                    : FromGrpcStatus(status);
-                          absl::MutexLock lock(&mu);
-                          finished[k] = std::move(result);
-                          --in_flight;
-                        });
-  };
-  auto retryable = [retry_on](const absl::Status& status) {
-    return (retry_on != RetryOn::kNothing && absl::IsUnavailable(status)) ||
-           (retry_on == RetryOn::kUnavailableOrDeadline && absl::IsDeadlineExceeded(status));
-  };
-
-  // Each shard may be retried for retry_timeout from its first failure.
-  std::vector<absl::Time> give_up(n, absl::InfiniteFuture());
-  std::vector<absl::Time> retry_at(n, absl::InfiniteFuture());
-  std::vector<absl::Duration> backoff(n, absl::Milliseconds(100));
-  std::vector<bool> done(n, false);
-  absl::Status error;
-  {
-    absl::MutexLock lock(&mu);
-    in_flight = n;
-  }
-  for (int i = 0; i < n; ++i) {
-    const int k = order != nullptr ? (*order)[i] : i;
-    if (prepare) prepare(k);
-    start(k);
-  }
-
-  mu.Lock();
-  while (true) {
-    for (int k = 0; k < n; ++k) {
-      if (!finished[k].has_value()) continue;
-      absl::Status status = *std::move(finished[k]);
-      finished[k].reset();
-      running[k] = nullptr;
-      if (status.ok()) {
-        done[k] = true;
-      } else if (error.ok() && retryable(status) &&
-                 (give_up[k] == absl::InfiniteFuture() || absl::Now() < give_up[k])) {
-        if (give_up[k] == absl::InfiniteFuture()) give_up[k] = absl::Now() + retry_timeout;
-        if (backoff[k] == absl::Milliseconds(100)) {  // The first retry.
-          LOG(WARNING) << shard_name(k) << ": " << status.message()
-                       << "; retrying for up to " << retry_timeout;
-        }
-        retry_at[k] = absl::Now() + backoff[k];
-        backoff[k] = std::min(backoff[k] * 2, absl::Seconds(2));
-      } else {
-        done[k] = true;
-        if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
-          const bool gave_up = retryable(status);
-          error = absl::Status(
-              status.code(),
-              absl::StrCat(shard_name(k), ": ", status.message(),
-                           gave_up ? absl::StrCat(" (still failing after ",
-                                                  absl::FormatDuration(retry_timeout),
-                                                  " of retries)")
-                                   : "",
-                           // gRPC's own refusals name no limit.
-                           absl::IsResourceExhausted(status)
-                               ? " (a limit of the ps: psrt_ps --max_message_mb, "
-                                 "--max_grpc_memory_mb or --max_waiting_pulls)"
-                               : ""));
-        }
-        // Nothing else matters now: stop the other shards' calls.
-        for (int j = 0; j < n && !independent; ++j) {
-          if (running[j] != nullptr) running[j]->context.TryCancel();
-          if (retry_at[j] != absl::InfiniteFuture()) {
-            retry_at[j] = absl::InfiniteFuture();
-            done[j] = true;
-          }
-        }
-      }
-    }
-    if (in_flight == 0 && std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
-      break;
-    }
-    const absl::Time now = absl::Now();
-    absl::Time next_retry = absl::InfiniteFuture();
-    for (int k = 0; k < n; ++k) {
-      if (retry_at[k] <= now) {
-        retry_at[k] = absl::InfiniteFuture();
-        ++in_flight;
-        mu.Unlock();
-        start(k);
-        mu.Lock();
-      }
-      next_retry = std::min(next_retry, retry_at[k]);
-    }
-    mu.AwaitWithDeadline(absl::Condition(
-                             +[](std::vector<std::optional<absl::Status>>* f) {
-                               return std::any_of(f->begin(), f->end(),
-                                                  [](const auto& s) { return s.has_value(); });
-                             },
-                             &finished),
-                         next_retry);
-  }
-  mu.Unlock();
-  return error;
-}
-
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
     : options_(std::move(options)),
       copier_(options_.copy_threads, /*spin=*/false),
       placement_(std::move(placement)),
       variables_(std::move(variables)),
-      rpc_(std::make_unique<Rpc>()) {
+      fanout_(std::make_unique<ShardFanout>([this](int k) { return ShardName(k); },
+                                            options_.retry_timeout)) {
   CHECK_GE(options_.ps_stripes, 1);
   CHECK_EQ(placement_.num_shards,
            static_cast<int>(options_.ps_addresses.size()) * options_.ps_stripes);
-  rpc_->shard_name = [this](int k) { return ShardName(k); };
-  rpc_->retry_timeout = options_.retry_timeout;
   const TransportSecurity plaintext;
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
   const bool unix_socket = options_.unix_socket && !security.tls();
@@ -225,9 +63,7 @@ PsClient::PsClient(Options options, Placement placement,
     const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
     const std::string target = unix_socket ? PreferLocalSocket(address) : address;
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
-    rpc_->stubs.push_back(
-        std::make_unique<grpc::GenericStub>(NewPsChannel(target, security)));
-    rpc_->stripes.push_back(std::to_string(k % options_.ps_stripes));
+    fanout_->AddShard(NewPsChannel(target, security), k % options_.ps_stripes);
   }
   CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
   push_headers_.resize(num_shards());
@@ -273,27 +109,16 @@ std::string PsClient::ShardName(int shard) const {
 
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   std::vector<bool> up(num_shards(), false);
   absl::Time next_log = absl::Now() + absl::Seconds(2);
   while (true) {
     std::vector<std::string> waiting;
     for (int k = 0; k < num_shards(); ++k) {
       if (up[k]) continue;
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-      context.set_wait_for_ready(false);
-      rpc_->Prepare(k, &context);
-      grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
+      const grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
       grpc::ByteBuffer response;
-      absl::Notification done;
-      grpc::Status status;
-      rpc_->stubs[k]->UnaryCall(&context, kGetStatus, grpc::StubOptions(), &request,
-                           &response, [&](grpc::Status s) {
-                             status = std::move(s);
-                             done.Notify();
-                           });
-      done.WaitForNotification();
+      grpc::Status status = fanout_->CallOne(k, kGetStatus, absl::Seconds(2), request, &response);
       proto::StatusResponse reply;
       if (status.ok()) status = ToGrpcStatus(ParseFromByteBuffer(response, &reply));
       if (status.ok()) {
@@ -329,8 +154,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       LOG(INFO) << "waiting for " << absl::StrJoin(waiting, "; ");
       next_log = absl::Now() + absl::Seconds(5);
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    absl::SleepFor(backoff.Next());
   }
 }
 
@@ -353,8 +177,8 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
     }
     requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
   }
-  absl::Status status = rpc_->CallAll(kInit, options_.rpc_timeout, RetryOn::kUnavailable, requests,
-                                [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  absl::Status status =
+      fanout_->CallAll(kInit, options_.rpc_timeout, RetryOn::kUnavailable, requests);
   requests.clear();
   released.Wait();  // gRPC no longer reads `params`.
   return status;
@@ -364,10 +188,10 @@ absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
   std::vector<grpc::ByteBuffer> requests(num_shards(),
                                          SerializeToByteBuffer(proto::StatusRequest()));
   std::vector<proto::StatusResponse> statuses(num_shards());
-  RETURN_IF_ERROR(rpc_->CallAll(kGetStatus, options_.rpc_timeout, RetryOn::kUnavailable, requests,
-                          [&](int k, const grpc::ByteBuffer& response) {
-                            return ParseFromByteBuffer(response, &statuses[k]);
-                          }));
+  RETURN_IF_ERROR(fanout_->CallAll(kGetStatus, options_.rpc_timeout, RetryOn::kUnavailable,
+                                   requests, [&](int k, const grpc::ByteBuffer& response) {
+                                     return ParseFromByteBuffer(response, &statuses[k]);
+                                   }));
   return statuses;
 }
 
@@ -440,7 +264,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   std::vector<proto::PullHeader> headers(num_shards());
   const absl::Time start = absl::Now();
   std::atomic<int64_t> bytes{0};
-  RETURN_IF_ERROR(rpc_->CallAll(
+  RETURN_IF_ERROR(fanout_->CallAll(
       kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
       [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
         bytes += response.Length();
@@ -542,7 +366,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     bytes += requests[k].Length();
   };
   std::vector<proto::PushResponse> responses(num_shards());
-  absl::Status status = rpc_->CallAll(
+  absl::Status status = fanout_->CallAll(
       kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
       [&](int k, const grpc::ByteBuffer& response) {
         return ParseFromByteBuffer(response, &responses[k]);
@@ -577,9 +401,9 @@ void PsClient::Shutdown() {
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Every shard must hear it, whatever another one answers: a ps that misses
   // the chief's goodbye waits for training to end.
-  absl::Status status = rpc_->CallAll(
-      kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
-      [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); }, /*independent=*/true);
+  absl::Status status = fanout_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing,
+                                         requests, /*on_response=*/nullptr,
+                                         /*independent=*/true);
   if (!status.ok()) LOG(WARNING) << "goodbye not delivered everywhere: " << status.message();
 }
 
@@ -591,9 +415,8 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t kee
   if (keep_step >= 0) request.set_keep_step(keep_step);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
-  return rpc_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,
-                       requests,
-                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  return fanout_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,
+                          requests);
 }
 
 absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
@@ -601,9 +424,8 @@ absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
   request.set_step(step);
   request.set_recovery_epoch(recovery_epoch);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  return rpc_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
-                       RetryOn::kUnavailable, requests,
-                 [](int, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  return fanout_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
+                          RetryOn::kUnavailable, requests);
 }
 
 }  // namespace psrt

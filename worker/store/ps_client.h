@@ -45,6 +45,7 @@
 
 namespace psrt {
 
+class ShardFanout;        // worker/store/shard_fanout.h
 class TransportSecurity;  // common/transport_security.h
 
 class PsClient final : public ParameterStore {
@@ -114,9 +115,6 @@ class PsClient final : public ParameterStore {
   const std::vector<int64_t>& shard_versions() const { return versions_; }
 
  private:
-  // The gRPC side (stubs and the all-shards call), kept out of this header
-  // so that the trainer never sees a gRPC type.
-  struct Rpc;
   // Records the incarnation each shard answered with; Aborted if one
   // changed.
   absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
@@ -125,7 +123,9 @@ class PsClient final : public ParameterStore {
   const kernels::CpuContext copier_;
   const Placement placement_;
   const std::vector<VariableDef> variables_;
-  std::unique_ptr<Rpc> rpc_;
+  // The gRPC calls to every shard (shard_fanout.h), kept out of this header
+  // so that the trainer never sees a gRPC type.
+  std::unique_ptr<ShardFanout> fanout_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
   // Per shard: its gradients as bfloat16 (Options::wire_dtype), reused.
   std::vector<std::vector<uint16_t>> wire_buffers_;

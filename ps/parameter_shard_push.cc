@@ -1,0 +1,215 @@
+// ParameterShard's pushes: checking them, summing sync gradients, and
+// applying an update with the optimizer and the moving average (the class's
+// contract is in parameter_shard.h).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/wire_dtype.h"
+#include "glog/logging.h"
+#include "kernels/elementwise.h"
+#include "kernels/optimizer_functors.h"
+#include "ps/parameter_shard.h"
+#include "ps/snapshot_pool.h"
+
+namespace psrt {
+
+absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
+                                            size_t data_size) const {
+  RETURN_IF_ERROR(CheckNotRestoringLocked("push"));
+  if (!initialized_) {
+    return absl::FailedPreconditionError(
+        "push: this parameter server has not been initialized by the chief");
+  }
+  if (!ready_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: this parameter server restored checkpoint ", restored_step_,
+        " and waits for the chief to confirm it; pull again"));
+  }
+  if (header.incarnation() != 0 && header.incarnation() != incarnation_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: gradients computed against incarnation ", header.incarnation(),
+        " of this parameter server, which is now incarnation ", incarnation_,
+        " (it restarted or was rolled back); pull again"));
+  }
+  RETURN_IF_ERROR(ValidateTensors(header.variables(), data_size, "push"));
+  if (header.replica() < 0 || header.replica() >= config_.num_replicas()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push: replica ", header.replica(), " is not in 0..",
+                     config_.num_replicas() - 1));
+  }
+  if (config_.mode() == proto::SYNC && header.version() > version_) {
+    return absl::AbortedError(absl::StrCat(
+        "push: gradients computed from version ", header.version(),
+        " but this shard is at version ", version_,
+        " (it restarted or was rolled back); pull again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::PushResponse> ParameterShard::Push(
+    const proto::PushHeader& header, ByteSource* data) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  proto::PushResponse response;
+  absl::Status failure;  // Returned once the waiters have their replies.
+  response.set_incarnation(incarnation_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (header.replica() == 0) last_chief_contact_ = absl::Now();
+    RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
+    // From here on the gradients are float32, whatever the wire carried.
+    std::optional<WireAsFloatSource> decoded;
+    if (header.variables_size() > 0 && header.variables(0).dtype() != proto::DT_FLOAT) {
+      data = &decoded.emplace(*data, header.variables(0).dtype());
+    }
+    const int replica = header.replica();
+    auto& last_push = last_push_[replica];
+    const bool retry = header.worker_incarnation() != 0 &&
+                       header.worker_incarnation() == last_push.first &&
+                       header.step() <= last_push.second;
+    const bool takes_gradient =
+        !retry && !training_done_ &&
+        (config_.mode() == proto::ASYNC ||
+         (header.version() == version_ && pushed_.count(replica) == 0));
+    // Sync checks each gradient here and the update of their mean below.
+    // Async checks the update this gradient makes, which is non-finite
+    // whenever the gradient is (every rule adds it into a value or a slot):
+    // one pass, and a second only to name the fault.
+    const bool async = config_.mode() == proto::ASYNC;
+    const int64_t unstable = takes_gradient && async ? FirstNonFiniteUpdate(*data) : -1;
+    const int64_t nonfinite =
+        takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
+    if (nonfinite >= 0 && !options_.skip_nonfinite_gradients) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
+          replica, " holds NaN or Inf; nothing was applied"));
+    }
+    if (unstable >= 0 && !options_.skip_nonfinite_gradients) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: the gradient of \"", VariableAt(unstable).name(), "\" from replica ",
+          replica, " would make its values or optimizer state NaN or Inf (it is too "
+          "large for the optimizer); nothing was applied"));
+    }
+    response.set_training_done(training_done_);
+    if (retry) {
+      response.set_accepted(true);  // Taken already; not applied twice.
+    } else if (training_done_) {
+      response.set_accepted(false);
+    } else if (nonfinite >= 0 || unstable >= 0) {
+      ++nonfinite_dropped_;
+      response.set_accepted(false);
+    } else if (config_.mode() == proto::ASYNC) {
+      BeginUpdate();
+      ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+        UpdateRange(begin, grad);
+      });
+      ++version_;
+      ++pushes_applied_;
+      ++clocks_[replica];
+      response.set_accepted(true);
+    } else if (header.version() < version_) {
+      ++stale_dropped_;
+      response.set_accepted(false);
+    } else if (pushed_.count(replica) > 0) {
+      response.set_accepted(true);  // A retry of an accepted push.
+    } else {
+      float* sum = sum_.data();
+      if (pushed_.empty()) {
+        ParallelFor([&](int64_t begin, int64_t end) {
+          data->ReadAt(begin * sizeof(float),
+                       {reinterpret_cast<char*>(sum + begin), (end - begin) * sizeof(float)});
+        });
+      } else {
+        ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+          kernels::Accumulate(grad, {sum + begin, grad.size()});
+        });
+      }
+      pushed_.insert(replica);
+      ++pushes_applied_;
+      response.set_accepted(true);
+      const int needed = config_.replicas_to_aggregate();
+      if (static_cast<int>(pushed_.size()) == needed) {
+        if (needed > 1) {
+          ParallelFor([&](int64_t begin, int64_t end) {
+            kernels::Scale(1.0f / needed, {sum + begin, static_cast<size_t>(end - begin)});
+          });
+        }
+        // Finite gradients can still sum past float's range, or drive the
+        // optimizer's state to Inf: then nothing of this version is applied,
+        // and the push that completed it fails, so that its worker stops
+        // loudly; the version still advances, so that no replica waits for it.
+        const SpanByteSource mean(absl::Span<const char>(
+            reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
+        const int64_t overflow = FirstNonFiniteUpdate(mean);
+        if (overflow < 0) {
+          BeginUpdate();
+          ParallelFor([&](int64_t begin, int64_t end) {
+            UpdateRange(begin, {sum + begin, static_cast<size_t>(end - begin)});
+          });
+        } else {
+          ++nonfinite_dropped_;
+          failure = absl::InvalidArgumentError(absl::StrCat(
+              "push: the mean gradient of version ", version_, " for \"",
+              VariableAt(overflow).name(), "\" overflows or would make its values or "
+              "optimizer state NaN or Inf; the version was skipped, nothing applied"));
+          LOG(ERROR) << failure.message();
+        }
+        ++version_;
+        pushed_.clear();
+      }
+    }
+    if (response.accepted() && !retry) {
+      last_push = {header.worker_incarnation(), header.step()};
+    }
+    response.set_version(version_);
+    TakeReadyWaiters(&ready);
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+  if (!failure.ok()) return failure;
+  return response;
+}
+
+void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {
+  // New references are taken only under mu_ (held here), so a count of 1
+  // means no pull still reads the buffer. The fence orders our writes after
+  // the last reader's release of its reference (use_count is a relaxed load).
+  if (buffer->use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return;
+  }
+  std::shared_ptr<Snapshot> fresh = pool_->New(total_elements_);
+  const float* from = (*buffer)->values.data();
+  float* to = fresh->values.data();
+  ParallelFor([&](int64_t begin, int64_t end) {
+    std::memcpy(to + begin, from + begin, (end - begin) * sizeof(float));
+  });
+  *buffer = std::move(fresh);
+}
+
+void ParameterShard::BeginUpdate() {
+  MakeWritable(&current_);
+  optimizer_->BeginStep(version_);
+  if (average_ != nullptr) {
+    MakeWritable(&average_);
+    // TensorFlow's ExponentialMovingAverage with num_updates = the new step.
+    const double t = static_cast<double>(version_) + 1;
+    average_decay_ = std::min<double>(config_.moving_average_decay(), (1 + t) / (10 + t));
+  }
+}
+
+void ParameterShard::UpdateRange(int64_t begin, absl::Span<const float> grad) {
+  float* values = current_->values.data() + begin;
+  optimizer_->Apply(begin, grad, {values, grad.size()});
+  if (average_ != nullptr) {
+    kernels::ForEachIndex(0, grad.size(),
+                          kernels::functor::MovingAverageUpdate{
+                              average_decay_, values, average_->values.data() + begin});
+  }
+}
+
+}  // namespace psrt

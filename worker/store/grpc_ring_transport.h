@@ -1,0 +1,98 @@
+// GrpcRingTransport: the ring collectives' messages over gRPC (proto/
+// psrt.proto's Collective service): a RingTransport (ring_schedule.h) that
+// sends to the next worker's Deliver and serves its own Deliver to the
+// previous worker. Collective (collective.h, whose Options it takes) is its
+// one user.
+//
+// Messages are tensor frames: a segment travels from the caller's buffer
+// without a copy, and is read from gRPC's buffers straight into the
+// destination. Each names its op, step, sender and the sender's
+// incarnation; a message of another sender, op or size is refused.
+//
+// Faults: as collective.h states them. A previous worker that sends nothing
+// for the op's timeout (Options::startup_timeout for the first op) is pinged
+// (a Deliver of op 0), and waited for up to busy_timeout if it answers;
+// sends are retried with backoff (50 ms doubling to 1 s) while the next
+// worker is Unavailable, until the op's timeout. A previous worker's
+// process is the one that joined (op 1); another one (a restart) fails the
+// receive. Every error names the peer: "worker/1 (host:port)".
+//
+// Thread safety: StartSend, FinishSend and Receive from one thread at a
+// time; the service is called by gRPC concurrently.
+#ifndef PSRT_WORKER_STORE_GRPC_RING_TRANSPORT_H_
+#define PSRT_WORKER_STORE_GRPC_RING_TRANSPORT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "worker/store/collective.h"
+#include "worker/store/ring_schedule.h"
+
+namespace grpc {
+class Service;
+}  // namespace grpc
+
+namespace psrt {
+
+class GrpcRingTransport final : public RingTransport {
+ public:
+  // Uses every option but the timeline.
+  explicit GrpcRingTransport(const Collective::Options& options);
+  ~GrpcRingTransport() override;
+
+  // The service that receives the previous worker's messages (see
+  // Collective::service). Owned by the transport.
+  grpc::Service* service();
+
+  std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
+  absl::Status FinishSend(std::unique_ptr<Send> send) override;
+  absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add) override;
+
+ private:
+  class Service;
+  struct Call;
+  // Names worker `rank` in errors: "worker/1 (host:port)".
+  std::string PeerName(int rank) const;
+  // Sends call->request once more, on a new context.
+  void StartAttempt(Call* call);
+  // The error of a send that failed with `status`, naming the next worker.
+  absl::Status SendError(const grpc::Status& status) const;
+  // Whether the previous worker's process answers within `deadline` (a
+  // Deliver of op 0).
+  absl::Status Ping(absl::Duration deadline);
+  // The silence allowed now: startup_timeout for the first op.
+  absl::Duration Timeout(int64_t op) const;
+
+  // From the service: a message of the previous worker.
+  absl::Status Deliver(const grpc::ByteBuffer& frame);
+
+  const Collective::Options options_;
+  const int next_rank_;
+  const int previous_rank_;
+  const int64_t incarnation_;
+  std::unique_ptr<Service> service_;
+  // To the next worker; reset when a send failed for good.
+  std::unique_ptr<grpc::GenericStub> next_;
+  std::unique_ptr<grpc::GenericStub> previous_;  // For pings.
+
+  absl::Mutex mu_;
+  // Received and not yet taken, by (op, step).
+  std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_
+      ABSL_GUARDED_BY(mu_);
+  int64_t previous_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none seen.
+  // The last (op, step) taken from the inbox: a retry of it is dropped.
+  std::pair<int64_t, int> last_taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  absl::Status peer_error_ ABSL_GUARDED_BY(mu_);           // From Deliver and sends.
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_STORE_GRPC_RING_TRANSPORT_H_
