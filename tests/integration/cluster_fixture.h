@@ -134,9 +134,17 @@ class ClusterFixture : public testing::Test {
     if (std::ifstream(std::string(kDataDir) + "/train-images-idx3-ubyte.gz").fail()) {
       GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
     }
-    dir_ = testing::TempDir() + "psrt_" +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
+    // Per process too: two runs of the suite at once (two checkouts on one
+    // machine) must not share a folder, whose removal by one would pull the
+    // other's certificates or checkpoints away.
+    dir_ = absl::StrCat(testing::TempDir(), "psrt_",
+                        testing::UnitTest::GetInstance()->current_test_info()->name(), ".",
+                        ::getpid());
     RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_);
+  }
+  // A passing test's folder goes; a failing one's stays for its logs.
+  void TearDown() override {
+    if (!dir_.empty() && !HasFailure()) RunCommand("rm -rf " + dir_);
   }
 
   std::string MakeSpec(int ps, int workers, const std::string& name = "cluster.json") {

@@ -61,6 +61,7 @@ class NetworkFaultTest : public ClusterFixture {
   void TearDown() override {
     Finish();
     relays_.clear();
+    ClusterFixture::TearDown();
   }
 
   // Starts `ps` parameter servers and 2 workers with every PS behind a

@@ -104,6 +104,7 @@ class OperationsTest : public ClusterFixture {
     for (const std::string& base : started_) {
       RunCommand("kill $(cat " + base + ".pid) 2>/dev/null");
     }
+    ClusterFixture::TearDown();
   }
   CommandResult Psrtctl(const std::string& args) {
     return RunCommand(absl::StrCat(bin_, "/psrtctl ", args));

@@ -35,6 +35,7 @@ class SecurityTest : public ClusterFixture {
 
   void TearDown() override {
     if (ps_pid_ > 0) ::kill(ps_pid_, SIGKILL);  // Only when a test failed early.
+    ClusterFixture::TearDown();
   }
 
   // Fails the test when `text` (a log, a command's output) holds the token.
