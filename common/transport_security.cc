@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <functional>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -211,6 +214,24 @@ std::string Digest(absl::string_view text) {
 
 // What the server's check accepts: digests of "Bearer <token>" for the
 // workers' token and (when set) the chief's.
+// AddRefusedCallListener's listeners.
+struct RefusedCallListeners {
+  absl::Mutex mu;
+  int next_id ABSL_GUARDED_BY(mu) = 0;
+  std::map<int, std::function<void(absl::string_view)>> listeners ABSL_GUARDED_BY(mu);
+};
+
+RefusedCallListeners& Listeners() {
+  static RefusedCallListeners* const listeners = new RefusedCallListeners;
+  return *listeners;
+}
+
+void TellRefused(absl::string_view method) {
+  RefusedCallListeners& all = Listeners();
+  absl::MutexLock lock(&all.mu);
+  for (const auto& [id, listener] : all.listeners) listener(method);
+}
+
 struct AcceptedTokens {
   std::string worker;
   std::string chief;  // Empty: no chief token, no roles.
@@ -227,8 +248,11 @@ void CheckAuthorization(void* state, grpc_auth_context* context, const grpc_meta
   const AcceptedTokens& accepted = *static_cast<const AcceptedTokens*>(state);
   // The standard health service answers without a token: Kubernetes' gRPC
   // probes cannot send one, and a serving status tells nothing secret.
+  absl::string_view method;
   for (size_t i = 0; i < num_md; ++i) {
     if (grpc_slice_str_cmp(md[i].key, ":path") != 0) continue;
+    method = absl::string_view(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(md[i].value)),
+                               GRPC_SLICE_LENGTH(md[i].value));
     if (grpc_slice_str_cmp(md[i].value, "/grpc.health.v1.Health/Check") == 0 ||
         grpc_slice_str_cmp(md[i].value, "/grpc.health.v1.Health/Watch") == 0) {
       done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
@@ -258,6 +282,7 @@ void CheckAuthorization(void* state, grpc_auth_context* context, const grpc_meta
   LOG_EVERY_T(WARNING, 10) << "refused a call without the right auth token from "
                            << (name ? std::string(name->value, name->value_length)
                                     : "a peer without a client certificate");
+  TellRefused(method);
   done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
        "unauthenticated: this server requires the cluster's auth token "
        "(--auth_token_file or PSRT_AUTH_TOKEN), and the call has none or a wrong one");
@@ -340,6 +365,20 @@ class TokenAttacherFactory final
 };
 
 }  // namespace
+
+int AddRefusedCallListener(std::function<void(absl::string_view method)> listener) {
+  RefusedCallListeners& all = Listeners();
+  absl::MutexLock lock(&all.mu);
+  const int id = all.next_id++;
+  all.listeners.emplace(id, std::move(listener));
+  return id;
+}
+
+void RemoveRefusedCallListener(int id) {
+  RefusedCallListeners& all = Listeners();
+  absl::MutexLock lock(&all.mu);
+  all.listeners.erase(id);
+}
 
 std::string TransportSecurity::Describe() const {
   return absl::StrCat(tls() ? "mutual TLS" : "plaintext",

@@ -34,12 +34,14 @@
 #ifndef PSRT_COMMON_TRANSPORT_SECURITY_H_
 #define PSRT_COMMON_TRANSPORT_SECURITY_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -64,6 +66,14 @@ struct TransportSecurityOptions {
 // The auth property a server puts on a call that came with the chief's
 // token (grpc::AuthContext::FindPropertyValues).
 inline constexpr char kChiefRoleProperty[] = "psrt_role";
+
+// Listeners told when this process's servers refuse a call for a missing or
+// wrong auth token, with the refused method ("/psrt.proto.Collective/Deliver"):
+// a peer whose calls are refused may wait for them forever otherwise (the
+// allreduce ring fails at once instead). A listener runs on gRPC's thread
+// and must not block. Thread-safe.
+int AddRefusedCallListener(std::function<void(absl::string_view method)> listener);
+void RemoveRefusedCallListener(int id);
 
 class TransportSecurity {
  public:

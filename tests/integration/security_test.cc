@@ -107,6 +107,27 @@ TEST_F(SecurityTest, TheAllreduceRingNeedsTlsAndTheToken) {
   EXPECT_NE(wrong.output.find("unauthenticated"), std::string::npos) << wrong.output;
   EXPECT_LT(absl::Now() - start, absl::Seconds(25)) << "waited for the ring's timeout";
   RunCommand("pkill -9 -f '[c]luster_spec=" + spec + "'");
+
+  // The other order: the worker with the wrong token starts first, finds
+  // worker/0 not yet listening, and still fails at once when it comes (and
+  // goes: worker/0 fails too, refused by it).
+  const absl::Time second = absl::Now();
+  const std::string wrong_log = dir_ + "/wrong-first.log";
+  RunCommand(absl::StrCat("(PSRT_AUTH_TOKEN=wrong", run, " --task_index=1 > ", wrong_log,
+                          " 2>&1; echo $? > ", wrong_log, ".rc) > /dev/null 2>&1 &"));
+  absl::SleepFor(absl::Seconds(2));
+  RunCommand(absl::StrCat("PSRT_AUTH_TOKEN=", token_, run, " --task_index=0 > ", log, " 2>&1"));
+  std::string rc;
+  for (int i = 0; i < 600 && rc.empty(); ++i) {
+    rc = ReadFile(wrong_log + ".rc");
+    if (rc.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(rc, "1\n") << ReadFile(wrong_log);
+  const std::string wrong_first = ReadFile(wrong_log);
+  EXPECT_NE(wrong_first.find("worker/0 (127.0.0.1:"), std::string::npos) << wrong_first;
+  EXPECT_NE(wrong_first.find("unauthenticated"), std::string::npos) << wrong_first;
+  EXPECT_LT(absl::Now() - second, absl::Seconds(30)) << "waited for the ring's timeout";
+  RunCommand("pkill -9 -f '[c]luster_spec=" + spec + "'");
 }
 
 TEST_F(SecurityTest, ClientsWithoutTheTokenOrTlsAreRefused) {

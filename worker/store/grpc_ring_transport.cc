@@ -63,6 +63,10 @@ struct GrpcRingTransport::Call final : RingTransport::Send {
   grpc::ByteBuffer response;
   std::unique_ptr<absl::Notification> done;
   grpc::Status status;
+  // Retries of an attempt that found the next worker Unavailable (still
+  // starting): when the next one is due; InfiniteFuture when none is.
+  Backoff backoff{absl::Milliseconds(50), absl::Seconds(1)};
+  absl::Time retry_at = absl::InfiniteFuture();
 };
 
 GrpcRingTransport::GrpcRingTransport(const Collective::Options& options)
@@ -81,9 +85,21 @@ GrpcRingTransport::GrpcRingTransport(const Collective::Options& options)
   };
   next_ = stub(next_rank_);
   previous_ = stub(previous_rank_);
+  // A message of the previous worker that this worker's server refuses for
+  // its token fails the op at once: that worker cannot deliver anything
+  // (it may even have gone already, failed by the refusal).
+  refused_listener_ = AddRefusedCallListener([this](absl::string_view method) {
+    if (method != kDeliver) return;
+    absl::MutexLock lock(&mu_);
+    if (!peer_error_.ok()) return;
+    peer_error_ = absl::UnauthenticatedError(absl::StrCat(
+        "allreduce: refused a message of ", PeerName(previous_rank_),
+        ": unauthenticated, it does not present this worker's auth token (do the workers "
+        "share --auth_token_file or PSRT_AUTH_TOKEN?)"));
+  });
 }
 
-GrpcRingTransport::~GrpcRingTransport() = default;
+GrpcRingTransport::~GrpcRingTransport() { RemoveRefusedCallListener(refused_listener_); }
 
 grpc::Service* GrpcRingTransport::service() { return service_.get(); }
 
@@ -149,7 +165,22 @@ std::unique_ptr<RingTransport::Send> GrpcRingTransport::StartSend(int64_t op, in
   call->request = EncodeTensorFrame(header, {bytes}, [raw] { raw->released.Notify(); });
   call->give_up = absl::Now() + Timeout(op);
   StartAttempt(raw);
+  sending_ = raw;
   return call;
+}
+
+void GrpcRingTransport::RetryWhenDue(Call* call) {
+  if (!call->done->HasBeenNotified()) return;
+  call->done->WaitForNotification();  // After which it may be replaced.
+  if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+  const absl::Time now = absl::Now();
+  if (call->retry_at == absl::InfiniteFuture()) {
+    if (now + call->backoff.Peek() >= call->give_up) return;  // Failed for good.
+    call->retry_at = now + call->backoff.Next();
+  }
+  if (now < call->retry_at) return;
+  call->retry_at = absl::InfiniteFuture();
+  StartAttempt(call);  // The next worker may still be starting.
 }
 
 void GrpcRingTransport::StartAttempt(Call* call) {
@@ -201,15 +232,15 @@ absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
 
 absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send) {
   std::unique_ptr<Call> call(static_cast<Call*>(send.release()));
-  Backoff backoff(absl::Milliseconds(50), absl::Seconds(1));
+  sending_ = nullptr;
   while (true) {
     call->done->WaitForNotification();
-    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() + backoff.Peek() >= call->give_up) {
-      break;
+    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    RetryWhenDue(call.get());
+    if (call->done->HasBeenNotified()) {  // Not sent again:
+      if (call->retry_at == absl::InfiniteFuture()) break;  // given up,
+      absl::SleepFor(call->retry_at - absl::Now());         // or not yet due.
     }
-    absl::SleepFor(backoff.Next());  // The next worker may still be starting.
-    StartAttempt(call.get());
   }
   const grpc::Status status = call->status;
   // gRPC may hold the segment past the call's end: wait until it lets go.
@@ -241,12 +272,23 @@ absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> b
   std::unique_ptr<grpc::ByteBuffer> frame;
   const absl::Time start = absl::Now();
   while (frame == nullptr) {
-    {
+    // Meanwhile this worker's own send of the step is retried while the
+    // next worker is still starting: it may never send to this one before
+    // it has heard from it.
+    const absl::Time silent_until = absl::Now() + Timeout(op);
+    bool timed_out = false;
+    while (frame == nullptr && !timed_out) {
+      if (sending_ != nullptr) RetryWhenDue(sending_);
       absl::MutexLock lock(&mu_);
       auto arrived = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return inbox_.count(key) > 0 || !peer_error_.ok();
       };
-      mu_.AwaitWithTimeout(absl::Condition(&arrived), Timeout(op));
+      // Looked at every 50 ms until the send has gone through.
+      const bool sent = sending_ == nullptr ||
+                        (sending_->done->HasBeenNotified() && sending_->status.ok());
+      const absl::Duration left = silent_until - absl::Now();
+      mu_.AwaitWithTimeout(absl::Condition(&arrived),
+                           sent ? left : std::min(left, absl::Milliseconds(50)));
       auto it = inbox_.find(key);
       if (it != inbox_.end()) {
         frame = std::move(it->second);
@@ -255,7 +297,9 @@ absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> b
         break;
       }
       if (!peer_error_.ok()) return peer_error_;
+      timed_out = absl::Now() >= silent_until;
     }
+    if (frame != nullptr) break;
     // Silent for a timeout: a previous worker that still answers is busy
     // (the chief evaluating or saving), and is waited for up to
     // busy_timeout; one that does not answer is dead or hung.

@@ -63,6 +63,9 @@ class GrpcRingTransport final : public RingTransport {
   std::string PeerName(int rank) const;
   // Sends call->request once more, on a new context.
   void StartAttempt(Call* call);
+  // If `call`'s last attempt found the next worker Unavailable, sends it
+  // again once its backoff is over (before its give_up); never waits.
+  void RetryWhenDue(Call* call);
   // The error of a send that failed with `status`, naming the next worker.
   absl::Status SendError(const grpc::Status& status) const;
   // Whether the previous worker's process answers within `deadline` (a
@@ -82,6 +85,10 @@ class GrpcRingTransport final : public RingTransport {
   // To the next worker; reset when a send failed for good.
   std::unique_ptr<grpc::GenericStub> next_;
   std::unique_ptr<grpc::GenericStub> previous_;  // For pings.
+  // The op thread's send between StartSend and FinishSend, retried while
+  // Receive waits.
+  Call* sending_ = nullptr;
+  int refused_listener_ = -1;  // AddRefusedCallListener's id.
 
   absl::Mutex mu_;
   // Received and not yet taken, by (op, step).
