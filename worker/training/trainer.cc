@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/timeline.h"
 #include "glog/logging.h"
+#include "kernels/elementwise.h"
 
 namespace psrt {
 namespace {
@@ -80,35 +81,19 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
 float Trainer::WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
                            int begin, int end) const {
   if (options_.weight_decay <= 0) return 0;
-  const float wd = options_.weight_decay;
   double l2 = 0;
   for (int v = begin; v < end; ++v) {
     if (params[v].rank() < 2) continue;  // Weights only, not biases.
-    const float* w = params[v].data();
-    float* g = (*grads)[v].data();
-    double sum = 0;
-    for (int64_t i = 0; i < params[v].num_elements(); ++i) {
-      sum += double{w[i]} * w[i];
-      g[i] += wd * w[i];
-    }
-    l2 += 0.5 * wd * sum;
+    l2 += kernels::WeightDecay(options_.weight_decay, params[v].flat(), (*grads)[v].flat());
   }
   return static_cast<float>(l2);
 }
 
 void Trainer::ClipGradients(std::vector<Tensor>* grads) const {
   if (options_.clip_norm <= 0) return;
-  double squares = 0;
-  for (const Tensor& g : *grads) {
-    for (float x : g.flat()) squares += double{x} * x;
-  }
-  const double norm = std::sqrt(squares);
-  if (norm > options_.clip_norm) {
-    const float scale = static_cast<float>(options_.clip_norm / norm);
-    for (Tensor& g : *grads) {
-      for (float& x : g.flat()) x *= scale;
-    }
-  }
+  std::vector<absl::Span<float>> tensors;
+  for (Tensor& g : *grads) tensors.push_back(g.flat());
+  kernels::ClipByGlobalNorm(options_.clip_norm, tensors);
 }
 
 absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
