@@ -16,6 +16,16 @@
 namespace psrt {
 namespace {
 
+void ExpectSameValues(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t v = 0; v < want.size(); ++v) {
+    ASSERT_EQ(got[v].shape(), want[v].shape()) << v;
+    for (int64_t i = 0; i < want[v].num_elements(); ++i) {
+      ASSERT_EQ(got[v].data()[i], want[v].data()[i]) << "variable " << v << ", element " << i;
+    }
+  }
+}
+
 class TrainingLoopTest : public ::testing::Test {
  protected:
   TrainingLoopTest()
@@ -89,11 +99,7 @@ TEST_F(TrainingLoopTest, OverlappedStepsTrainExactlyLikeSequentialOnes) {
   options.overlap_comm = true;
   ASSERT_TRUE(Run(options).ok());
   const std::vector<Tensor> overlapped = store_->Values();
-  for (size_t v = 0; v < sequential.size(); ++v) {
-    for (int64_t i = 0; i < sequential[v].num_elements(); ++i) {
-      ASSERT_EQ(sequential[v].data()[i], overlapped[v].data()[i]) << v << " " << i;
-    }
-  }
+  ExpectSameValues(overlapped, sequential);
 }
 
 TEST_F(TrainingLoopTest, SavesAtStartEveryNStepsAndAtTheEnd) {
@@ -226,11 +232,7 @@ TEST_F(RecoveryTest, ARecoveredRunEndsWithTheModelOfAnUninterruptedOne) {
   store_->OnVersion(15, [this] { store_->RestartShard(0); });
   ASSERT_TRUE(Run(options).ok());
   const std::vector<Tensor> recovered = store_->Values();
-  for (size_t v = 0; v < recovered.size(); ++v) {
-    for (int64_t i = 0; i < recovered[v].num_elements(); ++i) {
-      ASSERT_EQ(recovered[v].data()[i], uninterrupted[v].data()[i]) << v << " " << i;
-    }
-  }
+  ExpectSameValues(recovered, uninterrupted);
 }
 
 TEST_F(RecoveryTest, AShardThatLostTheModelWithNoCommonCheckpointIsAnError) {

@@ -22,7 +22,7 @@ std::string FormatDuration(double secs) {
 void Progress::Start(int64_t step, EventWriter* events) {
   start_step_ = step;
   events_ = events;
-  start_time_ = interval_start_ = absl::Now();
+  start_time_ = absl::Now();
 }
 
 void Progress::AddInputTime(absl::Duration took) {

@@ -41,6 +41,8 @@ class Progress {
   // Training starts (or resumes) at global step `step`; scalars go to
   // `events` (null: none; REQUIRES: it outlives this).
   void Start(int64_t step, EventWriter* events);
+  // The first log interval starts (after the data is positioned).
+  void StartInterval() { interval_start_ = absl::Now(); }
   // The interval's time so far, for the loop to add to.
   StepTime& time() { return time_; }
   void AddInputTime(absl::Duration took);

@@ -226,13 +226,14 @@ absl::StatusOr<bool> Trainer::Start() {
         chief_config.num_replicas(), " (give every worker the same flags)"));
   }
   ASSIGN_OR_RETURN(pulled_, client_->Pull(0, &params_));
+  progress_.Start(pulled_.version, events_.get());
   if (options_.metrics != nullptr) {
     options_.metrics->SetGlobalStep(pulled_.version);
     options_.metrics->SetState(proto::WORKER_TRAINING);
   }
   RETURN_IF_ERROR(DataFromStep(pulled_.version));
   if (pulled_.version > 0) LOG(INFO) << "resuming at global step " << pulled_.version;
-  progress_.Start(pulled_.version, events_.get());
+  progress_.StartInterval();
   // A first checkpoint right away, so that a parameter server that restarts
   // early has one to restore; a resumed run has one at its step already.
   checkpoints_.Start(chief() && recovery_.checkpoints(), recovery_.newest_common_checkpoint(),
