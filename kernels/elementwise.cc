@@ -33,6 +33,30 @@ void Scale(float scale, absl::Span<float> x) {
   ForEachIndex(0, x.size(), functor::Scale{scale, x.data()});
 }
 
+void Axpy(float a, absl::Span<const float> x, absl::Span<float> y) {
+  CHECK_EQ(x.size(), y.size());
+  ForEachIndex(0, y.size(), functor::Axpy{a, x.data(), y.data()});
+}
+
+double SumOfSquares(absl::Span<const float> x, double sum) {
+  return SumOverIndex(0, x.size(), functor::SquaredValue{x.data()}, sum);
+}
+
+double WeightDecay(float wd, absl::Span<const float> w, absl::Span<float> g) {
+  CHECK_EQ(w.size(), g.size());
+  ForEachIndex(0, g.size(), functor::WeightDecayGrad{wd, w.data(), g.data()});
+  return 0.5 * wd * SumOfSquares(w);
+}
+
+double ClipByGlobalNorm(float clip_norm, absl::Span<const absl::Span<float>> tensors) {
+  double squares = 0;
+  for (absl::Span<float> x : tensors) squares = SumOfSquares(x, squares);
+  for (absl::Span<float> x : tensors) {
+    ForEachIndex(0, x.size(), functor::ClipByNorm{clip_norm, &squares, x.data()});
+  }
+  return std::sqrt(squares);
+}
+
 int64_t FirstNonFinite(absl::Span<const float> x) {
   // Exponent bits all ones: Inf or NaN. Branch-free, so that it vectorizes.
   uint32_t bad = 0;

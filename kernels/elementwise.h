@@ -37,6 +37,14 @@ void ForEachRowCol(int64_t row_begin, int64_t row_end, int64_t cols,
   }
 }
 
+// sum + f(begin) + ... + f(end - 1), added in that order in double.
+template <class F>
+double SumOverIndex(int64_t begin, int64_t end, const F& f, double sum = 0) {
+  const F local = f;
+  for (int64_t i = begin; i < end; ++i) sum += local(i);
+  return sum;
+}
+
 // var -= lr * grad.
 // REQUIRES: grad.size() == var.size().
 void ApplySgd(float lr, absl::Span<const float> grad, absl::Span<float> var);
@@ -53,6 +61,24 @@ void Accumulate(absl::Span<const float> grad, absl::Span<float> acc);
 
 // x *= scale.
 void Scale(float scale, absl::Span<float> x);
+
+// y += a * x (a tower's gradient into the towers' weighted average).
+// REQUIRES: x.size() == y.size().
+void Axpy(float a, absl::Span<const float> x, absl::Span<float> y);
+
+// sum + the squares of x, added in order in double.
+double SumOfSquares(absl::Span<const float> x, double sum = 0);
+
+// L2 weight decay of one weight tensor, forward and backward in one pass:
+// adds wd * w into g (the penalty's gradient) and returns the penalty
+// wd / 2 * sum(w^2), summed in double.
+// REQUIRES: w.size() == g.size().
+double WeightDecay(float wd, absl::Span<const float> w, absl::Span<float> g);
+
+// TensorFlow's clip_by_global_norm: when the 2-norm of all the tensors
+// together exceeds clip_norm, scales every one of them by clip_norm / norm.
+// Returns the norm before clipping.
+double ClipByGlobalNorm(float clip_norm, absl::Span<const absl::Span<float>> tensors);
 
 // The index of the first NaN or Inf in `x`, or -1 (one vectorized pass when
 // every element is finite).

@@ -43,6 +43,13 @@ PSRT_HOST_DEVICE inline float LogF(float v) {
   return std::log(v);
 #endif
 }
+PSRT_HOST_DEVICE inline double SqrtD(double v) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(v);
+#else
+  return std::sqrt(v);
+#endif
+}
 PSRT_HOST_DEVICE inline float SqrtF(float v) {
 #if defined(__CUDA_ARCH__)
   return sqrtf(v);
@@ -181,6 +188,44 @@ struct Fill {
   float value;
   float* x;
   PSRT_HOST_DEVICE void operator()(int64_t i) const { x[i] = value; }
+};
+
+// ---- The worker's gradient math (weight decay, clipping, tower averages).
+
+// y[i] += a * x[i].
+struct Axpy {
+  float a;
+  const float* x;
+  float* y;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const { y[i] += a * x[i]; }
+};
+
+// g[i] += wd * w[i]: the gradient of the L2 penalty wd / 2 * sum(w^2).
+struct WeightDecayGrad {
+  float wd;
+  const float* w;
+  float* g;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const { g[i] += wd * w[i]; }
+};
+
+// x[i]^2 in double: a term of a sum (SumOverIndex on the CPU, a reduction
+// kernel on the GPU).
+struct SquaredValue {
+  const float* x;
+  PSRT_HOST_DEVICE double operator()(int64_t i) const { return double{x[i]} * x[i]; }
+};
+
+// Clipping by global norm: x[i] *= clip_norm / norm when the global norm,
+// sqrt(*squares) (the sum of every tensor's squares, in memory: a device
+// scalar on the GPU, so no round trip to the host), exceeds clip_norm.
+struct ClipByNorm {
+  float clip_norm;
+  const double* squares;
+  float* x;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const double norm = SqrtD(*squares);
+    if (norm > clip_norm) x[i] *= static_cast<float>(clip_norm / norm);
+  }
 };
 
 }  // namespace functor

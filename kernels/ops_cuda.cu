@@ -35,6 +35,32 @@ __global__ void CountCorrectKernel(functor::CorrectPrediction f, int64_t rows,
   }
 }
 
+// Adds f(0) + ... + f(n - 1) (doubles) into *sum: per thread, then per
+// block in shared memory, then one atomic add per block.
+template <class F>
+__global__ void SumKernel(int64_t n, F f, double* sum) {
+  __shared__ double partial[kThreadsPerBlock];
+  double mine = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    mine += f(i);
+  }
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(sum, partial[0]);
+}
+
+template <class F>
+void LaunchSum(const CudaContext& ctx, int64_t n, const F& f, double* sum) {
+  if (n <= 0) return;
+  SumKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f, sum);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
 absl::Status CudaError(const char* what, cudaError_t err) {
   return absl::FailedPreconditionError(
       absl::StrCat(what, ": ", cudaGetErrorString(err)));
@@ -218,6 +244,25 @@ void Scale(const CudaContext& ctx, float scale, float* x, int64_t n) {
 
 void Fill(const CudaContext& ctx, float value, float* x, int64_t n) {
   LaunchForEachIndex(ctx, n, functor::Fill{value, x});
+}
+
+void Axpy(const CudaContext& ctx, float a, const float* x, float* y, int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::Axpy{a, x, y});
+}
+
+void SumOfSquares(const CudaContext& ctx, const float* x, int64_t n, double* sum) {
+  LaunchSum(ctx, n, functor::SquaredValue{x}, sum);
+}
+
+void WeightDecay(const CudaContext& ctx, float wd, const float* w, float* g, int64_t n,
+                 double* squares) {
+  LaunchForEachIndex(ctx, n, functor::WeightDecayGrad{wd, w, g});
+  SumOfSquares(ctx, w, n, squares);
+}
+
+void ClipByNorm(const CudaContext& ctx, float clip_norm, const double* squares, float* x,
+                int64_t n) {
+  LaunchForEachIndex(ctx, n, functor::ClipByNorm{clip_norm, squares, x});
 }
 
 }  // namespace kernels

@@ -119,6 +119,20 @@ void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
 void Scale(const CudaContext& ctx, float scale, float* x, int64_t n);
 // x[i] = value.
 void Fill(const CudaContext& ctx, float value, float* x, int64_t n);
+void Axpy(const CudaContext& ctx, float a, const float* x, float* y, int64_t n);
+// Adds the squares of x into the device scalar *sum (in double; the order
+// of the terms is not the CPU's).
+void SumOfSquares(const CudaContext& ctx, const float* x, int64_t n, double* sum);
+// g += wd * w, and sum(w^2) added into the device scalar *squares: the
+// penalty is wd / 2 * *squares (the CPU op returns it; here that would need
+// a hidden copy and a wait).
+void WeightDecay(const CudaContext& ctx, float wd, const float* w, float* g, int64_t n,
+                 double* squares);
+// One tensor's part of ClipByGlobalNorm: x *= clip_norm / sqrt(*squares)
+// when that norm exceeds clip_norm, where the device scalar *squares holds
+// every tensor's SumOfSquares.
+void ClipByNorm(const CudaContext& ctx, float clip_norm, const double* squares, float* x,
+                int64_t n);
 
 }  // namespace kernels
 }  // namespace psrt

@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/functors.h"
+#include "tests/kernels/gradient_check.h"
 
 namespace psrt {
 namespace kernels {
@@ -67,6 +68,56 @@ TEST(ForEachTest, VisitsEveryIndexInOrder) {
                                  std::pair<int64_t, int64_t>{1, 1},
                                  std::pair<int64_t, int64_t>{2, 0},
                                  std::pair<int64_t, int64_t>{2, 1}));
+}
+
+TEST(AxpyTest, AddsScaledInput) {
+  std::vector<float> y = {1.0f, 2.0f};
+  Axpy(0.5f, std::vector<float>{2.0f, -4.0f}, absl::MakeSpan(y));
+  EXPECT_THAT(y, ElementsAre(2.0f, 0.0f));
+}
+
+TEST(SumOfSquaresTest, AddsToTheSumGiven) {
+  const std::vector<float> x = {1.0f, -2.0f, 3.0f};
+  EXPECT_EQ(SumOfSquares(x), 14.0);
+  EXPECT_EQ(SumOfSquares(x, 0.5), 14.5);
+  EXPECT_EQ(SumOfSquares({}), 0.0);
+}
+
+TEST(WeightDecayTest, ReturnsThePenaltyAndAddsItsGradient) {
+  const std::vector<float> w = {1.0f, -2.0f};
+  std::vector<float> g = {0.5f, 0.5f};
+  EXPECT_DOUBLE_EQ(WeightDecay(0.1f, w, absl::MakeSpan(g)), 0.5 * 0.1f * 5.0);
+  EXPECT_THAT(g, ElementsAre(FloatEq(0.6f), FloatEq(0.3f)));
+}
+
+// The penalty's gradient is wd * w: checked against central differences.
+TEST(WeightDecayTest, GradientCheck) {
+  constexpr float kWd = 0.3f;
+  std::vector<float> w = testing::RandomVector(37, 1);
+  std::vector<float> analytic(w.size(), 0.0f);
+  WeightDecay(kWd, w, absl::MakeSpan(analytic));
+  testing::ExpectGradientsMatch({&w}, [&] {
+    std::vector<float> scratch(w.size(), 0.0f);
+    return WeightDecay(kWd, w, absl::MakeSpan(scratch));
+  }, {analytic});
+}
+
+TEST(ClipByGlobalNormTest, ScalesAllTensorsDownToTheNormTogether) {
+  std::vector<float> a = {3.0f, 0.0f};
+  std::vector<float> b = {4.0f};  // Global norm 5.
+  const std::vector<absl::Span<float>> tensors = {absl::MakeSpan(a), absl::MakeSpan(b)};
+  EXPECT_DOUBLE_EQ(ClipByGlobalNorm(2.5f, tensors), 5.0);
+  EXPECT_THAT(a, ElementsAre(FloatEq(1.5f), 0.0f));
+  EXPECT_THAT(b, ElementsAre(FloatEq(2.0f)));
+  EXPECT_NEAR(ClipByGlobalNorm(2.5f, tensors), 2.5, 1e-6);  // At the norm: kept.
+  EXPECT_THAT(a, ElementsAre(FloatEq(1.5f), 0.0f));
+}
+
+TEST(ClipByGlobalNormTest, KeepsTensorsWithinTheNorm) {
+  std::vector<float> a = {0.3f, -0.4f};
+  const std::vector<absl::Span<float>> tensors = {absl::MakeSpan(a)};
+  EXPECT_NEAR(ClipByGlobalNorm(1.0f, tensors), 0.5, 1e-7);
+  EXPECT_THAT(a, ElementsAre(0.3f, -0.4f));
 }
 
 }  // namespace

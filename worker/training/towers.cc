@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "kernels/elementwise.h"
 
 namespace psrt {
 
@@ -87,11 +88,8 @@ float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& 
       if (i == 0 && out.shape() != g.shape()) {
         out = Tensor(g.shape(), g.allocator());
       }
-      float* o = out.data();
-      const float* x = g.data();
-      for (int64_t j = 0; j < g.num_elements(); ++j) {
-        o[j] = (i == 0 ? 0.0f : o[j]) + weight * x[j];
-      }
+      if (i == 0) std::fill_n(out.data(), out.num_elements(), 0.0f);
+      kernels::Axpy(weight, g.flat(), out.flat());
     }
   }
   if (hooks.loss_ready) hooks.loss_ready(loss);

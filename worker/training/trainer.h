@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@
 #include "worker/input/batch_source.h"
 #include "worker/input/idx_dataset.h"
 #include "worker/store/parameter_store.h"
+#include "worker/training/checkpoint_policy.h"
+#include "worker/training/cluster_recovery.h"
+#include "worker/training/progress.h"
+#include "worker/training/step_pipeline.h"
 #include "worker/training/towers.h"
 
 namespace psrt {
@@ -154,69 +159,76 @@ class Trainer {
     double accuracy = 0;
     double loss = 0;
   };
+  bool chief() const { return options_.replica == 0; }
   absl::StatusOr<TrainResult> Train();
-  // Chief: bring every shard to one state and confirm it: initialize them
-  // (at start, when none holds the model), keep what they hold (all ready,
-  // or all restored the same checkpoint), or restore the newest checkpoint
-  // all of them hold. `values` initializes; after a fault, shards that lost
-  // the model are an error instead.
-  absl::Status RecoverOrInitialize(const std::vector<Tensor>& values, bool after_fault);
-  // FailedPrecondition naming the shards and their runs when the
-  // initialized shards hold states of more than one run.
-  absl::Status CheckOneRun(const std::vector<proto::StatusResponse>& shards) const;
-  // After an Aborted call (a shard restarted or was rolled back): waits for
-  // the shards, has the chief recover them, waits until they are ready and
-  // pulls. Sets pulled->training_done if the chief ended training meanwhile.
-  absl::Status Recover(const absl::Status& cause, std::vector<Tensor>* params,
-                       ParameterStore::PullResult* pulled);
+  // Waits for the shards (the chief brings them to one state), checks the
+  // chief's config, pulls, and positions the data. False: the chief had
+  // ended training already, nothing to do.
+  absl::StatusOr<bool> Start();
+  // One step: the chief's duties due, then compute (unless done while
+  // pulling), push, pull the next parameters. An Aborted call recovers
+  // (RecoverOrFail); any other error ends training.
+  absl::Status Step();
+  // The overlapped step's pull, while the next batch computes on the
+  // variables as they arrive and its push leaves during the backward pass
+  // unless the loop must stop or wait first (`training_done`: the push said so).
+  absl::StatusOr<ParameterStore::PullResult> ComputeWhilePulling(int64_t min_version,
+                                                                 int64_t min_clock,
+                                                                 bool training_done);
+  // The chief's end of training: the last checkpoint, the final evaluation
+  // and parameters, `final: ...` on stdout.
+  absl::Status FinishAsChief();
+  // This replica's data, positioned after what it consumed before global
+  // step `version`: one batch per step (sync), or about 1/W of the steps
+  // (async). A resumed or recovered sync run thus sees the same data as an
+  // uninterrupted one.
+  absl::Status DataFromStep(int64_t version);
+  // The next batch into images_ and labels_, timed: input waits show.
+  absl::Status NextBatch();
+  // After a failed call: the shards' state was replaced (Aborted: a restart
+  // or a rollback): waits for them, pulls, and carries on. Any other error
+  // is returned: it ends training.
+  absl::Status RecoverOrFail(const absl::Status& status);
+  bool Finished(const ParameterStore::PullResult& pulled) const;
+  bool EvalDue(int64_t version) const;
   // Adds weight decay to the gradients of variables [begin, end); returns
   // their L2 loss.
   float WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
                     int begin, int end) const;
   // Scales the gradients down to a global norm of at most clip_norm.
   void ClipGradients(std::vector<Tensor>* grads) const;
-  // Every shard saves checkpoint `step`, keeping last_complete_save_ too; on
-  // success `step` becomes it. A failure is logged and returned, and counted
-  // when a shard could not write.
-  absl::Status Save(int64_t step);
-  // DataLoss once max_failed_saves saves in a row have not been written
-  // (`last`: the latest one's error, at `step`); OK otherwise.
-  absl::Status StopAfterFailedSaves(int64_t step, const absl::Status& last) const;
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
-  void Report(int64_t step, double loss, double examples_per_sec, int64_t stale);
-  // Where a log interval's steps spent their time, summed over the steps.
-  struct StepTime {
-    absl::Duration compute;  // Forward, backward and regularization.
-    absl::Duration push;
-    absl::Duration pull;    // Includes `waited`.
-    absl::Duration waited;  // Pulls waiting on the shards for their version.
-    absl::Duration input;   // NextBatch: waiting for (or copying) a batch.
-  };
-  // Logs `step N timing: compute_ms=C exposed_comm_ms=E wait_ms=W ...`, per
-  // step: exposed communication is push + pull - waited, the time the worker
-  // spends on the wire rather than computing or waiting for the others.
-  void ReportTiming(int64_t step, const StepTime& time, int64_t steps);
 
   const TrainerOptions options_;
   Towers* const towers_;
   Model* const model_;  // Tower 0.
   ParameterStore* const client_;
-  const Dataset* const train_;  // Null with a BatchSourceFactory.
+  const Dataset* train_ = nullptr;  // Null with a BatchSourceFactory.
   BatchSourceFactory train_source_;
-  const Dataset* const test_;  // Or, when null, the stream:
-  BatchSourceFactory test_source_;
+  BatchSourceFactory test_source_;  // A Dataset's is made by the constructor.
   int64_t test_examples_ = 0;
   std::unique_ptr<EventWriter> events_;
   std::vector<Tensor> eval_averages_;  // The moving averages evaluated.
-  bool checkpoints_ = false;  // Every shard can save.
-  absl::Time start_time_;
-  int64_t start_step_ = 0;
-  int recoveries_ = 0;
-  // The newest checkpoint every shard holds (-1: none known): each save asks
-  // the shards to keep it, so that saves failing on some shards never leave
-  // them without a common step.
-  int64_t last_complete_save_ = -1;
-  int failed_saves_ = 0;  // Saves in a row not written (see max_failed_saves).
+  ClusterRecovery recovery_;
+  CheckpointPolicy checkpoints_;  // The chief's.
+  Progress progress_;
+
+  // The training loop's state.
+  std::vector<Tensor> params_;
+  std::vector<Tensor> grads_;
+  ParameterStore::PullResult pulled_;  // The parameters the next step computes on.
+  std::unique_ptr<BatchSource> batches_;
+  Tensor images_;
+  std::vector<int32_t> labels_;
+  std::optional<StepPipeline> pipeline_;  // With overlap_comm.
+  // Whether grads_ and loss_ already hold the gradients of the next batch
+  // at pulled_: computed while it was being pulled (and maybe pushed).
+  bool computed_ = false;
+  float loss_ = 0;
+  TrainResult result_;
+  int64_t stale_ = 0;
+  int64_t clock_base_ = 0;  // Local steps before the shards' clocks restarted.
+  int64_t last_eval_step_ = 0;
 };
 
 }  // namespace psrt

@@ -5,6 +5,7 @@
 // Built only with PSRT_CUDA, linked with psrt_kernels_cuda.
 #include "kernels/ops_cuda.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,36 @@ TEST_F(OpsCudaTest, OptimizerUpdates) {
   // The same functors: the same floats, up to fused multiply-adds.
   EXPECT_THAT(gvar.ToHost(), Pointwise(FloatNear(1e-6f), var));
   EXPECT_THAT(gaccum.ToHost(), Pointwise(FloatNear(1e-6f), accum));
+}
+
+// Weight decay, clipping by global norm and tower averaging (Axpy): the
+// element-wise parts the same floats as the CPU's, the sums in another order.
+TEST_F(OpsCudaTest, GradientMath) {
+  const int64_t n = 100001;
+  constexpr float kWd = 0.01f;
+  const std::vector<float> w = RandomVector(n, 11), x = RandomVector(n, 12);
+  std::vector<float> g = RandomVector(n, 13), y = RandomVector(n, 14);
+  DeviceArray<float> gw(w), gx(x), gg(g), gy(y);
+  DeviceArray<double> gsquares(std::vector<double>{0.0}), gnorm2(std::vector<double>{0.0});
+
+  const double penalty = WeightDecay(kWd, w, absl::MakeSpan(g));
+  Axpy(0.25f, x, absl::MakeSpan(y));
+  const std::vector<absl::Span<float>> tensors = {absl::MakeSpan(g), absl::MakeSpan(y)};
+  const double norm = ClipByGlobalNorm(1.0f, tensors);
+  ASSERT_GT(norm, 1.0);  // So that it clips.
+
+  WeightDecay(*gpu_, kWd, gw.get(), gg.get(), n, gsquares.get());
+  Axpy(*gpu_, 0.25f, gx.get(), gy.get(), n);
+  SumOfSquares(*gpu_, gg.get(), n, gnorm2.get());
+  SumOfSquares(*gpu_, gy.get(), n, gnorm2.get());
+  ClipByNorm(*gpu_, 1.0f, gnorm2.get(), gg.get(), n);
+  ClipByNorm(*gpu_, 1.0f, gnorm2.get(), gy.get(), n);
+  Sync();
+  EXPECT_NEAR(0.5 * kWd * gsquares.ToHost()[0], penalty, kSumTolerance * penalty);
+  EXPECT_NEAR(std::sqrt(gnorm2.ToHost()[0]), norm, kSumTolerance * norm);
+  const std::vector<float> gpu_g = gg.ToHost(), gpu_y = gy.ToHost();
+  EXPECT_TRUE(NearInNorm(gpu_g.data(), g.data(), n, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(gpu_y.data(), y.data(), n, kSumTolerance));
 }
 
 }  // namespace
