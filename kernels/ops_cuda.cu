@@ -58,7 +58,7 @@ template <class F>
 void LaunchSum(const CudaContext& ctx, int64_t n, const F& f, double* sum) {
   if (n <= 0) return;
   SumKernel<<<BlocksFor(n), kThreadsPerBlock, 0, ctx.stream()>>>(n, f, sum);
-  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
 absl::Status CudaError(const char* what, cudaError_t err) {

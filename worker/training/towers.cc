@@ -1,10 +1,12 @@
 #include "worker/training/towers.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
 
@@ -92,9 +94,15 @@ float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& 
       kernels::Axpy(weight, g.flat(), out.flat());
     }
   }
+  if (!status().ok()) return std::numeric_limits<float>::quiet_NaN();  // Nothing real.
   if (hooks.loss_ready) hooks.loss_ready(loss);
   if (hooks.gradients_ready && num_variables > 0) hooks.gradients_ready(0, num_variables);
   return loss;
+}
+
+absl::Status Towers::status() const {
+  for (const auto& tower : towers_) RETURN_IF_ERROR(tower->status());
+  return absl::OkStatus();
 }
 
 }  // namespace psrt

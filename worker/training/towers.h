@@ -45,9 +45,14 @@ class Towers {
   // into `grads`; returns the mean loss over the batch. `hooks` (model.h)
   // see each layer with one tower, and the whole model at once with several.
   // REQUIRES: images has at least size() rows.
+  // After a device fault (status()) the result is meaningless and the
+  // hooks announce nothing more.
   float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
                          absl::Span<const int32_t> labels, std::vector<Tensor>* grads,
                          const StepHooks& hooks = StepHooks());
+
+  // The first device fault of any tower (Model::status); OK on the CPU.
+  absl::Status status() const;
 
  private:
   std::vector<std::unique_ptr<Model>> towers_;

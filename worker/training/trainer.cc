@@ -137,6 +137,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
       }
       const Model::Evaluation evaluation = model_->Evaluate(
           *params, *evaluated, absl::MakeConstSpan(labels).subspan(0, size));
+      RETURN_IF_ERROR(model_->status());
       correct += evaluation.correct;
       loss += double{evaluation.mean_loss} * size;
     }
@@ -295,6 +296,7 @@ absl::Status Trainer::Step() {
     const absl::Time compute_start = absl::Now();
     Timeline::Span span(options_.timeline, "compute", "step", pulled_.version);
     loss_ = towers_->ComputeGradients(params_, images_, labels_, &grads_);
+    RETURN_IF_ERROR(towers_->status());  // A device fault: never pushed.
     loss_ += WeightDecay(params_, &grads_, 0, static_cast<int>(params_.size()));
     ClipGradients(&grads_);
     progress_.time().compute += absl::Now() - compute_start;
@@ -380,6 +382,8 @@ absl::StatusOr<ParameterStore::PullResult> Trainer::ComputeWhilePulling(int64_t 
   const absl::Duration blocked = pipeline_->TakeBlockedTime();
   progress_.time().compute += absl::Now() - start - blocked;
   progress_.time().pull += blocked;
+  // A device fault: the layers past it were never announced, so never pushed.
+  RETURN_IF_ERROR(towers_->status());
   return next;
 }
 
