@@ -48,8 +48,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
-                                            const TransportSecurity& security) {
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
+                                          const TransportSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);

@@ -23,10 +23,11 @@ class TransportSecurity;
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// A channel to "host:port" with psrt's settings, protected as `security`
+// A channel to any psrt task ("host:port": a ps, a worker's ring or status
+// service) with psrt's settings, protected as `security`
 // says (TLS, the auth token on every call).
-std::shared_ptr<grpc::Channel> NewPsChannel(const std::string& address,
-                                            const TransportSecurity& security);
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
+                                          const TransportSecurity& security);
 
 // Applies psrt's settings to a server builder; larger requests are refused
 // with RESOURCE_EXHAUSTED before they are buffered, and a connection gets at

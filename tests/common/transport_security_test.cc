@@ -310,7 +310,7 @@ grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel,
 }
 
 grpc::Status Call(const std::string& address, const TransportSecurity& client) {
-  return Call(NewPsChannel(address, client));
+  return Call(NewChannel(address, client));
 }
 
 TEST_F(TransportSecurityTest, MutualTlsWithTheRightTokenIsServed) {
@@ -353,7 +353,7 @@ TEST_F(TransportSecurityTest, MissingOrWrongTokenIsUnauthenticated) {
 // answers without one, and nothing else does.
 TEST_F(TransportSecurityTest, HealthChecksNeedNoTokenAndNothingElseGetsIn) {
   TestServer server(Load(WithToken(TransportSecurityOptions(), "s3cret")));
-  const auto no_token = NewPsChannel(server.address(), Load(TransportSecurityOptions()));
+  const auto no_token = NewChannel(server.address(), Load(TransportSecurityOptions()));
   EXPECT_TRUE(Call(no_token, "/grpc.health.v1.Health/Check").ok());
   EXPECT_TRUE(Call(no_token, "/grpc.health.v1.Health/Watch").ok());
   for (const std::string method :
@@ -366,7 +366,7 @@ TEST_F(TransportSecurityTest, HealthChecksNeedNoTokenAndNothingElseGetsIn) {
 TEST_F(TransportSecurityTest, ClientAttachesTheTokenToEveryCall) {
   TestServer server(Load(TransportSecurityOptions()));  // Checks nothing.
   std::shared_ptr<grpc::Channel> channel =
-      NewPsChannel(server.address(), Load(WithToken(TransportSecurityOptions(), "s3cret")));
+      NewChannel(server.address(), Load(WithToken(TransportSecurityOptions(), "s3cret")));
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(Call(channel).ok());
     EXPECT_EQ(server.service().last_authorization(), "Bearer s3cret");

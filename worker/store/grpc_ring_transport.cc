@@ -79,7 +79,7 @@ GrpcRingTransport::GrpcRingTransport(const Collective::Options& options)
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
   auto stub = [&](int rank) {
     const std::string& address = options_.addresses[rank];
-    return std::make_unique<grpc::GenericStub>(NewPsChannel(
+    return std::make_unique<grpc::GenericStub>(NewChannel(
         options_.unix_socket && !security.tls() ? PreferLocalSocket(address) : address,
         security));
   };

@@ -63,7 +63,7 @@ PsClient::PsClient(Options options, Placement placement,
     const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
     const std::string target = unix_socket ? PreferLocalSocket(address) : address;
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
-    fanout_->AddShard(NewPsChannel(target, security), k % options_.ps_stripes);
+    fanout_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
   }
   CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
   push_headers_.resize(num_shards());

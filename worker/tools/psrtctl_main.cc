@@ -200,7 +200,7 @@ absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& ch
 template <class Rpc>
 absl::StatusOr<std::string> Probe(const std::string& address,
                                   const psrt::TransportSecurity& security, const Rpc& rpc) {
-  auto channel = psrt::NewPsChannel(address, security);
+  auto channel = psrt::NewChannel(address, security);
   ASSIGN_OR_RETURN(std::string health, CheckHealth(channel));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
@@ -287,7 +287,7 @@ absl::Status Health() {
   if (FLAGS_address.empty()) return absl::InvalidArgumentError("--address is required");
   ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security, OperatorSecurity());
   ASSIGN_OR_RETURN(std::string health,
-                   CheckHealth(psrt::NewPsChannel(FLAGS_address, *security)));
+                   CheckHealth(psrt::NewChannel(FLAGS_address, *security)));
   std::printf("%s %s\n", FLAGS_address.c_str(), health.c_str());
   if (health != "SERVING") return absl::UnavailableError(FLAGS_address + " is " + health);
   return absl::OkStatus();
