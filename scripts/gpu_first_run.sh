@@ -146,7 +146,7 @@ for t in device_test ops_cuda_test layers_cuda_test gpu_model_test towers_test; 
     tests_ok=$((tests_ok + 1))
   else
     tests_failed=$((tests_failed + 1))
-    echo "$t: exit $rc, $(grep -cE '^\[  FAILED  \] [A-Za-z]' "$work/$t.log") failed, $(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$work/$t.log") skipped; first: $(grep -m 1 -A 2 -E 'Failure$' "$work/$t.log" | tail -n 1 | cut -c1-160)" >>"$work/tests_failed"
+    echo "$t: exit $rc, $(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$work/$t.log") failed, $(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$work/$t.log") skipped; first: $(grep -m 1 -A 2 -E 'Failure$' "$work/$t.log" | tail -n 1 | cut -c1-160)" >>"$work/tests_failed"
   fi
 done
 if [ $tests_failed -eq 0 ]; then
