@@ -175,7 +175,7 @@ class FakeParameterStore : public ParameterStore {
       for (int k = 0; k < num_shards(); ++k) order.push_back(k);
     }
     for (int k : order) {
-      if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+      if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
       Shard& s = shards_[k];
       if (pulled_[k] != s.version) {  // Tagged with an older version: stale.
         result.accepted = false;

@@ -3,6 +3,7 @@
 // fraction of a second. tests/worker/trainer_test.cc runs the same trainer
 // against real parameter servers.
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,48 @@ void ExpectSameValues(const std::vector<Tensor>& got, const std::vector<Tensor>&
   }
 }
 
+// A model whose device faults in the backward pass of its `fault_at`-th
+// step, right after it announced its last layer's gradients: a GPU's fault
+// surfaces so, after some hooks ran and with the rest never announced.
+class FaultingModel : public Model {
+ public:
+  FaultingModel(std::unique_ptr<Model> inner, int fault_at)
+      : inner_(std::move(inner)), fault_at_(fault_at) {}
+  const std::vector<VariableDef>& variables() const override { return inner_->variables(); }
+  std::string device_name() const override { return inner_->device_name(); }
+  kernels::DeviceMemoryStats device_memory() const override { return inner_->device_memory(); }
+  absl::Status status() const override { return fault_; }
+  void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
+    inner_->Initialize(seed, params);
+  }
+  float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
+                         absl::Span<const int32_t> labels, std::vector<Tensor>* grads,
+                         const StepHooks& hooks) override {
+    if (++steps_ != fault_at_) return inner_->ComputeGradients(params, images, labels, grads, hooks);
+    StepHooks faulting = hooks;
+    faulting.gradients_ready = [&](int begin, int end) {
+      if (!fault_.ok()) return;  // Past the fault: nothing more is announced.
+      announced_ = {begin, end};
+      if (hooks.gradients_ready) hooks.gradients_ready(begin, end);
+      fault_ = absl::InternalError("injected device fault");
+    };
+    return inner_->ComputeGradients(params, images, labels, grads, faulting);
+  }
+  Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
+                      absl::Span<const int32_t> labels) override {
+    return inner_->Evaluate(params, images, labels);
+  }
+  // The variables [first, second) announced before the fault.
+  std::pair<int, int> announced() const { return announced_; }
+
+ private:
+  const std::unique_ptr<Model> inner_;
+  const int fault_at_;
+  int steps_ = 0;
+  absl::Status fault_;
+  std::pair<int, int> announced_{0, 0};
+};
+
 class TrainingLoopTest : public ::testing::Test {
  protected:
   TrainingLoopTest()
@@ -34,14 +77,17 @@ class TrainingLoopTest : public ::testing::Test {
     store_ = std::make_unique<FakeParameterStore>(variables(), /*num_shards=*/2);
   }
 
-  static std::unique_ptr<Towers> NewTowers() {
+  static std::unique_ptr<Model> NewMlp() {
     ModelOptions model_options;
     model_options.input_height = model_options.input_width = 4;
     model_options.num_classes = 4;
     model_options.hidden_units = {8};
     model_options.intra_op_threads = 1;
+    return *NewModel("mlp", model_options);
+  }
+  static std::unique_ptr<Towers> NewTowers(std::unique_ptr<Model> model = NewMlp()) {
     std::vector<std::unique_ptr<Model>> models;
-    models.push_back(*NewModel("mlp", model_options));
+    models.push_back(std::move(model));
     return std::make_unique<Towers>(std::move(models));
   }
   std::vector<VariableDef> variables() const { return model_->tower(0)->variables(); }
@@ -100,6 +146,39 @@ TEST_F(TrainingLoopTest, OverlappedStepsTrainExactlyLikeSequentialOnes) {
   ASSERT_TRUE(Run(options).ok());
   const std::vector<Tensor> overlapped = store_->Values();
   ExpectSameValues(overlapped, sequential);
+}
+
+// The third step faults on the device after its last layer's gradients
+// left for the store: the shards still waiting for the others are never
+// pushed, and the step fails with the fault.
+TEST_F(TrainingLoopTest, ADeviceFaultMidBackwardPushesNothingUnfinished) {
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "sequential");
+    auto faulting = std::make_unique<FaultingModel>(NewMlp(), /*fault_at=*/3);
+    const FaultingModel* model = faulting.get();
+    model_ = NewTowers(std::move(faulting));
+    store_ = std::make_unique<FakeParameterStore>(variables(), 2);
+    TrainerOptions options = Options(10);
+    options.overlap_comm = overlap;
+    absl::StatusOr<TrainResult> result = Run(options);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal) << result.status();
+    EXPECT_NE(result.status().message().find("injected device fault"), std::string::npos)
+        << result.status();
+    const auto [begin, end] = model->announced();
+    ASSERT_LT(begin, end);
+    for (int k = 0; k < 2; ++k) {
+      bool finished = true;  // Every variable of shard k was announced.
+      for (int s : store_->placement().shard_slices[k]) {
+        const int v = store_->placement().slices[s].variable;
+        finished &= begin <= v && v < end;
+      }
+      if (!finished || !overlap) {
+        EXPECT_EQ(store_->version(k), 2) << "shard " << k;
+      } else {
+        EXPECT_GE(store_->version(k), 2) << "shard " << k;
+      }
+    }
+  }
 }
 
 TEST_F(TrainingLoopTest, SavesAtStartEveryNStepsAndAtTheEnd) {

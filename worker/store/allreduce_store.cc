@@ -228,7 +228,7 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
   // Every worker reduces the groups in this order, last layers first,
   // whatever `hooks` asks: each group as soon as its gradients are final.
   for (int group = num_groups() - 1; group >= 0; --group) {
-    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(group);
+    if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(group));
     {
       Timeline::Span fusion(options_.timeline, "fusion", "allreduce", version_);
       Flatten(grads, group);

@@ -50,9 +50,11 @@ class ParameterStore {
     // delivers them).
     std::function<void(int shard)> arrived;
     // Push: the shards are sent in `order` (every shard once), each only
-    // after `wait_until_ready(shard)` returns: its gradients are final.
+    // after `wait_until_ready(shard)` returns OK: its gradients are final.
+    // An error there abandons the push: that shard and those after it are
+    // not sent (those sent before stay sent) and Push returns the error.
     std::vector<int> order;
-    std::function<void(int shard)> wait_until_ready;
+    std::function<absl::Status(int shard)> wait_until_ready;
   };
 
   virtual ~ParameterStore() = default;

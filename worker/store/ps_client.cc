@@ -332,9 +332,10 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   std::vector<grpc::ByteBuffer> requests(num_shards());
   int64_t bytes = 0;
   ++push_step_;  // Retries below resend the same (worker, step).
+  int encoded_shards = 0;  // Frames whose release `released` counts.
   // Encodes shard k's request, from its gradients as they are now.
-  auto prepare = [&](int k) {
-    if (hooks != nullptr && hooks->wait_until_ready) hooks->wait_until_ready(k);
+  auto prepare = [&](int k) -> absl::Status {
+    if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
     push_headers_[k].set_version(versions_[k]);
     push_headers_[k].set_worker_incarnation(worker_incarnation_);
     push_headers_[k].set_step(push_step_);
@@ -363,7 +364,9 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     }
     requests[k] = EncodeTensorFrame(push_headers_[k], chunks,
                                     [&] { released.DecrementCount(); });
+    ++encoded_shards;
     bytes += requests[k].Length();
+    return absl::OkStatus();
   };
   std::vector<proto::PushResponse> responses(num_shards());
   absl::Status status = fanout_->CallAll(
@@ -375,6 +378,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   // Even a failed or timed-out call may still be reading `grads` in gRPC's
   // write path: return only once gRPC has dropped every reference.
   requests.clear();
+  for (int k = encoded_shards; k < num_shards(); ++k) released.DecrementCount();  // Never made.
   released.Wait();
   PushResult result;
   for (const proto::PushResponse& r : responses) {

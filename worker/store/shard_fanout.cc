@@ -32,7 +32,7 @@ absl::Status ShardFanout::CallAll(
     std::vector<grpc::ByteBuffer>& requests,
     const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response,
     bool independent, const std::vector<int>* order,
-    const std::function<void(int)>& prepare) {
+    const std::function<absl::Status(int)>& prepare) {
   const int n = num_shards();
   CHECK_EQ(requests.size(), static_cast<size_t>(n));
   struct Attempt {
@@ -80,7 +80,14 @@ absl::Status ShardFanout::CallAll(
   }
   for (int i = 0; i < n; ++i) {
     const int k = order != nullptr ? (*order)[i] : i;
-    if (prepare) prepare(k);
+    absl::Status prepared = prepare ? prepare(k) : absl::OkStatus();
+    if (!prepared.ok()) {
+      absl::MutexLock lock(&mu);
+      error = std::move(prepared);
+      for (int j = i; j < n; ++j) done[order != nullptr ? (*order)[j] : j] = true;
+      in_flight -= n - i;
+      break;
+    }
     start(k);
   }
 

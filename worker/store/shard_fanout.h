@@ -47,7 +47,9 @@ class ShardFanout {
   int num_shards() const { return static_cast<int>(stubs_.size()); }
 
   // Calls `method` on every shard: in shard order or in `order`, each right
-  // after `prepare(k)` (if any; it may block) has filled requests[k].
+  // after `prepare(k)` (if any; it may block) has filled requests[k]. A
+  // failed prepare is the call's error: neither that shard nor any after it
+  // is prepared or called (those already called run to their ends).
   // `on_response` (if any; none ignores the replies) runs on gRPC's thread
   // for each reply; its error counts as the shard's. Retries as `retry_on`
   // allows; the first other error cancels the calls still running (unless
@@ -60,7 +62,7 @@ class ShardFanout {
       const std::function<absl::Status(int, const grpc::ByteBuffer&)>& on_response =
           nullptr,
       bool independent = false, const std::vector<int>* order = nullptr,
-      const std::function<void(int)>& prepare = nullptr);
+      const std::function<absl::Status(int)>& prepare = nullptr);
 
   // One call of `method` to shard k, not retried, failing at once if the
   // shard is unreachable (no wait for ready).

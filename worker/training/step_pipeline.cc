@@ -29,8 +29,11 @@ StepPipeline::StepPipeline(ParameterStore* client, const Placement& placement,
                    [&](int a, int b) { return first_variable[a] > first_variable[b]; });
   push_hooks_.wait_until_ready = [this](int shard) {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* pending) { return *pending == 0; }, &shard_pending_[shard]));
+    auto ready = [&] { return push_abandoned_ || shard_pending_[shard] == 0; };
+    mu_.Await(absl::Condition(&ready));
+    return push_abandoned_ ? absl::AbortedError("the step's push was abandoned: its "
+                                                "gradients were never finished")
+                           : absl::OkStatus();
   };
   pull_hooks_.arrived = [this](int shard) {
     absl::MutexLock lock(&mu_);
@@ -43,10 +46,10 @@ StepPipeline::StepPipeline(ParameterStore* client, const Placement& placement,
 }
 
 StepPipeline::~StepPipeline() {
-  // A push still waiting for gradients (no caller leaves one) must not hang
-  // the join below.
+  // A push still waiting for gradients must not hang the join below, nor
+  // send gradients nobody finished.
   absl::MutexLock lock(&mu_);
-  std::fill(shard_pending_.begin(), shard_pending_.end(), 0);
+  push_abandoned_ = true;
 }
 
 void StepPipeline::StartPull(int64_t min_version, std::vector<Tensor>* params,
@@ -99,6 +102,7 @@ void StepPipeline::StartPush(const std::vector<Tensor>* grads) {
     CHECK(pull_result_.has_value() && pull_result_->ok()) << "push before a pull";
     std::fill(variable_ready_.begin(), variable_ready_.end(), false);
     shard_pending_ = shard_variables_;
+    push_abandoned_ = false;
     push_result_.reset();
   }
   push_started_ = true;
@@ -129,6 +133,11 @@ absl::StatusOr<ParameterStore::PushResult> StepPipeline::FinishPush() {
       },
       &push_result_));
   return *push_result_;
+}
+
+void StepPipeline::AbandonPush() {
+  absl::MutexLock lock(&mu_);
+  push_abandoned_ = true;
 }
 
 absl::Duration StepPipeline::TakeBlockedTime() {

@@ -41,7 +41,7 @@ class StepPipeline {
   // REQUIRES: `client` outlives the pipeline; `placement` is the client's.
   StepPipeline(ParameterStore* client, const Placement& placement, int num_variables);
   // Waits for the call running, if any (a push still waiting for gradients
-  // is sent as they are: callers finish their pushes first).
+  // is abandoned, as AbandonPush does).
   ~StepPipeline();
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -66,6 +66,10 @@ class StepPipeline {
   void MarkReady(int begin, int end);
   // Marks every variable ready, waits for the push and returns its outcome.
   absl::StatusOr<ParameterStore::PushResult> FinishPush();
+  // The step's gradients will never be final (a device fault): no shard
+  // not yet sent is sent, and the push ends with Aborted. Call FinishPush
+  // after it to wait for that end. No effect before StartPush.
+  void AbandonPush();
   bool push_started() const { return push_started_; }
 
   // The time the caller spent blocked in WaitForVariables since the last
@@ -88,6 +92,7 @@ class StepPipeline {
   std::optional<absl::StatusOr<ParameterStore::PullResult>> pull_result_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> variable_ready_ ABSL_GUARDED_BY(mu_);
   std::vector<int> shard_pending_ ABSL_GUARDED_BY(mu_);  // Variables not ready.
+  bool push_abandoned_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::StatusOr<ParameterStore::PushResult>> push_result_ ABSL_GUARDED_BY(mu_);
 
   TaskRunner thread_{1};  // Last: destroyed (joined) first.

@@ -383,7 +383,13 @@ absl::StatusOr<ParameterStore::PullResult> Trainer::ComputeWhilePulling(int64_t 
   progress_.time().compute += absl::Now() - start - blocked;
   progress_.time().pull += blocked;
   // A device fault: the layers past it were never announced, so never pushed.
-  RETURN_IF_ERROR(towers_->status());
+  if (absl::Status device = towers_->status(); !device.ok()) {
+    if (pipeline_->push_started()) {
+      pipeline_->AbandonPush();
+      (void)pipeline_->FinishPush();  // Aborted: the store is idle again.
+    }
+    return device;
+  }
   return next;
 }
 
