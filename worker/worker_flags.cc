@@ -432,7 +432,7 @@ absl::Status ReadTrainerFlags(WorkerConfig* config) {
   // Examples consumed per global step: every aggregated replica's batch in
   // sync mode, one batch per update in async mode.
   config->examples_per_step =
-      double{FLAGS_batch_size} *
+      static_cast<double>(FLAGS_batch_size) *
       (FLAGS_sync_replicas || config->allreduce ? options.config.replicas_to_aggregate() : 1);
   if (config->allreduce) {
     // Synchronous by nature: every step averages every worker's gradient.
@@ -469,6 +469,10 @@ std::string ReplicaTimelinePath(const std::string& path, int replica, bool evalu
 
 absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
   WorkerConfig config;
+  if (FLAGS_describe_model) {  // Needs no cluster: the model's flags alone.
+    RETURN_IF_ERROR(ReadModelFlags(&config));
+    return config;
+  }
   const char* tf_config = std::getenv("TF_CONFIG");
   ASSIGN_OR_RETURN(config.cluster,
                    ResolveClusterConfig(FLAGS_cluster_spec, tf_config ? tf_config : "",

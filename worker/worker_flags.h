@@ -12,7 +12,8 @@ namespace psrt {
 
 // The task from --cluster_spec/--job_name/--task_index or TF_CONFIG, and
 // every other flag. InvalidArgument naming the flag (or the cluster spec's
-// file and field) at fault; nothing is started.
+// file and field) at fault; nothing is started. With --describe_model, the
+// model's flags alone (the model is described without a cluster).
 absl::StatusOr<WorkerConfig> WorkerConfigFromFlags();
 
 }  // namespace psrt

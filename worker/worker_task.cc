@@ -81,7 +81,22 @@ absl::Status ServeMetrics(const WorkerConfig& config, Metrics* metrics) {
 absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfig& config) {
   // Counting GPUs asks the driver alone: a process that ends up on the CPU
   // never loads cudart or cuBLAS. --device=cpu does not even ask.
-  const int visible_gpus = config.device == "cpu" ? 0 : kernels::VisibleGpuCount();
+  int visible_gpus = config.device == "cpu" ? 0 : kernels::VisibleGpuCount();
+  if (config.device == "auto" && visible_gpus > 0) {
+    // A driver sees a GPU, but auto runs on it only where our CUDA kernels
+    // (and their cudart and cuBLAS) load and the runtime agrees.
+    absl::StatusOr<int> runtime_gpus = kernels::LoadCudaKernels();
+    if (!runtime_gpus.ok() || *runtime_gpus == 0) {
+      LOG(WARNING) << "--device=auto: the driver sees " << visible_gpus
+                   << " GPUs, but this process cannot use them ("
+                   << (runtime_gpus.ok() ? "the CUDA runtime sees none"
+                                         : std::string(runtime_gpus.status().message()))
+                   << "); running on the CPU";
+      visible_gpus = 0;
+    } else {
+      visible_gpus = std::min(visible_gpus, *runtime_gpus);
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<kernels::DeviceSpec> devices,
                    ChooseTowerDevices(config.device, config.evaluator ? 1 : config.num_gpus,
                                       visible_gpus));

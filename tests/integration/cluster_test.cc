@@ -238,6 +238,17 @@ TEST_F(ClusterTest, SyntheticDataTrainsAModelOfAnotherSizeAndRealDataOfTheWrongS
   EXPECT_NE(log.find("fashion-mnist"), std::string::npos) << log;
 }
 
+// Describing a model is a question about the model alone: no cluster spec,
+// no TF_CONFIG, no device.
+TEST_F(ClusterTest, DescribeModelNeedsNoCluster) {
+  CommandResult r = RunCommand(absl::StrCat("env -u TF_CONFIG ", bin_,
+                                            "/psrt_worker --describe_model --model=mlp "
+                                            "--hidden_units=8 --device=cpu 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 784x8 + 8 + 8x10 + 10.
+  EXPECT_NE(r.output.find("params=6370"), std::string::npos) << r.output;
+}
+
 TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
   const std::string spec = MakeSpec(1, 1);
   std::string cluster = ReadFile(spec);
