@@ -14,7 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/rpc_util.h"
+#include "common/transport_security.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -39,7 +43,9 @@ int FreePort() {
 // left out of `serving`.
 struct Ring {
   explicit Ring(int w, absl::Duration timeout = absl::Seconds(30),
-                std::vector<bool> serving = {}) {
+                std::vector<bool> serving = {},
+                std::shared_ptr<const TransportSecurity> security =
+                    std::make_shared<const TransportSecurity>()) {
     std::vector<std::string> addresses;
     for (int r = 0; r < w; ++r) addresses.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     for (int r = 0; r < w; ++r) {
@@ -48,15 +54,17 @@ struct Ring {
       options.addresses = addresses;
       options.timeout = timeout;
       options.startup_timeout = timeout;
+      options.security = security;
       workers.push_back(std::make_unique<Collective>(options));
       if (!serving.empty() && !serving[r]) continue;
       grpc::ServerBuilder builder;
       ConfigurePsServer(&builder, int64_t{1} << 30);
-      builder.AddListeningPort(addresses[r], grpc::InsecureServerCredentials());
+      builder.AddListeningPort(addresses[r], security->ServerCredentials());
       builder.RegisterService(workers[r]->service());
       servers.push_back(builder.BuildAndStart());
       EXPECT_NE(servers.back(), nullptr);
     }
+    this->addresses = addresses;
   }
   ~Ring() {
     for (auto& server : servers) server->Shutdown();
@@ -69,6 +77,7 @@ struct Ring {
     for (auto& t : threads) t.join();
     return results;
   }
+  std::vector<std::string> addresses;
   std::vector<std::unique_ptr<Collective>> workers;
   std::vector<std::unique_ptr<grpc::Server>> servers;
 };
@@ -156,6 +165,48 @@ TEST(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
         return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r]));
       },
       2);
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(data[1], std::vector<float>(100, 2.0f));
+}
+
+// A client without the ring's token calls a worker's Deliver while the
+// worker waits for its predecessor: refused, and the ring goes on (only a
+// predecessor that does not take the token fails the op).
+TEST(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
+  TransportSecurityOptions token;
+  token.auth_token = "s3cret";
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(token);
+  ASSERT_TRUE(security.ok()) << security.status();
+  Ring ring(2, absl::Seconds(10), {},
+            std::make_shared<const TransportSecurity>(*std::move(security)));
+  for (const absl::Status& s : ring.Run([&](int r) { return ring.workers[r]->Join(); }, 2)) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
+  grpc::Status stray;
+  std::vector<absl::Status> results = ring.Run(
+      [&](int r) {
+        if (r == 0) {  // Worker 1 waits for worker 0 meanwhile.
+          absl::SleepFor(absl::Milliseconds(500));
+          grpc::GenericStub stub(
+              grpc::CreateChannel(ring.addresses[1], grpc::InsecureChannelCredentials()));
+          grpc::ClientContext context;
+          context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+          grpc::Slice slice(std::string("stray"));
+          grpc::ByteBuffer request(&slice, 1), response;
+          absl::Notification done;
+          stub.UnaryCall(&context, "/psrt.proto.Collective/Deliver", grpc::StubOptions(),
+                         &request, &response, [&](grpc::Status s) {
+                           stray = std::move(s);
+                           done.Notify();
+                         });
+          done.WaitForNotification();
+          absl::SleepFor(absl::Milliseconds(500));
+        }
+        return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r]));
+      },
+      2);
+  EXPECT_EQ(stray.error_code(), grpc::StatusCode::UNAUTHENTICATED) << stray.error_message();
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(data[1], std::vector<float>(100, 2.0f));
 }

@@ -57,7 +57,7 @@ class InMemoryTransport final : public RingTransport {
     if (!Broken()) ring_->Put((rank_ + 1) % ring_->size(), op, step, bytes);
     return std::make_unique<Send>();
   }
-  absl::Status FinishSend(std::unique_ptr<Send>) override {
+  absl::Status FinishSend(std::unique_ptr<Send>, bool) override {
     return Broken() ? absl::UnavailableError("next worker gone") : absl::OkStatus();
   }
   absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add) override {

@@ -85,17 +85,15 @@ GrpcRingTransport::GrpcRingTransport(const Collective::Options& options)
   };
   next_ = stub(next_rank_);
   previous_ = stub(previous_rank_);
-  // A message of the previous worker that this worker's server refuses for
-  // its token fails the op at once: that worker cannot deliver anything
-  // (it may even have gone already, failed by the refusal).
+  // A Deliver this process's servers refuse for its token wakes Receive,
+  // which asks whether the previous worker still takes this worker's token
+  // (a ping): if not, it is the one refused, and cannot deliver anything
+  // (it may even have gone already, failed by the refusal). Any client may
+  // be refused, so the refusal alone fails nothing.
   refused_listener_ = AddRefusedCallListener([this](absl::string_view method) {
     if (method != kDeliver) return;
     absl::MutexLock lock(&mu_);
-    if (!peer_error_.ok()) return;
-    peer_error_ = absl::UnauthenticatedError(absl::StrCat(
-        "allreduce: refused a message of ", PeerName(previous_rank_),
-        ": unauthenticated, it does not present this worker's auth token (do the workers "
-        "share --auth_token_file or PSRT_AUTH_TOKEN?)"));
+    ++refused_deliveries_;
   });
 }
 
@@ -211,6 +209,24 @@ absl::Status GrpcRingTransport::SendError(const grpc::Status& status) const {
                        : ""));
 }
 
+absl::Status GrpcRingTransport::CheckRefusal() {
+  const absl::Status alive = Ping(std::min(options_.timeout, absl::Seconds(5)));
+  if (alive.ok()) {
+    LOG_FIRST_N(WARNING, 1) << "allreduce: this worker refused a message without its auth "
+                               "token, not from "
+                            << PeerName(previous_rank_) << ", which takes it; going on";
+    return absl::OkStatus();
+  }
+  const absl::Status refused = absl::UnauthenticatedError(absl::StrCat(
+      "allreduce: refused a message without this worker's auth token, and ",
+      PeerName(previous_rank_), " does not take it either (", alive.message(),
+      "): it does not present this worker's auth token (do the workers share "
+      "--auth_token_file or PSRT_AUTH_TOKEN?)"));
+  absl::MutexLock lock(&mu_);
+  if (peer_error_.ok()) peer_error_ = refused;
+  return peer_error_;
+}
+
 absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
   proto::CollectiveHeader header;  // Op 0.
   header.set_sender(options_.rank);
@@ -230,12 +246,18 @@ absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
   return FromGrpcStatus(status);
 }
 
-absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send) {
+absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_failed) {
   std::unique_ptr<Call> call(static_cast<Call*>(send.release()));
   sending_ = nullptr;
   while (true) {
+    {
+      // A failed op (here or at a peer) retries nothing and waits for nothing.
+      absl::MutexLock lock(&mu_);
+      op_failed |= !peer_error_.ok();
+    }
+    if (op_failed && !call->done->HasBeenNotified()) call->context->TryCancel();
     call->done->WaitForNotification();
-    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE || op_failed) break;
     RetryWhenDue(call.get());
     if (call->done->HasBeenNotified()) {  // Not sent again:
       if (call->retry_at == absl::InfiniteFuture()) break;  // given up,
@@ -279,24 +301,31 @@ absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> b
     bool timed_out = false;
     while (frame == nullptr && !timed_out) {
       if (sending_ != nullptr) RetryWhenDue(sending_);
-      absl::MutexLock lock(&mu_);
-      auto arrived = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return inbox_.count(key) > 0 || !peer_error_.ok();
-      };
-      // Looked at every 50 ms until the send has gone through.
-      const bool sent = sending_ == nullptr ||
-                        (sending_->done->HasBeenNotified() && sending_->status.ok());
-      const absl::Duration left = silent_until - absl::Now();
-      mu_.AwaitWithTimeout(absl::Condition(&arrived),
-                           sent ? left : std::min(left, absl::Milliseconds(50)));
-      auto it = inbox_.find(key);
-      if (it != inbox_.end()) {
-        frame = std::move(it->second);
-        inbox_.erase(it);
-        last_taken_ = key;
-        break;
+      bool refused = false;  // A Deliver refused for its token, since the last look.
+      {
+        absl::MutexLock lock(&mu_);
+        auto arrived = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return inbox_.count(key) > 0 || !peer_error_.ok() ||
+                 refused_deliveries_ != refusals_checked_;
+        };
+        // Looked at every 50 ms until the send has gone through.
+        const bool sent = sending_ == nullptr ||
+                          (sending_->done->HasBeenNotified() && sending_->status.ok());
+        const absl::Duration left = silent_until - absl::Now();
+        mu_.AwaitWithTimeout(absl::Condition(&arrived),
+                             sent ? left : std::min(left, absl::Milliseconds(50)));
+        auto it = inbox_.find(key);
+        if (it != inbox_.end()) {
+          frame = std::move(it->second);
+          inbox_.erase(it);
+          last_taken_ = key;
+          break;
+        }
+        if (!peer_error_.ok()) return peer_error_;
+        refused = refused_deliveries_ != refusals_checked_;
+        refusals_checked_ = refused_deliveries_;
       }
-      if (!peer_error_.ok()) return peer_error_;
+      if (refused) RETURN_IF_ERROR(CheckRefusal());
       timed_out = absl::Now() >= silent_until;
     }
     if (frame != nullptr) break;

@@ -53,7 +53,7 @@ class GrpcRingTransport final : public RingTransport {
   grpc::Service* service();
 
   std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
-  absl::Status FinishSend(std::unique_ptr<Send> send) override;
+  absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
   absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add) override;
 
  private:
@@ -71,6 +71,10 @@ class GrpcRingTransport final : public RingTransport {
   // Whether the previous worker's process answers within `deadline` (a
   // Deliver of op 0).
   absl::Status Ping(absl::Duration deadline);
+  // After a refused Deliver: OK when the previous worker takes this
+  // worker's token (a ping), else the Unauthenticated error naming it
+  // (sticky, as peer_error_).
+  absl::Status CheckRefusal();
   // The silence allowed now: startup_timeout for the first op.
   absl::Duration Timeout(int64_t op) const;
 
@@ -89,6 +93,7 @@ class GrpcRingTransport final : public RingTransport {
   // Receive waits.
   Call* sending_ = nullptr;
   int refused_listener_ = -1;  // AddRefusedCallListener's id.
+  int refusals_checked_ = 0;   // Of refused_deliveries_, by the op thread.
 
   absl::Mutex mu_;
   // Received and not yet taken, by (op, step).
@@ -98,6 +103,9 @@ class GrpcRingTransport final : public RingTransport {
   // The last (op, step) taken from the inbox: a retry of it is dropped.
   std::pair<int64_t, int> last_taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Status peer_error_ ABSL_GUARDED_BY(mu_);           // From Deliver and sends.
+  // Deliver calls this process's servers refused for their auth token: the
+  // previous worker's, if it does not answer a ping either.
+  int refused_deliveries_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psrt

@@ -65,7 +65,7 @@ absl::Status RingSchedule::Reduce(absl::Span<float> data) {
         transport_->StartSend(op, s, AsBytes(Segment(data, Mod(send, w), w)));
     const absl::Status received =
         transport_->Receive(op, s, AsBytes(Segment(data, Mod(send - 1, w), w)), reducing);
-    const absl::Status sent = transport_->FinishSend(std::move(sending));
+    const absl::Status sent = transport_->FinishSend(std::move(sending), !received.ok());
     RETURN_IF_ERROR(Fail(received));
     RETURN_IF_ERROR(Fail(sent));
   }
@@ -82,7 +82,7 @@ absl::Status RingSchedule::Broadcast(absl::Span<char> data, int root) {
   if (size_ == 1) return absl::OkStatus();
   if (rank_ != root) RETURN_IF_ERROR(Fail(transport_->Receive(op, 0, data, /*add=*/false)));
   if (Mod(rank_ + 1, size_) == root) return absl::OkStatus();
-  return Fail(transport_->FinishSend(transport_->StartSend(op, 0, data)));
+  return Fail(transport_->FinishSend(transport_->StartSend(op, 0, data), /*op_failed=*/false));
 }
 
 }  // namespace psrt

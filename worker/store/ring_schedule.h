@@ -53,8 +53,11 @@ class RingTransport {
   // REQUIRES: `bytes` stays valid until FinishSend returns.
   virtual std::unique_ptr<Send> StartSend(int64_t op, int step,
                                           absl::Span<const char> bytes) = 0;
-  // Waits until `send` is delivered and its bytes are no longer read.
-  virtual absl::Status FinishSend(std::unique_ptr<Send> send) = 0;
+  // Waits until `send` is delivered and its bytes are no longer read. With
+  // `op_failed` (the op failed already, its receive did) the send is not
+  // waited for: it stops being retried and is cancelled, and FinishSend
+  // returns once its bytes are no longer read.
+  virtual absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) = 0;
   // Waits for step `step` of op `op` from the previous worker, of exactly
   // bytes.size() bytes, and adds it into `bytes` as floats (`add`) or
   // copies it there.
