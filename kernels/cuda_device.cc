@@ -3,13 +3,16 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cuda_check.h"
@@ -30,22 +33,44 @@ absl::Status CudaStatus(const char* what, cudaError_t err) {
 // Page-locked host memory (cudaHostAlloc, portable to every GPU of the
 // process), so that copies between a tensor and any device are DMA
 // transfers that return at once. One for the process: tensors outlive the
-// devices they were copied to.
+// devices they were copied to. Where CUDA cannot give page-locked memory
+// (after a device fault every call fails; or the system's limit), it gives
+// ordinary memory, which copies still read and write, only slower.
+//
+// Thread safety: thread-safe.
 class PinnedHostAllocator final : public HostAllocator {
  public:
   void* Allocate(size_t bytes) override {
     void* p = nullptr;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
-      cudaGetLastError();  // Not sticky: clear it; the caller reports.
-      return nullptr;
-    }
+    const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (err == cudaSuccess) return p;
+    if (err == cudaErrorMemoryAllocation) cudaGetLastError();  // Not sticky: clear it.
+    LOG_FIRST_N(WARNING, 1) << "cudaHostAlloc of " << bytes << " bytes: "
+                            << cudaGetErrorString(err)
+                            << "; using pageable memory (slower copies)";
+    constexpr size_t kAlignment = 256;
+    p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    if (p == nullptr) return nullptr;  // The caller reports.
+    absl::MutexLock lock(&mu_);
+    pageable_.insert(p);
     return p;
   }
   void Free(void* p) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (pageable_.erase(p) > 0) {
+        std::free(p);
+        return;
+      }
+    }
     // Not fatal: tensors may outlive a failed or torn-down CUDA context.
     const cudaError_t err = cudaFreeHost(p);
     LOG_IF(ERROR, err != cudaSuccess) << "cudaFreeHost: " << cudaGetErrorString(err);
   }
+
+ private:
+  absl::Mutex mu_;
+  std::unordered_set<void*> pageable_ ABSL_GUARDED_BY(mu_);  // Not page-locked.
 };
 
 HostAllocator* PinnedAllocator() {
@@ -58,12 +83,16 @@ HostAllocator* PinnedAllocator() {
 // synchronization of cudaFree) happens only while a model grows its buffers,
 // in its first step. All work is on one stream, so a block freed by the host
 // may be reused at once: later work on that stream runs after the work that
-// used it. Sizes round up to 512 bytes, or to 2 MiB above 1 MiB.
+// used it. Sizes round up to 512 bytes, or to 2 MiB above 1 MiB. Out of
+// memory on a healthy device is fatal; any other failure of cudaMalloc (a
+// device fault, recorded in the context) gives null, which only the
+// device's own ops, failing too, ever see.
 //
 // Thread safety: not thread-safe (one per CudaDevice).
 class CachingAllocator {
  public:
-  explicit CachingAllocator(int device) : device_(device) {}
+  // REQUIRES: `ctx` outlives the allocator.
+  explicit CachingAllocator(const CudaContext& ctx) : ctx_(ctx), device_(ctx.device()) {}
   ~CachingAllocator() {
     LOG_IF(ERROR, !in_use_.empty())
         << "gpu:" << device_ << ": " << in_use_.size()
@@ -85,10 +114,11 @@ class CachingAllocator {
         ReleaseCached();
         err = cudaMalloc(&p, size);
       }
-      CHECK_EQ(err, cudaSuccess)
+      CHECK(err != cudaErrorMemoryAllocation || !ctx_.status().ok())
           << "gpu:" << device_ << ": cudaMalloc of " << size
           << " bytes: " << cudaGetErrorString(err) << " ("
           << stats_.bytes_reserved << " bytes held by psrt)";
+      if (!ctx_.Record("cudaMalloc", err)) return nullptr;
       ++stats_.system_allocations;
       stats_.bytes_reserved += size;
     }
@@ -98,6 +128,7 @@ class CachingAllocator {
   }
 
   void Free(void* p) {
+    if (p == nullptr) return;  // A failed Allocate's.
     auto it = in_use_.find(p);
     CHECK(it != in_use_.end()) << "Free of a block this device did not give";
     stats_.bytes_in_use -= it->second;
@@ -127,6 +158,7 @@ class CachingAllocator {
     }
   }
 
+  const CudaContext& ctx_;
   const int device_;
   std::map<size_t, std::vector<void*>> free_;
   std::unordered_map<void*, size_t> in_use_;
@@ -170,7 +202,7 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
       : ctx_(std::move(ctx)),
         side_(std::move(side)),
         name_(absl::StrCat("gpu:", ctx_->device(), " (", gpu_name, ")")),
-        allocator_(ctx_->device()) {}
+        allocator_(*ctx_) {}
 
   ~CudaDevice() override {
     Bind();
@@ -183,7 +215,7 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
   std::string name() const override { return name_; }
   void Bind() override { PSRT_CUDA_RECORD(*ctx_, cudaSetDevice(ctx_->device())); }
   absl::Status Synchronize() override {
-    ctx_->Synchronize();
+    (void)ctx_->Synchronize();  // Recorded in the context; returned below.
     PSRT_CUDA_RECORD(*ctx_, cudaStreamSynchronize(side_->upload));
     return WaitForHostCopies();
   }

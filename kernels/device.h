@@ -9,7 +9,8 @@
 //
 // Faults: a GPU's failed call does not end the process; the device records
 // it (status(), sticky), and the waits (WaitForHostCopies, Synchronize)
-// return it. Out of memory in Allocate is still fatal.
+// return it. Out of memory in Allocate on a healthy device is still fatal;
+// after a fault Allocate gives null (which only the failing ops see).
 //
 // Memory: Allocate/Free go through the device's caching allocator (the heap
 // on the CPU; on a GPU freed blocks are kept for reuse, so a step that frees
@@ -94,8 +95,8 @@ class Device {
   virtual absl::Status status() const = 0;
 
   // ---- Memory. ----
-  // At least `bytes` bytes, 256-byte aligned; never null (out of memory is
-  // fatal). REQUIRES for Free: p came from Allocate on this device, and no
+  // At least `bytes` bytes, 256-byte aligned; never null while status() is
+  // OK (out of memory is fatal). REQUIRES for Free: p came from Allocate on this device, and no
   // queued work uses it any more except work on the compute stream.
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
