@@ -19,6 +19,13 @@ absl::Status ErrnoError(int err, const std::string& path, const char* what) {
                       absl::StrCat(path, ": ", what, ": ", std::strerror(err)));
 }
 
+// A failed read of an open file: its bytes cannot be had (DataLoss, as a
+// short file), whatever errno says; never a code a caller would retry or
+// take for a recovery (Unavailable, Aborted).
+absl::Status ReadError(int err, const std::string& path) {
+  return absl::DataLossError(absl::StrCat(path, ": read error: ", std::strerror(err)));
+}
+
 // An open file descriptor, closed with its owner.
 class Fd {
  public:
@@ -39,7 +46,7 @@ absl::Status ReadFully(int fd, int64_t offset, size_t n, char* out, const std::s
   while (done < n) {
     const ssize_t got = ::pread(fd, out + done, n - done, offset + static_cast<int64_t>(done));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoError(errno, path, "read error");
+    if (got < 0) return ReadError(errno, path);
     if (got == 0) {
       return absl::DataLossError(absl::StrCat(path, ": ", n, " bytes at byte offset ", offset,
                                               " asked for, but the file ends at byte ",
@@ -76,7 +83,7 @@ class PosixFileSystem final : public FileSystem {
       while (done < bytes.size()) {
         const ssize_t got = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return ErrnoError(errno, path, "read error");
+        if (got < 0) return ReadError(errno, path);
         if (got == 0) break;  // Shrunk since fstat.
         done += static_cast<size_t>(got);
       }
@@ -87,7 +94,7 @@ class PosixFileSystem final : public FileSystem {
     for (;;) {
       const ssize_t got = ::read(fd.get(), buf, sizeof(buf));
       if (got < 0 && errno == EINTR) continue;
-      if (got < 0) return ErrnoError(errno, path, "read error");
+      if (got < 0) return ReadError(errno, path);
       if (got == 0) break;
       bytes.append(buf, static_cast<size_t>(got));
     }

@@ -27,7 +27,7 @@ class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
   // Exactly `n` bytes at `offset` into `scratch`. DataLoss when the file
-  // ends first; the system's error otherwise.
+  // ends first or cannot be read ("<path>: read error: <reason>").
   virtual absl::Status ReadAt(int64_t offset, size_t n, char* scratch) const = 0;
 };
 
@@ -39,7 +39,8 @@ class FileSystem {
   static FileSystem* Default();
 
   // Errors say "<path>: cannot open: <reason>" (NotFound for a missing
-  // file, PermissionDenied, ...) or "<path>: read error: <reason>".
+  // file, PermissionDenied, ...) or "<path>: read error: <reason>"
+  // (DataLoss).
   virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRandomAccess(
       const std::string& path) = 0;

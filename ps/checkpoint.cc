@@ -83,7 +83,10 @@ KnownCheckpoints FindCheckpoints(const ShardCheckpointId& id) {
       if (StepOfFile(id, name, &step) && !seen(step)) known.unindexed.push_back(step);
     }
   }
+  // Each step once, though two names may parse to one ("-010", "-10").
   std::sort(known.unindexed.begin(), known.unindexed.end());
+  known.unindexed.erase(std::unique(known.unindexed.begin(), known.unindexed.end()),
+                        known.unindexed.end());
   return known;
 }
 

@@ -387,7 +387,9 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
   ring.unix_socket = FLAGS_unix_socket;
   config->checkpoint_dir = FLAGS_checkpoint_dir;
-  if (FLAGS_fusion_mb <= 0) return absl::InvalidArgumentError("--fusion_mb must be positive");
+  if (config->allreduce && FLAGS_fusion_mb <= 0) {  // Allreduce mode's flag alone.
+    return absl::InvalidArgumentError("--fusion_mb must be positive");
+  }
   config->fusion_bytes = static_cast<int64_t>(FLAGS_fusion_mb * 1e6);
   return absl::OkStatus();
 }

@@ -48,6 +48,7 @@ TEST_F(FileSystemTest, ReadsWholeFilesAndSaysWhyItCannot) {
   // A directory opens but does not read.
   const absl::StatusOr<std::string> directory = fs_->ReadFile(dir_);
   ASSERT_FALSE(directory.ok());
+  EXPECT_TRUE(absl::IsDataLoss(directory.status())) << directory.status();
   EXPECT_THAT(std::string(directory.status().message()), HasSubstr(dir_ + ": read error"));
 }
 

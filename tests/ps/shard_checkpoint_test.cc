@@ -123,6 +123,17 @@ TEST(ShardCheckpointTest, RetentionAfterARollbackKeepsTheNewSaves) {
   EXPECT_TRUE(ReadShardCheckpoint(id, 45).ok());
 }
 
+// Files the index misses (a lost index) are listed, each step once even
+// where two names parse to it.
+TEST(ShardCheckpointTest, ListsFilesTheIndexMissesEachStepOnce) {
+  const ShardCheckpointId id = NewCheckpointDir("unindexed");
+  for (int64_t step : {3, 7}) WriteCheckpoint(id, step);
+  ASSERT_TRUE(std::filesystem::remove(id.dir + "/checkpoint.ps-0-of-1"));
+  std::filesystem::copy_file(id.dir + "/model.ckpt-7.ps-0-of-1.safetensors",
+                             id.dir + "/model.ckpt-07.ps-0-of-1.safetensors");
+  EXPECT_EQ(ListShardCheckpoints(id), (std::vector<int64_t>{7, 3}));
+}
+
 // A checkpoint whose checksum was stripped (here: its key renamed, the
 // header's length kept) cannot be verified, so it is not restored.
 TEST(ShardCheckpointTest, RefusesAFileWithoutAChecksum) {
