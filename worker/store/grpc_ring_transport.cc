@@ -218,10 +218,9 @@ absl::Status GrpcRingTransport::CheckRefusal() {
     return absl::OkStatus();
   }
   const absl::Status refused = absl::UnauthenticatedError(absl::StrCat(
-      "allreduce: refused a message without this worker's auth token, and ",
-      PeerName(previous_rank_), " does not take it either (", alive.message(),
-      "): it does not present this worker's auth token (do the workers share "
-      "--auth_token_file or PSRT_AUTH_TOKEN?)"));
+      "allreduce: unauthenticated: this worker refused a message without its auth token, "
+      "and ", PeerName(previous_rank_), " does not answer this worker (", alive.message(),
+      "): do the workers share --auth_token_file or PSRT_AUTH_TOKEN?"));
   absl::MutexLock lock(&mu_);
   if (peer_error_.ok()) peer_error_ = refused;
   return peer_error_;
