@@ -55,7 +55,7 @@
 # count, and the task that made the job fail.
 set -uo pipefail
 if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
-  echo "launch: needs bash 5.1 or newer (wait -n -p), this is $BASH_VERSION" >&2
+  echo "launch: needs bash 5.1 or newer, this is $BASH_VERSION" >&2
   exit 2
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -343,27 +343,25 @@ if [ -n "$chief_log" ]; then
 fi
 
 # Waits until a task or a backoff timer ends; sets `finished` to its pid and
-# `code` to its exit status; returns 1 when a signal came first. `wait -n`
-# alone is not enough: a child that dies by a signal while the launcher runs
-# another command is reaped and reported by bash at once ("PID Killed"), and
-# `wait -n` no longer sees it, though `wait PID` still returns its status.
+# `code` to its exit status; returns 1 when a signal came first. It polls
+# instead of blocking in `wait -n`: bash reaps a child that dies while the
+# launcher runs another command (two tasks killed at once: the second dies
+# while the first is handled), and `wait -n` then never reports it, though
+# `wait PID` still returns its status. So every task and timer is looked at
+# (`kill -0`) five times a second, and a gone one's status taken with `wait PID`.
 wait_for_any() {
   local pid
   while true; do
-    finished=""
-    # (2>/dev/null: bash's own "PID Killed" notice; the launcher says it better.)
-    wait -n -p finished "${!task_of[@]}" "${!timer_of[@]}" 2>/dev/null
-    code=$?
     [ -n "$caught_signal" ] && return 1
-    [ -n "${finished:-}" ] && return
     for pid in "${!task_of[@]}" "${!timer_of[@]}"; do
       if ! kill -0 "$pid" 2>/dev/null; then
+        # (2>/dev/null: bash's own "PID Killed" notice; the launcher says it better.)
         wait "$pid" 2>/dev/null
         code=$? finished=$pid
         return
       fi
     done
-    sleep 0.1
+    sleep 0.2
   done
 }
 
