@@ -200,9 +200,10 @@ class FakeParameterStore : public ParameterStore {
     return result;
   }
 
-  void Shutdown() override {
+  absl::Status Shutdown() override {
     ++shutdowns_;
     training_done_ = true;
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override {

@@ -81,8 +81,8 @@ void SyncStepOverTwoPsTasks(int stripes) {
     }
   }
 
-  chief->Shutdown();
-  other->Shutdown();
+  EXPECT_TRUE(chief->Shutdown().ok());
+  EXPECT_TRUE(other->Shutdown().ok());
   for (int stripe = 0; stripe < stripes; ++stripe) {
     EXPECT_TRUE(ps0.shard(stripe).WaitUntilFinished(absl::Seconds(5)).ok());
     EXPECT_TRUE(ps0.shard(stripe).GetStatus().training_done());
@@ -123,7 +123,7 @@ TEST(PsClientTest, Bf16WireRoundsOnlyWhatTravels) {
   // fine - 1 = 2^-10 is a bfloat16 itself: the wire pull is exact now.
   ASSERT_TRUE(client.Pull(1, &params).ok());
   EXPECT_EQ(params[0].data()[0], 1.0f / 1024);
-  client.Shutdown();
+  EXPECT_TRUE(client.Shutdown().ok());
 }
 
 // A pull whose caller gives up (its deadline passes) while it waits is freed
@@ -148,7 +148,7 @@ TEST(PsClientTest, APullWhoseCallerIsGoneIsFreedAtOnce) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(ps.shard().GetStatus().waiting_pulls(), 0);
-  chief->Shutdown();
+  EXPECT_TRUE(chief->Shutdown().ok());
 }
 
 // Roles: with a chief token, a worker's credentials cannot Init, Save,
@@ -186,11 +186,14 @@ TEST(PsClientTest, AdminCallsNeedTheChiefsToken) {
   operator_options.security = workers;
   auto placement = ComputePlacement({}, 1, PlacementOptions());
   PsClient impostor(operator_options, *placement, {});
-  impostor.Shutdown();  // Errors are only logged: check the shard instead.
+  const absl::Status refused = impostor.Shutdown();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_NE(refused.message().find("only the chief may call it"), absl::string_view::npos)
+      << refused;
   EXPECT_FALSE(ps.shard().GetStatus().training_done());
-  as_worker->Shutdown();
+  EXPECT_TRUE(as_worker->Shutdown().ok());
   EXPECT_FALSE(ps.shard().GetStatus().training_done());
-  as_chief->Shutdown();
+  EXPECT_TRUE(as_chief->Shutdown().ok());
   EXPECT_TRUE(ps.shard().GetStatus().training_done());
 }
 
@@ -236,8 +239,8 @@ TEST(PsClientTest, PullReportsHowLongItWaitedForTheVersion) {
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->version, 1);
   EXPECT_GE(next->waited, absl::Milliseconds(900));
-  chief->Shutdown();
-  other->Shutdown();
+  EXPECT_TRUE(chief->Shutdown().ok());
+  EXPECT_TRUE(other->Shutdown().ok());
 }
 
 // A shard that serves only its Unix socket (psrt_ps --unix_socket) is
@@ -282,7 +285,7 @@ TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
   auto next = local.Pull(1, &params);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(params[1].data()[0], 0.0f);  // 1 - 0.5 * 2.
-  local.Shutdown();
+  EXPECT_TRUE(local.Shutdown().ok());
   server->Shutdown();
   ::close(holder);
 }

@@ -71,7 +71,7 @@ TEST(StepPipelineTest, PushesEachShardOnceItsGradientsAreReadyLastLayersFirst) {
   EXPECT_EQ(params[0].data()[0], 2.0f - 0.5f * 3.0f);
   EXPECT_EQ(params[1].data()[1], 1.5f);
   EXPECT_EQ(params[2].data()[2], 1.5f);
-  client->Shutdown();
+  EXPECT_TRUE(client->Shutdown().ok());
 }
 
 TEST(StepPipelineTest, AFailedPullReleasesTheComputeAndReportsTheError) {

@@ -249,7 +249,10 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
   return result;
 }
 
-void AllreduceStore::Shutdown() { shard_.Shutdown(rank()); }
+absl::Status AllreduceStore::Shutdown() {
+  shard_.Shutdown(rank());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<proto::StatusResponse>> AllreduceStore::GetStatus() {
   // Every fusion group (a shard of placement()) is held by the one local

@@ -78,7 +78,7 @@ class AllreduceStore final : public ParameterStore {
   // pushes at every step) and applies the mean.
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
                                   const ShardHooks* hooks = nullptr) override;
-  void Shutdown() override;
+  absl::Status Shutdown() override;
   // The local shard's status, once for each fusion group.
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
   absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;

@@ -84,7 +84,9 @@ class ParameterStore {
   virtual absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
                                           const ShardHooks* hooks = nullptr) = 0;
   // Tells every shard this replica is done (the chief's ends training).
-  virtual void Shutdown() = 0;
+  // Every shard is told, whatever another answers; the first refusal or
+  // failure is returned, naming the shard.
+  virtual absl::Status Shutdown() = 0;
   // Status of every shard, in shard order.
   virtual absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() = 0;
   // Every shard saves checkpoint `step` if it is at `version` (any: -1).

@@ -399,16 +399,14 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   return result;
 }
 
-void PsClient::Shutdown() {
+absl::Status PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
   std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Every shard must hear it, whatever another one answers: a ps that misses
   // the chief's goodbye waits for training to end.
-  absl::Status status = fanout_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing,
-                                         requests, /*on_response=*/nullptr,
-                                         /*independent=*/true);
-  if (!status.ok()) LOG(WARNING) << "goodbye not delivered everywhere: " << status.message();
+  return fanout_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
+                          /*on_response=*/nullptr, /*independent=*/true);
 }
 
 absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {

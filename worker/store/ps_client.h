@@ -101,7 +101,7 @@ class PsClient final : public ParameterStore {
                                   const ShardHooks* hooks = nullptr) override;
   absl::StatusOr<PushResult> Push(const std::vector<Tensor>& grads,
                                   const ShardHooks* hooks = nullptr) override;
-  void Shutdown() override;
+  absl::Status Shutdown() override;
   absl::StatusOr<std::vector<proto::StatusResponse>> GetStatus() override;
   absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
   absl::Status Restore(int64_t step, int64_t recovery_epoch) override;

@@ -315,7 +315,8 @@ absl::Status Devices() {
 absl::Status Shutdown() {
   ASSIGN_OR_RETURN(auto client, OperatorClient());
   RETURN_IF_ERROR(client->WaitForServers(absl::Seconds(5)));
-  client->Shutdown();
+  RETURN_IF_ERROR(client->Shutdown());
+  std::printf("shutdown: every ps (%d) ended training\n", client->num_shards());
   return absl::OkStatus();
 }
 

@@ -198,7 +198,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   // training. A chief that failed does not: the job is not done, and a
   // restarted chief recovers and carries on (a ps whose chief never comes
   // back exits after its --chief_timeout_secs, failing the job).
-  if (result.ok() || options_.replica != 0) client_->Shutdown();
+  if (result.ok() || options_.replica != 0) {
+    const absl::Status goodbye = client_->Shutdown();
+    LOG_IF(WARNING, !goodbye.ok()) << "goodbye not delivered everywhere: " << goodbye.message();
+  }
   return result;
 }
 
