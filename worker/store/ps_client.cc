@@ -402,11 +402,21 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
 absl::Status PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  // Every shard must hear it, whatever another one answers: a ps that misses
-  // the chief's goodbye waits for training to end.
-  return fanout_->CallAll(kShutdown, absl::Seconds(10), RetryOn::kNothing, requests,
-                          /*on_response=*/nullptr, /*independent=*/true);
+  const grpc::ByteBuffer bytes = SerializeToByteBuffer(request);
+  // One call per ps task, whose service tells every stripe it serves (a
+  // call to a later stripe could find the process gone already). Every task
+  // must hear it, whatever another one answers: a ps that misses the
+  // chief's goodbye waits for training to end.
+  absl::Status first_error;
+  for (int k = 0; k < num_shards(); k += options_.ps_stripes) {
+    grpc::ByteBuffer response;
+    const absl::Status status =
+        FromGrpcStatus(fanout_->CallOne(k, kShutdown, absl::Seconds(10), bytes, &response));
+    if (!status.ok() && first_error.ok()) {
+      first_error = absl::Status(status.code(), absl::StrCat(ShardName(k), ": ", status.message()));
+    }
+  }
+  return first_error;
 }
 
 absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {

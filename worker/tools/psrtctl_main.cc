@@ -9,6 +9,11 @@
 //   psrtctl health --address=HOST:PORT     exit 0 if that task's health
 //                                          service says SERVING (a probe
 //                                          that can carry TLS and the token)
+//   psrtctl slurm_env --ps=N [--base_port=P]
+//                                          inside an srun step: this task's
+//                                          TF_CONFIG and role from Slurm's
+//                                          variables (common/slurm_cluster.h),
+//                                          as shell assignments for eval
 //   psrtctl devices                        the GPUs the driver and the CUDA
 //                                          runtime see, and whether the CUDA
 //                                          kernels load (exit 1 if a CUDA
@@ -37,6 +42,7 @@
 #include "common/cluster_spec.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
+#include "common/slurm_cluster.h"
 #include "common/task_flags.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
@@ -48,13 +54,16 @@
 #include "worker/store/ps_client.h"
 
 DEFINE_string(cluster_spec, "", "ClusterSpec JSON file; empty: TF_CONFIG.");
-DEFINE_int32(ps, 1, "make_spec: number of ps tasks (0: an allreduce-mode job).");
+DEFINE_int32(ps, 1,
+             "make_spec, slurm_env: number of ps tasks (0: an allreduce-mode job).");
 DEFINE_int32(workers, 1, "make_spec: number of worker tasks.");
 DEFINE_string(hosts, "127.0.0.1",
               "make_spec: comma-separated hosts; tasks are spread over them in "
               "turn. Ports are free ports on 127.0.0.1/localhost, and "
               "--base_port + n on other hosts.");
-DEFINE_int32(base_port, 2222, "make_spec: first port on hosts other than this one.");
+DEFINE_int32(base_port, 2222,
+             "make_spec: first port on hosts other than this one; slurm_env: a task "
+             "listens on it plus its rank on its node.");
 DEFINE_string(out, "", "make_spec: output file; empty: stdout.");
 DEFINE_string(address, "", "health: the task to ask, HOST:PORT.");
 
@@ -312,6 +321,21 @@ absl::Status Devices() {
   return absl::OkStatus();
 }
 
+// Inside an srun step: two shell assignments, TF_CONFIG (exported) and
+// PSRT_TASK_TYPE ("ps" or "worker"), for scripts/slurm/psrt_task.sh's eval.
+// Single quotes are safe: the JSON holds none (host names are checked).
+absl::Status SlurmEnv() {
+  psrt::SlurmClusterOptions options;
+  options.num_ps = FLAGS_ps;
+  options.base_port = FLAGS_base_port;
+  ASSIGN_OR_RETURN(psrt::ClusterConfig config,
+                   psrt::ClusterFromSlurm([](const char* name) { return std::getenv(name); },
+                                          options));
+  std::printf("export TF_CONFIG='%s'\nPSRT_TASK_TYPE=%s\n", psrt::ToTfConfig(config).c_str(),
+              config.task.job.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Shutdown() {
   ASSIGN_OR_RETURN(auto client, OperatorClient());
   RETURN_IF_ERROR(client->WaitForServers(absl::Seconds(5)));
@@ -324,7 +348,7 @@ absl::Status Shutdown() {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "psrtctl tasks|make_spec|status|shutdown|health|devices [flags]; see "
+      "psrtctl tasks|make_spec|status|shutdown|health|devices|slurm_env [flags]; see "
       "--help");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
@@ -343,9 +367,11 @@ int main(int argc, char** argv) {
     status = Health();
   } else if (command == "devices") {
     status = Devices();
+  } else if (command == "slurm_env") {
+    status = SlurmEnv();
   } else {
     std::fprintf(stderr,
-                 "usage: psrtctl tasks|make_spec|status|shutdown|health|devices "
+                 "usage: psrtctl tasks|make_spec|status|shutdown|health|devices|slurm_env "
                  "[flags]\n");
     return 2;
   }
