@@ -224,38 +224,59 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
         absl::StrCat("SLURM_PROCID=", rank, " is out of range: the step has ", num_tasks,
                      " tasks"));
   }
-  if (const char* distribution = getenv("SLURM_DISTRIBUTION");
-      distribution != nullptr && !absl::StartsWith(distribution, "block")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SLURM_DISTRIBUTION=", distribution, ": psrt lays ranks out node by node (srun's "
-        "default; pass srun --distribution=block)"));
+  // srun's distribution across nodes (the part before ':'): block unless
+  // SLURM_DISTRIBUTION says cyclic (sbatch's default, which the sruns in its
+  // script inherit).
+  bool cyclic = false;
+  if (const char* distribution = getenv("SLURM_DISTRIBUTION"); distribution != nullptr) {
+    const absl::string_view across_nodes =
+        absl::string_view(distribution).substr(0, absl::string_view(distribution).find(':'));
+    cyclic = across_nodes == "cyclic";
+    if (!cyclic && across_nodes != "block") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SLURM_DISTRIBUTION=", distribution, ": psrt knows the block and cyclic layouts "
+          "only (pass srun --distribution=block)"));
+    }
   }
   if (options.num_ps < 0 || options.num_ps >= num_tasks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_ps=", options.num_ps, " leaves no worker among the step's ", num_tasks,
         " tasks (srun --ntasks)"));
   }
-  std::vector<std::string> ps, workers;
-  int local_rank = -1;
-  for (size_t node = 0, r = 0; node < nodes.size(); ++node) {
-    for (int local = 0; local < per_node[node]; ++local, ++r) {
-      const int port = options.base_port + local;
-      if (port < 1 || port > 65535) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--base_port=", options.base_port, " + local rank ", local,
-            " is not a port (1..65535)"));
+  // Each rank's node and rank on that node: node by node (block), or one
+  // task per node in turn while a node has room (cyclic).
+  std::vector<int> node_of(num_tasks), local_of(num_tasks);
+  std::vector<int> placed(nodes.size(), 0);
+  for (int r = 0, node = 0; r < num_tasks; node = (node + 1) % static_cast<int>(nodes.size())) {
+    if (!cyclic) {
+      while (placed[node] == per_node[node]) ++node;
+      for (; placed[node] < per_node[node]; ++r) {
+        node_of[r] = node;
+        local_of[r] = placed[node]++;
       }
-      (static_cast<int>(r) < options.num_ps ? ps : workers)
-          .push_back(absl::StrCat(nodes[node], ":", port));
-      if (static_cast<int>(r) == rank) local_rank = local;
+    } else if (placed[node] < per_node[node]) {
+      node_of[r] = node;
+      local_of[r++] = placed[node]++;
     }
   }
+  std::vector<std::string> ps, workers;
+  for (int r = 0; r < num_tasks; ++r) {
+    const int port = options.base_port + local_of[r];
+    if (port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--base_port=", options.base_port, " + local rank ", local_of[r],
+          " is not a port (1..65535)"));
+    }
+    (r < options.num_ps ? ps : workers).push_back(absl::StrCat(nodes[node_of[r]], ":", port));
+  }
+  const int local_rank = local_of[rank];
   if (const char* local_id = getenv("SLURM_LOCALID"); local_id != nullptr) {
     ASSIGN_OR_RETURN(const int slurm_local, IntVariable(getenv, "SLURM_LOCALID"));
     if (slurm_local != local_rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "SLURM_LOCALID=", slurm_local, ", but rank ", rank, " is task ", local_rank,
-          " of its node when ranks go node by node: run srun with --distribution=block"));
+          " of its node in the ", cyclic ? "cyclic" : "block",
+          " layout (SLURM_DISTRIBUTION): run srun with --distribution=block"));
     }
   }
   ClusterConfig config;

@@ -6,9 +6,10 @@
 //   SLURM_PROCID               this task's rank, 0..SLURM_STEP_NUM_TASKS-1
 //   SLURM_LOCALID              its rank on its node
 // (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE and SLURM_NTASKS stand in for
-// the step's where srun left them out.) Ranks are laid out node by node
-// (srun's default block distribution); rank r listens on its node's name at
-// base_port + its local rank. Roles go by rank: ranks 0..num_ps-1 are
+// the step's where srun left them out.) Ranks are laid out as
+// SLURM_DISTRIBUTION says: node by node (block, srun's default) or in turn
+// (cyclic, sbatch's default); rank r listens on its node's name at
+// base_port + its rank on that node. Roles go by rank: ranks 0..num_ps-1 are
 // ps/0.., the rest worker/0.. (worker/0 the chief).
 //
 // Thread safety: functions of their arguments only.

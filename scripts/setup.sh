@@ -27,6 +27,7 @@ PACKAGES=(
   dataset-fashion-mnist
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
   python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests
+  slurmctld slurmd slurm-client  # scripts/slurm/local_slurm.sh, tests/integration/slurm_test.cc
   "${extra[@]}"
 )
 

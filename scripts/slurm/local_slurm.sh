@@ -14,7 +14,7 @@
 # (slurmd), below the ephemeral range the tests' own servers use; set
 # PSRT_SLURM_PORT to move them. Scheduling and requeueing are tuned to take
 # seconds. Exit status: 0, or 1 with the reason (no Slurm installed: install
-# it with scripts/setup.sh --slurm).
+# it with scripts/setup.sh).
 set -euo pipefail
 command="${1:-}"
 dir="${2:-}"
@@ -74,7 +74,8 @@ daemon_pids() {
 }
 
 stop() {
-  SLURM_CONF="$conf" scontrol shutdown >/dev/null 2>&1 || true
+  # (Without its file scontrol retries reading it for a minute.)
+  [ -f "$conf" ] && { SLURM_CONF="$conf" scontrol shutdown >/dev/null 2>&1 || true; }
   local pids pid
   pids="$(daemon_pids)"
   for _ in $(seq 50); do
@@ -99,7 +100,7 @@ case "$command" in
   start)
     for tool in slurmctld slurmd srun sinfo scontrol unshare; do
       if ! command -v "$tool" >/dev/null; then
-        echo "local_slurm: $tool not found: install Slurm with scripts/setup.sh --slurm" >&2
+        echo "local_slurm: $tool not found: scripts/setup.sh installs Slurm" >&2
         exit 1
       fi
     done

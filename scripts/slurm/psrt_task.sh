@@ -7,14 +7,14 @@
 #
 # Ranks 0..N-1 (default 1) are the ps tasks, run with --ps_flags; the
 # others are workers, worker/0 (rank N) the chief; --ps 0 is an allreduce
-# job. A task listens on its node's name at P (default 2222) plus its rank
-# on that node. `psrtctl slurm_env` reads the variables
+# job. A task listens on its node's name at P (default PSRT_BASE_PORT, or
+# 2222) plus its rank on that node. `psrtctl slurm_env` reads the variables
 # (common/slurm_cluster.h) and its errors name the one at fault; the task
 # exits 2 on them. PSRT_BIN_DIR overrides the binaries' folder.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
-num_ps=1 base_port=2222 ps_flags=""
+num_ps=1 base_port="${PSRT_BASE_PORT:-2222}" ps_flags=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ps) num_ps="$2"; shift 2 ;;

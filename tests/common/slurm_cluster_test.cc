@@ -119,6 +119,20 @@ TEST_F(SlurmClusterTest, RanksGoNodeByNodeAndRolesByRank) {
   EXPECT_EQ(config->task.ToString(), "worker/4");
 }
 
+// sbatch's default: one task per node in turn, while a node has room.
+TEST_F(SlurmClusterTest, CyclicRanksGoOnePerNodeInTurn) {
+  env_["SLURM_DISTRIBUTION"] = "cyclic:cyclic";
+  env_["SLURM_PROCID"] = "3";
+  env_["SLURM_LOCALID"] = "1";
+  absl::StatusOr<ClusterConfig> config = Resolve(/*num_ps=*/1);
+  ASSERT_TRUE(config.ok()) << config.status();
+  // Ranks 0, 1, 2 on n1, n2, n3; then 3 on n1 and 4 on n3 (n2 holds one).
+  EXPECT_THAT(config->spec.jobs().at("ps"), ElementsAre("n1:2222"));
+  EXPECT_THAT(config->spec.jobs().at("worker"),
+              ElementsAre("n2:2222", "n3:2222", "n1:2223", "n3:2223"));
+  EXPECT_EQ(config->task.ToString(), "worker/2");
+}
+
 TEST_F(SlurmClusterTest, TheTfConfigReadsBackAsTheSameCluster) {
   env_["SLURM_PROCID"] = "2";
   env_["SLURM_LOCALID"] = "0";
@@ -160,8 +174,12 @@ TEST_F(SlurmClusterTest, MissingOrInconsistentVariablesAreNamed) {
   env_["SLURM_STEP_TASKS_PER_NODE"] = "2,3";
   EXPECT_THAT(Error(1), HasSubstr("names 3 nodes but SLURM_STEP_TASKS_PER_NODE=\"2,3\" counts 2"));
   env_["SLURM_STEP_TASKS_PER_NODE"] = "2,1,2";
-  env_["SLURM_DISTRIBUTION"] = "cyclic";
-  EXPECT_THAT(Error(1), HasSubstr("SLURM_DISTRIBUTION=cyclic"));
+  env_["SLURM_DISTRIBUTION"] = "plane=2";
+  EXPECT_THAT(Error(1), HasSubstr("SLURM_DISTRIBUTION=plane=2: psrt knows the block and "
+                                  "cyclic layouts only"));
+  env_["SLURM_DISTRIBUTION"] = "cyclic";  // Rank 1 is on n2 then.
+  EXPECT_THAT(Error(1), HasSubstr("SLURM_LOCALID=1, but rank 1 is task 0 of its node in the "
+                                  "cyclic layout"));
   env_["SLURM_DISTRIBUTION"] = "block:cyclic";
   EXPECT_TRUE(Resolve(1).ok());
   env_["SLURM_STEP_NODELIST"] = "n[1-3";
