@@ -157,6 +157,11 @@ DEFINE_int32(log_every_steps, 100, "Log a progress line every this many local st
 DEFINE_int32(intra_op_threads, 0, "Threads for the kernels; 0: number of cores.");
 DEFINE_double(startup_timeout_secs, 300,
               "How long to wait for the parameter servers and the chief.");
+DEFINE_double(ps_wait_secs, 180,
+              "After a fault, how long the parameter servers are waited for (a "
+              "ps that went away and is not restarted); then the worker fails, "
+              "naming the ps, so that a restart policy or the cluster manager "
+              "can act.");
 DEFINE_double(ps_retry_secs, 60,
               "How long an unreachable parameter server is retried (with "
               "backoff) before the worker gives up; a supervised one that "
@@ -404,6 +409,8 @@ absl::Status ReadTrainerFlags(WorkerConfig* config) {
   options.shuffle = FLAGS_shuffle;
   options.seed = FLAGS_seed;
   options.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
+  if (FLAGS_ps_wait_secs <= 0) return absl::InvalidArgumentError("--ps_wait_secs must be positive");
+  options.ps_wait = absl::Seconds(FLAGS_ps_wait_secs);
   options.final_params_path = FLAGS_final_params_out;
   if (FLAGS_sync_replicas && FLAGS_staleness >= 0) {
     return absl::InvalidArgumentError(

@@ -8,7 +8,9 @@
 // checkpoint (initialized, not ready, at that checkpoint's version) or holds
 // no model; Restore rolls every shard back, with new incarnations. The next
 // Pull or Push after an incarnation changed fails with Aborted ("... restarted
-// or was rolled back ..."), until ForgetIncarnations. OnVersion runs an
+// or was rolled back ..."), until ForgetIncarnations. A shard that went away
+// (StopShard) and was not restarted fails WaitForServers at once, as the
+// real one does at its timeout. OnVersion runs an
 // injection when a push brings the shards to a version.
 //
 // Thread safety: not thread-safe, as ParameterStore; the step pipeline's
@@ -54,6 +56,7 @@ class FakeParameterStore : public ParameterStore {
   // `restores`) or comes back empty. Training is no longer done.
   void RestartShard(int k, bool restores = true) {
     Shard& s = shards_[k];
+    s.stopped = false;
     s.incarnation = next_incarnation_++;
     s.ready = false;
     s.restored_step = -1;
@@ -66,6 +69,11 @@ class FakeParameterStore : public ParameterStore {
       s.values.clear();
     }
   }
+  // Shard k's process went away for good: WaitForServers fails (and
+  // RestartShard brings it back).
+  void StopShard(int k) { shards_[k].stopped = true; }
+  // The timeout of the last WaitForServers.
+  absl::Duration last_server_wait() const { return last_server_wait_; }
   // Runs `action` right after a push brings the shards to `version`.
   void OnVersion(int64_t version, std::function<void()> action) {
     on_version_[version] = std::move(action);
@@ -111,7 +119,17 @@ class FakeParameterStore : public ParameterStore {
   int shutdowns() const { return shutdowns_; }
 
   // --- ParameterStore.
-  absl::Status WaitForServers(absl::Duration) override { return absl::OkStatus(); }
+  absl::Status WaitForServers(absl::Duration timeout) override {
+    last_server_wait_ = timeout;
+    for (int k = 0; k < num_shards(); ++k) {
+      if (shards_[k].stopped) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("parameter servers not reachable after ", absl::FormatDuration(timeout),
+                         ": fake ps ", k, ": connection refused"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status Init(const proto::TrainingConfig& config, const std::vector<Tensor>& params,
                     int64_t recovery_epoch) override {
@@ -288,6 +306,7 @@ class FakeParameterStore : public ParameterStore {
     int64_t restored_step = -1;
     int64_t recovery_epoch = 0;
     bool has_checkpoint_dir = true;
+    bool stopped = false;  // StopShard.
     proto::TrainingConfig config;
     std::vector<Tensor> values;  // Every variable; the shard's slices count.
     std::map<int64_t, Checkpoint> checkpoints;
@@ -346,6 +365,7 @@ class FakeParameterStore : public ParameterStore {
   std::vector<int64_t> saves_;
   std::vector<int64_t> restores_;
   std::vector<std::string> run_ids_;
+  absl::Duration last_server_wait_;
   int pushes_ = 0;
   int shutdowns_ = 0;
 };

@@ -299,6 +299,24 @@ TEST_F(RecoveryTest, AShardRestartMidRunRollsEveryShardBackAndTrainingCarriesOn)
   EXPECT_EQ(store_->version(1), 30);
 }
 
+// Both ps tasks die at step 15 and only ps/1 comes back: the chief waits
+// --ps_wait_secs for ps/0, then fails naming it, instead of waiting for good.
+TEST_F(RecoveryTest, AShardThatDoesNotComeBackFailsTheStepAfterThePsWait) {
+  TrainerOptions options = Options(30);
+  options.save_checkpoint_steps = 10;
+  options.ps_wait = absl::Seconds(42);
+  store_->OnVersion(15, [this] {
+    store_->StopShard(0);
+    store_->RestartShard(1);
+  });
+  absl::StatusOr<TrainResult> result = Run(options);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_NE(result.status().message().find("fake ps 0"), std::string::npos) << result.status();
+  EXPECT_NE(result.status().message().find("--ps_wait_secs"), std::string::npos)
+      << result.status();
+  EXPECT_EQ(store_->last_server_wait(), absl::Seconds(42));
+}
+
 // Recovered at step 10 from a fault at 15, a sync run with fixed data order
 // ends with the model of an uninterrupted one.
 TEST_F(RecoveryTest, ARecoveredRunEndsWithTheModelOfAnUninterruptedOne) {

@@ -138,7 +138,10 @@ absl::Status ClusterRecovery::Recover(const absl::Status& cause, std::vector<Ten
   const absl::Time start = absl::Now();
   if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_WAITING);
   while (true) {
-    RETURN_IF_ERROR(store_->WaitForServers(options_.timeout));
+    if (absl::Status servers = store_->WaitForServers(options_.timeout); !servers.ok()) {
+      return absl::Status(servers.code(),
+                          absl::StrCat(servers.message(), " (after a fault: --ps_wait_secs)"));
+    }
     if (options_.chief) RETURN_IF_ERROR(RecoverOrInitialize(*params, true));
     absl::StatusOr<proto::TrainingConfig> ready =
         store_->WaitForModelReady(options_.timeout);

@@ -38,7 +38,8 @@ class ClusterRecovery {
     bool chief = false;
     proto::TrainingConfig config;  // What the chief confirms on the shards.
     bool wants_checkpoints = false;  // Only to say why there are none.
-    absl::Duration timeout = absl::Seconds(300);  // Each wait for the shards.
+    // Each wait for the shards after a fault (psrt_worker --ps_wait_secs).
+    absl::Duration timeout = absl::Seconds(180);
     WorkerMetrics* metrics = nullptr;  // State while recovering; may be null.
   };
   static constexpr int kMaxRecoveries = 20;

@@ -21,7 +21,7 @@ ClusterRecovery::Options RecoveryOptions(const TrainerOptions& options) {
   recovery.config = options.config;
   recovery.wants_checkpoints =
       options.save_checkpoint_steps > 0 || options.save_checkpoint_secs > 0;
-  recovery.timeout = options.startup_timeout;
+  recovery.timeout = options.ps_wait;
   recovery.metrics = options.metrics;
   return recovery;
 }

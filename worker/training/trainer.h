@@ -70,6 +70,9 @@ struct TrainerOptions {
   bool shuffle = true;
   uint64_t seed = 1;  // Initial values (chief) and data order.
   absl::Duration startup_timeout = absl::Seconds(300);
+  // After a fault, how long the shards are waited for (a ps that went away
+  // and does not come back): then the step fails, naming the ps.
+  absl::Duration ps_wait = absl::Seconds(180);
 
   // Async mode: run at most this many steps ahead of the slowest replica
   // (0: lockstep); negative: unbounded.
