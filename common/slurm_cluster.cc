@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/rank_cluster.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -120,24 +120,6 @@ absl::StatusOr<int> IntVariable(const std::function<const char*(const char*)>& g
   return n;
 }
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-// ["a", "b"].
-std::string JsonList(const std::vector<std::string>& items) {
-  return absl::StrCat("[", absl::StrJoin(items, ", ", [](std::string* out, const std::string& item) {
-                        out->append(JsonString(item));
-                      }),
-                      "]");
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(absl::string_view hostlist) {
@@ -240,7 +222,7 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
   }
   if (options.num_ps < 0 || options.num_ps >= num_tasks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--num_ps=", options.num_ps, " leaves no worker among the step's ", num_tasks,
+        "--ps=", options.num_ps, " leaves no worker among the step's ", num_tasks,
         " tasks (srun --ntasks)"));
   }
   // Each rank's node and rank on that node: node by node (block), or one
@@ -259,7 +241,7 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
       local_of[r++] = placed[node]++;
     }
   }
-  std::vector<std::string> ps, workers;
+  std::vector<std::string> addresses;
   for (int r = 0; r < num_tasks; ++r) {
     const int port = options.base_port + local_of[r];
     if (port < 1 || port > 65535) {
@@ -267,7 +249,7 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
           "--base_port=", options.base_port, " + local rank ", local_of[r],
           " is not a port (1..65535)"));
     }
-    (r < options.num_ps ? ps : workers).push_back(absl::StrCat(nodes[node_of[r]], ":", port));
+    addresses.push_back(absl::StrCat(nodes[node_of[r]], ":", port));
   }
   const int local_rank = local_of[rank];
   if (const char* local_id = getenv("SLURM_LOCALID"); local_id != nullptr) {
@@ -279,23 +261,7 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
           " layout (SLURM_DISTRIBUTION): run srun with --distribution=block"));
     }
   }
-  ClusterConfig config;
-  config.task = rank < options.num_ps ? TaskId{"ps", rank} : TaskId{"worker", rank - options.num_ps};
-  const std::string json =
-      ps.empty() ? absl::StrCat("{\"worker\": ", JsonList(workers), "}")
-                 : absl::StrCat("{\"ps\": ", JsonList(ps), ", \"worker\": ", JsonList(workers), "}");
-  ASSIGN_OR_RETURN(config.spec, ClusterSpec::Parse(json, "the cluster from Slurm's variables"));
-  RETURN_IF_ERROR(config.spec.ValidateTask(config.task));
-  return config;
-}
-
-std::string ToTfConfig(const ClusterConfig& config) {
-  std::vector<std::string> jobs;
-  for (const auto& [job, addresses] : config.spec.jobs()) {
-    jobs.push_back(absl::StrCat(JsonString(job), ": ", JsonList(addresses)));
-  }
-  return absl::StrCat("{\"cluster\": {", absl::StrJoin(jobs, ", "), "}, \"task\": {\"type\": ",
-                      JsonString(config.task.job), ", \"index\": ", config.task.index, "}}");
+  return ClusterOfRanks(addresses, options.num_ps, rank, "the cluster from Slurm's variables");
 }
 
 }  // namespace psrt

@@ -49,10 +49,6 @@ struct SlurmClusterOptions {
 absl::StatusOr<ClusterConfig> ClusterFromSlurm(
     const std::function<const char*(const char*)>& getenv, const SlurmClusterOptions& options);
 
-// TF_CONFIG's JSON for `config`: {"cluster": {...}, "task": {...}}, which
-// ClusterSpec::Parse reads back.
-std::string ToTfConfig(const ClusterConfig& config);
-
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_SLURM_CLUSTER_H_

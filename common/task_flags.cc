@@ -1,8 +1,14 @@
 #include "common/task_flags.h"
 
-#include <cstdlib>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/rendezvous.h"
 #include "common/status_macros.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -33,7 +39,119 @@ DEFINE_int32(ps_stripes, 2,
              "checkpoints are per shard, so a job resumes with the value it "
              "saved with.");
 
+DEFINE_string(coordinator, "",
+              "HOST:PORT of a rendezvous (common/rendezvous.h), for managers that "
+              "give each task only a rank and the number of tasks (mpirun, a "
+              "Kubernetes Indexed Job): rank 0 serves it there, the others "
+              "register with it, and every task gets the cluster. Empty: "
+              "MASTER_ADDR:MASTER_PORT when both are set. Used only without "
+              "--cluster_spec and TF_CONFIG.");
+DEFINE_int32(task_rank, -1,
+             "Rendezvous: this task's rank; -1: from OMPI_COMM_WORLD_RANK, "
+             "PMIX_RANK, RANK, JOB_COMPLETION_INDEX or SLURM_PROCID.");
+DEFINE_int32(num_tasks, 0,
+             "Rendezvous: the number of tasks; 0: from OMPI_COMM_WORLD_SIZE, "
+             "WORLD_SIZE or SLURM_NTASKS.");
+DEFINE_int32(num_ps, 0,
+             "Rendezvous: ranks 0..num_ps-1 are the ps tasks, the others "
+             "workers (worker/0, rank num_ps, the chief); 0: an allreduce job.");
+DEFINE_int32(task_port, 2222,
+             "Rendezvous: this task serves on this port plus its rank on its "
+             "host (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK or SLURM_LOCALID).");
+DEFINE_string(advertise_host, "",
+              "Rendezvous: the host name the other tasks reach this one at; "
+              "empty: this machine's host name.");
+DEFINE_double(rendezvous_timeout_secs, 300,
+              "Rendezvous: how long the tasks wait for each other.");
+
 namespace psrt {
+namespace {
+
+// The first of `names` that is set, as "NAME=value"; empty if none.
+std::string FirstVariable(std::initializer_list<const char*> names, int* value,
+                          std::string* error) {
+  for (const char* name : names) {
+    const char* text = std::getenv(name);
+    if (text == nullptr) continue;
+    if (!absl::SimpleAtoi(text, value) || *value < 0) {
+      *error = absl::StrCat(name, "=\"", text, "\" is not a whole number");
+    }
+    return absl::StrCat(name, "=", text);
+  }
+  return "";
+}
+
+bool RendezvousRequested() {
+  return !FLAGS_coordinator.empty() ||
+         (std::getenv("MASTER_ADDR") != nullptr && std::getenv("MASTER_PORT") != nullptr);
+}
+
+absl::StatusOr<ClusterConfig> ClusterFromRendezvousFlags(
+    std::shared_ptr<const TransportSecurity> security) {
+  RendezvousOptions options;
+  options.coordinator = FLAGS_coordinator.empty()
+                            ? absl::StrCat(std::getenv("MASTER_ADDR"), ":",
+                                           std::getenv("MASTER_PORT"))
+                            : FLAGS_coordinator;
+  std::string error;
+  options.rank = FLAGS_task_rank;
+  if (options.rank < 0 &&
+      FirstVariable({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "JOB_COMPLETION_INDEX",
+                     "SLURM_PROCID"},
+                    &options.rank, &error)
+          .empty()) {
+    return absl::InvalidArgumentError(
+        "rendezvous: no rank: pass --task_rank, or start the task with mpirun, torchrun's "
+        "variables (RANK), a Kubernetes Indexed Job or srun");
+  }
+  options.world_size = FLAGS_num_tasks;
+  if (options.world_size <= 0 &&
+      FirstVariable({"OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS"}, &options.world_size,
+                    &error)
+          .empty()) {
+    return absl::InvalidArgumentError(
+        "rendezvous: no number of tasks: pass --num_tasks (a Kubernetes Indexed Job's "
+        "completions), or start the task with mpirun, torchrun's variables (WORLD_SIZE) or srun");
+  }
+  int local_rank = 0;
+  FirstVariable({"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID"}, &local_rank,
+                &error);
+  if (!error.empty()) return absl::InvalidArgumentError("rendezvous: " + error);
+  std::string host = FLAGS_advertise_host;
+  if (host.empty()) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) {
+      return absl::InternalError("rendezvous: cannot read this machine's host name: pass "
+                                 "--advertise_host");
+    }
+    host = name;
+  }
+  if (FLAGS_task_port + local_rank < 1 || FLAGS_task_port + local_rank > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--task_port=", FLAGS_task_port,
+                                                   " + local rank ", local_rank,
+                                                   " is not a port (1..65535)"));
+  }
+  options.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host,
+                                 ":", FLAGS_task_port + local_rank);
+  options.num_ps = FLAGS_num_ps;
+  options.timeout = absl::Seconds(FLAGS_rendezvous_timeout_secs);
+  options.security = std::move(security);
+  LOG(INFO) << "rendezvous: rank " << options.rank << " of " << options.world_size << " at "
+            << options.address << ", coordinator " << options.coordinator;
+  return Rendezvous(options);
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
+    const std::string& cluster_spec, const std::string& job_name, int task_index,
+    std::shared_ptr<const TransportSecurity> security) {
+  const char* tf_config = std::getenv("TF_CONFIG");
+  if (cluster_spec.empty() && tf_config == nullptr && RendezvousRequested()) {
+    return ClusterFromRendezvousFlags(std::move(security));
+  }
+  return ResolveClusterConfig(cluster_spec, tf_config ? tf_config : "", job_name, task_index);
+}
 
 absl::StatusOr<int> PsStripesFromFlags() {
   if (FLAGS_ps_stripes < 1 || FLAGS_ps_stripes > kMaxPsStripes) {

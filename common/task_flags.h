@@ -7,6 +7,9 @@
 //   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
 //   --chief_token_file=FILE, PSRT_CHIEF_TOKEN      the chief's own token (roles)
 //   --ps_stripes=S                                 shards per ps process
+//   --coordinator=HOST:PORT (or MASTER_ADDR and MASTER_PORT), --task_rank,
+//   --num_tasks, --num_ps, --task_port, --advertise_host,
+//   --rendezvous_timeout_secs                      a rendezvous (rendezvous.h)
 //
 // This file belongs to the binaries' side of the "flags are read only in
 // main" rule: library code takes a TransportSecurity, never these flags.
@@ -14,8 +17,10 @@
 #define PSRT_COMMON_TASK_FLAGS_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
 #include "common/transport_security.h"
 
 namespace psrt {
@@ -26,6 +31,16 @@ namespace psrt {
 // parsed the command line.
 absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags(
     bool serves = true);
+
+// The cluster and this task: from --cluster_spec=FILE (`cluster_spec`, with
+// `job_name` and `task_index`), else TF_CONFIG, else a rendezvous when one is
+// asked for (--coordinator, or MASTER_ADDR and MASTER_PORT), whose rank and
+// number of tasks come from the flags or from mpirun's, PMIx's, torchrun's,
+// an Indexed Job's or Slurm's variables (each error names the flag or the
+// variable). `security` authenticates the rendezvous.
+absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
+    const std::string& cluster_spec, const std::string& job_name, int task_index,
+    std::shared_ptr<const TransportSecurity> security);
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
 // "Stripes"); every task of a job must be given the same. InvalidArgument

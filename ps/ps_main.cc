@@ -86,10 +86,14 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   psrt::KeepLargeAllocationsMapped();
 
-  const char* tf_config = std::getenv("TF_CONFIG");
-  absl::StatusOr<psrt::ClusterConfig> cluster = psrt::ResolveClusterConfig(
-      FLAGS_cluster_spec, tf_config ? tf_config : "", FLAGS_job_name,
-      FLAGS_task_index);
+  absl::StatusOr<std::shared_ptr<const psrt::TransportSecurity>> security =
+      psrt::TransportSecurityFromFlags();
+  if (!security.ok()) {
+    LOG(ERROR) << security.status().message();
+    return 2;
+  }
+  absl::StatusOr<psrt::ClusterConfig> cluster = psrt::ClusterConfigFromFlags(
+      FLAGS_cluster_spec, FLAGS_job_name, FLAGS_task_index, *security);
   if (!cluster.ok()) {
     LOG(ERROR) << cluster.status().message();
     return 2;
@@ -124,13 +128,6 @@ int main(int argc, char** argv) {
   if (FLAGS_nonfinite_gradients != "reject" && FLAGS_nonfinite_gradients != "skip") {
     LOG(ERROR) << "--nonfinite_gradients must be reject or skip, got \""
                << FLAGS_nonfinite_gradients << "\"";
-    return 2;
-  }
-
-  absl::StatusOr<std::shared_ptr<const psrt::TransportSecurity>> security =
-      psrt::TransportSecurityFromFlags();
-  if (!security.ok()) {
-    LOG(ERROR) << security.status().message();
     return 2;
   }
 

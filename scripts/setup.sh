@@ -28,6 +28,7 @@ PACKAGES=(
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
   python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests
   slurmctld slurmd slurm-client  # scripts/slurm/local_slurm.sh, tests/integration/slurm_test.cc
+  openmpi-bin  # mpirun: tests/integration/mpirun_test.cc, scripts/run_mpi_example.sh
   "${extra[@]}"
 )
 

@@ -482,10 +482,10 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
     RETURN_IF_ERROR(ReadModelFlags(&config));
     return config;
   }
-  const char* tf_config = std::getenv("TF_CONFIG");
-  ASSIGN_OR_RETURN(config.cluster,
-                   ResolveClusterConfig(FLAGS_cluster_spec, tf_config ? tf_config : "",
-                                        FLAGS_job_name, FLAGS_task_index));
+  ASSIGN_OR_RETURN(std::shared_ptr<const TransportSecurity> security,
+                   TransportSecurityFromFlags());
+  ASSIGN_OR_RETURN(config.cluster, ClusterConfigFromFlags(FLAGS_cluster_spec, FLAGS_job_name,
+                                                          FLAGS_task_index, security));
   const ClusterSpec& spec = config.cluster.spec;
   const TaskId& task = config.cluster.task;
   config.evaluator = task.job == "evaluator";
@@ -519,8 +519,6 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
         "--checkpoint_dir is the ps tasks' flag in ps mode (psrt_ps --checkpoint_dir); "
         "psrt_worker takes it in allreduce mode only");
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const TransportSecurity> security,
-                   TransportSecurityFromFlags());
   // The chief presents the chief's token, when there is one (roles).
   if (config.replica == 0) security = std::make_shared<const TransportSecurity>(security->ForChief());
   config.security = std::move(security);

@@ -1,3 +1,4 @@
+#include "common/rank_cluster.h"
 #include "common/slurm_cluster.h"
 
 #include <map>
@@ -166,7 +167,7 @@ TEST_F(SlurmClusterTest, MissingOrInconsistentVariablesAreNamed) {
   env_["SLURM_PROCID"] = "1";
   EXPECT_THAT(Error(1), HasSubstr("SLURM_LOCALID=0, but rank 1 is task 1 of its node"));
   env_["SLURM_LOCALID"] = "1";
-  EXPECT_THAT(Error(5), HasSubstr("--num_ps=5 leaves no worker among the step's 5 tasks"));
+  EXPECT_THAT(Error(5), HasSubstr("--ps=5 leaves no worker among the step's 5 tasks"));
   env_["SLURM_STEP_NUM_TASKS"] = "6";
   EXPECT_THAT(Error(1), HasSubstr("SLURM_STEP_NUM_TASKS=6 but SLURM_STEP_TASKS_PER_NODE=\"2,1,2\" "
                                   "adds up to 5"));

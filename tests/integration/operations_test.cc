@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/prometheus_scrape.h"
+#include "tests/free_port.h"
 #include "tests/integration/cluster_fixture.h"
 
 namespace psrt {
@@ -48,8 +49,6 @@ class Listener {
   int fd_;
   int port_ = 0;
 };
-
-int FreePort() { return Listener().port(); }
 
 // The standard health check, as any gRPC health client (a Kubernetes probe,
 // grpc_health_probe) makes it: the status, or the RPC's error code.

@@ -32,6 +32,7 @@
 #include <future>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -42,6 +43,7 @@
 #include "common/cluster_spec.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
+#include "common/rank_cluster.h"
 #include "common/slurm_cluster.h"
 #include "common/task_flags.h"
 #include "common/status_macros.h"
@@ -73,8 +75,24 @@ bool IsLocalHost(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1";
 }
 
-// Asks the kernel for a free port on the loopback interface.
-absl::StatusOr<int> FreeLocalPort() {
+// A socket, closed with its owner.
+class ScopedSocket {
+ public:
+  explicit ScopedSocket(int fd) : fd_(fd) {}
+  ScopedSocket(ScopedSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ScopedSocket& operator=(ScopedSocket&&) = delete;
+  ~ScopedSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+// Asks the kernel for a free port on the loopback interface, and holds it
+// (the socket stays bound, in `held`) so that the next call cannot get the
+// same port: a port closed at once may come back on the next bind.
+absl::StatusOr<int> FreeLocalPort(std::vector<ScopedSocket>* held) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket() failed");
   sockaddr_in addr{};
@@ -87,7 +105,7 @@ absl::StatusOr<int> FreeLocalPort() {
     ::close(fd);
     return absl::InternalError("cannot bind a free port on 127.0.0.1");
   }
-  ::close(fd);
+  held->emplace_back(fd);
   return ntohs(addr.sin_port);
 }
 
@@ -118,6 +136,7 @@ absl::Status MakeSpec() {
   std::vector<std::string> hosts = absl::StrSplit(FLAGS_hosts, ',', absl::SkipEmpty());
   if (hosts.empty()) return absl::InvalidArgumentError("--hosts is empty");
   std::vector<int> next_port(hosts.size(), FLAGS_base_port);
+  std::vector<ScopedSocket> held;  // The ports chosen so far, until the spec is written.
   size_t next_host = 0;
   auto make_job = [&](int n) -> absl::StatusOr<std::vector<std::string>> {
     std::vector<std::string> out;
@@ -125,7 +144,7 @@ absl::Status MakeSpec() {
       const size_t h = next_host++ % hosts.size();
       int port = 0;
       if (IsLocalHost(hosts[h])) {
-        ASSIGN_OR_RETURN(port, FreeLocalPort());
+        ASSIGN_OR_RETURN(port, FreeLocalPort(&held));
       } else {
         port = next_port[h]++;
       }
