@@ -16,12 +16,19 @@
 namespace psrt {
 namespace {
 
+// A batch job (scripts/slurm/psrt_job.sh) and what it prints, once it ended.
+struct BatchJob {
+  int exit_code = -1;
+  std::string id;
+  std::string log;
+};
+
 class SlurmTest : public ClusterFixture {
  protected:
   static void SetUpTestSuite() {
     slurm_dir_ = new std::string(absl::StrCat(testing::TempDir(), "psrt_slurm.", ::getpid()));
-    CommandResult r = RunCommand(absl::StrCat(PSRT_SOURCE_DIR, "/scripts/slurm/local_slurm.sh start ",
-                                              *slurm_dir_, " 2>&1"));
+    CommandResult r = RunCommand(absl::StrCat(
+        PSRT_SOURCE_DIR, "/scripts/slurm/local_slurm.sh start ", *slurm_dir_, " 2>&1"));
     if (r.exit_code != 0) start_error_ = new std::string(r.output);
   }
   static void TearDownTestSuite() {
@@ -38,30 +45,52 @@ class SlurmTest : public ClusterFixture {
   }
 
   // A Slurm command (srun, sbatch, ...) against the local cluster.
-  CommandResult Slurm(const std::string& command) {
+  CommandResult Slurm(const std::string &command) {
     return RunCommand(absl::StrCat("SLURM_CONF=", *slurm_dir_, "/slurm.conf PSRT_BIN_DIR=", bin_,
                                    " timeout 300 ", command, " 2>&1"));
   }
   std::string Task() const { return source_ + "/scripts/slurm/psrt_task.sh"; }
 
-  static std::string* slurm_dir_;
-  static std::string* start_error_;
+  // Submits a batch script of `directives` (#SBATCH lines) whose body runs
+  // psrt_job.sh with `job_args`, and waits for the job to end.
+  BatchJob SubmitAndWait(const std::string &directives, const std::string &job_args,
+                         int base_port) {
+    const std::string script = absl::StrCat(dir_, "/job", base_port, ".sbatch");
+    FILE *f = std::fopen(script.c_str(), "w");
+    EXPECT_NE(f, nullptr) << script;
+    if (f == nullptr) return {};
+    std::fprintf(f,
+                 "#!/usr/bin/env bash\n#SBATCH --output=psrt-%%j.out\n%sexec "
+                 "%s/scripts/slurm/psrt_job.sh %s\n",
+                 directives.c_str(), source_.c_str(), job_args.c_str());
+    std::fclose(f);
+    CommandResult r = Slurm(absl::StrCat("sbatch --parsable --wait --chdir=", dir_,
+                                         " --export=ALL,PSRT_BASE_PORT=", base_port, " ", script));
+    BatchJob job;
+    job.exit_code = r.exit_code;
+    job.id = std::string(absl::StripAsciiWhitespace(r.output.substr(0, r.output.find('\n'))));
+    job.log = absl::StrCat(r.output, "\n", ReadFile(absl::StrCat(dir_, "/psrt-", job.id, ".out")));
+    return job;
+  }
+
+  static std::string *slurm_dir_;
+  static std::string *start_error_;
 };
 
-std::string* SlurmTest::slurm_dir_ = nullptr;
-std::string* SlurmTest::start_error_ = nullptr;
+std::string *SlurmTest::slurm_dir_ = nullptr;
+std::string *SlurmTest::start_error_ = nullptr;
 
 TEST_F(SlurmTest, SyncJobOfOnePsAndTwoWorkersOnThreeNodes) {
-  CommandResult r = Slurm(absl::StrCat(
-      "srun --nodes=3 --ntasks=3 --kill-on-bad-exit=1 --label ", Task(),
-      " --ps 1 --base_port 12222 -- --sync_replicas --train_steps=200 --learning_rate=0.1 "
-      "--log_every_steps=100"));
+  CommandResult r =
+      Slurm(absl::StrCat("srun --nodes=3 --ntasks=3 --kill-on-bad-exit=1 --label ", Task(),
+                         " --ps 1 --base_port 12222 -- --sync_replicas --train_steps=200 "
+                         "--learning_rate=0.1 "
+                         "--log_every_steps=100"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Rank 0 is ps/0 on n1; ranks 1 and 2 the workers on n2 and n3.
   EXPECT_NE(r.output.find("0: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ps/0 serving on n1:12222"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("worker/1 status and health on n3:12222"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("worker/1 status and health on n3:12222"), std::string::npos) << r.output;
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(r.output, &step, &accuracy)) << r.output;
@@ -70,9 +99,10 @@ TEST_F(SlurmTest, SyncJobOfOnePsAndTwoWorkersOnThreeNodes) {
 }
 
 TEST_F(SlurmTest, AllreduceJobOfThreeWorkersWithTwoOnANode) {
-  CommandResult r = Slurm(absl::StrCat(
-      "srun --nodes=2 --ntasks=3 --kill-on-bad-exit=1 --label ", Task(),
-      " --ps 0 --base_port 12322 -- --train_steps=100 --learning_rate=0.1 --log_every_steps=50"));
+  CommandResult r =
+      Slurm(absl::StrCat("srun --nodes=2 --ntasks=3 --kill-on-bad-exit=1 --label ", Task(),
+                         " --ps 0 --base_port 12322 -- --train_steps=100 --learning_rate=0.1 "
+                         "--log_every_steps=50"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("allreduce mode"), std::string::npos) << r.output;
   long step = 0;
@@ -84,7 +114,8 @@ TEST_F(SlurmTest, AllreduceJobOfThreeWorkersWithTwoOnANode) {
 // Sync, fixed data order, momentum (so optimizer slots are restored too):
 // a resumed run ends with the parameters of an undisturbed one.
 constexpr char kExactFlags[] =
-    "--noshuffle --optimizer=momentum --learning_rate=0.01 --hidden_units=64 --batch_size=50 "
+    "--noshuffle --optimizer=momentum --learning_rate=0.01 --hidden_units=64 "
+    "--batch_size=50 "
     "--save_checkpoint_steps=50 --log_every_steps=50 --train_steps=600";
 
 // The ps task of a batch job is killed -9: the step ends at once
@@ -93,10 +124,9 @@ constexpr char kExactFlags[] =
 // undisturbed run ends.
 TEST_F(SlurmTest, AKilledTaskEndsTheStepAndTheRequeuedJobResumesFromItsCheckpoint) {
   const std::string reference = dir_ + "/reference.safetensors";
-  CommandResult r = Slurm(absl::StrCat(
-      "srun --nodes=3 --ntasks=3 --kill-on-bad-exit=1 ", Task(),
-      " --ps 1 --base_port 12422 -- --sync_replicas ", kExactFlags, " --final_params_out=",
-      reference));
+  CommandResult r = Slurm(absl::StrCat("srun --nodes=3 --ntasks=3 --kill-on-bad-exit=1 ", Task(),
+                                       " --ps 1 --base_port 12422 -- --sync_replicas ", kExactFlags,
+                                       " --final_params_out=", reference));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const std::string resumed = dir_ + "/resumed.safetensors";
@@ -141,10 +171,43 @@ TEST_F(SlurmTest, AKilledTaskEndsTheStepAndTheRequeuedJobResumesFromItsCheckpoin
               absl::FormatDuration(absl::Now() - killed).c_str());
 }
 
+// The ps and the workers as the components of a heterogeneous job (as
+// scripts/slurm/gpu.sbatch asks GPUs for the workers only): psrt_job.sh runs
+// one step over both, ranks in component order.
+TEST_F(SlurmTest, HeterogeneousJobWithThePsAndTheWorkersAsComponents) {
+  BatchJob job = SubmitAndWait(
+      "#SBATCH --nodes=1 --ntasks=1\n#SBATCH hetjob\n#SBATCH "
+      "--nodes=2 --ntasks-per-node=1\n",
+      "--ps 1 -- --sync_replicas --train_steps=200 "
+      "--learning_rate=0.1 --log_every_steps=100",
+      12622);
+  ASSERT_EQ(job.exit_code, 0) << job.log;
+  EXPECT_NE(job.log.find("ps/0 serving on n1:12622"), std::string::npos) << job.log;
+  EXPECT_NE(job.log.find("worker/1 status and health on n3:12622"), std::string::npos) << job.log;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(job.log, &step, &accuracy)) << job.log;
+  EXPECT_EQ(step, 200);
+  EXPECT_GT(accuracy, 0.7);
+}
+
+// A task that exits 1 (a flag the worker does not know) fails the job at once:
+// a rerun would fail the same way, so it is not requeued.
+TEST_F(SlurmTest, AJobWhoseTaskExitsWithAnErrorIsNotRequeued) {
+  BatchJob job = SubmitAndWait("#SBATCH --nodes=3 --ntasks=3\n#SBATCH --requeue\n",
+                               "--ps 1 -- --sync_replicas --no_such_flag=1", 12722);
+  EXPECT_NE(job.exit_code, 0) << job.log;
+  EXPECT_NE(job.log.find("no_such_flag"), std::string::npos) << job.log;
+  EXPECT_NE(job.log.find("not requeued: n2: task 1: Exited with exit code 1"), std::string::npos)
+      << job.log;
+  EXPECT_EQ(job.log.find("requeueing"), std::string::npos) << job.log;
+  EXPECT_EQ(job.log.find("run 2"), std::string::npos) << job.log;
+}
+
 TEST_F(SlurmTest, ATaskOutsideAStepIsToldWhatIsMissing) {
-  CommandResult r = RunCommand(absl::StrCat(
-      "env -u SLURM_STEP_NODELIST -u SLURM_JOB_NODELIST PSRT_BIN_DIR=", bin_, " ", Task(),
-      " --ps 1 2>&1"));
+  CommandResult r = RunCommand(
+      absl::StrCat("env -u SLURM_STEP_NODELIST -u SLURM_JOB_NODELIST PSRT_BIN_DIR=", bin_, " ",
+                   Task(), " --ps 1 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("SLURM_STEP_NODELIST is not set: is this task started by srun"),
             std::string::npos)
