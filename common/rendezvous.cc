@@ -129,17 +129,24 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
 absl::StatusOr<std::vector<std::string>> ServeRendezvous(const RendezvousOptions& options) {
   const absl::Time deadline = absl::Now() + options.timeout;
   RendezvousService service(options);
+  std::string listen = options.coordinator;
+  if (!options.listen_host.empty()) {
+    std::string host;
+    int coordinator_port = 0;
+    RETURN_IF_ERROR(SplitHostPort(options.coordinator, &host, &coordinator_port));
+    listen = JoinHostPort(options.listen_host, coordinator_port);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.coordinator, options.security->ServerCredentials(), &port);
+  builder.AddListeningPort(listen, options.security->ServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("rendezvous: rank 0 cannot serve on ",
-                                               options.coordinator, " (--coordinator)"));
+    return absl::UnavailableError(absl::StrCat("rendezvous: rank 0 cannot serve on ", listen,
+                                               " (--coordinator, --bind_host)"));
   }
   LOG(INFO) << "rendezvous: rank 0 waits for " << options.world_size - 1 << " ranks on "
-            << options.coordinator;
+            << listen;
   absl::StatusOr<std::vector<std::string>> addresses = service.Wait(deadline);
   // Every answer leaves before the server goes.
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

@@ -34,6 +34,7 @@ struct RendezvousOptions {
   int world_size = 1;
   int num_ps = 0;
   std::string address;      // host:port this rank's task will serve on.
+  std::string listen_host;  // Rank 0 serves on it; empty: the coordinator's host.
   absl::Duration timeout = absl::Seconds(300);
   std::shared_ptr<const TransportSecurity> security;  // Required.
 };

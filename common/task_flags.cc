@@ -39,6 +39,11 @@ DEFINE_int32(ps_stripes, 2,
              "checkpoints are per shard, so a job resumes with the value it "
              "saved with.");
 
+DEFINE_string(bind_host, "",
+              "Interface the task listens on (the port comes from the cluster "
+              "spec), and --metrics_port's and a rendezvous's at rank 0; empty: "
+              "the host the spec (or --coordinator) names. 0.0.0.0: every "
+              "interface (containers, whose spec names a service address).");
 DEFINE_string(coordinator, "",
               "HOST:PORT of a rendezvous (common/rendezvous.h), for managers that "
               "give each task only a rank and the number of tasks (mpirun, a "
@@ -134,6 +139,7 @@ absl::StatusOr<ClusterConfig> ClusterFromRendezvousFlags(
   options.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host,
                                  ":", FLAGS_task_port + local_rank);
   options.num_ps = FLAGS_num_ps;
+  options.listen_host = FLAGS_bind_host;
   options.timeout = absl::Seconds(FLAGS_rendezvous_timeout_secs);
   options.security = std::move(security);
   LOG(INFO) << "rendezvous: rank " << options.rank << " of " << options.world_size << " at "
@@ -152,6 +158,8 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   }
   return ResolveClusterConfig(cluster_spec, tf_config ? tf_config : "", job_name, task_index);
 }
+
+std::string BindHostFromFlags() { return FLAGS_bind_host; }
 
 absl::StatusOr<int> PsStripesFromFlags() {
   if (FLAGS_ps_stripes < 1 || FLAGS_ps_stripes > kMaxPsStripes) {

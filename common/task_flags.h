@@ -7,6 +7,7 @@
 //   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
 //   --chief_token_file=FILE, PSRT_CHIEF_TOKEN      the chief's own token (roles)
 //   --ps_stripes=S                                 shards per ps process
+//   --bind_host=HOST                               the interface tasks listen on
 //   --coordinator=HOST:PORT (or MASTER_ADDR and MASTER_PORT), --task_rank,
 //   --num_tasks, --num_ps, --task_port, --advertise_host,
 //   --rendezvous_timeout_secs                      a rendezvous (rendezvous.h)
@@ -41,6 +42,10 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFl
 absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     const std::string& cluster_spec, const std::string& job_name, int task_index,
     std::shared_ptr<const TransportSecurity> security);
+
+// --bind_host: the interface a task listens on; empty: its host in the
+// cluster (ListenHost in common/rpc_util.h).
+std::string BindHostFromFlags();
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
 // "Stripes"); every task of a job must be given the same. InvalidArgument

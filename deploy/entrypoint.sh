@@ -8,6 +8,11 @@
 #   PSRT_CLUSTER, PSRT_JOB and JOB_COMPLETION_INDEX set (a pod of an Indexed
 #   Job; deploy/psrt.yaml): TF_CONFIG becomes
 #       {"cluster": $PSRT_CLUSTER, "task": {"type": "$PSRT_JOB", "index": $JOB_COMPLETION_INDEX}}
+#   Neither, but MASTER_ADDR and MASTER_PORT (an Indexed Job of allreduce
+#   workers; deploy/allreduce.yaml): psrt_worker meets the other pods at a
+#   rendezvous (docs/cluster-managers.md), its rank JOB_COMPLETION_INDEX, the
+#   number of pods WORLD_SIZE, reached at this pod's fully qualified name
+#   (hostname -f: NAME-I.SUBDOMAIN.NAMESPACE.svc... with the pod's subdomain).
 #   A first argument that is a command (psrt_ps, psrtctl, bash, ...) runs
 #       that command instead.
 #
@@ -21,11 +26,26 @@ if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
   exec "$@"
 fi
 
+if [ -z "${TF_CONFIG:-}" ] && [ -z "${PSRT_CLUSTER:-}" ] && [ -n "${MASTER_ADDR:-}" ]; then
+  host="$(hostname -f 2>/dev/null || true)"
+  [ -n "$host" ] || host="$(hostname)"
+  echo "entrypoint: rendezvous at $MASTER_ADDR:${MASTER_PORT:-(MASTER_PORT unset)}, rank" \
+       "${JOB_COMPLETION_INDEX:-(from the flags)} of ${WORLD_SIZE:-(from the flags)}," \
+       "reached at $host" >&2
+  command=("$bin/psrt_worker" --bind_host=0.0.0.0 --advertise_host="$host" "$@")
+  if [ -n "${PSRT_ENTRYPOINT_DRY_RUN:-}" ]; then
+    echo "entrypoint: would run ${command[*]#"$bin/"}" >&2
+    exit 0
+  fi
+  exec "${command[@]}"
+fi
+
 if [ -z "${TF_CONFIG:-}" ]; then
   for var in PSRT_CLUSTER PSRT_JOB JOB_COMPLETION_INDEX; do
     if [ -z "${!var:-}" ]; then
       echo "entrypoint: neither TF_CONFIG nor $var is set: give the pod TF_CONFIG," \
-           "or PSRT_CLUSTER and PSRT_JOB in an Indexed Job (see deploy/psrt.yaml)" >&2
+           "or PSRT_CLUSTER and PSRT_JOB in an Indexed Job (see deploy/psrt.yaml), or" \
+           "MASTER_ADDR and MASTER_PORT for a rendezvous (deploy/allreduce.yaml)" >&2
       exit 2
     fi
   done

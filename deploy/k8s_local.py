@@ -15,7 +15,10 @@ and works out, for every pod, the TF_CONFIG it gets there:
   Indexed Jobs (batch/v1, deploy/psrt.yaml): the container's env (ConfigMap
     references resolved from the same manifest) plus JOB_COMPLETION_INDEX=I;
     deploy/entrypoint.sh turns PSRT_CLUSTER/PSRT_JOB/JOB_COMPLETION_INDEX into
-    TF_CONFIG, here as in the pod.
+    TF_CONFIG, here as in the pod. A pod with MASTER_ADDR and MASTER_PORT and
+    no cluster (deploy/allreduce.yaml) gets no TF_CONFIG: it meets the others
+    at a rendezvous, reached at its name through its subdomain's Service
+    ("NAME-I.SUBDOMAIN:PORT", PORT its container's "grpc" port, else 2222).
 
 Then it starts one process per pod with that environment and the container's
 command and args (the image's entrypoint, deploy/entrypoint.sh, when the
@@ -29,7 +32,8 @@ What differs from a cluster, and only this: the pods' host names do not
 resolve here and they all listen on the same port, so every address of the
 cluster ("psrt-mnist-ps-0.default.svc:2222") is replaced by 127.0.0.1 and a
 free port, one to one and in every pod alike, in TF_CONFIG (and in
-PSRT_CLUSTER). Job names, order, task types and indices are untouched.
+PSRT_CLUSTER); a rendezvous's MASTER_ADDR:MASTER_PORT likewise, and each of
+its pods gets --advertise_host=127.0.0.1 and --task_port=its own free port. Job names, order, task types and indices are untouched.
 --render prints both forms for each pod and starts nothing. Volume mount
 paths in args become directories under LOGDIR/volumes (one per claim, so
 ps pods share a ReadWriteMany claim as they do there). --ps_args and the
@@ -76,6 +80,8 @@ class Pod:
         self.env = env  # Name -> value, as Kubernetes sets them.
         self.volumes = volumes  # Volume name -> local key (claim or pod/volume).
         self.local_env = env  # env with the cluster's addresses mapped here.
+        # A rendezvous pod's address in the cluster (None: it has a cluster).
+        self.rendezvous_address = None
 
     def argv(self):
         command = self.container.get("command") or [ENTRYPOINT]
@@ -194,9 +200,26 @@ def indexed_job_pods(job, configmaps, secret_values):
         env = env_of(container, configmaps, secret_values, f"Job {name}")
         env["JOB_COMPLETION_INDEX"] = str(i)
         pod_name = f"{name}-{i}"  # The pod's hostname in an Indexed Job.
-        pods.append(Pod(pod_name, env.get("PSRT_JOB", name), i, container, env,
-                        volume_keys(pod_name, pod_spec)))
+        pod = Pod(pod_name, env.get("PSRT_JOB", name), i, container, env,
+                  volume_keys(pod_name, pod_spec))
+        if is_rendezvous(env):
+            if "MASTER_PORT" not in env:
+                raise ManifestError(f"Job {name}: MASTER_ADDR without MASTER_PORT")
+            if "subdomain" not in pod_spec:
+                raise ManifestError(f"Job {name}: a rendezvous pod needs a subdomain (a "
+                                    "headless Service) for the others to reach it")
+            port = container_port(container, "grpc", 2222)
+            pod.rendezvous_address = f"{pod_name}.{pod_spec['subdomain']}:{port}"
+        pods.append(pod)
     return pods
+
+
+def is_rendezvous(env):
+    return "MASTER_ADDR" in env and "TF_CONFIG" not in env and "PSRT_CLUSTER" not in env
+
+
+def coordinator_of(env):
+    return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
 
 
 def manifest_pods(path, namespace, cluster_domain):
@@ -237,6 +260,8 @@ def with_addresses(env, mapping):
         env["TF_CONFIG"] = json.dumps(config, separators=(",", ":"))
     if "PSRT_CLUSTER" in env:
         env["PSRT_CLUSTER"] = json.dumps(mapped(json.loads(env["PSRT_CLUSTER"])))
+    if is_rendezvous(env):
+        env["MASTER_ADDR"], env["MASTER_PORT"] = mapping[coordinator_of(env)].split(":")
     return env
 
 
@@ -259,11 +284,19 @@ def local_addresses(pods):
     for pod in pods:
         for job_addresses in cluster_of(pod.env).values():
             addresses += [a for a in job_addresses if a not in addresses]
+        if pod.rendezvous_address:
+            addresses += [a for a in (coordinator_of(pod.env), pod.rendezvous_address)
+                          if a not in addresses]
     return dict(zip(addresses, (f"127.0.0.1:{p}" for p in free_ports(len(addresses)))))
 
 
-def tf_config_seen_by(pod, env, bin_dir):
-    """The TF_CONFIG the pod's task runs with (the entrypoint's, if it makes one)."""
+def tf_config_seen_by(pod, env, bin_dir, address=None):
+    """The TF_CONFIG the pod's task runs with (the entrypoint's, if it makes
+    one), or for a rendezvous pod where it meets the others."""
+    if pod.rendezvous_address:
+        return (f"(none: a rendezvous at {coordinator_of(env)}, rank "
+                f"{env.get('JOB_COMPLETION_INDEX')} of {env.get('WORLD_SIZE', '?')}, "
+                f"serving at {address or pod.rendezvous_address})")
     if "TF_CONFIG" in env or pod.container.get("command"):
         return env.get("TF_CONFIG", "")
     out = subprocess.run([ENTRYPOINT], env={**base_env(bin_dir), **env,
@@ -278,14 +311,16 @@ def tf_config_seen_by(pod, env, bin_dir):
 def base_env(bin_dir):
     """This environment without psrt's variables, binaries first on PATH."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "PSRT_CLUSTER", "PSRT_JOB", "JOB_COMPLETION_INDEX")}
+           if k not in ("TF_CONFIG", "PSRT_CLUSTER", "PSRT_JOB", "JOB_COMPLETION_INDEX",
+                        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env["PSRT_BIN_DIR"] = bin_dir
     return env
 
 
-def local_args(pod, extra, logdir):
-    """The pod's argv, volume mount paths mapped to LOGDIR/volumes, plus extra."""
+def local_args(pod, extra, logdir, mapping):
+    """The pod's argv, volume mount paths mapped to LOGDIR/volumes, plus where
+    a rendezvous pod serves here, plus extra."""
     mounts = {}
     for mount in pod.container.get("volumeMounts", []):
         key = pod.volumes.get(mount["name"], f"{pod.name}/{mount['name']}")
@@ -304,10 +339,15 @@ def local_args(pod, extra, logdir):
             argv.append(flag + "=" + local_path(value))
         else:
             argv.append(local_path(arg))
+    if pod.rendezvous_address:
+        host, port = mapping[pod.rendezvous_address].split(":")
+        argv += [f"--advertise_host={host}", f"--task_port={port}"]
     return argv + extra
 
 
 def is_chief(pod, pods):
+    if pod.rendezvous_address:  # Rank 0 of an allreduce job is worker/0.
+        return pod.index == 0
     has_chief = any(p.job == "chief" for p in pods)
     return pod.index == 0 and pod.job == ("chief" if has_chief else "worker")
 
@@ -349,8 +389,9 @@ def main():
             if args.render:
                 print(f"pod {pod.name}:")
                 print(f"  in Kubernetes: TF_CONFIG={tf_config_seen_by(pod, pod.env, args.bin_dir)}")
+                here = mapping.get(pod.rendezvous_address)
                 print(f"  here:          TF_CONFIG="
-                      f"{tf_config_seen_by(pod, pod.local_env, args.bin_dir)}")
+                      f"{tf_config_seen_by(pod, pod.local_env, args.bin_dir, here)}")
     except ManifestError as e:
         sys.exit(f"k8s_local: {e}")
     except KeyError as e:
@@ -374,7 +415,7 @@ def main():
         for pod in sorted(pods, key=lambda p: p.job != "ps"):
             extra = args.ps_args.split() if pod.job == "ps" else args.worker_args
             log = open(os.path.join(logdir, pod.name + ".log"), "w")
-            process = subprocess.Popen(local_args(pod, extra, logdir),
+            process = subprocess.Popen(local_args(pod, extra, logdir, mapping),
                                        env={**env, **pod.local_env},
                                        stdout=log, stderr=subprocess.STDOUT)
             running.append((pod, process))

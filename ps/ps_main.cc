@@ -34,10 +34,6 @@ DEFINE_string(cluster_spec, "",
               "Empty: read the TF_CONFIG environment variable.");
 DEFINE_string(job_name, "", "This task's job; must be \"ps\". Empty: from TF_CONFIG.");
 DEFINE_int32(task_index, 0, "This task's index within its job.");
-DEFINE_string(bind_host, "",
-              "Interface to listen on (the port comes from the cluster spec); "
-              "empty: this task's host in the spec. 0.0.0.0: every interface "
-              "(containers, whose spec names a service address).");
 DEFINE_double(shutdown_grace_secs, 30,
               "After the chief ends training, wait at most this long for the "
               "other workers to say goodbye before exiting.");
@@ -137,7 +133,7 @@ int main(int argc, char** argv) {
   psrt::Metrics metrics({"ps", cluster->task.index, restarts});
   psrt::PsMetrics ps_metrics(&metrics);
   if (FLAGS_metrics_port > 0) {
-    if (absl::Status s = metrics.Serve(psrt::ListenHost(FLAGS_bind_host, host),
+    if (absl::Status s = metrics.Serve(psrt::ListenHost(psrt::BindHostFromFlags(), host),
                                        FLAGS_metrics_port);
         !s.ok()) {
       LOG(ERROR) << "--metrics_port: " << s.message();
@@ -198,7 +194,7 @@ int main(int argc, char** argv) {
 
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);
-  const std::string listen = psrt::JoinHostPort(psrt::ListenHost(FLAGS_bind_host, host), port);
+  const std::string listen = psrt::JoinHostPort(psrt::ListenHost(psrt::BindHostFromFlags(), host), port);
   int bound_port = 0;
   builder.AddListeningPort(listen, (*security)->ServerCredentials(), &bound_port);
   if (FLAGS_unix_socket) {

@@ -171,10 +171,6 @@ DEFINE_double(pull_timeout_secs, 300,
               "for the slowest worker); then the worker fails.");
 DEFINE_string(final_params_out, "",
               "Chief: write the final parameters to this safetensors file.");
-DEFINE_string(bind_host, "",
-              "Interface the task's status and health service listens on (the "
-              "port comes from the cluster spec), and --metrics_port's; empty: "
-              "this task's host in the spec. 0.0.0.0: every interface.");
 DEFINE_int32(metrics_port, 0,
              "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
              "0: off.");
@@ -530,7 +526,7 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
   RETURN_IF_ERROR(ReadInputFlags(&config));
   RETURN_IF_ERROR(ReadStoreFlags(&config));
   RETURN_IF_ERROR(ReadTrainerFlags(&config));
-  config.bind_host = FLAGS_bind_host;
+  config.bind_host = BindHostFromFlags();
   config.metrics_port = FLAGS_metrics_port;
   config.timeline_path = ReplicaTimelinePath(FLAGS_timeline, config.replica, config.evaluator);
   return config;

@@ -71,6 +71,27 @@ TEST_F(RendezvousTest, EveryRankGetsTheClusterWhateverTheOrderTheyStartIn) {
   }
 }
 
+// The coordinator's name need not resolve where rank 0 runs (a Kubernetes
+// Service name before its DNS record exists): with a listen host rank 0
+// serves on that host at the coordinator's port, and the others reach it.
+TEST_F(RendezvousTest, RankZeroServesOnItsListenHostAtTheCoordinatorsPort) {
+  const std::string port = coordinator_.substr(coordinator_.find(':') + 1);
+  RendezvousOptions zero = Rank(0, 2);
+  zero.coordinator = "psrt-coordinator.invalid:" + port;
+  zero.timeout = absl::Seconds(2);
+  absl::StatusOr<ClusterConfig> unresolvable = Rendezvous(zero);
+  EXPECT_THAT(std::string(unresolvable.status().message()),
+              HasSubstr("rank 0 cannot serve on psrt-coordinator.invalid:" + port));
+  zero.listen_host = "127.0.0.1";
+  zero.timeout = absl::Seconds(20);
+  std::vector<absl::StatusOr<ClusterConfig>> results = RunAll({zero, Rank(1, 2)});
+  for (const auto& result : results) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_THAT(result->spec.jobs().at("worker"),
+                ::testing::ElementsAre("127.0.0.1:3000", "127.0.0.1:3001"));
+  }
+}
+
 TEST_F(RendezvousTest, AWorldOfOneNeedsNoCoordinator) {
   absl::StatusOr<ClusterConfig> alone = Rendezvous(Rank(0, 1));
   ASSERT_TRUE(alone.ok()) << alone.status();

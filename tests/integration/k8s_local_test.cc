@@ -44,8 +44,7 @@ class K8sLocalTest : public ClusterFixture {
     std::vector<std::string> addresses;
     static const std::regex kAddress(R"re("([^"]+:\d+)")re");
     const std::string cluster = ClusterOf(tf_config);
-    for (std::sregex_iterator it(cluster.begin(), cluster.end(), kAddress), end; it != end;
-         ++it) {
+    for (std::sregex_iterator it(cluster.begin(), cluster.end(), kAddress), end; it != end; ++it) {
       addresses.push_back((*it)[1]);
     }
     return addresses;
@@ -80,8 +79,8 @@ class K8sLocalTest : public ClusterFixture {
 };
 
 TEST_F(K8sLocalTest, TfJobPodsGetTheOperatorsTfConfig) {
-  CommandResult r = K8sLocal("--render --namespace team-a --manifest " + source_ +
-                             "/deploy/tfjob.yaml");
+  CommandResult r =
+      K8sLocal("--render --namespace team-a --manifest " + source_ + "/deploy/tfjob.yaml");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto pods = Rendered(r.output);
   ASSERT_EQ(pods.size(), 4u) << r.output;
@@ -139,6 +138,43 @@ TEST_F(K8sLocalTest, IndexedJobPodsTrainLocally) {
   ExpectShortRunTrains("psrt.yaml", "psrt-worker-0");
 }
 
+// deploy/allreduce.yaml: no cluster anywhere; each pod knows its rank, the
+// number of pods and where rank 0 is, and is reached at its name through the
+// headless Service.
+TEST_F(K8sLocalTest, AllreduceIndexedJobPodsMeetAtARendezvous) {
+  CommandResult r = K8sLocal("--render --manifest " + source_ + "/deploy/allreduce.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto pods = Rendered(r.output);
+  ASSERT_EQ(pods.size(), 4u) << r.output;
+  EXPECT_EQ(pods.at("psrt-allreduce-2").first,
+            "(none: a rendezvous at psrt-allreduce-0.psrt-allreduce:29500, rank 2 of 4, "
+            "serving at psrt-allreduce-2.psrt-allreduce:2222)");
+  // Here: one coordinator for all, a port of its own for each pod.
+  static const std::regex kHere(
+      R"(\(none: a rendezvous at (127\.0\.0\.1:\d+), rank (\d) of 4, serving at (127\.0\.0\.1:\d+)\))");
+  std::set<std::string> coordinators, served;
+  for (const auto& [name, configs] : pods) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(configs.second, m, kHere)) << configs.second;
+    EXPECT_EQ(name, "psrt-allreduce-" + m[2].str());
+    coordinators.insert(m[1]);
+    served.insert(m[3]);
+  }
+  EXPECT_EQ(coordinators.size(), 1u);
+  EXPECT_EQ(served.size(), 4u);
+}
+
+TEST_F(K8sLocalTest, AllreduceIndexedJobPodsTrainLocally) {
+  ExpectShortRunTrains("allreduce.yaml", "psrt-allreduce-0");
+  const std::string chief_log = ReadFile(dir_ + "/logs/psrt-allreduce-0.log");
+  // Rank 0 serves the rendezvous on every interface (--bind_host=0.0.0.0),
+  // at MASTER_PORT.
+  EXPECT_NE(chief_log.find("rendezvous: rank 0 waits for 3 ranks on 0.0.0.0:"), std::string::npos)
+      << chief_log;
+  EXPECT_NE(chief_log.find("worker/0 is worker 0 of 4 (allreduce mode"), std::string::npos)
+      << chief_log;
+}
+
 TEST_F(K8sLocalTest, TfJobWithoutATensorflowContainerIsRefused) {
   std::string manifest = ReadFile(source_ + "/deploy/tfjob.yaml");
   manifest = std::regex_replace(manifest, std::regex("name: tensorflow"), "name: trainer");
@@ -150,16 +186,17 @@ TEST_F(K8sLocalTest, TfJobWithoutATensorflowContainerIsRefused) {
 }
 
 TEST_F(K8sLocalTest, EntrypointWithoutATaskRefusesToStart) {
-  CommandResult r = RunCommand(absl::StrCat("env -u TF_CONFIG PSRT_BIN_DIR=", bin_, " ",
-                                            source_, "/deploy/entrypoint.sh --train_steps=1"));
+  CommandResult r = RunCommand(absl::StrCat("env -u TF_CONFIG -u MASTER_ADDR PSRT_BIN_DIR=", bin_,
+                                            " ", source_, "/deploy/entrypoint.sh --train_steps=1"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("neither TF_CONFIG nor PSRT_CLUSTER is set"), std::string::npos)
       << r.output;
-  r = RunCommand(absl::StrCat("PSRT_CLUSTER='{}' PSRT_JOB=ps JOB_COMPLETION_INDEX=x "
-                              "PSRT_BIN_DIR=", bin_, " ", source_, "/deploy/entrypoint.sh"));
+  r =
+      RunCommand(absl::StrCat("PSRT_CLUSTER='{}' PSRT_JOB=ps JOB_COMPLETION_INDEX=x "
+                              "PSRT_BIN_DIR=",
+                              bin_, " ", source_, "/deploy/entrypoint.sh"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("JOB_COMPLETION_INDEX=x is not an index"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("JOB_COMPLETION_INDEX=x is not an index"), std::string::npos) << r.output;
 }
 
 }  // namespace
