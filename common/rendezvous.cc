@@ -1,5 +1,7 @@
 #include "common/rendezvous.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,6 +20,10 @@
 namespace psrt {
 namespace {
 
+// How much longer than rank 0 the other ranks wait for its answer (at most
+// the timeout itself).
+constexpr absl::Duration kAnswerGrace = absl::Seconds(10);
+
 // Rank 0's side: collects the registrations and answers them all at once.
 class RendezvousService final : public proto::Rendezvous::CallbackService {
  public:
@@ -31,8 +37,22 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                      proto::RegisterResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     absl::MutexLock lock(&mu_);
+    absl::Status fault = Check(*request);
+    if (result_.has_value() && result_->ok()) {
+      // After the rendezvous: a rank that restarted at its address rejoins;
+      // anything else is refused to that caller alone.
+      if (!fault.ok()) {
+        LOG(WARNING) << fault.message();
+        reactor->Finish(ToGrpcStatus(fault));
+      } else {
+        LOG(INFO) << "rendezvous: rank " << request->rank() << " (" << request->address()
+                  << ") registered again (restarted?): it gets the cluster it had";
+        Answer(reactor, response);
+      }
+      return reactor;
+    }
     if (!result_.has_value()) {
-      if (absl::Status fault = Check(*request); !fault.ok()) {
+      if (!fault.ok()) {
         Fail(std::move(fault));
       } else {
         addresses_[request->rank()] = request->address();
@@ -41,7 +61,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
         return reactor;
       }
     }
-    Answer(reactor, response);  // After the end: the outcome, as the others got it.
+    Answer(reactor, response);  // After a failure: the failure, as the others got it.
     return reactor;
   }
 
@@ -85,7 +105,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     if (!known.empty() && known != r.address()) {
       return absl::InvalidArgumentError(absl::StrCat(
           prefix, " registered twice, from ", known, " and from ", r.address(),
-          " (two tasks given one rank?)"));
+          " (two tasks given one rank, or two jobs given one coordinator?)"));
     }
     return absl::OkStatus();
   }
@@ -126,9 +146,16 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   std::optional<absl::StatusOr<std::vector<std::string>>> result_ ABSL_GUARDED_BY(mu_);
 };
 
+// A rendezvous rank 0 served, kept for the rest of the process.
+struct ServedRendezvous {
+  explicit ServedRendezvous(const RendezvousOptions& options) : service(options) {}
+  RendezvousService service;
+  std::unique_ptr<grpc::Server> server;
+};
+
 absl::StatusOr<std::vector<std::string>> ServeRendezvous(const RendezvousOptions& options) {
   const absl::Time deadline = absl::Now() + options.timeout;
-  RendezvousService service(options);
+  auto served = std::make_unique<ServedRendezvous>(options);
   std::string listen = options.coordinator;
   if (!options.listen_host.empty()) {
     std::string host;
@@ -139,36 +166,64 @@ absl::StatusOr<std::vector<std::string>> ServeRendezvous(const RendezvousOptions
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, options.security->ServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  // A second rank 0 on this port (another job given the same coordinator)
+  // must fail to start, not share the registrations.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(&served->service);
+  served->server = builder.BuildAndStart();
+  if (served->server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("rendezvous: rank 0 cannot serve on ", listen,
                                                " (--coordinator, --bind_host)"));
   }
   LOG(INFO) << "rendezvous: rank 0 waits for " << options.world_size - 1 << " ranks on "
             << listen;
-  absl::StatusOr<std::vector<std::string>> addresses = service.Wait(deadline);
-  // Every answer leaves before the server goes.
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  absl::StatusOr<std::vector<std::string>> addresses = served->service.Wait(deadline);
+  if (!addresses.ok()) {
+    // Every answer leaves before the server goes.
+    served->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    return addresses;
+  }
+  // Kept up for the life of the process, for ranks that restart.
+  static absl::Mutex kept_mu(absl::kConstInit);
+  static auto* kept = new std::vector<std::unique_ptr<ServedRendezvous>>();
+  absl::MutexLock lock(&kept_mu);
+  kept->push_back(std::move(served));
   return addresses;
 }
 
 absl::StatusOr<std::vector<std::string>> JoinRendezvous(const RendezvousOptions& options) {
-  auto stub = proto::Rendezvous::NewStub(NewChannel(options.coordinator, *options.security));
+  std::shared_ptr<grpc::Channel> channel = NewChannel(options.coordinator, *options.security);
+  auto stub = proto::Rendezvous::NewStub(channel);
   proto::RegisterRequest request;
   request.set_rank(options.rank);
   request.set_world_size(options.world_size);
   request.set_num_ps(options.num_ps);
   request.set_address(options.address);
+  // Rank 0 answers every rank by its own deadline (the same timeout, from
+  // its own start), so this rank waits a little longer to hear which ranks
+  // were missing.
   proto::RegisterResponse response;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + options.timeout + std::min(kAnswerGrace, options.timeout)));
   context.set_wait_for_ready(true);  // Rank 0 may start after this one.
-  const grpc::Status status = stub->Register(&context, request, &response);
+  grpc::Status status = stub->Register(&context, request, &response);
+  std::string unreachable;
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    // Never connected: one more try that does not wait for a connection
+    // says why (refused, no such host, a TLS handshake that failed).
+    grpc::ClientContext last_try;
+    last_try.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    const grpc::Status last = stub->Register(&last_try, request, &response);
+    if (last.ok()) status = last;
+    unreachable = absl::StrCat(" (rank 0 was never reachable: ", last.error_message(), ")");
+  }
   if (!status.ok()) {
     return absl::Status(FromGrpcStatus(status).code(),
                         absl::StrCat("rank ", options.rank, ": rendezvous with rank 0 at ",
-                                     options.coordinator, " failed: ", status.error_message()));
+                                     options.coordinator, " failed: ", status.error_message(),
+                                     unreachable));
   }
   return std::vector<std::string>(response.addresses().begin(), response.addresses().end());
 }

@@ -12,7 +12,14 @@
 // the rank at fault: a rank out of range, a rank registered twice from two
 // addresses, a rank that says another world size or number of ps tasks
 // than rank 0, or ranks still missing at the timeout (named; a rank that
-// cannot reach rank 0 says so).
+// cannot reach rank 0 says so). A second rank 0 on the coordinator's port
+// fails to start.
+//
+// Once every rank has registered, rank 0 keeps answering for the rest of its
+// process: a rank that restarts at the address it had gets the same cluster
+// (and rejoins the job as any restarted task does); another address for a
+// known rank is refused to that caller. A restarted rank 0 serves a new
+// rendezvous, which the running ranks never join: it fails at its timeout.
 //
 // Thread safety: Rendezvous is called once per process, by its main thread.
 #ifndef PSRT_COMMON_RENDEZVOUS_H_

@@ -97,17 +97,9 @@ absl::Status ExpandName(absl::string_view hostlist, absl::string_view name,
   return absl::OkStatus();
 }
 
-// Variable `name`, or `fallback` where srun left it out; null if neither.
-const char* Variable(const std::function<const char*(const char*)>& getenv, const char* name,
-                     const char* fallback = nullptr) {
-  const char* value = getenv(name);
-  if (value == nullptr && fallback != nullptr) value = getenv(fallback);
-  return value;
-}
-
 absl::StatusOr<int> IntVariable(const std::function<const char*(const char*)>& getenv,
-                                const char* name, const char* fallback = nullptr) {
-  const char* value = Variable(getenv, name, fallback);
+                                const char* name) {
+  const char* value = getenv(name);
   if (value == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " is not set: is this task started by srun (inside sbatch or salloc)?"));
@@ -174,9 +166,10 @@ absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view count
 
 absl::StatusOr<ClusterConfig> ClusterFromSlurm(
     const std::function<const char*(const char*)>& getenv, const SlurmClusterOptions& options) {
-  const char* nodelist = Variable(getenv, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST");
-  const char* tasks_per_node =
-      Variable(getenv, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
+  // The step's variables only: a batch script has the job's (SLURM_JOB_NODELIST,
+  // SLURM_TASKS_PER_NODE, SLURM_PROCID=0), which describe no step.
+  const char* nodelist = getenv("SLURM_STEP_NODELIST");
+  const char* tasks_per_node = getenv("SLURM_STEP_TASKS_PER_NODE");
   if (nodelist == nullptr || tasks_per_node == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         nodelist == nullptr ? "SLURM_STEP_NODELIST" : "SLURM_STEP_TASKS_PER_NODE",
@@ -193,8 +186,8 @@ absl::StatusOr<ClusterConfig> ClusterFromSlurm(
   const int total = std::accumulate(per_node.begin(), per_node.end(), 0);
   ASSIGN_OR_RETURN(const int rank, IntVariable(getenv, "SLURM_PROCID"));
   int num_tasks = total;
-  if (Variable(getenv, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") != nullptr) {
-    ASSIGN_OR_RETURN(num_tasks, IntVariable(getenv, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"));
+  if (getenv("SLURM_STEP_NUM_TASKS") != nullptr) {
+    ASSIGN_OR_RETURN(num_tasks, IntVariable(getenv, "SLURM_STEP_NUM_TASKS"));
   }
   if (num_tasks != total) {
     return absl::InvalidArgumentError(absl::StrCat(

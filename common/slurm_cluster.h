@@ -5,8 +5,8 @@
 //   SLURM_STEP_TASKS_PER_NODE  tasks on each of them ("2(x3),1")
 //   SLURM_PROCID               this task's rank, 0..SLURM_STEP_NUM_TASKS-1
 //   SLURM_LOCALID              its rank on its node
-// (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE and SLURM_NTASKS stand in for
-// the step's where srun left them out.) Ranks are laid out as
+// The job's variables (SLURM_JOB_NODELIST, ...) are not read: a batch script
+// has them but is no step. Ranks are laid out as
 // SLURM_DISTRIBUTION says: node by node (block, srun's default) or in turn
 // (cyclic, sbatch's default); rank r listens on its node's name at
 // base_port + its rank on that node. Roles go by rank: ranks 0..num_ps-1 are

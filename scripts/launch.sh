@@ -272,8 +272,8 @@ stop_all() {
     done
     kill -9 "${pids[@]}" 2>/dev/null
     for pid in "${pids[@]}"; do
-      # Only a process that is still there can be waited for: bash 5.2 may
-      # have collected one as a signal interrupted `wait -n`, and then
+      # Only a process that is still there can be waited for: bash may have
+      # reaped one already (a child that died while a trap ran), and then
       # `wait PID` would block until no child at all is left.
       [ -e /proc/"$pid" ] && wait "$pid" 2>/dev/null
       status_of[${task_of[$pid]}]=stopped

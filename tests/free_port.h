@@ -2,13 +2,16 @@
 // kernel's choice for a bind to port 0), for tests that start servers at
 // addresses they must name beforehand (a cluster spec, a coordinator). Another
 // process may take it before the test binds it; the kernel hands ports out
-// in turn, so that is rare.
+// in turn, so that is rare. FreePortRun(n): the first of n consecutive such
+// ports (for tasks that serve at a base port plus their local rank).
 #ifndef PSRT_TESTS_FREE_PORT_H_
 #define PSRT_TESTS_FREE_PORT_H_
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <vector>
 
 namespace psrt {
 
@@ -25,6 +28,37 @@ inline int FreePort() {
   }
   close(fd);
   return port;
+}
+
+// A socket bound to 127.0.0.1:port, or -1.
+inline int BindLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+inline int FreePortRun(int n) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int base = FreePort();
+    if (base == 0 || base + n - 1 > 65535) continue;
+    std::vector<int> held;  // All n bound at once: free together.
+    for (int i = 0; i < n; ++i) {
+      const int fd = BindLoopback(base + i);
+      if (fd < 0) break;
+      held.push_back(fd);
+    }
+    const bool all = static_cast<int>(held.size()) == n;
+    for (int fd : held) close(fd);
+    if (all) return base;
+  }
+  return 0;
 }
 
 }  // namespace psrt

@@ -73,9 +73,28 @@ daemon_pids() {
   cat "$dir"/slurmctld.pid "$dir"/slurmd-n*.pid 2>/dev/null || true
 }
 
+# Every process in the daemons' private mount namespace: the daemons, and the
+# job steps (slurmstepd and the tasks under it) they started.
+namespace_pids() {
+  local ns pid
+  ns="$(cat "$dir/mount_ns" 2>/dev/null)" || return 0
+  for pid in /proc/[0-9]*; do
+    [ "$(readlink "$pid/ns/mnt" 2>/dev/null)" = "$ns" ] && echo "${pid#/proc/}"
+  done
+  return 0
+}
+
 stop() {
   # (Without its file scontrol retries reading it for a minute.)
-  [ -f "$conf" ] && { SLURM_CONF="$conf" scontrol shutdown >/dev/null 2>&1 || true; }
+  if [ -f "$conf" ] && [ -n "$(daemon_pids)" ]; then
+    # Jobs first, so that their steps end cleanly.
+    SLURM_CONF="$conf" scancel --quiet --user="$(id -un)" >/dev/null 2>&1 || true
+    for _ in $(seq 50); do
+      [ -z "$(SLURM_CONF="$conf" squeue -h -o %i 2>/dev/null)" ] && break
+      sleep 0.2
+    done
+    SLURM_CONF="$conf" scontrol shutdown >/dev/null 2>&1 || true
+  fi
   local pids pid
   pids="$(daemon_pids)"
   for _ in $(seq 50); do
@@ -84,10 +103,8 @@ stop() {
     [ $alive -eq 0 ] && break
     sleep 0.2
   done
-  for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
-  # Job steps the daemons left (slurmstepd and the tasks under it).
-  pkill -9 -f "slurmstepd.*$dir" 2>/dev/null || true
-  rm -f "$dir"/*.pid
+  for pid in $pids $(namespace_pids); do kill -9 "$pid" 2>/dev/null || true; done
+  rm -f "$dir"/*.pid "$dir/mount_ns"
 }
 
 case "$command" in
@@ -119,6 +136,9 @@ case "$command" in
       exit 1
     fi
     for _ in $(seq 150); do
+      if [ ! -s "$dir/mount_ns" ] && [ -s "$dir/slurmctld.pid" ]; then
+        readlink "/proc/$(cat "$dir/slurmctld.pid")/ns/mnt" >"$dir/mount_ns" || true
+      fi
       idle="$(SLURM_CONF="$conf" sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle' || true)"
       [ "$idle" = 3 ] && exit 0
       sleep 0.2

@@ -15,7 +15,7 @@
 # data, no cluster: errors a rerun repeats) fails the job without a requeue,
 # as the launcher's ExitCode policy does; srun's own exit status cannot tell
 # (it is 143 once the step's other tasks are terminated), so its report of
-# each task ("task 2: Exited with exit code 1") decides. Exit status: the
+# each task ("task 2: Exited with exit code 1", "tasks 0-1: ...") decides. Exit status: the
 # step's.
 set -uo pipefail
 root="${PSRT_ROOT:-${SLURM_SUBMIT_DIR:-.}}"
@@ -39,7 +39,7 @@ trap 'rm -f "$report"' EXIT
   code=${PIPESTATUS[0]}
 } 3>&1
 [ $code -eq 0 ] && exit 0
-permanent="$(grep -m1 -E '^srun: error: .*: task [0-9]+: Exited with exit code ([1-9]|[1-9][0-9]|1[01][0-9]|12[0-7])$' \
+permanent="$(grep -m1 -E '^srun: error: .*: tasks? [0-9,-]+: Exited with exit code ([1-9]|[1-9][0-9]|1[01][0-9]|12[0-7])$' \
   "$report" | sed 's/^srun: error: //')"
 if [ -n "$permanent" ]; then
   echo "psrt_job: the step failed (exit code $code); not requeued: $permanent, an error" \

@@ -92,6 +92,61 @@ TEST_F(RendezvousTest, RankZeroServesOnItsListenHostAtTheCoordinatorsPort) {
   }
 }
 
+// After the rendezvous rank 0 keeps answering: a rank that restarts at its
+// address gets the cluster it had, a rank at another address is refused
+// alone, and a second rank 0 cannot serve on the coordinator's port.
+TEST_F(RendezvousTest, ARankThatRestartsRejoinsWithTheClusterItHad) {
+  std::vector<absl::StatusOr<ClusterConfig>> first = RunAll({Rank(0, 2), Rank(1, 2)});
+  ASSERT_TRUE(first[0].ok() && first[1].ok()) << first[0].status() << first[1].status();
+  absl::StatusOr<ClusterConfig> again = Rendezvous(Rank(1, 2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->task.ToString(), "worker/1");
+  EXPECT_THAT(again->spec.jobs().at("worker"),
+              ::testing::ElementsAre("127.0.0.1:3000", "127.0.0.1:3001"));
+  RendezvousOptions elsewhere = Rank(1, 2);
+  elsewhere.address = "127.0.0.1:4001";
+  absl::StatusOr<ClusterConfig> refused = Rendezvous(elsewhere);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("rank 1 (127.0.0.1:4001) registered twice, from 127.0.0.1:3001"));
+  RendezvousOptions second_zero = Rank(0, 2);
+  second_zero.timeout = absl::Seconds(1);
+  absl::StatusOr<ClusterConfig> second = Rendezvous(second_zero);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("rank 0 cannot serve on " + coordinator_));
+}
+
+// A rank that starts well before rank 0, whose deadline would otherwise
+// end first, still hears from rank 0 which rank never came.
+TEST_F(RendezvousTest, ARankThatStartsBeforeRankZeroHearsWhoIsMissing) {
+  RendezvousOptions early = Rank(2, 3);
+  early.timeout = absl::Seconds(1);
+  absl::StatusOr<ClusterConfig> early_result = absl::UnknownError("not run");
+  std::thread early_rank([&] { early_result = Rendezvous(early); });
+  absl::SleepFor(absl::Milliseconds(700));
+  RendezvousOptions zero = Rank(0, 3);
+  zero.timeout = absl::Seconds(1);
+  absl::StatusOr<ClusterConfig> zero_result = Rendezvous(zero);
+  early_rank.join();
+  for (const auto& result : {early_result, zero_result}) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+    EXPECT_THAT(std::string(result.status().message()),
+                HasSubstr("rank 1 of 3 did not register within 1s"));
+  }
+}
+
+// Rank 0 never comes: the rank says it never reached it, and why.
+TEST_F(RendezvousTest, ARankThatNeverReachesRankZeroSaysWhy) {
+  RendezvousOptions alone = Rank(1, 2);
+  alone.timeout = absl::Seconds(1);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ClusterConfig> result = Rendezvous(alone);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("rank 1: rendezvous with rank 0 at " + coordinator_ +
+                        " failed: Deadline Exceeded (rank 0 was never reachable: "));
+}
+
 TEST_F(RendezvousTest, AWorldOfOneNeedsNoCoordinator) {
   absl::StatusOr<ClusterConfig> alone = Rendezvous(Rank(0, 1));
   ASSERT_TRUE(alone.ok()) << alone.status();

@@ -146,15 +146,18 @@ TEST_F(SlurmClusterTest, TheTfConfigReadsBackAsTheSameCluster) {
   EXPECT_EQ(back->task.ToString(), "worker/1");
 }
 
-TEST_F(SlurmClusterTest, TheJobsVariablesStandInForTheSteps) {
+// A batch script (psrt_task.sh run without srun) has the job's variables and
+// SLURM_PROCID=0 but no step: it is told so instead of becoming ps/0.
+TEST_F(SlurmClusterTest, TheJobsVariablesAloneAreNoStep) {
   env_.erase("SLURM_STEP_NODELIST");
   env_.erase("SLURM_STEP_TASKS_PER_NODE");
   env_.erase("SLURM_STEP_NUM_TASKS");
   env_["SLURM_JOB_NODELIST"] = "n[1-3]";
   env_["SLURM_TASKS_PER_NODE"] = "2,1,2";
-  absl::StatusOr<ClusterConfig> config = Resolve(1);
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->spec.num_replicas(), 4);
+  env_["SLURM_NTASKS"] = "5";
+  env_["SLURM_PROCID"] = "0";
+  EXPECT_THAT(Error(1), HasSubstr("SLURM_STEP_NODELIST is not set: is this task started by "
+                                  "srun"));
 }
 
 TEST_F(SlurmClusterTest, MissingOrInconsistentVariablesAreNamed) {

@@ -30,14 +30,17 @@ class MpirunTest : public ClusterFixture {
                      apps, " 2>&1"));
   }
   // The rendezvous's flags, alike in every app of a run: rank 0 serves it on
-  // a free port, the ranks serve on 127.0.0.1.
+  // a free port, the ranks serve on 127.0.0.1 at the next ones (a port plus
+  // the rank on the host, as every rank here runs on this host).
   std::string RendezvousFlags() {
     if (rendezvous_flags_.empty()) {
-      rendezvous_flags_ = absl::StrCat("--coordinator=127.0.0.1:", FreePort(),
-                                       " --advertise_host=127.0.0.1 --task_port=", FreePort());
+      const int base = FreePortRun(1 + kMaxRanks);
+      rendezvous_flags_ = absl::StrCat("--coordinator=127.0.0.1:", base,
+                                       " --advertise_host=127.0.0.1 --task_port=", base + 1);
     }
     return rendezvous_flags_;
   }
+  static constexpr int kMaxRanks = 3;
   // mpirun of `ranks` psrt_worker processes with `flags`.
   CommandResult MpirunWorkers(int ranks, const std::string& flags) {
     return Mpirun(

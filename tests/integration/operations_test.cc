@@ -288,24 +288,35 @@ TEST_F(OperationsTest, TasksListenOnlyOnTheirSpecHostUnlessToldOtherwise) {
 // may end training) fails, naming the ps and its reason; an operator's
 // script must not believe the job ended.
 TEST_F(OperationsTest, ShutdownThatAPsRefusesFailsNamingIt) {
-  const std::string spec_path = MakeSpec(1, 1);
+  const std::string spec_path = MakeSpec(2, 1);
   absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromFile(spec_path);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const std::string workers = "PSRT_AUTH_TOKEN=workers-token ";
   const std::string chief = workers + "PSRT_CHIEF_TOKEN=chiefs-token ";
-  Start("ps", chief + bin_ + "/psrt_ps --job_name=ps --task_index=0 --cluster_spec=" + spec_path);
-  ASSERT_TRUE(WaitFor([&] { return CheckHealth(spec->address("ps", 0), "") == "NOT_SERVING"; },
-                      absl::Seconds(20)))
-      << ReadFile(dir_ + "/ps.log");
+  for (int i = 0; i < 2; ++i) {
+    Start(absl::StrCat("ps", i), absl::StrCat(chief, bin_, "/psrt_ps --job_name=ps --task_index=",
+                                              i, " --cluster_spec=", spec_path));
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(WaitFor(
+        [&] { return CheckHealth(spec->address("ps", i), "") == "NOT_SERVING"; },
+        absl::Seconds(20)))
+        << ReadFile(absl::StrCat(dir_, "/ps", i, ".log"));
+  }
   const std::string shutdown = bin_ + "/psrtctl shutdown --cluster_spec=" + spec_path + " 2>&1";
   CommandResult refused = RunCommand(workers + shutdown);
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  EXPECT_NE(refused.output.find("ps/0"), std::string::npos) << refused.output;
-  EXPECT_NE(refused.output.find("only the chief may call it"), std::string::npos)
-      << refused.output;
+  // Every ps that refused is named, each with its reason.
+  for (int i = 0; i < 2; ++i) {
+    const std::string ps = absl::StrCat("ps/", i, " (", spec->address("ps", i), "): ");
+    const size_t at = refused.output.find(ps);
+    ASSERT_NE(at, std::string::npos) << ps << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("only the chief may call it", at), std::string::npos)
+        << refused.output;
+  }
   CommandResult ended = RunCommand(chief + shutdown);
   EXPECT_EQ(ended.exit_code, 0) << ended.output;
-  EXPECT_NE(ended.output.find("every ps (1) ended training"), std::string::npos) << ended.output;
+  EXPECT_NE(ended.output.find("every ps (2) ended training"), std::string::npos) << ended.output;
 }
 
 TEST_F(OperationsTest, MetricsPortInUseIsRefusedAtStart) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <regex>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -42,6 +43,11 @@ class SlurmTest : public ClusterFixture {
     ClusterFixture::SetUp();
     if (IsSkipped()) return;
     if (start_error_ != nullptr) GTEST_SKIP() << "Slurm cannot start here:\n" << *start_error_;
+  }
+  void TearDown() override {
+    // A test that failed or timed out leaves no job behind for the next.
+    if (start_error_ == nullptr) Slurm("scancel --user=$(id -un)");
+    ClusterFixture::TearDown();
   }
 
   // A Slurm command (srun, sbatch, ...) against the local cluster.
@@ -198,7 +204,9 @@ TEST_F(SlurmTest, AJobWhoseTaskExitsWithAnErrorIsNotRequeued) {
                                "--ps 1 -- --sync_replicas --no_such_flag=1", 12722);
   EXPECT_NE(job.exit_code, 0) << job.log;
   EXPECT_NE(job.log.find("no_such_flag"), std::string::npos) << job.log;
-  EXPECT_NE(job.log.find("not requeued: n2: task 1: Exited with exit code 1"), std::string::npos)
+  // Either worker's exit, whichever srun reports first.
+  EXPECT_TRUE(std::regex_search(
+      job.log, std::regex("not requeued: n[23]: task [12]: Exited with exit code 1, an error")))
       << job.log;
   EXPECT_EQ(job.log.find("requeueing"), std::string::npos) << job.log;
   EXPECT_EQ(job.log.find("run 2"), std::string::npos) << job.log;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -405,18 +408,29 @@ absl::Status PsClient::Shutdown() {
   const grpc::ByteBuffer bytes = SerializeToByteBuffer(request);
   // One call per ps task, whose service tells every stripe it serves (a
   // call to a later stripe could find the process gone already). Every task
-  // must hear it, whatever another one answers: a ps that misses the
-  // chief's goodbye waits for training to end.
-  absl::Status first_error;
-  for (int k = 0; k < num_shards(); k += options_.ps_stripes) {
-    grpc::ByteBuffer response;
-    const absl::Status status =
-        FromGrpcStatus(fanout_->CallOne(k, kShutdown, absl::Seconds(10), bytes, &response));
-    if (!status.ok() && first_error.ok()) {
-      first_error = absl::Status(status.code(), absl::StrCat(ShardName(k), ": ", status.message()));
-    }
+  // must hear it, whatever another one answers (a ps that misses the chief's
+  // goodbye waits for training to end), and at once: the tasks in parallel,
+  // so that unreachable ones cost one timeout, not one each.
+  std::vector<int> first_stripes;
+  for (int k = 0; k < num_shards(); k += options_.ps_stripes) first_stripes.push_back(k);
+  std::vector<absl::Status> statuses(first_stripes.size());
+  std::vector<std::thread> calls;
+  for (size_t i = 0; i < first_stripes.size(); ++i) {
+    calls.emplace_back([&, i] {
+      grpc::ByteBuffer response;
+      statuses[i] = FromGrpcStatus(
+          fanout_->CallOne(first_stripes[i], kShutdown, absl::Seconds(10), bytes, &response));
+    });
   }
-  return first_error;
+  for (std::thread& call : calls) call.join();
+  std::vector<std::string> errors;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  for (size_t i = 0; i < first_stripes.size(); ++i) {
+    if (statuses[i].ok()) continue;
+    if (code == absl::StatusCode::kOk) code = statuses[i].code();
+    errors.push_back(absl::StrCat(ShardName(first_stripes[i]), ": ", statuses[i].message()));
+  }
+  return errors.empty() ? absl::OkStatus() : absl::Status(code, absl::StrJoin(errors, "; "));
 }
 
 absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t keep_step) {
