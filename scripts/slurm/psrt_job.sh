@@ -18,10 +18,11 @@
 # each task ("task 2: Exited with exit code 1", "tasks 0-1: ...") decides. Exit status: the
 # step's.
 set -uo pipefail
-root="${PSRT_ROOT:-${SLURM_SUBMIT_DIR:-.}}"
+# The checkout this script is in (the sbatch scripts run it by its path).
+root="${PSRT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
 if [ ! -x "$root/scripts/slurm/psrt_task.sh" ]; then
-  echo "psrt_job: $root/scripts/slurm/psrt_task.sh not found: submit from the psrt checkout" \
-       "or set PSRT_ROOT" >&2
+  echo "psrt_job: $root/scripts/slurm/psrt_task.sh not found: set PSRT_ROOT to the psrt" \
+       "checkout" >&2
   exit 2
 fi
 restarts="${SLURM_RESTART_COUNT:-0}"

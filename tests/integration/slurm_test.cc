@@ -71,7 +71,8 @@ class SlurmTest : public ClusterFixture {
                  directives.c_str(), source_.c_str(), job_args.c_str());
     std::fclose(f);
     CommandResult r = Slurm(absl::StrCat("sbatch --parsable --wait --chdir=", dir_,
-                                         " --export=ALL,PSRT_BASE_PORT=", base_port, " ", script));
+                                         " --export=ALL,PSRT_ROOT=", source_,
+                                         ",PSRT_BASE_PORT=", base_port, " ", script));
     BatchJob job;
     job.exit_code = r.exit_code;
     job.id = std::string(absl::StripAsciiWhitespace(r.output.substr(0, r.output.find('\n'))));
