@@ -21,6 +21,7 @@
 #include "common/safetensors.h"
 #include "common/tensor.h"
 #include "common/tensor_frame.h"
+#include "dataplane/frame.h"
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
 #include "proto/psrt.pb.h"
@@ -250,6 +251,42 @@ void AddFrames(Corpus* corpus) {
 }
 
 // One request of the ps_requests target.
+// Data-plane streams: a push request with metadata and data, a pull reply,
+// an error reply, then frames after one another.
+std::string DataplaneFrame(const dataplane::FrameHeader& fields, const std::string& meta,
+                           const std::string& data) {
+  dataplane::FrameHeader header = fields;
+  header.meta_size = meta.size();
+  header.data_size = data.size();
+  char encoded[dataplane::kFrameHeaderBytes];
+  dataplane::EncodeFrameHeader(header, encoded);
+  return std::string(encoded, sizeof(encoded)) + meta + data;
+}
+
+void AddDataplaneFrames(Corpus* corpus) {
+  const std::string limit(1, static_cast<char>(20));  // 1 MiB of data at most.
+  dataplane::FrameHeader push;
+  push.kind = dataplane::FrameKind::kRequest;
+  push.method = dataplane::FrameMethod::kPush;
+  push.stripe = 1;
+  push.request_id = 7;
+  const std::string push_frame = DataplaneFrame(push, "push-header", std::string(4000, '\x3f'));
+  dataplane::FrameHeader pull = push;
+  pull.kind = dataplane::FrameKind::kReply;
+  pull.method = dataplane::FrameMethod::kPull;
+  const std::string pull_frame = DataplaneFrame(pull, "pull-header", std::string(2048, '\x01'));
+  dataplane::FrameHeader error = pull;
+  error.status = static_cast<uint32_t>(absl::StatusCode::kAborted);
+  const std::string error_frame = DataplaneFrame(error, "the shard restarted", "");
+  dataplane::FrameHeader hello;
+  hello.kind = dataplane::FrameKind::kHello;
+  const std::string hello_frame = DataplaneFrame(hello, "token", "");
+  corpus->Add("dataplane_frame", "push", limit + push_frame);
+  corpus->Add("dataplane_frame", "pull_reply", limit + pull_frame);
+  corpus->Add("dataplane_frame", "session",
+              limit + hello_frame + push_frame + error_frame + pull_frame);
+}
+
 void AddRequest(int method, int piece, const std::string& bytes, std::string* out) {
   out->push_back(static_cast<char>(piece * 8 + method));
   AppendChunk(bytes, out);
@@ -307,5 +344,6 @@ int main(int argc, char** argv) {
   psrt::fuzz::AddSafetensorsAndCheckpoints(&corpus);
   psrt::fuzz::AddFrames(&corpus);
   psrt::fuzz::AddSessions(&corpus);
+  psrt::fuzz::AddDataplaneFrames(&corpus);
   return 0;
 }
