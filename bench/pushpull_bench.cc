@@ -132,6 +132,12 @@ int Run() {
   }
   options.wire_dtype = *wire_dtype;
   options.unix_socket = FLAGS_unix_socket;
+  absl::StatusOr<psrt::TensorTransport> transport = psrt::TensorTransportFromFlags();
+  if (!transport.ok()) {
+    LOG(ERROR) << transport.status().message();
+    return 2;
+  }
+  options.data_plane = *transport == psrt::TensorTransport::kSocket;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 
@@ -211,10 +217,11 @@ int Run() {
   LOG_IF(WARNING, !client.Shutdown().ok()) << "the bench ps did not take the goodbye";
   const double x = Median(pushpull), y = Median(loopback);
   std::printf(
-      "pushpull: model_mb=%g shards=%d stripes=%d wire=%s device=%s mb_per_s=%.0f "
+      "pushpull: model_mb=%g shards=%d stripes=%d wire=%s tensors=%s device=%s mb_per_s=%.0f "
       "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
       FLAGS_model_mb, spec->num_ps(), *stripes,
-      std::string(psrt::WireDtypeName(*wire_dtype)).c_str(), FLAGS_device.c_str(), x, y, x / y,
+      std::string(psrt::WireDtypeName(*wire_dtype)).c_str(),
+      options.data_plane ? "socket" : "grpc", FLAGS_device.c_str(), x, y, x / y,
       Median(faults));
   return 0;
 }

@@ -44,6 +44,17 @@ DEFINE_string(bind_host, "",
               "spec), and --metrics_port's and a rendezvous's at rank 0; empty: "
               "the host the spec (or --coordinator) names. 0.0.0.0: every "
               "interface (containers, whose spec names a service address).");
+DEFINE_string(tensor_transport, "grpc",
+              "How pushes and pulls move tensors: grpc (inside gRPC messages) "
+              "or socket (psrt's data plane: connections of its own beside "
+              "gRPC, which keeps the control plane; frames gathered from and "
+              "received into the tensors). Give every task of the job the same "
+              "value. The data plane has no TLS: with TLS on, socket is refused "
+              "at start.");
+DEFINE_int32(data_port, 0,
+             "ps: the TCP port of the data plane (--tensor_transport=socket) "
+             "on the task's host; 0: any free one (the workers learn it from "
+             "the ps's status).");
 DEFINE_string(coordinator, "",
               "HOST:PORT of a rendezvous (common/rendezvous.h), for managers that "
               "give each task only a rank and the number of tasks (mpirun, a "
@@ -160,6 +171,21 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
 }
 
 std::string BindHostFromFlags() { return FLAGS_bind_host; }
+
+absl::StatusOr<TensorTransport> TensorTransportFromFlags() {
+  if (FLAGS_tensor_transport == "grpc") return TensorTransport::kGrpc;
+  if (FLAGS_tensor_transport == "socket") return TensorTransport::kSocket;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--tensor_transport must be grpc or socket, got \"", FLAGS_tensor_transport, "\""));
+}
+
+absl::StatusOr<int> DataPortFromFlags() {
+  if (FLAGS_data_port < 0 || FLAGS_data_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_port must be in 0..65535, got ", FLAGS_data_port));
+  }
+  return FLAGS_data_port;
+}
 
 absl::StatusOr<int> PsStripesFromFlags() {
   if (FLAGS_ps_stripes < 1 || FLAGS_ps_stripes > kMaxPsStripes) {

@@ -8,6 +8,7 @@
 //   --chief_token_file=FILE, PSRT_CHIEF_TOKEN      the chief's own token (roles)
 //   --ps_stripes=S                                 shards per ps process
 //   --bind_host=HOST                               the interface tasks listen on
+//   --tensor_transport=grpc|socket, --data_port=P  the tensor data plane
 //   --coordinator=HOST:PORT (or MASTER_ADDR and MASTER_PORT), --task_rank,
 //   --num_tasks, --num_ps, --task_port, --advertise_host,
 //   --rendezvous_timeout_secs                      a rendezvous (rendezvous.h)
@@ -46,6 +47,13 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
 // --bind_host: the interface a task listens on; empty: its host in the
 // cluster (ListenHost in common/rpc_util.h).
 std::string BindHostFromFlags();
+
+// --tensor_transport: how pushes and pulls move tensors (dataplane/).
+enum class TensorTransport { kGrpc, kSocket };
+absl::StatusOr<TensorTransport> TensorTransportFromFlags();
+// --data_port: a ps's data-plane port (0: any). InvalidArgument outside
+// 0..65535.
+absl::StatusOr<int> DataPortFromFlags();
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
 // "Stripes"); every task of a job must be given the same. InvalidArgument

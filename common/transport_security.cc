@@ -409,6 +409,28 @@ TransportSecurity::ClientInterceptors() const {
   return out;
 }
 
+std::string TransportSecurity::DataPlaneCredential() const {
+  return as_chief_ ? chief_authorization_ : authorization_;
+}
+
+absl::Status TransportSecurity::CheckDataPlaneCredential(absl::string_view presented,
+                                                         bool* chief) const {
+  *chief = false;
+  if (authorization_.empty()) return absl::OkStatus();
+  const std::string digest = Digest(presented);
+  *chief = !chief_authorization_.empty() &&
+           CRYPTO_memcmp(digest.data(), Digest(chief_authorization_).data(), digest.size()) == 0;
+  if (*chief ||
+      CRYPTO_memcmp(digest.data(), Digest(authorization_).data(), digest.size()) == 0) {
+    return absl::OkStatus();
+  }
+  LOG_EVERY_T(WARNING, 10) << "refused a data-plane connection without the right auth token";
+  return absl::UnauthenticatedError(
+      "unauthenticated: this server requires the cluster's auth token "
+      "(--auth_token_file or PSRT_AUTH_TOKEN), and the data-plane connection has none or a "
+      "wrong one");
+}
+
 TransportSecurity TransportSecurity::ForChief() const {
   TransportSecurity chief = *this;
   chief.as_chief_ = has_chief_token();

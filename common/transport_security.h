@@ -103,6 +103,14 @@ class TransportSecurity {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
   ClientInterceptors() const;
 
+  // The tensor data plane (dataplane/), which has no TLS: what a client
+  // presents in its hello (the token it would attach to a call; empty
+  // without one), and the server's check of it: OK for the workers' or the
+  // chief's token (compared in constant time; `chief` says which),
+  // Unauthenticated for anything else. Without a token, anything passes.
+  std::string DataPlaneCredential() const;
+  absl::Status CheckDataPlaneCredential(absl::string_view presented, bool* chief) const;
+
  private:
   friend absl::StatusOr<TransportSecurity> LoadTransportSecurity(
       const TransportSecurityOptions& options);

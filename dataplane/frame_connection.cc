@@ -105,6 +105,10 @@ void ConfigureStream(int fd, int family) {
 
 }  // namespace
 
+std::string LocalDataPlaneAddress(int task_port) {
+  return absl::StrCat(kUnixAbstract, "psrt-data-", task_port);
+}
+
 FrameConnection::FrameConnection(int fd, std::string peer, uint64_t max_data_bytes)
     : fd_(fd), peer_(std::move(peer)), max_data_bytes_(max_data_bytes) {}
 
@@ -291,6 +295,11 @@ absl::Status FrameConnection::SkipData(uint64_t n, absl::Time deadline) {
     n -= piece;
   }
   return absl::OkStatus();
+}
+
+bool FrameConnection::PeerClosed() const {
+  pollfd p{fd_, POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 void FrameConnection::Shutdown() {

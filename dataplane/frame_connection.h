@@ -33,6 +33,10 @@
 namespace psrt {
 namespace dataplane {
 
+// The abstract Unix socket on which a ps task whose gRPC port is `task_port`
+// serves its data plane to workers on its host: "unix-abstract:psrt-data-PORT".
+std::string LocalDataPlaneAddress(int task_port);
+
 class FrameConnection {
  public:
   // Takes a connected stream socket; `peer` names the other end in errors.
@@ -66,6 +70,10 @@ class FrameConnection {
 
   // Wakes a blocked call (it fails with Cancelled); later calls fail too.
   void Shutdown();
+
+  // The peer has closed or reset the connection (looked up now, without
+  // waiting; for a server whose request waits while nothing is read).
+  bool PeerClosed() const;
 
   const std::string& peer() const { return peer_; }
 

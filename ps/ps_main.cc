@@ -23,6 +23,8 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "ps/parameter_shard.h"
+#include "dataplane/frame_connection.h"
+#include "ps/dataplane_server.h"
 #include "ps/ps_service.h"
 
 DEFINE_bool(check_replica_certificates, false,
@@ -148,6 +150,19 @@ int main(int argc, char** argv) {
     LOG(ERROR) << stripes.status().message();
     return 2;
   }
+  absl::StatusOr<psrt::TensorTransport> transport = psrt::TensorTransportFromFlags();
+  absl::StatusOr<int> data_port = psrt::DataPortFromFlags();
+  for (const absl::Status& s : {transport.status(), data_port.status()}) {
+    if (!s.ok()) {
+      LOG(ERROR) << s.message();
+      return 2;
+    }
+  }
+  if (*transport == psrt::TensorTransport::kSocket && (*security)->tls()) {
+    LOG(ERROR) << "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
+                  "--tensor_transport=grpc (tensors then travel encrypted)";
+    return 2;
+  }
   if (!FLAGS_checkpoint_dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(FLAGS_checkpoint_dir, error);
@@ -209,6 +224,33 @@ int main(int argc, char** argv) {
     return 1;
   }
   health.Attach(server.get());
+
+  // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
+  // task's host, and its Unix socket with --unix_socket.
+  std::vector<std::unique_ptr<psrt::DataPlaneServer>> data_planes;
+  if (*transport == psrt::TensorTransport::kSocket) {
+    psrt::DataPlaneServer::Options options;
+    options.max_data_bytes = static_cast<uint64_t>(FLAGS_max_message_mb) << 20;
+    options.security = *security;
+    options.metrics = &ps_metrics;
+    std::vector<std::string> addresses = {psrt::JoinHostPort(
+        psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
+    if (FLAGS_unix_socket) addresses.push_back(psrt::dataplane::LocalDataPlaneAddress(port));
+    for (const std::string& address : addresses) {
+      options.listen_address = address;
+      absl::StatusOr<std::unique_ptr<psrt::DataPlaneServer>> data_plane =
+          psrt::DataPlaneServer::Start(stripe_shards, options);
+      if (!data_plane.ok()) {
+        LOG(ERROR) << cluster->task.ToString() << ": --data_port: "
+                   << data_plane.status().message();
+        server->Shutdown();
+        return 1;
+      }
+      LOG(INFO) << cluster->task.ToString() << " data plane on " << (*data_plane)->address();
+      data_planes.push_back(*std::move(data_plane));
+    }
+    service.set_data_port(data_planes.front()->port());
+  }
   service.ReportReadiness();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
             << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"
@@ -230,6 +272,7 @@ int main(int argc, char** argv) {
                                         absl::Seconds(FLAGS_chief_timeout_secs));
     if (!finished.ok()) break;
   }
+  data_planes.clear();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   health.Detach();

@@ -262,6 +262,7 @@ grpc::ServerUnaryReactor* PsService::GetStatus(
   if (!shard.ok()) return FinishNow(context, shard.status());
   *response = (*shard)->GetStatus();
   response->set_stripes(static_cast<int>(shards_.size()));
+  response->set_data_port(data_port_.load());
   if (metrics_ != nullptr) {
     *response->mutable_process() = metrics_->metrics().process_status();
     *response->mutable_traffic() = metrics_->transfers().traffic();

@@ -21,6 +21,7 @@
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -76,6 +77,9 @@ class PsService final : public PsServiceBase {
   // restored a checkpoint).
   void ReportReadiness();
 
+  // The data plane's port, for GetStatus's replies (0: none).
+  void set_data_port(int port) { data_port_.store(port); }
+
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
@@ -118,6 +122,7 @@ class PsService final : public PsServiceBase {
   PsMetrics* const metrics_;
   HealthReporter* const health_;
   const Roles roles_;
+  std::atomic<int> data_port_{0};
   TaskRunner runner_;  // Last: its threads stop before the rest goes.
 };
 

@@ -378,6 +378,14 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   client.unix_socket = FLAGS_unix_socket;
   client.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
+  ASSIGN_OR_RETURN(const TensorTransport transport, TensorTransportFromFlags());
+  if (transport == TensorTransport::kSocket && config->security->tls()) {
+    return absl::InvalidArgumentError(
+        "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
+        "--tensor_transport=grpc (tensors then travel encrypted)");
+  }
+  // The ring of allreduce mode keeps gRPC for now.
+  client.data_plane = transport == TensorTransport::kSocket && !config->allreduce;
 
   Collective::Options& ring = config->ring;
   ring.rank = config->replica;

@@ -11,12 +11,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/backoff.h"
+#include "common/byte_source.h"
+#include "common/cluster_spec.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
 #include "common/transport_security.h"
 #include "common/wire_dtype.h"
+#include "dataplane/frame_connection.h"
+#include "worker/store/dataplane_shards.h"
 #include "worker/store/shard_fanout.h"
 #include "glog/logging.h"
 
@@ -68,6 +72,18 @@ PsClient::PsClient(Options options, Placement placement,
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
     fanout_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
   }
+  if (options_.data_plane) {
+    CHECK(!security.tls()) << "the data plane has no TLS";
+    DataPlaneShards::Options data_plane;
+    data_plane.num_shards = num_shards();
+    data_plane.address_of = [this](int k) { return DataPlaneAddress(k); };
+    data_plane.stripe_of = [this](int k) { return k % options_.ps_stripes; };
+    data_plane.credential = security.DataPlaneCredential();
+    data_plane.retry_timeout = options_.retry_timeout;
+    data_plane.shard_name = [this](int k) { return ShardName(k); };
+    data_plane_ = std::make_unique<DataPlaneShards>(std::move(data_plane));
+    pulled_wire_.resize(num_shards());
+  }
   CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
   push_headers_.resize(num_shards());
   wire_buffers_.resize(num_shards());
@@ -110,6 +126,82 @@ std::string PsClient::ShardName(int shard) const {
                       " (", options_.ps_addresses[task], ")");
 }
 
+absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
+  grpc::ByteBuffer response;
+  const grpc::Status status =
+      fanout_->CallOne(k, kGetStatus, absl::Seconds(5),
+                       SerializeToByteBuffer(proto::StatusRequest()), &response);
+  proto::StatusResponse reply;
+  absl::Status parsed = FromGrpcStatus(status);
+  if (parsed.ok()) parsed = ParseFromByteBuffer(response, &reply);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.code(), absl::StrCat("asking for its data plane: ",
+                                                    parsed.message()));
+  }
+  if (reply.data_port() == 0) {
+    return absl::FailedPreconditionError(
+        "it serves no data plane (psrt_ps --tensor_transport=socket)");
+  }
+  const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
+  std::string host;
+  int port = 0;
+  RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
+  if (options_.unix_socket && PreferLocalSocket(address) != address) {
+    return dataplane::LocalDataPlaneAddress(port);
+  }
+  return JoinHostPort(host, reply.data_port());
+}
+
+absl::Status PsClient::CheckPullReply(int k, const proto::PullHeader& header,
+                                      uint64_t data_bytes, proto::DataType dtype) const {
+  const std::vector<int>& slices = placement_.shard_slices[k];
+  int64_t expected = 0;
+  for (int s : slices) expected += placement_.slices[s].num_bytes;
+  expected = expected / sizeof(float) * WireBytesPerElement(dtype);
+  bool dtype_ok = true;
+  for (const proto::VariableMeta& meta : header.variables()) {
+    dtype_ok = dtype_ok && meta.dtype() == dtype;
+  }
+  if (header.variables_size() != static_cast<int>(slices.size()) ||
+      static_cast<int64_t>(data_bytes) != expected || !dtype_ok) {
+    return absl::InternalError(absl::StrCat(
+        "pull reply carries ", header.variables_size(), " tensors and ", data_bytes,
+        " bytes, want ", slices.size(), " tensors and ", expected, " bytes of ",
+        proto::DataType_Name(dtype), dtype_ok ? "" : " (the reply has another dtype)"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<absl::Span<const char>> PsClient::PushPieces(int k,
+                                                         const std::vector<Tensor>& grads) {
+  push_headers_[k].set_version(versions_[k]);
+  push_headers_[k].set_worker_incarnation(worker_incarnation_);
+  push_headers_[k].set_step(push_step_);
+  push_headers_[k].set_incarnation(incarnations_[k]);
+  std::vector<absl::Span<const char>> pieces;
+  std::vector<uint16_t>& wire = wire_buffers_[k];
+  size_t encoded = 0;
+  for (int s : placement_.shard_slices[k]) {
+    const VariableSlice& slice = placement_.slices[s];
+    const float* base = grads[slice.variable].data() + slice.byte_offset / sizeof(float);
+    const int64_t n = slice.num_bytes / sizeof(float);
+    if (options_.wire_dtype == proto::DT_FLOAT) {
+      pieces.emplace_back(reinterpret_cast<const char*>(base), slice.num_bytes);
+      continue;
+    }
+    if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
+    copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
+      EncodeWire(options_.wire_dtype, {base + begin, size_t(end - begin)},
+                 {wire.data() + encoded + begin, size_t(end - begin)});
+    });
+    encoded += n;
+  }
+  if (encoded > 0) {
+    pieces.emplace_back(reinterpret_cast<const char*>(wire.data()), encoded * sizeof(uint16_t));
+  }
+  return pieces;
+}
+
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
@@ -136,6 +228,12 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
               ShardName(k), " serves ", stripes, " stripes, but this task was "
               "started with --ps_stripes=", options_.ps_stripes,
               ": give every task of the job the same --ps_stripes"));
+        }
+        if (options_.data_plane && reply.data_port() == 0 && !variables_.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " serves no data plane, and this task was started with "
+              "--tensor_transport=socket: give every task of the job the same "
+              "--tensor_transport"));
         }
         up[k] = true;
       } else if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
@@ -259,55 +357,88 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   request.set_moving_average(moving_average);
   request.set_min_clock(min_clock);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
-  std::vector<grpc::ByteBuffer> requests;
-  for (int k = 0; k < num_shards(); ++k) {
-    request.set_incarnation(incarnations_[k]);
-    requests.push_back(SerializeToByteBuffer(request));
-  }
   std::vector<proto::PullHeader> headers(num_shards());
   const absl::Time start = absl::Now();
   std::atomic<int64_t> bytes{0};
-  RETURN_IF_ERROR(fanout_->CallAll(
-      kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
-      [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
-        bytes += response.Length();
-        TensorFrameReader reader;
-        RETURN_IF_ERROR(reader.Open(response, &headers[k]));
-        const std::vector<int>& slices = placement_.shard_slices[k];
-        int64_t expected = 0;
-        for (int s : slices) expected += placement_.slices[s].num_bytes;
-        expected = expected / sizeof(float) * WireBytesPerElement(dtype);
-        bool dtype_ok = true;
-        for (const proto::VariableMeta& meta : headers[k].variables()) {
-          dtype_ok = dtype_ok && meta.dtype() == dtype;
-        }
-        if (headers[k].variables_size() != static_cast<int>(slices.size()) ||
-            static_cast<int64_t>(reader.size()) != expected || !dtype_ok) {
-          return absl::InternalError(absl::StrCat(
-              "pull reply carries ", headers[k].variables_size(), " tensors and ",
-              reader.size(), " bytes, want ", slices.size(), " tensors and ", expected,
-              " bytes of ", proto::DataType_Name(dtype),
-              dtype_ok ? "" : " (the reply has another dtype)"));
-        }
-        // The values as float32, whatever the wire carried.
-        std::optional<WireAsFloatSource> decoded;
-        const ByteSource& values = dtype != proto::DT_FLOAT
-                                       ? decoded.emplace(reader, dtype)
-                                       : static_cast<const ByteSource&>(reader);
-        size_t offset = 0;
-        for (int s : slices) {
-          const VariableSlice& slice = placement_.slices[s];
-          char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
-                      slice.byte_offset;
-          copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
-                              [&](int64_t begin, int64_t end) {
-                                values.ReadAt(offset + begin, {dst + begin, size_t(end - begin)});
-                              });
-          offset += slice.num_bytes;
-        }
-        if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
-        return absl::OkStatus();
-      }));
+  if (data_plane_ != nullptr) {
+    std::vector<DataPlaneShards::Request> requests(num_shards());
+    for (int k = 0; k < num_shards(); ++k) {
+      request.set_incarnation(incarnations_[k]);
+      requests[k].meta = request.SerializeAsString();
+    }
+    RETURN_IF_ERROR(data_plane_->CallAll(
+        dataplane::FrameMethod::kPull, options_.pull_timeout + absl::Seconds(10),
+        /*retry_deadline=*/false, requests,
+        [&](int k, dataplane::FrameConnection* connection, const dataplane::FrameHeader& reply,
+            const std::string& meta) -> absl::Status {
+          if (!headers[k].ParseFromString(meta)) {
+            return absl::InternalError("pull reply: the metadata is not a PullHeader");
+          }
+          bytes += dataplane::kFrameHeaderBytes + meta.size() + reply.data_size;
+          RETURN_IF_ERROR(CheckPullReply(k, headers[k], reply.data_size, dtype));
+          const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+          const std::vector<int>& slices = placement_.shard_slices[k];
+          if (dtype == proto::DT_FLOAT) {
+            // Straight from the socket into the parameters.
+            for (int s : slices) {
+              const VariableSlice& slice = placement_.slices[s];
+              char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
+                          slice.byte_offset;
+              RETURN_IF_ERROR(connection->ReceiveData({dst, size_t(slice.num_bytes)}, deadline));
+            }
+          } else {
+            std::vector<char>& wire = pulled_wire_[k];
+            if (wire.size() < reply.data_size) wire.resize(reply.data_size);  // Once.
+            RETURN_IF_ERROR(connection->ReceiveData({wire.data(), size_t(reply.data_size)},
+                                                    deadline));
+            const SpanByteSource encoded({wire.data(), size_t(reply.data_size)});
+            const WireAsFloatSource values(encoded, dtype);
+            size_t offset = 0;
+            for (int s : slices) {
+              const VariableSlice& slice = placement_.slices[s];
+              char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
+                          slice.byte_offset;
+              values.ReadAt(offset, {dst, size_t(slice.num_bytes)});
+              offset += slice.num_bytes;
+            }
+          }
+          if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
+          return absl::OkStatus();
+        }));
+  } else {
+    std::vector<grpc::ByteBuffer> requests;
+    for (int k = 0; k < num_shards(); ++k) {
+      request.set_incarnation(incarnations_[k]);
+      requests.push_back(SerializeToByteBuffer(request));
+    }
+    RETURN_IF_ERROR(fanout_->CallAll(
+        kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
+        [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
+          bytes += response.Length();
+          TensorFrameReader reader;
+          RETURN_IF_ERROR(reader.Open(response, &headers[k]));
+          RETURN_IF_ERROR(CheckPullReply(k, headers[k], reader.size(), dtype));
+          // The values as float32, whatever the wire carried.
+          std::optional<WireAsFloatSource> decoded;
+          const ByteSource& values = dtype != proto::DT_FLOAT
+                                         ? decoded.emplace(reader, dtype)
+                                         : static_cast<const ByteSource&>(reader);
+          size_t offset = 0;
+          for (int s : placement_.shard_slices[k]) {
+            const VariableSlice& slice = placement_.slices[s];
+            char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
+                        slice.byte_offset;
+            copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
+                                [&](int64_t begin, int64_t end) {
+                                  values.ReadAt(offset + begin,
+                                                {dst + begin, size_t(end - begin)});
+                                });
+            offset += slice.num_bytes;
+          }
+          if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
+          return absl::OkStatus();
+        }));
+  }
   if (options_.metrics != nullptr) {
     options_.metrics->RecordPull(bytes);
     options_.metrics->RecordPullWait(absl::Now() - start);
@@ -330,59 +461,60 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
 absl::StatusOr<PsClient::PushResult> PsClient::Push(
     const std::vector<Tensor>& grads, const ShardHooks* hooks) {
   CHECK_EQ(grads.size(), variables_.size());
-  absl::BlockingCounter released(num_shards());
   const absl::Time start = absl::Now();
-  std::vector<grpc::ByteBuffer> requests(num_shards());
   int64_t bytes = 0;
   ++push_step_;  // Retries below resend the same (worker, step).
-  int encoded_shards = 0;  // Frames whose release `released` counts.
-  // Encodes shard k's request, from its gradients as they are now.
-  auto prepare = [&](int k) -> absl::Status {
-    if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
-    push_headers_[k].set_version(versions_[k]);
-    push_headers_[k].set_worker_incarnation(worker_incarnation_);
-    push_headers_[k].set_step(push_step_);
-    push_headers_[k].set_incarnation(incarnations_[k]);
-    std::vector<absl::Span<const char>> chunks;
-    std::vector<uint16_t>& wire = wire_buffers_[k];
-    size_t encoded = 0;
-    for (int s : placement_.shard_slices[k]) {
-      const VariableSlice& slice = placement_.slices[s];
-      const float* base = grads[slice.variable].data() + slice.byte_offset / sizeof(float);
-      const int64_t n = slice.num_bytes / sizeof(float);
-      if (options_.wire_dtype == proto::DT_FLOAT) {
-        chunks.emplace_back(reinterpret_cast<const char*>(base), slice.num_bytes);
-        continue;
-      }
-      if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
-      copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
-        EncodeWire(options_.wire_dtype, {base + begin, size_t(end - begin)},
-                   {wire.data() + encoded + begin, size_t(end - begin)});
-      });
-      encoded += n;
-    }
-    if (encoded > 0) {
-      chunks.emplace_back(reinterpret_cast<const char*>(wire.data()),
-                          encoded * sizeof(uint16_t));
-    }
-    requests[k] = EncodeTensorFrame(push_headers_[k], chunks,
-                                    [&] { released.DecrementCount(); });
-    ++encoded_shards;
-    bytes += requests[k].Length();
-    return absl::OkStatus();
-  };
   std::vector<proto::PushResponse> responses(num_shards());
-  absl::Status status = fanout_->CallAll(
-      kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
-      [&](int k, const grpc::ByteBuffer& response) {
-        return ParseFromByteBuffer(response, &responses[k]);
-      },
-      /*independent=*/false, hooks != nullptr ? &hooks->order : nullptr, prepare);
-  // Even a failed or timed-out call may still be reading `grads` in gRPC's
-  // write path: return only once gRPC has dropped every reference.
-  requests.clear();
-  for (int k = encoded_shards; k < num_shards(); ++k) released.DecrementCount();  // Never made.
-  released.Wait();
+  const std::vector<int>* order = hooks != nullptr ? &hooks->order : nullptr;
+  absl::Status status;
+  if (data_plane_ != nullptr) {
+    // The gradients are sent straight from `grads`; CallAll returns once
+    // every shard has answered, so nothing reads them later.
+    std::vector<DataPlaneShards::Request> data_requests(num_shards());
+    auto prepare = [&](int k) -> absl::Status {
+      if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
+      data_requests[k].data = PushPieces(k, grads);
+      data_requests[k].meta = push_headers_[k].SerializeAsString();
+      bytes += dataplane::kFrameHeaderBytes + data_requests[k].meta.size();
+      for (const absl::Span<const char>& piece : data_requests[k].data) bytes += piece.size();
+      return absl::OkStatus();
+    };
+    status = data_plane_->CallAll(
+        dataplane::FrameMethod::kPush, options_.rpc_timeout, /*retry_deadline=*/true,
+        data_requests,
+        [&](int k, dataplane::FrameConnection*, const dataplane::FrameHeader& reply,
+            const std::string& meta) -> absl::Status {
+          if (reply.data_size != 0 || !responses[k].ParseFromString(meta)) {
+            return absl::InternalError("push reply: not a PushResponse");
+          }
+          return absl::OkStatus();
+        },
+        order, prepare);
+  } else {
+    absl::BlockingCounter released(num_shards());
+    std::vector<grpc::ByteBuffer> requests(num_shards());
+    int encoded_shards = 0;  // Frames whose release `released` counts.
+    // Encodes shard k's request, from its gradients as they are now.
+    auto prepare = [&](int k) -> absl::Status {
+      if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
+      requests[k] = EncodeTensorFrame(push_headers_[k], PushPieces(k, grads),
+                                      [&] { released.DecrementCount(); });
+      ++encoded_shards;
+      bytes += requests[k].Length();
+      return absl::OkStatus();
+    };
+    status = fanout_->CallAll(
+        kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
+        [&](int k, const grpc::ByteBuffer& response) {
+          return ParseFromByteBuffer(response, &responses[k]);
+        },
+        /*independent=*/false, order, prepare);
+    // Even a failed or timed-out call may still be reading `grads` in gRPC's
+    // write path: return only once gRPC has dropped every reference.
+    requests.clear();
+    for (int k = encoded_shards; k < num_shards(); ++k) released.DecrementCount();  // Never made.
+    released.Wait();
+  }
   PushResult result;
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();

@@ -45,6 +45,7 @@
 
 namespace psrt {
 
+class DataPlaneShards;    // worker/store/dataplane_shards.h
 class ShardFanout;        // worker/store/shard_fanout.h
 class TransportSecurity;  // common/transport_security.h
 
@@ -77,6 +78,10 @@ class PsClient final : public ParameterStore {
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
+    // Pushes and pulls over the ps tasks' data plane (dataplane_shards.h;
+    // --tensor_transport=socket), on their Unix sockets with unix_socket;
+    // everything else stays on gRPC. REQUIRES: no TLS.
+    bool data_plane = false;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
@@ -118,6 +123,15 @@ class PsClient final : public ParameterStore {
   // Records the incarnation each shard answered with; Aborted if one
   // changed.
   absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
+  // Internal (naming the shard) when shard k's pull reply does not hold its
+  // slices' tensors: `header`'s variables and `data_bytes` of `dtype`.
+  absl::Status CheckPullReply(int k, const proto::PullHeader& header, uint64_t data_bytes,
+                              proto::DataType dtype) const;
+  // Shard k's gradients as the pieces of a push (the caller's memory, or
+  // their wire encoding in wire_buffers_[k]), with push_headers_[k] set.
+  std::vector<absl::Span<const char>> PushPieces(int k, const std::vector<Tensor>& grads);
+  // Shard k's data-plane address, from its ps task's status.
+  absl::StatusOr<std::string> DataPlaneAddress(int k);
 
   const Options options_;
   const kernels::CpuContext copier_;
@@ -126,6 +140,10 @@ class PsClient final : public ParameterStore {
   // The gRPC calls to every shard (shard_fanout.h), kept out of this header
   // so that the trainer never sees a gRPC type.
   std::unique_ptr<ShardFanout> fanout_;
+  // Pushes and pulls when Options::data_plane; null otherwise.
+  std::unique_ptr<DataPlaneShards> data_plane_;
+  // Per shard: its bfloat16/fp16 values as pulled over the data plane, reused.
+  std::vector<std::vector<char>> pulled_wire_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
   // Per shard: its gradients as bfloat16 (Options::wire_dtype), reused.
   std::vector<std::vector<uint16_t>> wire_buffers_;
