@@ -105,6 +105,7 @@ void DataPlaneServer::AcceptLoop() {
     FrameConnection* connection = session.connection.get();
     session.thread = std::thread([this, connection, done = session.done] {
       Serve(connection);
+      connection->Shutdown();  // The peer sees the end now, not at the next accept.
       done->store(true);
     });
     sessions_.push_back(std::move(session));
@@ -125,8 +126,8 @@ void DataPlaneServer::Serve(FrameConnection* connection) {
     if (!status.ok()) {
       // A closed connection is how workers leave; anything else is worth a line.
       if (!absl::IsUnavailable(status) && !absl::IsCancelled(status)) {
-        LOG(WARNING) << "data plane: closing the connection with " << connection->peer()
-                     << ": " << status.message();
+        LOG(WARNING) << "data plane: closing the connection with " << connection->peer() << ": "
+                     << status.message();
       }
       return;
     }
@@ -140,10 +141,10 @@ absl::Status DataPlaneServer::Greet(FrameConnection* connection) {
   if (absl::Status s = connection->ReceiveHeader(&hello, &credential, deadline); !s.ok()) {
     return s;
   }
-  absl::Status accepted =
-      hello.kind == FrameKind::kHello && hello.data_size == 0
-          ? absl::OkStatus()
-          : absl::InvalidArgumentError("the first frame of a data-plane connection must be a hello");
+  absl::Status accepted = hello.kind == FrameKind::kHello && hello.data_size == 0
+                              ? absl::OkStatus()
+                              : absl::InvalidArgumentError(
+                                    "the first frame of a data-plane connection must be a hello");
   bool chief = false;
   if (accepted.ok()) accepted = options_.security->CheckDataPlaneCredential(credential, &chief);
   FrameHeader reply = ReplyTo(hello);
@@ -163,12 +164,12 @@ absl::Status DataPlaneServer::Handle(FrameConnection* connection, const FrameHea
   }
   if (header.stripe >= shards_.size()) {
     RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
-    return Refuse(connection, header,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "the call names stripe \"", header.stripe, "\", but this ps serves ",
-                      shards_.size(),
-                      " (psrt_ps --ps_stripes): give every task of the job the same "
-                      "--ps_stripes")));
+    return Refuse(
+        connection, header,
+        absl::InvalidArgumentError(absl::StrCat(
+            "the call names stripe \"", header.stripe, "\", but this ps serves ", shards_.size(),
+            " (psrt_ps --ps_stripes): give every task of the job the same "
+            "--ps_stripes")));
   }
   return header.method == FrameMethod::kPush ? HandlePush(connection, header, meta, buffer)
                                              : HandlePull(connection, header, meta);
@@ -181,9 +182,8 @@ absl::Status DataPlaneServer::Refuse(FrameConnection* connection, const FrameHea
   return connection->Send(reply, error.message(), {}, absl::Now() + kTransferTimeout);
 }
 
-absl::Status DataPlaneServer::HandlePush(FrameConnection* connection,
-                                         const FrameHeader& header, const std::string& meta,
-                                         std::vector<char>* buffer) {
+absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const FrameHeader& header,
+                                         const std::string& meta, std::vector<char>* buffer) {
   const absl::Time start = absl::Now();
   proto::PushHeader push;
   if (!push.ParseFromString(meta)) {
@@ -199,9 +199,8 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection,
   SpanByteSource data(absl::MakeConstSpan(buffer->data(), size));
   absl::StatusOr<proto::PushResponse> reply = shards_[header.stripe]->Push(push, &data);
   if (options_.metrics != nullptr) {
-    options_.metrics->transfers().RecordPush(OutcomeOf(reply),
-                                             dataplane::kFrameHeaderBytes + meta.size() + size,
-                                             absl::Now() - start);
+    options_.metrics->transfers().RecordPush(
+        OutcomeOf(reply), dataplane::kFrameHeaderBytes + meta.size() + size, absl::Now() - start);
     if (reply.ok()) options_.metrics->SetVersion(reply->version());
   }
   if (!reply.ok()) return Refuse(connection, header, reply.status());
@@ -209,8 +208,8 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection,
                           absl::Now() + kTransferTimeout);
 }
 
-absl::Status DataPlaneServer::HandlePull(FrameConnection* connection,
-                                         const FrameHeader& header, const std::string& meta) {
+absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const FrameHeader& header,
+                                         const std::string& meta) {
   RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
   proto::PullRequest request;
   if (!request.ParseFromString(meta)) {
@@ -219,26 +218,25 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection,
   }
   if (request.wire_dtype() != proto::DT_INVALID && !IsWireDtype(request.wire_dtype())) {
     return Refuse(connection, header,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "pull: wire_dtype ", proto::DataType_Name(request.wire_dtype()),
-                      " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF")));
+                  absl::InvalidArgumentError(
+                      absl::StrCat("pull: wire_dtype ", proto::DataType_Name(request.wire_dtype()),
+                                   " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF")));
   }
   ParameterShard* shard = shards_[header.stripe];
-  const absl::Duration timeout = request.timeout_ms() > 0
-                                     ? absl::Milliseconds(request.timeout_ms())
-                                     : shard->default_pull_timeout();
+  const absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
+                                                          : shard->default_pull_timeout();
   const absl::Time start = absl::Now();
   struct Answer {
     absl::Mutex mu;
     std::optional<absl::StatusOr<ParameterShard::PullReply>> reply ABSL_GUARDED_BY(mu);
   };
   auto answer = std::make_shared<Answer>();
-  const int64_t waiting = shard->Pull(
-      ParameterShard::PullOptions::FromRequest(request, start + timeout),
-      [answer](absl::StatusOr<ParameterShard::PullReply> reply) {
-        absl::MutexLock lock(&answer->mu);
-        answer->reply = std::move(reply);
-      });
+  const int64_t waiting =
+      shard->Pull(ParameterShard::PullOptions::FromRequest(request, start + timeout),
+                  [answer](absl::StatusOr<ParameterShard::PullReply> reply) {
+                    absl::MutexLock lock(&answer->mu);
+                    answer->reply = std::move(reply);
+                  });
   absl::StatusOr<ParameterShard::PullReply> reply = absl::UnknownError("unanswered");
   {
     absl::MutexLock lock(&answer->mu);
@@ -262,11 +260,11 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection,
   const absl::Span<const char> values(reinterpret_cast<const char*>(snapshot->values.data()),
                                       reply->num_bytes);
   const std::string header_bytes = reply->header.SerializeAsString();
-  RETURN_IF_ERROR(connection->Send(ReplyTo(header), header_bytes, {values},
-                                   absl::Now() + kTransferTimeout));
+  RETURN_IF_ERROR(
+      connection->Send(ReplyTo(header), header_bytes, {values}, absl::Now() + kTransferTimeout));
   if (options_.metrics != nullptr) {
-    options_.metrics->transfers().RecordPull(dataplane::kFrameHeaderBytes +
-                                             header_bytes.size() + values.size());
+    options_.metrics->transfers().RecordPull(dataplane::kFrameHeaderBytes + header_bytes.size() +
+                                             values.size());
     if (waiting != 0) options_.metrics->transfers().RecordPullWait(waited);
   }
   return absl::OkStatus();

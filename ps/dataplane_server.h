@@ -55,8 +55,8 @@ class DataPlaneServer {
 
   // Listens and starts accepting. Stripe s is shards[s]. REQUIRES: the
   // shards (and the metrics) outlive the server.
-  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
-      std::vector<ParameterShard*> shards, Options options);
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(std::vector<ParameterShard*> shards,
+                                                                Options options);
   ~DataPlaneServer();
 
   // Where it listens, with the port chosen.
@@ -73,17 +73,16 @@ class DataPlaneServer {
   absl::Status Greet(dataplane::FrameConnection* connection);
   // Handles one request frame whose header and metadata have arrived; an
   // error that leaves the stream unusable ends the connection.
-  absl::Status Handle(dataplane::FrameConnection* connection,
-                      const dataplane::FrameHeader& header, const std::string& meta,
-                      std::vector<char>* buffer);
+  absl::Status Handle(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
+                      const std::string& meta, std::vector<char>* buffer);
   absl::Status HandlePush(dataplane::FrameConnection* connection,
                           const dataplane::FrameHeader& header, const std::string& meta,
                           std::vector<char>* buffer);
   absl::Status HandlePull(dataplane::FrameConnection* connection,
                           const dataplane::FrameHeader& header, const std::string& meta);
   // Sends an error reply to request `header`.
-  absl::Status Refuse(dataplane::FrameConnection* connection,
-                      const dataplane::FrameHeader& header, const absl::Status& error);
+  absl::Status Refuse(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
+                      const absl::Status& error);
 
   // A connection and the thread that serves it.
   struct Session {

@@ -142,6 +142,8 @@ class LaunchTest : public ClusterFixture {
                                    dir_, "/logs ", flags, " -- ", worker_flags));
   }
 
+  void ExpectAKilledPsIsRestartedAndTheJobRecovers(const std::string& transport);
+
   // The launcher in the background, output in dir_/NAME.out.
   std::unique_ptr<BackgroundLaunch> LaunchInBackground(const std::string& env,
                                                        const std::string& spec,
@@ -484,12 +486,16 @@ TEST_F(LaunchTest, WorkerKilledMidRunIsRestartedAndRejoinsUnderExitCode) {
 
 // Supervision and recovery together: the launcher restarts a ps killed by
 // SIGKILL, the ps restores its newest checkpoint, and the workers carry on.
-TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
+// ps/1 of a 2 ps + 2 worker sync job is killed -9 at step 100: under
+// ExitCode it is restarted, restores its checkpoint, and the job ends at its
+// last step. `transport` is --tensor_transport for every task.
+void LaunchTest::ExpectAKilledPsIsRestartedAndTheJobRecovers(const std::string& transport) {
   const std::string spec = MakeSpec(2, 2);
   auto launch = LaunchInBackground(
       "PSRT_BIN_DIR=" + bin_ + " ", spec,
-      absl::StrCat("--restart_policy=ExitCode --checkpoint_dir ", dir_, "/ckpt"),
-      absl::StrCat(kSyncFlags, " --save_checkpoint_steps=50"));
+      absl::StrCat("--restart_policy=ExitCode --checkpoint_dir ", dir_,
+                   "/ckpt --ps_flags --tensor_transport=", transport),
+      absl::StrCat(kSyncFlags, " --save_checkpoint_steps=50 --tensor_transport=", transport));
   const std::string chief_log = dir_ + "/logs/worker-0.log";
   for (int i = 0; i < 600 && ReadFile(chief_log).find("step 100,") == std::string::npos; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
@@ -512,6 +518,22 @@ TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
   const size_t restart = ps_log.find("=== restart 1 of task ps/1 (exit code 137) ===");
   ASSERT_NE(restart, std::string::npos) << ps_log;
   EXPECT_NE(ps_log.find("restored checkpoint", restart), std::string::npos) << ps_log;
+  if (transport == "socket") {
+    // The restarted ps serves its data plane again, on a port of its own
+    // choosing (--data_port=0), which the workers ask it for to reconnect.
+    const size_t first = ps_log.find("data plane on ");
+    const size_t second = ps_log.find("data plane on ", restart);
+    ASSERT_NE(first, std::string::npos) << ps_log;
+    ASSERT_NE(second, std::string::npos) << ps_log;
+  }
+}
+
+TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
+  ExpectAKilledPsIsRestartedAndTheJobRecovers("grpc");
+}
+
+TEST_F(LaunchTest, PsKilledMidRunOverTheDataPlaneIsRestartedAndTheWorkersReconnect) {
+  ExpectAKilledPsIsRestartedAndTheJobRecovers("socket");
 }
 
 // A chief that fails (here: its pull times out while worker/1 is stopped)

@@ -52,9 +52,8 @@ class DataPlaneShards::Link {
     absl::MutexLock lock(&mu_);
     // The last call's thread may still be leaving its `done`.
     mu_.Await(absl::Condition(
-        +[](Link* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu_) {
-          return !link->busy_ && !link->job_;
-        },
+        +[](Link* link)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu_) { return !link->busy_ && !link->job_; },
         this));
     cancelled_ = false;
     job_ = [job = std::move(job), done = std::move(done)] { done(job()); };
@@ -77,9 +76,8 @@ class DataPlaneShards::Link {
       Outcome outcome = Attempt(timeout, request, on_reply);
       if (outcome.status.ok()) return outcome.status;
       if (outcome.transport) Drop();
-      const bool retryable =
-          absl::IsUnavailable(outcome.status) ||
-          (retry_deadline && absl::IsDeadlineExceeded(outcome.status));
+      const bool retryable = absl::IsUnavailable(outcome.status) ||
+                             (retry_deadline && absl::IsDeadlineExceeded(outcome.status));
       if (!retryable || cancelled()) return outcome.status;
       if (give_up == absl::InfiniteFuture()) {
         give_up = absl::Now() + options_.retry_timeout;
@@ -87,10 +85,10 @@ class DataPlaneShards::Link {
                      << options_.retry_timeout;
       }
       if (absl::Now() + backoff.Peek() >= give_up) {
-        return absl::Status(outcome.status.code(),
-                            absl::StrCat(outcome.status.message(), " (still failing after ",
-                                         absl::FormatDuration(options_.retry_timeout),
-                                         " of retries)"));
+        return absl::Status(
+            outcome.status.code(),
+            absl::StrCat(outcome.status.message(), " (still failing after ",
+                         absl::FormatDuration(options_.retry_timeout), " of retries)"));
       }
       absl::SleepFor(backoff.Next());
     }
@@ -180,9 +178,8 @@ class DataPlaneShards::Link {
     if (reply.kind != FrameKind::kReply || reply.method != method_ ||
         reply.request_id != header.request_id) {
       return {absl::DataLossError(absl::StrCat("data plane: ", (*connection)->peer(),
-                                               " answered out of step (request ",
-                                               header.request_id, ", reply ",
-                                               reply.request_id, ")")),
+                                               " answered out of step (request ", header.request_id,
+                                               ", reply ", reply.request_id, ")")),
               true};
     }
     if (reply.status != 0) {
@@ -223,8 +220,7 @@ DataPlaneShards::Link& DataPlaneShards::LinkOf(FrameMethod method, int k) {
 }
 
 absl::Status DataPlaneShards::CallAll(
-    FrameMethod method, absl::Duration timeout, bool retry_deadline,
-    std::vector<Request>& requests,
+    FrameMethod method, absl::Duration timeout, bool retry_deadline, std::vector<Request>& requests,
     const std::function<absl::Status(int, FrameConnection*, const FrameHeader&,
                                      const std::string&)>& on_reply,
     const std::vector<int>* order, const std::function<absl::Status(int)>& prepare) {

@@ -45,7 +45,7 @@ class DataPlaneShards {
     // serve on another port); its error is the attempt's.
     std::function<absl::StatusOr<std::string>(int)> address_of;
     std::function<int(int)> stripe_of;  // Shard k's stripe within its ps task.
-    std::string credential;  // TransportSecurity::DataPlaneCredential().
+    std::string credential;             // TransportSecurity::DataPlaneCredential().
     uint64_t max_data_bytes = uint64_t{1} << 31;
     absl::Duration retry_timeout = absl::Seconds(60);
     std::function<std::string(int)> shard_name;  // For errors and logs.
@@ -66,14 +66,13 @@ class DataPlaneShards {
   // thread for a reply with status OK and must read the reply's data
   // (connection->data_left() bytes); its error counts as the shard's.
   // REQUIRES: requests.size() == number of shards.
-  absl::Status CallAll(
-      dataplane::FrameMethod method, absl::Duration timeout, bool retry_deadline,
-      std::vector<Request>& requests,
-      const std::function<absl::Status(int, dataplane::FrameConnection*,
-                                       const dataplane::FrameHeader&, const std::string&)>&
-          on_reply,
-      const std::vector<int>* order = nullptr,
-      const std::function<absl::Status(int)>& prepare = nullptr);
+  absl::Status CallAll(dataplane::FrameMethod method, absl::Duration timeout, bool retry_deadline,
+                       std::vector<Request>& requests,
+                       const std::function<absl::Status(int, dataplane::FrameConnection*,
+                                                        const dataplane::FrameHeader&,
+                                                        const std::string&)>& on_reply,
+                       const std::vector<int>* order = nullptr,
+                       const std::function<absl::Status(int)>& prepare = nullptr);
 
  private:
   class Link;  // One shard's connection and thread for one method.

@@ -82,6 +82,7 @@ PsClient::PsClient(Options options, Placement placement,
     data_plane.retry_timeout = options_.retry_timeout;
     data_plane.shard_name = [this](int k) { return ShardName(k); };
     data_plane_ = std::make_unique<DataPlaneShards>(std::move(data_plane));
+    LOG(INFO) << "pushes and pulls over the data plane (--tensor_transport=socket)";
     pulled_wire_.resize(num_shards());
   }
   CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
