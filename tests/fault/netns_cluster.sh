@@ -4,7 +4,8 @@
 # back, and reports whether and how fast training recovered.
 #
 #   tests/fault/netns_cluster.sh --bin DIR --out DIR [--ps 1] [--workers 2]
-#       [--cut_ps 0] [--cut_at_step 50] [--down_secs 4] -- WORKER_FLAGS...
+#       [--cut_ps 0] [--cut_at_step 50] [--down_secs 4] [--ps_flags "FLAGS"]
+#       -- WORKER_FLAGS...
 #
 # The hosts psrt<PID>-ps<k> and psrt<PID>-w<i> each get an eth0 joined by a
 # veth pair to a bridge in the namespace psrt<PID>-sw (a switch), with
@@ -21,7 +22,7 @@
 # every exit.
 set -uo pipefail
 
-bin="" out="" ps=1 workers=2 cut_ps=0 cut_at_step=50 down_secs=4
+bin="" out="" ps=1 workers=2 cut_ps=0 cut_at_step=50 down_secs=4 ps_flags=""
 worker_flags=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,8 +33,9 @@ while [ $# -gt 0 ]; do
     --cut_ps) cut_ps="$2"; shift 2 ;;
     --cut_at_step) cut_at_step="$2"; shift 2 ;;
     --down_secs) down_secs="$2"; shift 2 ;;
+    --ps_flags) ps_flags="$2"; shift 2 ;;
     --) shift; worker_flags=("$@"); break ;;
-    *) echo "netns_cluster: unknown argument $1" >&2; sed -n '2,21p' "$0" >&2
+    *) echo "netns_cluster: unknown argument $1" >&2; sed -n '2,22p' "$0" >&2
        exit 2 ;;
   esac
 done
@@ -105,8 +107,9 @@ spec="$out/cluster.json"
 (IFS=,; echo "{\"ps\": [${ps_addresses[*]}], \"worker\": [${worker_addresses[*]}]}") >"$spec"
 
 for ((k = 0; k < ps; k++)); do
+  # shellcheck disable=SC2086  # --ps_flags is a list of flags.
   ip netns exec "$tag-ps$k" "$bin/psrt_ps" --cluster_spec="$spec" --job_name=ps \
-    --task_index=$k >"$out/ps-$k.log" 2>&1 &
+    --task_index=$k $ps_flags >"$out/ps-$k.log" 2>&1 &
   pids+=($!)
 done
 worker_pids=()

@@ -13,7 +13,10 @@
 //
 // Every test runs MLP training in sync mode and asks that it finishes: all
 // steps, the final accuracy line, every PS done at the last version. Each
-// prints one "network_fault:" line with what it measured.
+// prints one "network_fault:" line with what it measured. Each runs twice:
+// with tensors over gRPC, and over the data plane (--tensor_transport=socket),
+// whose connections get relays of their own (at 127.0.0.2 and the port the
+// ps reports), where the faults then land.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -56,11 +59,20 @@ std::string LastLines(const std::string& text, int n) {
   return at == std::string::npos ? text : text.substr(at);
 }
 
-class NetworkFaultTest : public ClusterFixture {
+class NetworkFaultTest : public ClusterFixture, public ::testing::WithParamInterface<std::string> {
  protected:
+  // "grpc" or "socket": --tensor_transport of every task.
+  const std::string& Transport() const { return GetParam(); }
+  std::string TransportFlag() const { return "--tensor_transport=" + Transport(); }
+  // The relay that carries ps/k's tensors: its data plane's, or its gRPC's.
+  FaultRelay& TensorRelay(int k) {
+    return Transport() == "socket" ? *data_relays_[k] : *relays_[k];
+  }
+
   void TearDown() override {
     Finish();
     relays_.clear();
+    data_relays_.clear();
     ClusterFixture::TearDown();
   }
 
@@ -95,10 +107,33 @@ class NetworkFaultTest : public ClusterFixture {
 
     start_ = absl::Now();
     launch_ = std::thread([this, path] {
-      result_ = Launch(path, dir_ + "/logs", kTrainFlags,
-                       "--all_hosts --ps_flags=--bind_host=127.0.0.1");
+      result_ = Launch(
+          path, dir_ + "/logs", absl::StrCat(kTrainFlags, " ", TransportFlag()),
+          absl::StrCat("--all_hosts --ps_flags='--bind_host=127.0.0.1 ", TransportFlag(), "'"));
       done_.Notify();
     });
+    if (Transport() != "socket") return;
+    // Each ps's data plane behind a relay too: at 127.0.0.2 and the port the
+    // ps reports (the workers retry the connection until the relay is up).
+    static const std::regex kDataPlane(R"(data plane on 127\.0\.0\.1:(\d+))");
+    for (int k = 0; k < ps; ++k) {
+      const std::string log = absl::StrCat(dir_, "/logs/ps-", k, ".log");
+      std::smatch found;
+      std::string text;
+      for (int i = 0; i < 600; ++i) {
+        text = ReadFile(log);
+        if (std::regex_search(text, found, kDataPlane)) break;
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      ASSERT_FALSE(found.empty()) << "ps/" << k << " reported no data plane:\n" << text;
+      FaultRelay::Options relay = options;
+      relay.listen_host = "127.0.0.2";
+      relay.listen_port = relay.target_port = std::stoi(found[1]);
+      relay.seed = options.seed + 100 + k;
+      auto started = FaultRelay::Start(relay);
+      ASSERT_TRUE(started.ok()) << started.status();
+      data_relays_.push_back(std::move(*started));
+    }
   }
   const CommandResult& Finish() {
     if (launch_.joinable()) launch_.join();
@@ -137,17 +172,19 @@ class NetworkFaultTest : public ClusterFixture {
     const std::string outcome =
         final_line ? absl::StrFormat("final step %d, accuracy %.4f", step, accuracy)
                    : std::string("no final line");
-    std::printf("network_fault: %s: launch exit %d, %s, %.1f s%s\n", scenario.c_str(),
-                r.exit_code, outcome.c_str(), absl::ToDoubleSeconds(absl::Now() - start_),
-                measured.c_str());
-    for (size_t k = 0; k < relays_.size(); ++k) {
-      const FaultRelay::Stats s = relays_[k]->stats();
-      std::printf("network_fault:   relay of ps/%zu: %lld connections, %lld KB, %lld resets, "
-                  "%lld closes, %lld stalls\n",
-                  k, static_cast<long long>(s.connections),
-                  static_cast<long long>(s.bytes_forwarded >> 10),
-                  static_cast<long long>(s.resets), static_cast<long long>(s.closes),
-                  static_cast<long long>(s.stalls));
+    std::printf("network_fault: %s, tensors over %s: launch exit %d, %s, %.1f s%s\n",
+                scenario.c_str(), Transport().c_str(), r.exit_code, outcome.c_str(),
+                absl::ToDoubleSeconds(absl::Now() - start_), measured.c_str());
+    for (size_t k = 0; k < relays_.size() + data_relays_.size(); ++k) {
+      const bool data = k >= relays_.size();
+      const size_t ps = data ? k - relays_.size() : k;
+      const FaultRelay::Stats s = (data ? data_relays_[ps] : relays_[ps])->stats();
+      std::printf(
+          "network_fault:   relay of ps/%zu%s: %lld connections, %lld KB, %lld resets, "
+          "%lld closes, %lld stalls\n",
+          ps, data ? "'s data plane" : "", static_cast<long long>(s.connections),
+          static_cast<long long>(s.bytes_forwarded >> 10), static_cast<long long>(s.resets),
+          static_cast<long long>(s.closes), static_cast<long long>(s.stalls));
     }
     ASSERT_EQ(r.exit_code, 0) << LastLines(r.output, 30);
     ASSERT_TRUE(final_line) << LastLines(r.output, 30);
@@ -164,13 +201,14 @@ class NetworkFaultTest : public ClusterFixture {
   void FaultMidTransfer(int ps, int shard, Fault fault, Direction direction) {
     ASSERT_NO_FATAL_FAILURE(StartRelayedTraining(ps, FaultRelay::Options()));
     ASSERT_TRUE(WaitForStepAbove(kFaultStep - 1)) << LastLines(Finish().output, 30);
-    relays_[shard]->InjectOnNextChunk(fault, direction, kBulkChunkBytes);
+    TensorRelay(shard).InjectOnNextChunk(fault, direction, kBulkChunkBytes);
   }
 
   // Trains through relays that delay every chunk (the test's body).
   void TrainThroughDelayingRelays(int ps);
 
-  std::vector<std::unique_ptr<FaultRelay>> relays_;
+  std::vector<std::unique_ptr<FaultRelay>> relays_;       // Per ps: its gRPC port's.
+  std::vector<std::unique_ptr<FaultRelay>> data_relays_;  // Per ps: its data plane's.
   std::thread launch_;
   absl::Notification done_;
   CommandResult result_;
@@ -186,23 +224,24 @@ void NetworkFaultTest::TrainThroughDelayingRelays(int ps) {
   ExpectFinished(absl::StrCat("delay 5+-3 ms, ", ps, " ps"));
 }
 
-TEST_F(NetworkFaultTest, SyncTrainingFinishesThroughADelayingRelayToOnePs) {
+TEST_P(NetworkFaultTest, SyncTrainingFinishesThroughADelayingRelayToOnePs) {
   TrainThroughDelayingRelays(1);
 }
 
-TEST_F(NetworkFaultTest, SyncTrainingFinishesThroughDelayingRelaysToTwoPs) {
+TEST_P(NetworkFaultTest, SyncTrainingFinishesThroughDelayingRelaysToTwoPs) {
   TrainThroughDelayingRelays(2);
 }
 
 // A stalled relay holds every byte without closing anything: like a link
 // that is down for 4 s and comes back, except that TCP sees no loss (the
 // netns test below has the real thing). Training waits and goes on.
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesAFourSecondStallOfOnePs) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesAFourSecondStallOfOnePs) {
   const absl::Duration kStall = absl::Seconds(4);
   ASSERT_NO_FATAL_FAILURE(StartRelayedTraining(2, FaultRelay::Options()));
   ASSERT_TRUE(WaitForStepAbove(kFaultStep - 1)) << LastLines(Finish().output, 30);
   const absl::Time stalled = absl::Now();
   relays_[1]->StallAll(kStall);
+  if (Transport() == "socket") data_relays_[1]->StallAll(kStall);
   absl::SleepFor(kStall);
   const long step_at_resume = ChiefStep();
   const absl::Time resumed = absl::Now();
@@ -226,29 +265,29 @@ TEST_F(NetworkFaultTest, SyncTrainingSurvivesAFourSecondStallOfOnePs) {
 // A connection reset while a push is on its way to the PS: the request
 // never arrives, so the push may be sent again. (ps/0 holds the weights,
 // the large variables; ps/1 only the biases.)
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesAResetMidPush) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesAResetMidPush) {
   ASSERT_NO_FATAL_FAILURE(FaultMidTransfer(2, 0, Fault::kReset, Direction::kClientToTarget));
   ExpectFinished("reset mid-push to ps/0, 2 ps");
-  EXPECT_EQ(relays_[0]->stats().resets, 1);
+  EXPECT_EQ(TensorRelay(0).stats().resets, 1);
 }
 
 // A connection reset while a pull's reply is on its way to the worker.
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesAResetMidPull) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesAResetMidPull) {
   ASSERT_NO_FATAL_FAILURE(FaultMidTransfer(1, 0, Fault::kReset, Direction::kTargetToClient));
   ExpectFinished("reset mid-pull from ps/0, 1 ps");
-  EXPECT_EQ(relays_[0]->stats().resets, 1);
+  EXPECT_EQ(TensorRelay(0).stats().resets, 1);
 }
 
 // A connection closed in order (FIN), as by a proxy or a NAT that drops
 // flows, while a pull's reply is on its way.
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesAConnectionClosedMidPull) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesAConnectionClosedMidPull) {
   ASSERT_NO_FATAL_FAILURE(FaultMidTransfer(1, 0, Fault::kClose, Direction::kTargetToClient));
   ExpectFinished("close (FIN) mid-pull from ps/0, 1 ps");
-  EXPECT_EQ(relays_[0]->stats().closes, 1);
+  EXPECT_EQ(TensorRelay(0).stats().closes, 1);
 }
 
 // Delay with occasional random resets, as psrt_fault_relay's flags give them.
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesRandomResetsOnADelayingLink) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesRandomResetsOnADelayingLink) {
   FaultRelay::Options options;
   options.delay = absl::Milliseconds(2);
   options.jitter = absl::Milliseconds(1);
@@ -257,15 +296,15 @@ TEST_F(NetworkFaultTest, SyncTrainingSurvivesRandomResetsOnADelayingLink) {
   options.seed = 11;
   ASSERT_NO_FATAL_FAILURE(StartRelayedTraining(1, options));
   ExpectFinished("delay 2+-1 ms and random resets (p=0.002/chunk, at most 3), 1 ps");
-  EXPECT_GT(relays_[0]->stats().resets, 0) << "no reset was injected: raise reset_probability";
+  EXPECT_GT(TensorRelay(0).stats().resets, 0) << "no reset was injected: raise reset_probability";
 }
 
 // Real links in network namespaces: ps/1's link goes down for 4 s.
-TEST_F(NetworkFaultTest, SyncTrainingSurvivesALinkDownForFourSeconds) {
+TEST_P(NetworkFaultTest, SyncTrainingSurvivesALinkDownForFourSeconds) {
   const CommandResult r = RunCommand(absl::StrCat(
-      "timeout 180 bash ", source_, "/tests/fault/netns_cluster.sh --bin ", bin_, " --out ",
-      dir_, "/netns --ps 2 --workers 2 --cut_ps 1 --cut_at_step ", kFaultStep,
-      " --down_secs 4 -- ", kTrainFlags));
+      "timeout 180 bash ", source_, "/tests/fault/netns_cluster.sh --bin ", bin_, " --out ", dir_,
+      "/netns --ps 2 --workers 2 --cut_ps 1 --cut_at_step ", kFaultStep,
+      " --down_secs 4 --ps_flags ", TransportFlag(), " -- ", kTrainFlags, " ", TransportFlag()));
   if (r.exit_code == 77) GTEST_SKIP() << r.output;
   for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
     if (absl::StartsWith(line, "netns_cluster:")) {
@@ -283,6 +322,12 @@ TEST_F(NetworkFaultTest, SyncTrainingSurvivesALinkDownForFourSeconds) {
   ASSERT_TRUE(std::regex_search(r.output, m, kRecovery)) << r.output;
   EXPECT_LT(std::stod(m[1]), 10.0) << r.output;
 }
+
+INSTANTIATE_TEST_SUITE_P(GrpcAndDataPlane, NetworkFaultTest, ::testing::Values("grpc", "socket"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "grpc" ? "TensorsOverGrpc"
+                                                       : "TensorsOverTheDataPlane";
+                         });
 
 }  // namespace
 }  // namespace psrt
