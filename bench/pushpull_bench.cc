@@ -137,7 +137,9 @@ int Run() {
     LOG(ERROR) << transport.status().message();
     return 2;
   }
-  options.data_plane = *transport == psrt::TensorTransport::kSocket;
+  options.data_plane = *transport == psrt::TensorTransport::kSocket
+                           ? psrt::PsClient::Options::DataPlane::kRequired
+                           : psrt::PsClient::Options::DataPlane::kOff;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 
@@ -221,7 +223,7 @@ int Run() {
       "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
       FLAGS_model_mb, spec->num_ps(), *stripes,
       std::string(psrt::WireDtypeName(*wire_dtype)).c_str(),
-      options.data_plane ? "socket" : "grpc", FLAGS_device.c_str(), x, y, x / y,
+      client.uses_data_plane() ? "socket" : "grpc", FLAGS_device.c_str(), x, y, x / y,
       Median(faults));
   return 0;
 }

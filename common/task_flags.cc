@@ -44,13 +44,14 @@ DEFINE_string(bind_host, "",
               "spec), and --metrics_port's and a rendezvous's at rank 0; empty: "
               "the host the spec (or --coordinator) names. 0.0.0.0: every "
               "interface (containers, whose spec names a service address).");
-DEFINE_string(tensor_transport, "grpc",
-              "How pushes and pulls move tensors: grpc (inside gRPC messages) "
-              "or socket (psrt's data plane: connections of its own beside "
-              "gRPC, which keeps the control plane; frames gathered from and "
-              "received into the tensors). Give every task of the job the same "
-              "value. The data plane has no TLS: with TLS on, socket is refused "
-              "at start.");
+DEFINE_string(tensor_transport, "auto",
+              "How pushes and pulls move tensors: socket (psrt's data plane: "
+              "connections of its own beside gRPC, which keeps the control "
+              "plane; frames gathered from and received into the tensors), grpc "
+              "(inside gRPC messages), or auto: socket without TLS, grpc with "
+              "TLS (the data plane has no TLS; socket with TLS on is refused at "
+              "start). A ps serves the data plane with socket and auto (no TLS); "
+              "a worker with auto uses it when every ps task serves it.");
 DEFINE_int32(data_port, 0,
              "ps: the TCP port of the data plane (--tensor_transport=socket) "
              "on the task's host; 0: any free one (the workers learn it from "
@@ -173,10 +174,12 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
 std::string BindHostFromFlags() { return FLAGS_bind_host; }
 
 absl::StatusOr<TensorTransport> TensorTransportFromFlags() {
+  if (FLAGS_tensor_transport == "auto") return TensorTransport::kAuto;
   if (FLAGS_tensor_transport == "grpc") return TensorTransport::kGrpc;
   if (FLAGS_tensor_transport == "socket") return TensorTransport::kSocket;
   return absl::InvalidArgumentError(absl::StrCat(
-      "--tensor_transport must be grpc or socket, got \"", FLAGS_tensor_transport, "\""));
+      "--tensor_transport must be auto, socket or grpc, got \"", FLAGS_tensor_transport,
+      "\""));
 }
 
 absl::StatusOr<int> DataPortFromFlags() {

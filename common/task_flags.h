@@ -49,7 +49,7 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
 std::string BindHostFromFlags();
 
 // --tensor_transport: how pushes and pulls move tensors (dataplane/).
-enum class TensorTransport { kGrpc, kSocket };
+enum class TensorTransport { kAuto, kGrpc, kSocket };
 absl::StatusOr<TensorTransport> TensorTransportFromFlags();
 // --data_port: a ps's data-plane port (0: any). InvalidArgument outside
 // 0..65535.

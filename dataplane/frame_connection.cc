@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -334,10 +335,20 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Listen(const std::
                                          : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
     actual = absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
   }
-  return std::unique_ptr<FrameListener>(new FrameListener(fd, std::move(actual)));
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    const int error = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data plane: no eventfd for ", address, ": ", ErrnoText(error)));
+  }
+  return std::unique_ptr<FrameListener>(new FrameListener(fd, wake_fd, std::move(actual)));
 }
 
-FrameListener::~FrameListener() { close(fd_); }
+FrameListener::~FrameListener() {
+  close(fd_);
+  close(wake_fd_);
+}
 
 absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(uint64_t max_data_bytes) {
   while (true) {
@@ -353,8 +364,8 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(uint64_t 
       return std::make_unique<FrameConnection>(fd, Describe(peer), max_data_bytes);
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
-      pollfd p{fd_, POLLIN, 0};
-      poll(&p, 1, -1);
+      pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      poll(p, 2, -1);
       continue;
     }
     if (shut_down_.load()) continue;
@@ -365,7 +376,8 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(uint64_t 
 
 void FrameListener::Shutdown() {
   shut_down_.store(true);
-  shutdown(fd_, SHUT_RDWR);  // Wakes a poll on it.
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));  // Wakes Accept's poll, now or later.
 }
 
 }  // namespace dataplane

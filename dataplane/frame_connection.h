@@ -110,9 +110,12 @@ class FrameListener {
   void Shutdown();
 
  private:
-  FrameListener(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  FrameListener(int fd, int wake_fd, std::string address)
+      : fd_(fd), wake_fd_(wake_fd), address_(std::move(address)) {}
 
   const int fd_;
+  const int wake_fd_;  // An eventfd that Shutdown writes (shutdown() wakes no
+                       // poll on a listening socket).
   const std::string address_;
   std::atomic<bool> shut_down_{false};
 };

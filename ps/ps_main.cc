@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   }
   if (*transport == psrt::TensorTransport::kSocket && (*security)->tls()) {
     LOG(ERROR) << "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
-                  "--tensor_transport=grpc (tensors then travel encrypted)";
+                  "--tensor_transport=grpc or auto (tensors then travel encrypted)";
     return 2;
   }
   if (!FLAGS_checkpoint_dir.empty()) {
@@ -228,7 +228,9 @@ int main(int argc, char** argv) {
   // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
   // task's host, and its Unix socket with --unix_socket.
   std::vector<std::unique_ptr<psrt::DataPlaneServer>> data_planes;
-  if (*transport == psrt::TensorTransport::kSocket) {
+  if (*transport == psrt::TensorTransport::kAuto && (*security)->tls()) {
+    LOG(INFO) << "no data plane: TLS is on (tensors over gRPC, encrypted)";
+  } else if (*transport != psrt::TensorTransport::kGrpc) {
     psrt::DataPlaneServer::Options options;
     options.max_data_bytes = static_cast<uint64_t>(FLAGS_max_message_mb) << 20;
     options.security = *security;

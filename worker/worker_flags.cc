@@ -382,10 +382,15 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   if (transport == TensorTransport::kSocket && config->security->tls()) {
     return absl::InvalidArgumentError(
         "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
-        "--tensor_transport=grpc (tensors then travel encrypted)");
+        "--tensor_transport=grpc or auto (tensors then travel encrypted)");
   }
   // The ring of allreduce mode keeps gRPC for now.
-  client.data_plane = transport == TensorTransport::kSocket && !config->allreduce;
+  using DataPlane = PsClient::Options::DataPlane;
+  client.data_plane = config->allreduce                         ? DataPlane::kOff
+                      : transport == TensorTransport::kSocket    ? DataPlane::kRequired
+                      : transport == TensorTransport::kGrpc      ? DataPlane::kOff
+                      : config->security->tls()                  ? DataPlane::kOff
+                                                                 : DataPlane::kIfServed;
 
   Collective::Options& ring = config->ring;
   ring.rank = config->replica;

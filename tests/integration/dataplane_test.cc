@@ -67,10 +67,19 @@ TEST_F(DataPlaneTest, AJobWithAnAuthTokenTrainsOverTheDataPlane) {
 }
 
 // A worker told to use the data plane, with a ps that serves none: the
-// worker fails at start naming the ps and the flag.
+// worker fails at start naming the ps and the flag. Told auto (the
+// default), it trains over gRPC.
 TEST_F(DataPlaneTest, AWorkerOnTheDataPlaneAndAPsWithoutOneIsAClearError) {
   const std::string spec = MakeSpec(1, 1);
-  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=20 --tensor_transport=socket");
+  CommandResult automatic = Launch(spec, dir_ + "/auto", "--train_steps=20",
+                                   "--ps_flags --tensor_transport=grpc");
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+  const std::string auto_log = ReadFile(dir_ + "/auto/worker-0.log");
+  EXPECT_NE(auto_log.find("a ps task serves no data plane: pushes and pulls over gRPC"),
+            std::string::npos)
+      << auto_log;
+  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=20 --tensor_transport=socket",
+                           "--ps_flags --tensor_transport=grpc");
   EXPECT_NE(r.exit_code, 0) << r.output;
   const std::string log = ReadFile(dir_ + "/logs/worker-0.log");
   EXPECT_NE(log.find("ps/0 stripe 0 (127.0.0.1:"), std::string::npos) << log;

@@ -265,7 +265,9 @@ TEST_F(OperationsTest, TasksListenOnlyOnTheirSpecHostUnlessToldOtherwise) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   const std::string ps = spec->address("ps", 0);
   const std::string port = ps.substr(ps.rfind(':') + 1);
-  const std::string flags = " --job_name=ps --task_index=0 --cluster_spec=" + spec_path;
+  // (No worker ever says goodbye: no grace to wait for one.)
+  const std::string flags =
+      " --job_name=ps --task_index=0 --shutdown_grace_secs=0 --cluster_spec=" + spec_path;
   Start("spec_host", bin_ + "/psrt_ps" + flags);
   ASSERT_TRUE(WaitFor([&] { return CheckHealth(ps, "") == "NOT_SERVING"; }, absl::Seconds(20)))
       << ReadFile(dir_ + "/spec_host.log");

@@ -72,7 +72,7 @@ PsClient::PsClient(Options options, Placement placement,
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
     fanout_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
   }
-  if (options_.data_plane) {
+  if (options_.data_plane != Options::DataPlane::kOff) {
     CHECK(!security.tls()) << "the data plane has no TLS";
     DataPlaneShards::Options data_plane;
     data_plane.num_shards = num_shards();
@@ -82,7 +82,6 @@ PsClient::PsClient(Options options, Placement placement,
     data_plane.retry_timeout = options_.retry_timeout;
     data_plane.shard_name = [this](int k) { return ShardName(k); };
     data_plane_ = std::make_unique<DataPlaneShards>(std::move(data_plane));
-    LOG(INFO) << "pushes and pulls over the data plane (--tensor_transport=socket)";
     pulled_wire_.resize(num_shards());
   }
   CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
@@ -207,6 +206,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   std::vector<bool> up(num_shards(), false);
+  bool served_data_plane = true;  // By every ps task that answered.
   absl::Time next_log = absl::Now() + absl::Seconds(2);
   while (true) {
     std::vector<std::string> waiting;
@@ -230,7 +230,9 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
               "started with --ps_stripes=", options_.ps_stripes,
               ": give every task of the job the same --ps_stripes"));
         }
-        if (options_.data_plane && reply.data_port() == 0 && !variables_.empty()) {
+        if (reply.data_port() == 0) served_data_plane = false;
+        if (options_.data_plane == Options::DataPlane::kRequired && reply.data_port() == 0 &&
+            !variables_.empty()) {
           return absl::FailedPreconditionError(absl::StrCat(
               ShardName(k), " serves no data plane, and this task was started with "
               "--tensor_transport=socket: give every task of the job the same "
@@ -245,7 +247,16 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
         waiting.push_back(absl::StrCat(ShardName(k), ": ", status.error_message()));
       }
     }
-    if (waiting.empty()) return absl::OkStatus();
+    if (waiting.empty()) {
+      if (data_plane_ != nullptr && !served_data_plane) {
+        LOG(INFO) << "a ps task serves no data plane: pushes and pulls over gRPC";
+        data_plane_.reset();
+      }
+      if (data_plane_ != nullptr && !variables_.empty()) {
+        LOG(INFO) << "pushes and pulls over the data plane (--tensor_transport)";
+      }
+      return absl::OkStatus();
+    }
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(
           absl::StrCat("parameter servers not reachable after ", 

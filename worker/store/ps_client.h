@@ -78,10 +78,13 @@ class PsClient final : public ParameterStore {
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
-    // Pushes and pulls over the ps tasks' data plane (dataplane_shards.h;
-    // --tensor_transport=socket), on their Unix sockets with unix_socket;
-    // everything else stays on gRPC. REQUIRES: no TLS.
-    bool data_plane = false;
+    // Pushes and pulls over the ps tasks' data plane (dataplane_shards.h),
+    // on their Unix sockets with unix_socket; everything else stays on
+    // gRPC. kRequired: WaitForServers fails on a ps task that serves none;
+    // kIfServed: over gRPC unless every ps task serves one. REQUIRES: no TLS
+    // unless kOff.
+    enum class DataPlane { kOff, kRequired, kIfServed };
+    DataPlane data_plane = DataPlane::kOff;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
@@ -118,6 +121,9 @@ class PsClient final : public ParameterStore {
   // as errors and logs name shard `shard`.
   std::string ShardName(int shard) const override;
   const std::vector<int64_t>& shard_versions() const { return versions_; }
+  // Pushes and pulls go over the data plane (known once WaitForServers has
+  // succeeded, with Options::DataPlane::kIfServed).
+  bool uses_data_plane() const { return data_plane_ != nullptr; }
 
  private:
   // Records the incarnation each shard answered with; Aborted if one
@@ -140,7 +146,7 @@ class PsClient final : public ParameterStore {
   // The gRPC calls to every shard (shard_fanout.h), kept out of this header
   // so that the trainer never sees a gRPC type.
   std::unique_ptr<ShardFanout> fanout_;
-  // Pushes and pulls when Options::data_plane; null otherwise.
+  // Pushes and pulls when they go over the data plane; null otherwise.
   std::unique_ptr<DataPlaneShards> data_plane_;
   // Per shard: its bfloat16/fp16 values as pulled over the data plane, reused.
   std::vector<std::vector<char>> pulled_wire_;
