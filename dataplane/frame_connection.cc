@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/cluster_spec.h"
+#include "glog/logging.h"
 
 namespace psrt {
 namespace dataplane {
@@ -101,6 +102,14 @@ void ConfigureStream(int fd, int family) {
   if (family == AF_INET || family == AF_INET6) {
     const int on = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    // A peer whose host died leaves no FIN: keepalive probes find it within
+    // about two minutes (60 s idle, then 6 probes 10 s apart), so that its
+    // connection, thread and buffers are freed.
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    const int idle = 60, interval = 10, probes = 6;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   }
 }
 
@@ -131,12 +140,15 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
       error = errno;
       if (error == EINPROGRESS) {
         pollfd p{fd, POLLOUT, 0};
-        const absl::Duration left = deadline - absl::Now();
-        const int ms =
-            left == absl::InfiniteDuration()
-                ? -1
-                : static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(left) + 1));
-        const int ready = poll(&p, 1, ms);
+        int ready = -1;
+        do {
+          const absl::Duration left = deadline - absl::Now();
+          const int ms = left == absl::InfiniteDuration()
+                             ? -1
+                             : static_cast<int>(std::clamp<int64_t>(
+                                   absl::ToInt64Milliseconds(left) + 1, 0, INT_MAX));
+          ready = poll(&p, 1, ms);
+        } while (ready < 0 && errno == EINTR);
         socklen_t length = sizeof(error);
         if (ready == 1) {
           getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
@@ -162,7 +174,12 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
   }
 }
 
-absl::Status FrameConnection::Broken(absl::string_view what, int error) const {
+absl::Status FrameConnection::Broken(absl::string_view what, int error) {
+  broken_ = true;
+  if (shut_down_.load()) {
+    return absl::CancelledError(
+        absl::StrCat("data plane: connection with ", peer_, " shut down ", what));
+  }
   return absl::UnavailableError(absl::StrCat("data plane: connection with ", peer_, " broken ",
                                              what, ": ",
                                              error == 0 ? "closed by the peer" : ErrnoText(error)));
@@ -171,12 +188,14 @@ absl::Status FrameConnection::Broken(absl::string_view what, int error) const {
 absl::Status FrameConnection::Wait(short events, absl::Time deadline, absl::string_view what) {
   while (true) {
     if (shut_down_.load()) {
+      broken_ = true;
       return absl::CancelledError(
           absl::StrCat("data plane: connection with ", peer_, " shut down ", what));
     }
     pollfd p{fd_, events, 0};
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
+      broken_ = true;
       return absl::DeadlineExceededError(
           absl::StrCat("data plane: ", peer_, " made no progress ", what, " by the deadline"));
     }
@@ -195,6 +214,11 @@ absl::Status FrameConnection::Wait(short events, absl::Time deadline, absl::stri
 absl::Status FrameConnection::Send(FrameHeader header, absl::string_view meta,
                                    absl::Span<const absl::Span<const char>> data,
                                    absl::Time deadline) {
+  if (meta.size() > kMaxMetaBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data plane: a frame's metadata is ", meta.size(), " bytes, more than the limit of ",
+        kMaxMetaBytes, " (a shard of very many variables: use more ps tasks or --ps_stripes)"));
+  }
   header.meta_size = static_cast<uint32_t>(meta.size());
   header.data_size = 0;
   for (const absl::Span<const char>& piece : data) header.data_size += piece.size();
@@ -266,7 +290,14 @@ absl::Status FrameConnection::ReceiveHeader(FrameHeader* header, std::string* me
     return s;
   }
   if (absl::Status s = DecodeFrameHeader(encoded, max_data_bytes_, header); !s.ok()) {
+    broken_ = true;
     return absl::DataLossError(absl::StrCat(s.message(), " (from ", peer_, ")"));
+  }
+  if (header->meta_size > max_meta_bytes_) {
+    broken_ = true;
+    return absl::DataLossError(absl::StrCat("data-plane frame: metadata of ", header->meta_size,
+                                            " bytes, more than the limit of ", max_meta_bytes_,
+                                            " here (from ", peer_, ")"));
   }
   meta->resize(header->meta_size);
   if (absl::Status s = ReadFully(absl::MakeSpan(*meta), deadline, "a frame's metadata"); !s.ok()) {
@@ -369,8 +400,18 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(uint64_t 
       continue;
     }
     if (shut_down_.load()) continue;
-    return absl::UnavailableError(
-        absl::StrCat("data plane: accept on ", address_, " failed: ", ErrnoText(errno)));
+    // Out of descriptors or memory, or a network error pending on the new
+    // connection (accept(2) says to treat those as EAGAIN): log, wait, and
+    // go on accepting; the listener itself is fine.
+    const int error = errno;
+    if (error == EBADF || error == EINVAL || error == ENOTSOCK || error == EOPNOTSUPP) {
+      return absl::UnavailableError(
+          absl::StrCat("data plane: accept on ", address_, " failed: ", ErrnoText(error)));
+    }
+    LOG_EVERY_T(WARNING, 10) << "data plane: accept on " << address_ << ": " << ErrnoText(error)
+                             << "; retrying";
+    pollfd p{wake_fd_, POLLIN, 0};
+    poll(&p, 1, 100);
   }
 }
 

@@ -67,6 +67,12 @@ class FrameConnection {
   absl::Status SkipData(uint64_t n, absl::Time deadline);
   // The current frame's data not read yet.
   uint64_t data_left() const { return data_left_; }
+  // A send or receive failed: the stream may be out of step; close it.
+  bool broken() const { return broken_; }
+  // Metadata longer than this is refused (DataLoss) by ReceiveHeader; at
+  // most kMaxMetaBytes (the default). A server lowers it until the peer has
+  // said hello.
+  void set_max_meta_bytes(uint32_t n) { max_meta_bytes_ = n; }
 
   // Wakes a blocked call (it fails with Cancelled); later calls fail too.
   void Shutdown();
@@ -82,13 +88,17 @@ class FrameConnection {
   absl::Status Wait(short events, absl::Time deadline, absl::string_view what);
   // Reads exactly into.size() bytes; `what` names them in errors.
   absl::Status ReadFully(absl::Span<char> into, absl::Time deadline, absl::string_view what);
-  absl::Status Broken(absl::string_view what, int error) const;
+  // Unavailable naming the peer and `what` (Cancelled after Shutdown); marks
+  // the connection broken.
+  absl::Status Broken(absl::string_view what, int error);
 
   const int fd_;
   const std::string peer_;
   const uint64_t max_data_bytes_;
   std::atomic<bool> shut_down_{false};
   uint64_t data_left_ = 0;
+  bool broken_ = false;
+  uint32_t max_meta_bytes_ = kMaxMetaBytes;
 };
 
 class FrameListener {

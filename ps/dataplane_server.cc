@@ -1,6 +1,7 @@
 #include "ps/dataplane_server.h"
 
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -22,8 +23,13 @@ using dataplane::FrameMethod;
 // How long a frame may take to arrive or leave once begun, and a hello.
 constexpr absl::Duration kTransferTimeout = absl::Minutes(5);
 constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+// A hello's metadata (the credential) is at most this long.
+constexpr uint32_t kMaxHelloBytes = 4096;
 // How often a waiting pull looks whether its caller is still there.
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(200);
+// Connections served at once (a thread each); more are closed at once, so
+// that a flood of connections, authenticated or not, cannot exhaust threads.
+constexpr size_t kMaxSessions = 4096;
 
 PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
   if (!reply.ok()) return PushOutcome::kRejected;
@@ -99,15 +105,27 @@ void DataPlaneServer::AcceptLoop() {
         ++it;
       }
     }
+    if (sessions_.size() >= kMaxSessions) {
+      LOG_EVERY_T(WARNING, 10) << "data plane: " << kMaxSessions
+                               << " connections already; closing the one from "
+                               << (*accepted)->peer();
+      continue;
+    }
     Session session;
     session.connection = *std::move(accepted);
     session.done = std::make_shared<std::atomic<bool>>(false);
     FrameConnection* connection = session.connection.get();
-    session.thread = std::thread([this, connection, done = session.done] {
-      Serve(connection);
-      connection->Shutdown();  // The peer sees the end now, not at the next accept.
-      done->store(true);
-    });
+    try {
+      session.thread = std::thread([this, connection, done = session.done] {
+        Serve(connection);
+        connection->Shutdown();  // The peer sees the end now, not at the next accept.
+        done->store(true);
+      });
+    } catch (const std::system_error& e) {  // Out of threads: this connection goes.
+      LOG_EVERY_T(WARNING, 10) << "data plane: no thread for the connection from "
+                               << connection->peer() << ": " << e.what();
+      continue;
+    }
     sessions_.push_back(std::move(session));
   }
 }
@@ -138,9 +156,11 @@ absl::Status DataPlaneServer::Greet(FrameConnection* connection) {
   FrameHeader hello;
   std::string credential;
   const absl::Time deadline = absl::Now() + kHelloTimeout;
+  connection->set_max_meta_bytes(kMaxHelloBytes);  // Little, before the token.
   if (absl::Status s = connection->ReceiveHeader(&hello, &credential, deadline); !s.ok()) {
     return s;
   }
+  connection->set_max_meta_bytes(dataplane::kMaxMetaBytes);
   absl::Status accepted = hello.kind == FrameKind::kHello && hello.data_size == 0
                               ? absl::OkStatus()
                               : absl::InvalidArgumentError(
@@ -153,6 +173,8 @@ absl::Status DataPlaneServer::Greet(FrameConnection* connection) {
   if (absl::Status s = connection->Send(reply, accepted.message(), {}, deadline); !s.ok()) {
     return s;
   }
+  LOG_IF(WARNING, !accepted.ok()) << "data plane: refused the connection from "
+                                  << connection->peer() << ": " << accepted.message();
   return accepted;
 }
 
@@ -190,6 +212,16 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
     RETURN_IF_ERROR(connection->SkipData(header.data_size, start + kTransferTimeout));
     return Refuse(connection, header,
                   absl::InvalidArgumentError("push: the metadata is not a PushHeader"));
+  }
+  // No push is larger than the shard's values: refused before any memory
+  // is taken for it (the stream cannot go on: the connection closes).
+  const size_t limit = shards_[header.stripe]->value_bytes();
+  if (header.data_size > limit) {
+    return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
+                                                            ", which holds no model yet"))
+                      : absl::InvalidArgumentError(absl::StrCat(
+                            "push to stripe ", header.stripe, " of ", header.data_size,
+                            " bytes, more than the stripe's ", limit, " bytes of values"));
   }
   // The whole frame first: a connection cut mid-push applies nothing.
   const size_t size = static_cast<size_t>(header.data_size);

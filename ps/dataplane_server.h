@@ -22,8 +22,9 @@
 // There is no TLS on the data plane: psrt_ps does not start one when TLS is
 // on (the workers then use gRPC for tensors).
 //
-// Thread safety: a thread per connection and one accepting; the shards and
-// the metrics are thread-safe. The destructor stops them all.
+// Thread safety: a thread per connection (at most 4096 connections; more are
+// closed as they come) and one accepting; the shards and the metrics are
+// thread-safe. The destructor stops them all.
 #ifndef PSRT_PS_DATAPLANE_SERVER_H_
 #define PSRT_PS_DATAPLANE_SERVER_H_
 

@@ -268,6 +268,11 @@ int64_t ParameterShard::incarnation() const {
   return incarnation_;
 }
 
+size_t ParameterShard::value_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return current_ != nullptr ? current_->values.num_bytes() : 0;
+}
+
 proto::StatusResponse ParameterShard::GetStatus() const {
   proto::StatusResponse status;
   // Disk I/O, outside the lock: a slow disk must not hold up training.

@@ -195,6 +195,9 @@ class ParameterShard {
 
   // Random, new for each process and each Restore; never 0.
   int64_t incarnation() const;
+  // The bytes of the shard's values as float32 (0 before Init): no push to
+  // it carries more.
+  size_t value_bytes() const;
 
  private:
   struct Waiter {

@@ -207,6 +207,38 @@ int main(int argc, char** argv) {
   }
   psrt::PsService service(stripe_shards, &ps_metrics, &health, std::move(roles));
 
+  // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
+  // task's host, and its Unix socket with --unix_socket. Up before gRPC, so
+  // that no status a worker reads lacks its port.
+  std::vector<std::unique_ptr<psrt::DataPlaneServer>> data_planes;
+  if (*transport == psrt::TensorTransport::kAuto && (*security)->tls()) {
+    LOG(INFO) << "no data plane: TLS is on (tensors over gRPC, encrypted)";
+  } else if (*transport != psrt::TensorTransport::kGrpc) {
+    psrt::DataPlaneServer::Options options;
+    options.max_data_bytes = static_cast<uint64_t>(FLAGS_max_message_mb) << 20;
+    options.security = *security;
+    options.metrics = &ps_metrics;
+    std::vector<std::string> addresses = {psrt::JoinHostPort(
+        psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
+    if (FLAGS_unix_socket) addresses.push_back(psrt::dataplane::LocalDataPlaneAddress(port));
+    for (const std::string& address : addresses) {
+      options.listen_address = address;
+      absl::StatusOr<std::unique_ptr<psrt::DataPlaneServer>> data_plane =
+          psrt::DataPlaneServer::Start(stripe_shards, options);
+      // A port of the kernel's choosing may be the gRPC port, not bound yet.
+      while (data_plane.ok() && *data_port == 0 && (*data_plane)->port() == port) {
+        data_plane = psrt::DataPlaneServer::Start(stripe_shards, options);
+      }
+      if (!data_plane.ok()) {
+        LOG(ERROR) << cluster->task.ToString() << ": --data_port: "
+                   << data_plane.status().message();
+        return 1;
+      }
+      LOG(INFO) << cluster->task.ToString() << " data plane on " << (*data_plane)->address();
+      data_planes.push_back(*std::move(data_plane));
+    }
+    service.set_data_port(data_planes.front()->port());
+  }
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);
   const std::string listen = psrt::JoinHostPort(psrt::ListenHost(psrt::BindHostFromFlags(), host), port);
@@ -225,34 +257,6 @@ int main(int argc, char** argv) {
   }
   health.Attach(server.get());
 
-  // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
-  // task's host, and its Unix socket with --unix_socket.
-  std::vector<std::unique_ptr<psrt::DataPlaneServer>> data_planes;
-  if (*transport == psrt::TensorTransport::kAuto && (*security)->tls()) {
-    LOG(INFO) << "no data plane: TLS is on (tensors over gRPC, encrypted)";
-  } else if (*transport != psrt::TensorTransport::kGrpc) {
-    psrt::DataPlaneServer::Options options;
-    options.max_data_bytes = static_cast<uint64_t>(FLAGS_max_message_mb) << 20;
-    options.security = *security;
-    options.metrics = &ps_metrics;
-    std::vector<std::string> addresses = {psrt::JoinHostPort(
-        psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
-    if (FLAGS_unix_socket) addresses.push_back(psrt::dataplane::LocalDataPlaneAddress(port));
-    for (const std::string& address : addresses) {
-      options.listen_address = address;
-      absl::StatusOr<std::unique_ptr<psrt::DataPlaneServer>> data_plane =
-          psrt::DataPlaneServer::Start(stripe_shards, options);
-      if (!data_plane.ok()) {
-        LOG(ERROR) << cluster->task.ToString() << ": --data_port: "
-                   << data_plane.status().message();
-        server->Shutdown();
-        return 1;
-      }
-      LOG(INFO) << cluster->task.ToString() << " data plane on " << (*data_plane)->address();
-      data_planes.push_back(*std::move(data_plane));
-    }
-    service.set_data_port(data_planes.front()->port());
-  }
   service.ReportReadiness();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
             << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"

@@ -81,6 +81,31 @@ class DataPlaneServerTest : public ::testing::Test {
     return connection;
   }
 
+  // A raw TCP socket to the server that has said hello with the token and
+  // read the reply; -1 on failure.
+  int RawGreeted() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(server_->port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return -1;
+    FrameHeader hello;
+    hello.kind = FrameKind::kHello;
+    const std::string credential = "Bearer s3cret";
+    hello.meta_size = credential.size();
+    char hello_bytes[dataplane::kFrameHeaderBytes];
+    dataplane::EncodeFrameHeader(hello, hello_bytes);
+    const std::string greeting = std::string(hello_bytes, sizeof(hello_bytes)) + credential;
+    char answer[dataplane::kFrameHeaderBytes];
+    if (write(fd, greeting.data(), greeting.size()) != ssize_t(greeting.size()) ||
+        recv(fd, answer, sizeof(answer), MSG_WAITALL) != ssize_t(sizeof(answer))) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
   static std::string PushMeta(int64_t version) {
     proto::PushHeader header;
     header.set_replica(0);
@@ -180,22 +205,8 @@ TEST_F(DataPlaneServerTest, BadRequestsAreRefusedAndACutPushAppliesNothing) {
   const std::string partial = std::string(encoded, sizeof(encoded)) + push_meta +
                               std::string(reinterpret_cast<const char*>(grad.data()), 8);
   // Through a raw socket: the hello, then the partial push, then close.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(server_->port());
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
-  FrameHeader hello;
-  hello.kind = FrameKind::kHello;
-  const std::string credential = "Bearer s3cret";
-  hello.meta_size = credential.size();
-  char hello_bytes[dataplane::kFrameHeaderBytes];
-  dataplane::EncodeFrameHeader(hello, hello_bytes);
-  const std::string greeting = std::string(hello_bytes, sizeof(hello_bytes)) + credential;
-  ASSERT_EQ(write(fd, greeting.data(), greeting.size()), ssize_t(greeting.size()));
-  char answer[dataplane::kFrameHeaderBytes];
-  ASSERT_EQ(recv(fd, answer, sizeof(answer), MSG_WAITALL), ssize_t(sizeof(answer)));
+  const int fd = RawGreeted();
+  ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, partial.data(), partial.size()), ssize_t(partial.size()));
   close(fd);
   absl::SleepFor(absl::Milliseconds(300));
@@ -206,6 +217,34 @@ TEST_F(DataPlaneServerTest, BadRequestsAreRefusedAndACutPushAppliesNothing) {
   reply =
       Call(again.get(), FrameMethod::kPull, 0, proto::PullRequest().SerializeAsString(), {}, &meta);
   EXPECT_EQ(reply.status, 0u) << meta;
+}
+
+// A push that announces more bytes than the stripe's values ends the
+// connection at once, before the server takes memory for it or waits for the
+// bytes; so does a hello longer than a credential.
+TEST_F(DataPlaneServerTest, OversizedFramesAreRefusedBeforeAnyMemoryIsTaken) {
+  const int fd = RawGreeted();
+  ASSERT_GE(fd, 0);
+  FrameHeader request;
+  request.kind = FrameKind::kRequest;
+  request.method = FrameMethod::kPush;
+  const std::string meta = PushMeta(0);
+  request.meta_size = meta.size();
+  request.data_size = 512 << 20;  // The stripe holds 16 bytes.
+  char encoded[dataplane::kFrameHeaderBytes];
+  dataplane::EncodeFrameHeader(request, encoded);
+  const std::string head = std::string(encoded, sizeof(encoded)) + meta;
+  ASSERT_EQ(write(fd, head.data(), head.size()), ssize_t(head.size()));
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char byte;
+  EXPECT_EQ(recv(fd, &byte, 1, 0), 0) << "the server did not close the connection";
+  close(fd);
+
+  absl::Status greeted;
+  auto long_hello = Connect(std::string(5000, 'x'), &greeted);
+  EXPECT_FALSE(greeted.ok());
+  EXPECT_EQ(shards_[0]->GetStatus().pushes_applied(), 0);
 }
 
 // A pull that waits for a version is freed when its connection closes.

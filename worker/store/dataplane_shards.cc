@@ -55,6 +55,8 @@ class DataPlaneShards::Link {
         +[](Link* link)
              ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu_) { return !link->busy_ && !link->job_; },
         this));
+    // A cancelled call shut its connection down: the next one opens anew.
+    if (cancelled_) connection_.reset();
     cancelled_ = false;
     job_ = [job = std::move(job), done = std::move(done)] { done(job()); };
   }
@@ -81,8 +83,8 @@ class DataPlaneShards::Link {
       if (!retryable || cancelled()) return outcome.status;
       if (give_up == absl::InfiniteFuture()) {
         give_up = absl::Now() + options_.retry_timeout;
-        LOG(WARNING) << outcome.status.message() << "; retrying for up to "
-                     << options_.retry_timeout;
+        LOG(WARNING) << options_.shard_name(k_) << ": " << outcome.status.message()
+                     << "; retrying for up to " << options_.retry_timeout;
       }
       if (absl::Now() + backoff.Peek() >= give_up) {
         return absl::Status(
@@ -90,7 +92,9 @@ class DataPlaneShards::Link {
             absl::StrCat(outcome.status.message(), " (still failing after ",
                          absl::FormatDuration(options_.retry_timeout), " of retries)"));
       }
-      absl::SleepFor(backoff.Next());
+      // The backoff, cut short by Cancel.
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&cancelled_), backoff.Next());
     }
   }
 
@@ -156,6 +160,7 @@ class DataPlaneShards::Link {
   Outcome Attempt(absl::Duration timeout, const Request& request,
                   const std::function<absl::Status(int, FrameConnection*, const FrameHeader&,
                                                    const std::string&)>& on_reply) {
+    if (cancelled()) return {absl::CancelledError("cancelled: another shard failed"), false};
     absl::StatusOr<FrameConnection*> connection = Connection();
     if (!connection.ok()) {
       return {connection.status(), !absl::IsUnauthenticated(connection.status())};
@@ -189,8 +194,10 @@ class DataPlaneShards::Link {
       return {absl::Status(static_cast<absl::StatusCode>(reply.status), meta), false};
     }
     absl::Status delivered = on_reply(k_, *connection, reply, meta);
-    // Unread data leaves the stream out of step: the connection goes.
-    return {delivered, !delivered.ok() && (*connection)->data_left() > 0};
+    // Unread data, or a failed read, leaves the stream out of step: the
+    // connection goes.
+    return {delivered,
+            !delivered.ok() && ((*connection)->data_left() > 0 || (*connection)->broken())};
   }
 
   const DataPlaneShards::Options& options_;
@@ -267,7 +274,11 @@ absl::Status DataPlaneShards::CallAll(
       if (status.ok()) continue;
       if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
         error = absl::Status(status.code(),
-                             absl::StrCat(options_.shard_name(k), ": ", status.message()));
+                             absl::StrCat(options_.shard_name(k), ": ", status.message(),
+                                          absl::IsResourceExhausted(status)
+                                              ? " (a limit of the ps: psrt_ps --max_message_mb or "
+                                                "--max_waiting_pulls)"
+                                              : ""));
       }
       for (int j = 0; j < n; ++j) {
         if (started[j] && !finished[j].has_value()) LinkOf(method, j).Cancel();

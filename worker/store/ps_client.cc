@@ -138,9 +138,9 @@ absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
     return absl::Status(parsed.code(), absl::StrCat("asking for its data plane: ",
                                                     parsed.message()));
   }
-  if (reply.data_port() == 0) {
-    return absl::FailedPreconditionError(
-        "it serves no data plane (psrt_ps --tensor_transport=socket)");
+  if (reply.data_port() == 0) {  // A ps restarted with another flag: retried, then failed.
+    return absl::UnavailableError(
+        "it serves no data plane now (psrt_ps --tensor_transport=grpc, or TLS)");
   }
   const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
   std::string host;
