@@ -13,13 +13,15 @@
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600] [--workers 2]
 #                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
 #                         [--overlap true|false] [--placement contiguous]
+#                         [--tensors auto|socket|grpc]
 # (unix: the workers reach the ps over its Unix socket, --unix_socket;
 # stripes: --ps_stripes of every task; wire, overlap and placement: the
-# workers' --wire_dtype, --overlap_comm and --placement).
+# workers' --wire_dtype, --overlap_comm and --placement; tensors: every
+# task's --tensor_transport, the data plane or gRPC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
-overlap=true placement=contiguous workers=2
+overlap=true placement=contiguous workers=2 tensors=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
     --overlap) overlap="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --placement) placement="$2"; shift 2 ;;
+    --tensors) tensors="$2"; shift 2 ;;
     *) echo "bench_step.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +50,8 @@ scripts/make_cluster_spec.sh --ps 1 --workers "$workers" --out "$work/cluster.js
 for model in $models; do
   every=$((steps / 6))
   scripts/launch.sh --cluster_spec "$work/cluster.json" --logdir "$work/$model" \
-    --ps_flags "$ps_flags --ps_stripes=$stripes" -- --unix_socket="$unix" \
+    --ps_flags "$ps_flags --ps_stripes=$stripes --tensor_transport=$tensors" -- \
+    --unix_socket="$unix" --tensor_transport="$tensors" \
     --ps_stripes="$stripes" --wire_dtype="$wire" --overlap_comm="$overlap" \
     --placement="$placement" \
     --model="$model" --sync_replicas --batch_size="$batch" --device=cpu \
@@ -55,8 +59,8 @@ for model in $models; do
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
   field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
-  printf "step: model=%s workers=%s transport=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$workers" "$transport" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
+  printf "step: model=%s workers=%s transport=%s tensors=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
+    "$model" "$workers" "$transport" "$tensors" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
     "$(field exposed_comm_ms)" "$(field wait_ms)"
   # The workers run in lockstep: the job's rate is W times the chief's.
   job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' |
