@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
 done
 scripts/setup.sh >/dev/null
 if ! command -v ucx_perftest >/dev/null; then
-  apt-get install -y -q ucx-utils >/dev/null
+  apt-get update -q >/dev/null && apt-get install -y -q ucx-utils >/dev/null
 fi
 bin=build/bin
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
