@@ -16,8 +16,9 @@ namespace {
 class DataPlaneTest : public ClusterFixture {};
 
 // Sync, fixed data order, momentum: a run is deterministic, so the data
-// plane must give exactly gRPC's parameters, with float32 and with bfloat16
-// on the wire (2 ps of 2 stripes: 4 shards, several connections each).
+// plane, over TCP and over Unix sockets, must give exactly gRPC's
+// parameters, with float32 and with bfloat16 on the wire (2 ps of 2
+// stripes: 4 shards, several connections each).
 TEST_F(DataPlaneTest, ASyncJobEndsWithTheParametersOfTheGrpcRun) {
   const std::string spec = MakeSpec(2, 2);
   for (const std::string wire : {"fp32", "bf16"}) {
@@ -25,16 +26,21 @@ TEST_F(DataPlaneTest, ASyncJobEndsWithTheParametersOfTheGrpcRun) {
         "--sync_replicas --noshuffle --optimizer=momentum --learning_rate=0.05 "
         "--train_steps=150 --log_every_steps=50 --wire_dtype=",
         wire);
-    std::string params[2];
-    for (const std::string transport : {"grpc", "socket"}) {
-      const std::string logdir = absl::StrCat(dir_, "/", wire, "-", transport);
+    std::string params[3];
+    // gRPC; the data plane over TCP; and over the ps tasks' Unix sockets.
+    const std::string runs[3] = {"grpc", "socket", "socket-unix"};
+    for (int run = 0; run < 3; ++run) {
+      const std::string transport = run == 0 ? "grpc" : "socket";
+      const std::string unix_flag = run == 2 ? " --unix_socket" : "";
+      const std::string logdir = absl::StrCat(dir_, "/", wire, "-", runs[run]);
       const std::string out = logdir + ".safetensors";
-      CommandResult r = Launch(
-          spec, logdir,
-          absl::StrCat(flags, " --tensor_transport=", transport, " --final_params_out=", out),
-          absl::StrCat("--ps_flags --tensor_transport=", transport));
+      CommandResult r =
+          Launch(spec, logdir,
+                 absl::StrCat(flags, " --tensor_transport=", transport, unix_flag,
+                              " --final_params_out=", out),
+                 absl::StrCat("--ps_flags '--tensor_transport=", transport, unix_flag, "'"));
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      params[transport == "socket"] = out;
+      params[run] = out;
       const std::string ps_log = ReadFile(logdir + "/ps-0.log");
       const std::string chief_log = ReadFile(logdir + "/worker-0.log");
       EXPECT_EQ(ps_log.find("data plane on 127.0.0.1:") != std::string::npos, transport == "socket")
@@ -42,8 +48,13 @@ TEST_F(DataPlaneTest, ASyncJobEndsWithTheParametersOfTheGrpcRun) {
       EXPECT_EQ(chief_log.find("pushes and pulls over the data plane") != std::string::npos,
                 transport == "socket")
           << chief_log;
+      if (run == 2) {
+        EXPECT_NE(chief_log.find("data plane over unix-abstract:psrt-data-"), std::string::npos)
+            << chief_log;
+      }
     }
     EXPECT_EQ(MaxAbsDiff(params[0], params[1]), 0.0) << wire;
+    EXPECT_EQ(MaxAbsDiff(params[0], params[2]), 0.0) << wire;
   }
 }
 
@@ -71,8 +82,8 @@ TEST_F(DataPlaneTest, AJobWithAnAuthTokenTrainsOverTheDataPlane) {
 // default), it trains over gRPC.
 TEST_F(DataPlaneTest, AWorkerOnTheDataPlaneAndAPsWithoutOneIsAClearError) {
   const std::string spec = MakeSpec(1, 1);
-  CommandResult automatic = Launch(spec, dir_ + "/auto", "--train_steps=20",
-                                   "--ps_flags --tensor_transport=grpc");
+  CommandResult automatic =
+      Launch(spec, dir_ + "/auto", "--train_steps=20", "--ps_flags --tensor_transport=grpc");
   ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
   const std::string auto_log = ReadFile(dir_ + "/auto/worker-0.log");
   EXPECT_NE(auto_log.find("a ps task serves no data plane: pushes and pulls over gRPC"),

@@ -146,6 +146,10 @@ class DataPlaneShards::Link {
     if (reply.status != 0) {
       return absl::Status(static_cast<absl::StatusCode>(reply.status), text);
     }
+    // Once per shard: its push link's first connection.
+    if (method_ == FrameMethod::kPush && ++connects_ == 1) {
+      LOG(INFO) << options_.shard_name(k_) << ": data plane over " << address;
+    }
     absl::MutexLock lock(&mu_);
     if (cancelled_) (*opened)->Shutdown();
     connection_ = *std::move(opened);
@@ -204,6 +208,7 @@ class DataPlaneShards::Link {
   const int k_;
   const FrameMethod method_;
   uint64_t request_id_ = 0;  // On the link's thread only.
+  int connects_ = 0;         // Connections opened; on the link's thread only.
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
