@@ -33,14 +33,15 @@ constexpr absl::string_view kUnixAbstract = "unix-abstract:";
 std::string ErrnoText(int error) { return std::strerror(error); }
 
 // A socket address for `address`: "unix-abstract:NAME", or "host:port"
-// resolved (the first result), for `passive` (listening) or not.
+// resolved (every result, in the resolver's order), for `passive`
+// (listening) or not.
 struct SocketAddress {
   sockaddr_storage storage{};
   socklen_t length = 0;
   int family = AF_UNSPEC;
 };
 
-absl::StatusOr<SocketAddress> Resolve(const std::string& address, bool passive) {
+absl::StatusOr<std::vector<SocketAddress>> Resolve(const std::string& address, bool passive) {
   SocketAddress result;
   if (absl::StartsWith(address, kUnixAbstract)) {
     const std::string name = address.substr(kUnixAbstract.size());
@@ -55,7 +56,7 @@ absl::StatusOr<SocketAddress> Resolve(const std::string& address, bool passive) 
     std::memcpy(&result.storage, &un, sizeof(un));
     result.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
     result.family = AF_UNIX;
-    return result;
+    return std::vector<SocketAddress>{result};
   }
   std::string host;
   int port = 0;
@@ -76,11 +77,52 @@ absl::StatusOr<SocketAddress> Resolve(const std::string& address, bool passive) 
     return absl::UnavailableError(
         absl::StrCat("data plane: cannot resolve \"", host, "\": ", gai_strerror(error)));
   }
-  std::memcpy(&result.storage, found->ai_addr, found->ai_addrlen);
-  result.length = found->ai_addrlen;
-  result.family = found->ai_family;
+  std::vector<SocketAddress> results;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    std::memcpy(&result.storage, a->ai_addr, a->ai_addrlen);
+    result.length = a->ai_addrlen;
+    result.family = a->ai_family;
+    results.push_back(result);
+  }
   freeaddrinfo(found);
-  return result;
+  return results;
+}
+
+// Connects a non-blocking stream socket to `to` by `deadline`: the socket,
+// or -1 with `*error` set (ETIMEDOUT past the deadline).
+int ConnectOne(const SocketAddress& to, absl::Time deadline, int* error) {
+  const int fd = socket(to.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = errno;
+    return -1;
+  }
+  *error = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.length) != 0) {
+    *error = errno;
+    if (*error == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int ready = -1;
+      do {
+        const absl::Duration left = deadline - absl::Now();
+        const int ms = left == absl::InfiniteDuration()
+                           ? -1
+                           : static_cast<int>(std::clamp<int64_t>(
+                                 absl::ToInt64Milliseconds(left) + 1, 0, INT_MAX));
+        ready = poll(&p, 1, ms);
+      } while (ready < 0 && errno == EINTR);
+      socklen_t length = sizeof(*error);
+      if (ready == 1) {
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, error, &length);
+      } else {
+        *error = ETIMEDOUT;
+      }
+    }
+  }
+  if (*error != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 std::string Describe(const sockaddr_storage& storage) {
@@ -126,42 +168,22 @@ FrameConnection::~FrameConnection() { close(fd_); }
 
 absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
     const std::string& address, uint64_t max_data_bytes, absl::Time deadline) {
-  absl::StatusOr<SocketAddress> to = Resolve(address, /*passive=*/false);
+  absl::StatusOr<std::vector<SocketAddress>> to = Resolve(address, /*passive=*/false);
   if (!to.ok()) return to.status();
   Backoff backoff(absl::Milliseconds(20), absl::Milliseconds(500));
   while (true) {
-    const int fd = socket(to->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("data plane: no socket for ", address, ": ", ErrnoText(errno)));
-    }
+    // Every address the name resolves to, in turn (as gRPC does); with
+    // several, none may take more than 2 s of the deadline.
     int error = 0;
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&to->storage), to->length) != 0) {
-      error = errno;
-      if (error == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int ready = -1;
-        do {
-          const absl::Duration left = deadline - absl::Now();
-          const int ms = left == absl::InfiniteDuration()
-                             ? -1
-                             : static_cast<int>(std::clamp<int64_t>(
-                                   absl::ToInt64Milliseconds(left) + 1, 0, INT_MAX));
-          ready = poll(&p, 1, ms);
-        } while (ready < 0 && errno == EINTR);
-        socklen_t length = sizeof(error);
-        if (ready == 1) {
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-        } else {
-          error = ETIMEDOUT;
-        }
+    for (const SocketAddress& one : *to) {
+      const absl::Time until =
+          to->size() > 1 ? std::min(deadline, absl::Now() + absl::Seconds(2)) : deadline;
+      const int fd = ConnectOne(one, until, &error);
+      if (fd >= 0) {
+        ConfigureStream(fd, one.family);
+        return std::make_unique<FrameConnection>(fd, address, max_data_bytes);
       }
     }
-    if (error == 0) {
-      ConfigureStream(fd, to->family);
-      return std::make_unique<FrameConnection>(fd, address, max_data_bytes);
-    }
-    close(fd);
     const bool retry = error == ECONNREFUSED || error == ENOENT || error == EAGAIN;
     if (!retry || absl::Now() + backoff.Peek() >= deadline) {
       return error == ETIMEDOUT || retry
@@ -340,8 +362,10 @@ void FrameConnection::Shutdown() {
 }
 
 absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Listen(const std::string& address) {
-  absl::StatusOr<SocketAddress> at = Resolve(address, /*passive=*/true);
-  if (!at.ok()) return at.status();
+  // The first address the host resolves to (its workers try every one).
+  absl::StatusOr<std::vector<SocketAddress>> all = Resolve(address, /*passive=*/true);
+  if (!all.ok()) return all.status();
+  const SocketAddress* at = &all->front();
   const int fd = socket(at->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     return absl::ResourceExhaustedError(
