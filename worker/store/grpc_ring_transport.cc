@@ -22,6 +22,9 @@ namespace {
 
 constexpr char kDeliver[] = "/psrt.proto.Collective/Deliver";
 
+// How long a failed op's send in flight is given to land (FinishSend).
+constexpr absl::Duration kFailedOpSendGrace = absl::Seconds(2);
+
 // Received segments are added in blocks of this many floats (64 KiB), read
 // from gRPC's buffers into a cache-resident scratch.
 constexpr size_t kBlockFloats = 16 * 1024;
@@ -254,7 +257,14 @@ absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_f
       absl::MutexLock lock(&mu_);
       op_failed |= !peer_error_.ok();
     }
-    if (op_failed && !call->done->HasBeenNotified()) call->context->TryCancel();
+    // An attempt already on its way is let land, briefly: a live next
+    // worker then learns of this op from the message itself (a segment of
+    // another size fails it, naming the cause) instead of waiting, alive
+    // and silent, for its busy timeout. A dead or hung one costs the grace.
+    if (op_failed && !call->done->HasBeenNotified() &&
+        !call->done->WaitForNotificationWithTimeout(kFailedOpSendGrace)) {
+      call->context->TryCancel();
+    }
     call->done->WaitForNotification();
     if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE || op_failed) break;
     RetryWhenDue(call.get());
