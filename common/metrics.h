@@ -125,6 +125,13 @@ enum class PushOutcome {
   kRejected,  // Failed (invalid, unreachable, ...).
 };
 
+// What became of a push: failed (`ok` false), or as the shards answered.
+inline PushOutcome OutcomeOf(bool ok, bool accepted, bool training_done) {
+  if (!ok) return PushOutcome::kRejected;
+  if (accepted) return PushOutcome::kAccepted;
+  return training_done ? PushOutcome::kLate : PushOutcome::kStale;
+}
+
 // TransferMetrics: pushes and pulls as one side sees them: the ps that
 // answers them ("psrt_ps_*") or the worker that sends them
 // ("psrt_worker_*"): pushes_total{result}, pulls_total, pushed_bytes_total,

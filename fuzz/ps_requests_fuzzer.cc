@@ -65,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {  // PsService::Pull, with a deadline that has passed.
         psrt::proto::PullRequest pull;
         if (!psrt::ParseFromByteBuffer(request, &pull).ok()) break;
-        shard.Pull(psrt::ParameterShard::PullOptions::FromRequest(pull, absl::Now()),
-                   CheckReply);
+        auto options = shard.PullOptionsFor(pull, absl::Now());
+        if (options.ok()) shard.Pull(*options, CheckReply);
         break;
       }
       case 3: {  // PsService::Save

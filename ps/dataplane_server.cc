@@ -9,7 +9,6 @@
 #include "absl/time/clock.h"
 #include "common/byte_source.h"
 #include "common/status_macros.h"
-#include "common/wire_dtype.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -30,12 +29,6 @@ constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(200);
 // Connections served at once (a thread each); more are closed at once, so
 // that a flood of connections, authenticated or not, cannot exhaust threads.
 constexpr size_t kMaxSessions = 4096;
-
-PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
-  if (!reply.ok()) return PushOutcome::kRejected;
-  if (reply->accepted()) return PushOutcome::kAccepted;
-  return reply->training_done() ? PushOutcome::kLate : PushOutcome::kStale;
-}
 
 FrameHeader ReplyTo(const FrameHeader& request) {
   FrameHeader reply;
@@ -213,26 +206,31 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
     return Refuse(connection, header,
                   absl::InvalidArgumentError("push: the metadata is not a PushHeader"));
   }
-  // No push is larger than the shard's values: refused before any memory
-  // is taken for it (the stream cannot go on: the connection closes).
-  const size_t limit = shards_[header.stripe]->value_bytes();
-  if (header.data_size > limit) {
-    return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
-                                                            ", which holds no model yet"))
-                      : absl::InvalidArgumentError(absl::StrCat(
-                            "push to stripe ", header.stripe, " of ", header.data_size,
-                            " bytes, more than the stripe's ", limit, " bytes of values"));
-  }
-  // The whole frame first: a connection cut mid-push applies nothing.
+  // The whole frame first: a connection cut mid-push applies nothing. The
+  // buffer grows only to a size the stripe's values allow, checked (under
+  // the shard's lock) only when it must grow: never in steady state. A push
+  // too large ends the connection before any memory is taken for it.
   const size_t size = static_cast<size_t>(header.data_size);
-  if (buffer->size() < size) buffer->resize(size);
+  if (buffer->size() < size) {
+    const size_t limit = shards_[header.stripe]->value_bytes();
+    if (size > limit) {
+      return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
+                                                              ", which holds no model yet"))
+                        : absl::InvalidArgumentError(absl::StrCat(
+                              "push to stripe ", header.stripe, " of ", size,
+                              " bytes, more than the stripe's ", limit, " bytes of values"));
+    }
+    buffer->resize(size);
+  }
   RETURN_IF_ERROR(
       connection->ReceiveData(absl::MakeSpan(buffer->data(), size), start + kTransferTimeout));
   SpanByteSource data(absl::MakeConstSpan(buffer->data(), size));
   absl::StatusOr<proto::PushResponse> reply = shards_[header.stripe]->Push(push, &data);
   if (options_.metrics != nullptr) {
-    options_.metrics->transfers().RecordPush(
-        OutcomeOf(reply), dataplane::kFrameHeaderBytes + meta.size() + size, absl::Now() - start);
+    options_.metrics->transfers().RecordPush(OutcomeOf(reply.ok(), reply.ok() && reply->accepted(),
+                                                       reply.ok() && reply->training_done()),
+                                             dataplane::kFrameHeaderBytes + meta.size() + size,
+                                             absl::Now() - start);
     if (reply.ok()) options_.metrics->SetVersion(reply->version());
   }
   if (!reply.ok()) return Refuse(connection, header, reply.status());
@@ -248,15 +246,9 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const Fram
     return Refuse(connection, header,
                   absl::InvalidArgumentError("pull: the metadata is not a PullRequest"));
   }
-  if (request.wire_dtype() != proto::DT_INVALID && !IsWireDtype(request.wire_dtype())) {
-    return Refuse(connection, header,
-                  absl::InvalidArgumentError(
-                      absl::StrCat("pull: wire_dtype ", proto::DataType_Name(request.wire_dtype()),
-                                   " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF")));
-  }
   ParameterShard* shard = shards_[header.stripe];
-  const absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
-                                                          : shard->default_pull_timeout();
+  absl::StatusOr<ParameterShard::PullOptions> options = shard->PullOptionsFor(request);
+  if (!options.ok()) return Refuse(connection, header, options.status());
   const absl::Time start = absl::Now();
   struct Answer {
     absl::Mutex mu;
@@ -264,11 +256,10 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const Fram
   };
   auto answer = std::make_shared<Answer>();
   const int64_t waiting =
-      shard->Pull(ParameterShard::PullOptions::FromRequest(request, start + timeout),
-                  [answer](absl::StatusOr<ParameterShard::PullReply> reply) {
-                    absl::MutexLock lock(&answer->mu);
-                    answer->reply = std::move(reply);
-                  });
+      shard->Pull(*options, [answer](absl::StatusOr<ParameterShard::PullReply> reply) {
+        absl::MutexLock lock(&answer->mu);
+        answer->reply = std::move(reply);
+      });
   absl::StatusOr<ParameterShard::PullReply> reply = absl::UnknownError("unanswered");
   {
     absl::MutexLock lock(&answer->mu);

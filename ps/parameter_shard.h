@@ -149,10 +149,13 @@ class ParameterShard {
     // The caller's replica; the chief's (0) pulls count as word from it.
     int replica = -1;
     absl::Time deadline = absl::InfiniteFuture();
-
-    // What a PullRequest asks for, waiting until `deadline`.
-    static PullOptions FromRequest(const proto::PullRequest& request, absl::Time deadline);
   };
+  // What a PullRequest asks of this shard: its timeout (the shard's default
+  // when it names none) from now, but no later than `latest` (the call's own
+  // deadline). InvalidArgument for a wire_dtype other than DT_FLOAT,
+  // DT_BFLOAT16 or DT_HALF.
+  absl::StatusOr<PullOptions> PullOptionsFor(const proto::PullRequest& request,
+                                             absl::Time latest = absl::InfiniteFuture()) const;
   // Calls `done` exactly once (see the header comment). Returns an id for
   // CancelPull when the pull waits, else 0. A pull waits at most
   // kMaxPullWait, whatever its deadline.
@@ -161,9 +164,6 @@ class ParameterShard {
   // frees it; nothing when it was answered already.
   void CancelPull(int64_t id);
   static constexpr absl::Duration kMaxPullWait = absl::Hours(1);
-  absl::Duration default_pull_timeout() const {
-    return options_.default_pull_timeout;
-  }
 
   proto::StatusResponse GetStatus() const;
   void Shutdown(int replica);

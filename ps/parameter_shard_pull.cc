@@ -16,8 +16,7 @@
 
 namespace psrt {
 
-absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
-    bool moving_average) {
+absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(bool moving_average) {
   if (moving_average && average_ == nullptr) {
     return absl::FailedPreconditionError(
         "pull: this job keeps no moving averages (set --moving_average_decay)");
@@ -80,20 +79,21 @@ int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
       reply = absl::FailedPreconditionError(
           "pull: this parameter server has not been initialized by the chief");
     } else if (!ready_) {
-      reply = absl::AbortedError(absl::StrCat(
-          "pull: this parameter server restored checkpoint ", restored_step_,
-          " and waits for the chief to confirm it"));
+      reply = absl::AbortedError(absl::StrCat("pull: this parameter server restored checkpoint ",
+                                              restored_step_,
+                                              " and waits for the chief to confirm it"));
     } else if (options.incarnation != 0 && options.incarnation != incarnation_) {
-      reply = absl::AbortedError(absl::StrCat(
-          "pull: expected incarnation ", options.incarnation,
-          " of this parameter server, which is now incarnation ", incarnation_,
-          " (it restarted or was rolled back)"));
+      reply =
+          absl::AbortedError(absl::StrCat("pull: expected incarnation ", options.incarnation,
+                                          " of this parameter server, which is now incarnation ",
+                                          incarnation_, " (it restarted or was rolled back)"));
     } else if (ReadyLocked(options)) {
       reply = MakeReplyLocked(options.moving_average);
     } else if (static_cast<int>(waiters_.size()) >= options_.max_waiting_pulls) {
-      reply = absl::ResourceExhaustedError(absl::StrCat(
-          "pull: ", waiters_.size(), " pulls already wait on this parameter server "
-          "(psrt_ps --max_waiting_pulls)"));
+      reply =
+          absl::ResourceExhaustedError(absl::StrCat("pull: ", waiters_.size(),
+                                                    " pulls already wait on this parameter server "
+                                                    "(psrt_ps --max_waiting_pulls)"));
     } else {
       Waiter waiter{options, std::move(done), ++last_waiter_id_};
       waiter.options.deadline = std::min(options.deadline, absl::Now() + kMaxPullWait);
@@ -150,35 +150,39 @@ void ParameterShard::DeadlineLoop() {
     }
     const std::string state =
         config_.mode() == proto::SYNC
-            ? absl::StrCat("shard at version ", version_, " with gradients from ",
-                           pushed_.size(), " of ", config_.replicas_to_aggregate(),
-                           " replicas; none yet from replica(s) ",
-                           absl::StrJoin(missing, ", "))
-            : absl::StrCat("shard at version ", version_,
-                           ", slowest replica at step ", MinClockLocked());
+            ? absl::StrCat("shard at version ", version_, " with gradients from ", pushed_.size(),
+                           " of ", config_.replicas_to_aggregate(),
+                           " replicas; none yet from replica(s) ", absl::StrJoin(missing, ", "))
+            : absl::StrCat("shard at version ", version_, ", slowest replica at step ",
+                           MinClockLocked());
     mu_.Unlock();
     for (Waiter& w : expired) {
       w.done(absl::DeadlineExceededError(absl::StrCat(
-          "pull: version ", w.options.min_version, " (replicas at step ",
-          w.options.min_clock, ") not reached in time (", state,
-          "; is a worker down?)")));
+          "pull: version ", w.options.min_version, " (replicas at step ", w.options.min_clock,
+          ") not reached in time (", state, "; is a worker down?)")));
     }
     mu_.Lock();
   }
   mu_.Unlock();
 }
 
-ParameterShard::PullOptions ParameterShard::PullOptions::FromRequest(
-    const proto::PullRequest& request, absl::Time deadline) {
+absl::StatusOr<ParameterShard::PullOptions> ParameterShard::PullOptionsFor(
+    const proto::PullRequest& request, absl::Time latest) const {
+  if (request.wire_dtype() != proto::DT_INVALID && !IsWireDtype(request.wire_dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("pull: wire_dtype ",
+                                                   proto::DataType_Name(request.wire_dtype()),
+                                                   " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF"));
+  }
+  const absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
+                                                          : options_.default_pull_timeout;
   PullOptions options;
   options.incarnation = request.incarnation();
   options.min_version = request.min_version();
   options.min_clock = request.min_clock();
   options.moving_average = request.moving_average();
   options.replica = request.replica();
-  options.wire_dtype =
-      IsWireDtype(request.wire_dtype()) ? request.wire_dtype() : proto::DT_FLOAT;
-  options.deadline = deadline;
+  options.wire_dtype = IsWireDtype(request.wire_dtype()) ? request.wire_dtype() : proto::DT_FLOAT;
+  options.deadline = std::min(absl::Now() + timeout, latest);
   return options;
 }
 

@@ -15,7 +15,6 @@
 #include "common/status_macros.h"
 #include "common/tensor_frame.h"
 #include "common/transport_security.h"
-#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -27,12 +26,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
-}
-
-PushOutcome OutcomeOf(const absl::StatusOr<proto::PushResponse>& reply) {
-  if (!reply.ok()) return PushOutcome::kRejected;
-  if (reply->accepted()) return PushOutcome::kAccepted;
-  return reply->training_done() ? PushOutcome::kLate : PushOutcome::kStale;
 }
 
 // A pull's reactor: when the caller goes away (cancelled, or past its
@@ -90,8 +83,7 @@ class PullReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* PsService::Offload(grpc::CallbackServerContext* context,
                                              std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  runner_.Schedule(
-      [reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  runner_.Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
   return reactor;
 }
 
@@ -104,9 +96,9 @@ absl::StatusOr<ParameterShard*> PsService::ShardOf(
   const absl::string_view text(it->second.data(), it->second.size());
   if (!absl::SimpleAtoi(text, &stripe) || stripe < 0 ||
       stripe >= static_cast<int>(shards_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the call names stripe \"", text, "\", but this ps serves ", shards_.size(),
-        " (psrt_ps --ps_stripes): give every task of the job the same --ps_stripes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the call names stripe \"", text, "\", but this ps serves ", shards_.size(),
+                     " (psrt_ps --ps_stripes): give every task of the job the same --ps_stripes"));
   }
   return shards_[stripe];
 }
@@ -118,10 +110,11 @@ absl::Status PsService::CheckChief(const grpc::CallbackServerContext& context,
     return absl::OkStatus();
   }
   LOG_EVERY_T(WARNING, 10) << "refused " << what << " from " << context.peer()
-                               << ": it did not come with the chief's token";
-  return absl::PermissionDeniedError(absl::StrCat(
-      what, ": only the chief may call it, and this call came with the workers' "
-            "token, not the chief's (--chief_token_file)"));
+                           << ": it did not come with the chief's token";
+  return absl::PermissionDeniedError(
+      absl::StrCat(what,
+                   ": only the chief may call it, and this call came with the workers' "
+                   "token, not the chief's (--chief_token_file)"));
 }
 
 absl::Status PsService::CheckReplica(const grpc::CallbackServerContext& context,
@@ -136,13 +129,13 @@ absl::Status PsService::CheckReplica(const grpc::CallbackServerContext& context,
     names.emplace_back(name.data(), name.size());
     if (names.back() == hosts[replica]) return absl::OkStatus();
   }
-  LOG_EVERY_T(WARNING, 10) << "refused a push as replica " << replica << " from "
-                           << context.peer() << " (" << absl::StrJoin(names, ", ") << ")";
-  return absl::PermissionDeniedError(absl::StrCat(
-      "push as replica ", replica, ": its host in the cluster spec is ", hosts[replica],
-      ", and the caller's certificate names ",
-      names.empty() ? std::string("no host") : absl::StrJoin(names, ", "),
-      " (psrt_ps --check_replica_certificates: a worker pushes only as itself)"));
+  LOG_EVERY_T(WARNING, 10) << "refused a push as replica " << replica << " from " << context.peer()
+                           << " (" << absl::StrJoin(names, ", ") << ")";
+  return absl::PermissionDeniedError(
+      absl::StrCat("push as replica ", replica, ": its host in the cluster spec is ",
+                   hosts[replica], ", and the caller's certificate names ",
+                   names.empty() ? std::string("no host") : absl::StrJoin(names, ", "),
+                   " (psrt_ps --check_replica_certificates: a worker pushes only as itself)"));
 }
 
 void PsService::ReportReadiness() {
@@ -186,48 +179,39 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
   proto::PullRequest pull;
-  absl::Status status = ParseFromByteBuffer(*request, &pull);
-  if (status.ok() && pull.wire_dtype() != proto::DT_INVALID && !IsWireDtype(pull.wire_dtype())) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        "pull: wire_dtype ", proto::DataType_Name(pull.wire_dtype()),
-        " is not DT_FLOAT, DT_BFLOAT16 or DT_HALF"));
+  if (absl::Status parsed = ParseFromByteBuffer(*request, &pull); !parsed.ok()) {
+    return FinishNow(context, parsed);
   }
-  if (!status.ok()) return FinishNow(context, status);
-  const absl::Duration timeout = pull.timeout_ms() > 0
-                                     ? absl::Milliseconds(pull.timeout_ms())
-                                     : (*shard)->default_pull_timeout();
-  const absl::Time deadline =
-      std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
+  absl::StatusOr<ParameterShard::PullOptions> options =
+      (*shard)->PullOptionsFor(pull, absl::FromChrono(context->deadline()));
+  if (!options.ok()) return FinishNow(context, options.status());
   auto* reactor = new PullReactor(*shard);
-  const ParameterShard::PullOptions options =
-      ParameterShard::PullOptions::FromRequest(pull, deadline);
   // A pull answered after Pull returned has waited.
   auto returned = std::make_shared<std::atomic<bool>>(false);
   const absl::Time start = absl::Now();
-  const int64_t waiting = (*shard)->Pull(options,
-               [reactor, response, metrics = metrics_, returned,
-                start](absl::StatusOr<ParameterShard::PullReply> reply) {
-                 if (!reply.ok()) {
-                   reactor->Finish(ToGrpcStatus(reply.status()));
-                   return;
-                 }
-                 const absl::Duration waited = absl::Now() - start;
-                 reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
-                 // The frame references the snapshot until gRPC has sent it.
-                 auto snapshot = std::move(reply->snapshot);
-                 *response = EncodeTensorFrame(
-                     reply->header,
-                     {{reinterpret_cast<const char*>(snapshot->values.data()),
-                       reply->num_bytes}},
-                     [snapshot]() mutable { snapshot.reset(); });
-                 if (metrics != nullptr) {
-                   metrics->transfers().RecordPull(response->Length());
-                   if (returned->load()) {
-                     metrics->transfers().RecordPullWait(waited);
-                   }
-                 }
-                 reactor->Finish(grpc::Status::OK);
-               });
+  const int64_t waiting =
+      (*shard)->Pull(*options, [reactor, response, metrics = metrics_, returned,
+                                start](absl::StatusOr<ParameterShard::PullReply> reply) {
+        if (!reply.ok()) {
+          reactor->Finish(ToGrpcStatus(reply.status()));
+          return;
+        }
+        const absl::Duration waited = absl::Now() - start;
+        reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
+        // The frame references the snapshot until gRPC has sent it.
+        auto snapshot = std::move(reply->snapshot);
+        *response = EncodeTensorFrame(
+            reply->header,
+            {{reinterpret_cast<const char*>(snapshot->values.data()), reply->num_bytes}},
+            [snapshot]() mutable { snapshot.reset(); });
+        if (metrics != nullptr) {
+          metrics->transfers().RecordPull(response->Length());
+          if (returned->load()) {
+            metrics->transfers().RecordPullWait(waited);
+          }
+        }
+        reactor->Finish(grpc::Status::OK);
+      });
   returned->store(true);
   reactor->Watch(waiting);
   return reactor;
@@ -247,17 +231,18 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
         opened.ok() ? (*shard)->Push(header, &reader) : opened;
     if (reply.ok()) *response = SerializeToByteBuffer(*reply);
     if (metrics_ != nullptr) {
-      metrics_->transfers().RecordPush(OutcomeOf(reply), request->Length(),
-                                       absl::Now() - start);
+      metrics_->transfers().RecordPush(OutcomeOf(reply.ok(), reply.ok() && reply->accepted(),
+                                                 reply.ok() && reply->training_done()),
+                                       request->Length(), absl::Now() - start);
       if (reply.ok()) metrics_->SetVersion(reply->version());
     }
     return reply.status();
   });
 }
 
-grpc::ServerUnaryReactor* PsService::GetStatus(
-    grpc::CallbackServerContext* context, const proto::StatusRequest* /*request*/,
-    proto::StatusResponse* response) {
+grpc::ServerUnaryReactor* PsService::GetStatus(grpc::CallbackServerContext* context,
+                                               const proto::StatusRequest* /*request*/,
+                                               proto::StatusResponse* response) {
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
   *response = (*shard)->GetStatus();
@@ -270,9 +255,9 @@ grpc::ServerUnaryReactor* PsService::GetStatus(
   return FinishNow(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* PsService::Shutdown(
-    grpc::CallbackServerContext* context, const proto::ShutdownRequest* request,
-    proto::ShutdownResponse* /*response*/) {
+grpc::ServerUnaryReactor* PsService::Shutdown(grpc::CallbackServerContext* context,
+                                              const proto::ShutdownRequest* request,
+                                              proto::ShutdownResponse* /*response*/) {
   if (request->replica() < -1) {
     return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
                                   "shutdown: replica ", request->replica(), " is below -1")));

@@ -533,11 +533,8 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     result.training_done |= r.training_done();
   }
   if (options_.metrics != nullptr) {
-    const PushOutcome outcome = !status.ok()         ? PushOutcome::kRejected
-                                : result.accepted     ? PushOutcome::kAccepted
-                                : result.training_done ? PushOutcome::kLate
-                                                       : PushOutcome::kStale;
-    options_.metrics->RecordPush(outcome, bytes, absl::Now() - start);
+    options_.metrics->RecordPush(OutcomeOf(status.ok(), result.accepted, result.training_done),
+                                 bytes, absl::Now() - start);
   }
   RETURN_IF_ERROR(status);  // Before the replies: a failed call has none.
   std::vector<int64_t> incarnations;
