@@ -37,9 +37,24 @@ __global__ void ForEachIndexKernel(int64_t n, F f) {
   }
 }
 
+// Whether a grid-stride loop over n indices may count in 32 bits: 64-bit
+// division costs the GPU several times more than 32-bit, and the kernels
+// below divide once per index.
+inline bool FitsUint32Loop(int64_t n) {
+  return n + kMaxBlocks * kThreadsPerBlock < (int64_t{1} << 32);
+}
+
 template <class F>
-__global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f) {
+__global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f, bool narrow) {
   const int64_t n = rows * cols;
+  if (narrow) {
+    const uint32_t n32 = static_cast<uint32_t>(n), cols32 = static_cast<uint32_t>(cols);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n32; i += blockDim.x * gridDim.x) {
+      const uint32_t r = i / cols32;
+      f(r, i - r * cols32);
+    }
+    return;
+  }
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     f(i / cols, i % cols);
@@ -49,9 +64,17 @@ __global__ void ForEachRowColKernel(int64_t rows, int64_t cols, F f) {
 // For the pool functors, which take (pixel, channel_begin, channel_end):
 // one channel per thread.
 template <class F>
-__global__ void ForEachPixelChannelKernel(int64_t pixels, int64_t channels,
-                                          F f) {
+__global__ void ForEachPixelChannelKernel(int64_t pixels, int64_t channels, F f, bool narrow) {
   const int64_t n = pixels * channels;
+  if (narrow) {
+    const uint32_t n32 = static_cast<uint32_t>(n), channels32 = static_cast<uint32_t>(channels);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n32; i += blockDim.x * gridDim.x) {
+      const uint32_t q = i / channels32;
+      const int64_t c = i - q * channels32;
+      f(q, c, c + 1);
+    }
+    return;
+  }
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t c = i % channels;
@@ -70,8 +93,8 @@ template <class F>
 void LaunchForEachRowCol(const CudaContext& ctx, int64_t rows, int64_t cols,
                          const F& f) {
   if (rows * cols <= 0) return;
-  ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0,
-                        ctx.stream()>>>(rows, cols, f);
+  ForEachRowColKernel<<<BlocksFor(rows * cols), kThreadsPerBlock, 0, ctx.stream()>>>(
+      rows, cols, f, FitsUint32Loop(rows * cols));
   PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 
@@ -79,8 +102,8 @@ template <class F>
 void LaunchForEachPixelChannel(const CudaContext& ctx, int64_t pixels,
                                int64_t channels, const F& f) {
   if (pixels * channels <= 0) return;
-  ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock, 0,
-                              ctx.stream()>>>(pixels, channels, f);
+  ForEachPixelChannelKernel<<<BlocksFor(pixels * channels), kThreadsPerBlock, 0, ctx.stream()>>>(
+      pixels, channels, f, FitsUint32Loop(pixels * channels));
   PSRT_CUDA_RECORD(ctx, cudaGetLastError());
 }
 

@@ -76,18 +76,22 @@ TwoSteps RunTwoSteps(Model& model, const std::vector<Tensor>& params, const Tens
   return run;
 }
 
-// How far the CPU's own two steps move when every pixel moves one ulp up or
-// down (fresh models, so the same dropout masks), times 3: the GPU rounds
-// otherwise in every op, so it may differ from the CPU by as much. Most
-// models' gradients move by about 1e-7, far inside the floor of 1e-3 that
-// the GPU must meet anyway. LeNet's first layers move by up to 1%. Inception-v3
-// at its random initialization is chaotic: ~95 batch-normalized layers on 4
-// examples amplify rounding about 1e5-fold, and one ulp moves each of its
-// gradients by 2-5% (the H100 differed from the CPU by as much, 5.2% at
-// worst). A bug moves them by order 1.
+// How far the CPU's own gradients move when every pixel moves one ulp up or
+// down (fresh models, so the same dropout masks), times 3, at the most
+// moved variable: the GPU rounds otherwise in every op, so it may differ
+// from the CPU by as much, in any variable. Most models move by about
+// 1e-7, far inside the floor of 1e-3 that the GPU must meet anyway; LeNet's
+// first layer by up to 1%. Inception-v3 at its random initialization is
+// chaotic: ~95 batch-normalized layers on 4 examples amplify rounding about
+// 1e5-fold, and one ulp moves its gradients by 2-5% (the H100 differed from
+// the CPU by as much, 5.2% at worst). Which variables move most differs
+// from one perturbation to the next (the H100's difference was 5x the
+// nudges' in some), so the bound is one per step, not one per variable.
+// It catches wiring bugs, which move gradients by order 1; the op parity
+// tests (tests/kernels/cuda) hold each kernel to 1e-4.
 struct Tolerance {
   float loss[2];
-  std::vector<double> gradients[2];  // Per variable, relative, in the 2-norm.
+  double gradients[2];  // Relative, in the 2-norm, for every variable.
 };
 
 Tolerance CpuRoundingTolerance(const Case& c, const TwoSteps& cpu,
@@ -97,7 +101,7 @@ Tolerance CpuRoundingTolerance(const Case& c, const TwoSteps& cpu,
   Tolerance tolerance;
   for (int step = 0; step < 2; ++step) {
     tolerance.loss[step] = 1e-4f * std::abs(cpu.loss[step]) + 1e-5f;
-    tolerance.gradients[step].assign(cpu.grads[step].size(), 1e-3);
+    tolerance.gradients[step] = 1e-3;
   }
   for (const float toward : {2.0f, -1.0f}) {
     Tensor nudged = images.Clone();
@@ -112,10 +116,10 @@ Tolerance CpuRoundingTolerance(const Case& c, const TwoSteps& cpu,
                    static_cast<float>(kMargin * std::abs(moved.loss[step] - cpu.loss[step])));
       for (size_t v = 0; v < cpu.grads[step].size(); ++v) {
         const Tensor& reference = cpu.grads[step][v];
-        double& bound = tolerance.gradients[step][v];
-        bound = std::max(bound, kMargin * psrt::testing::RelativeErrorInNorm(
-                                              moved.grads[step][v].data(), reference.data(),
-                                              reference.num_elements()));
+        tolerance.gradients[step] = std::max(
+            tolerance.gradients[step],
+            kMargin * psrt::testing::RelativeErrorInNorm(
+                          moved.grads[step][v].data(), reference.data(), reference.num_elements()));
       }
     }
   }
@@ -162,13 +166,12 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
   const TwoSteps on_gpu = RunTwoSteps(**gpu, gpu_params, images, labels);
   const Tolerance tolerance = CpuRoundingTolerance(c, on_cpu, params, images, labels);
   for (int step = 0; step < 2; ++step) {
-    const std::vector<double>& bounds = tolerance.gradients[step];
-    std::printf("%s step %d: tolerance: loss %.3g, gradients %.3g at most\n", c.model.c_str(), step,
-                tolerance.loss[step], *std::max_element(bounds.begin(), bounds.end()));
+    std::printf("%s step %d: tolerance: loss %.3g, gradients %.3g\n", c.model.c_str(), step,
+                tolerance.loss[step], tolerance.gradients[step]);
     EXPECT_NEAR(on_gpu.loss[step], on_cpu.loss[step], tolerance.loss[step]) << "step " << step;
     ASSERT_EQ(on_gpu.grads[step].size(), on_cpu.grads[step].size());
     for (size_t v = 0; v < on_cpu.grads[step].size(); ++v) {
-      ExpectNear(on_gpu.grads[step][v], on_cpu.grads[step][v], tolerance.gradients[step][v],
+      ExpectNear(on_gpu.grads[step][v], on_cpu.grads[step][v], tolerance.gradients[step],
                  (*cpu)->variables()[v].name + " at step " + std::to_string(step));
     }
   }
