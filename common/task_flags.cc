@@ -51,7 +51,9 @@ DEFINE_string(tensor_transport, "auto",
               "(inside gRPC messages), or auto: socket without TLS, grpc with "
               "TLS (the data plane has no TLS; socket with TLS on is refused at "
               "start). A ps serves the data plane with socket and auto (no TLS); "
-              "a worker with auto uses it when every ps task serves it.");
+              "a worker with auto uses it when every ps task serves it. In "
+              "allreduce mode the ring's segments take it too (every worker "
+              "must choose alike).");
 DEFINE_int32(data_port, 0,
              "ps: the TCP port of the data plane (--tensor_transport=socket) "
              "on the task's host; 0: any free one (the workers learn it from "

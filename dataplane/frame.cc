@@ -71,7 +71,7 @@ absl::Status DecodeFrameHeader(absl::Span<const char> bytes, uint64_t max_data_b
     return Refused(absl::StrCat("unknown kind ", kind));
   }
   const uint16_t method = Get<uint16_t>(in, 6);
-  if (method > static_cast<uint16_t>(FrameMethod::kPull)) {
+  if (method > static_cast<uint16_t>(FrameMethod::kRingSegment)) {
     return Refused(absl::StrCat("unknown method ", method));
   }
   const uint32_t meta_size = Get<uint32_t>(in, 12);

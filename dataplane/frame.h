@@ -54,6 +54,7 @@ enum class FrameMethod : uint16_t {
   kNone = 0,  // Hello frames.
   kPush = 1,
   kPull = 2,
+  kRingSegment = 3,  // A segment of a ring collective, worker to worker.
 };
 
 struct FrameHeader {

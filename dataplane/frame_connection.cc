@@ -329,6 +329,30 @@ absl::Status FrameConnection::ReceiveHeader(FrameHeader* header, std::string* me
   return absl::OkStatus();
 }
 
+absl::Status FrameConnection::WaitForFrame(absl::Time deadline) {
+  if (absl::Time now = absl::Now(); deadline <= now) {
+    deadline = now;  // Still looks once.
+  }
+  while (true) {
+    if (shut_down_.load()) {
+      broken_ = true;
+      return absl::CancelledError(
+          absl::StrCat("data plane: connection with ", peer_, " shut down waiting for a frame"));
+    }
+    pollfd p{fd_, POLLIN, 0};
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Broken("waiting for a frame", errno);
+    if (shut_down_.load()) continue;  // Reported above.
+    if (ready == 1) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("data plane: no frame from ", peer_, " by the deadline"));
+    }
+  }
+}
+
 absl::Status FrameConnection::ReceiveData(absl::Span<char> into, absl::Time deadline) {
   if (into.size() > data_left_) {
     return absl::InvalidArgumentError(absl::StrCat("data plane: the frame from ", peer_, " has ",

@@ -60,6 +60,11 @@ class FrameConnection {
   // Receives the next frame's header and metadata. Its data must then be
   // read (ReceiveData, SkipData) before the next ReceiveHeader.
   absl::Status ReceiveHeader(FrameHeader* header, std::string* meta, absl::Time deadline);
+  // Waits until the next frame begins to arrive (or the peer closes: the
+  // next ReceiveHeader then says so). Past `deadline` DeadlineExceeded, and
+  // unlike every other call the connection is not broken by it.
+  // REQUIRES: the current frame's data is read.
+  absl::Status WaitForFrame(absl::Time deadline);
   // The next into.size() bytes of the current frame's data.
   // REQUIRES: into.size() <= data_left().
   absl::Status ReceiveData(absl::Span<char> into, absl::Time deadline);

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/byte_source.h"
 #include "common/status_macros.h"
+#include "dataplane/hello.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -22,8 +23,6 @@ using dataplane::FrameMethod;
 // How long a frame may take to arrive or leave once begun, and a hello.
 constexpr absl::Duration kTransferTimeout = absl::Minutes(5);
 constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
-// A hello's metadata (the credential) is at most this long.
-constexpr uint32_t kMaxHelloBytes = 4096;
 // How often a waiting pull looks whether its caller is still there.
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(200);
 // Connections served at once (a thread each); more are closed at once, so
@@ -146,26 +145,13 @@ void DataPlaneServer::Serve(FrameConnection* connection) {
 }
 
 absl::Status DataPlaneServer::Greet(FrameConnection* connection) {
-  FrameHeader hello;
-  std::string credential;
-  const absl::Time deadline = absl::Now() + kHelloTimeout;
-  connection->set_max_meta_bytes(kMaxHelloBytes);  // Little, before the token.
-  if (absl::Status s = connection->ReceiveHeader(&hello, &credential, deadline); !s.ok()) {
-    return s;
-  }
-  connection->set_max_meta_bytes(dataplane::kMaxMetaBytes);
-  absl::Status accepted = hello.kind == FrameKind::kHello && hello.data_size == 0
-                              ? absl::OkStatus()
-                              : absl::InvalidArgumentError(
-                                    "the first frame of a data-plane connection must be a hello");
   bool chief = false;
-  if (accepted.ok()) accepted = options_.security->CheckDataPlaneCredential(credential, &chief);
-  FrameHeader reply = ReplyTo(hello);
-  reply.kind = FrameKind::kHelloReply;
-  reply.status = static_cast<uint32_t>(accepted.code());
-  if (absl::Status s = connection->Send(reply, accepted.message(), {}, deadline); !s.ok()) {
-    return s;
-  }
+  const absl::Status accepted = dataplane::AnswerHello(
+      connection,
+      [&](absl::string_view credential) {
+        return options_.security->CheckDataPlaneCredential(credential, &chief);
+      },
+      absl::Now() + kHelloTimeout);
   LOG_IF(WARNING, !accepted.ok()) << "data plane: refused the connection from "
                                   << connection->peer() << ": " << accepted.message();
   return accepted;

@@ -384,7 +384,6 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
         "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
         "--tensor_transport=grpc or auto (tensors then travel encrypted)");
   }
-  // The ring of allreduce mode keeps gRPC for now.
   using DataPlane = PsClient::Options::DataPlane;
   client.data_plane = config->allreduce                         ? DataPlane::kOff
                       : transport == TensorTransport::kSocket    ? DataPlane::kRequired
@@ -400,6 +399,10 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   ring.busy_timeout = absl::Seconds(FLAGS_allreduce_busy_timeout_secs);
   ring.startup_timeout = absl::Seconds(FLAGS_startup_timeout_secs);
   ring.unix_socket = FLAGS_unix_socket;
+  // The ring's segments take the data plane as pushes and pulls do (every
+  // worker must choose alike: one over gRPC only is refused, naming it).
+  ring.data_plane = transport == TensorTransport::kSocket ||
+                    (transport == TensorTransport::kAuto && !config->security->tls());
   config->checkpoint_dir = FLAGS_checkpoint_dir;
   if (config->allreduce && FLAGS_fusion_mb <= 0) {  // Allreduce mode's flag alone.
     return absl::InvalidArgumentError("--fusion_mb must be positive");

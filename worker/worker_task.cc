@@ -193,6 +193,11 @@ absl::Status RunWorkerTask(WorkerConfig config) {
   if (config.allreduce) {
     Collective::Options options = config.ring;
     options.timeline = timeline.get();
+    std::string host;
+    int port = 0;
+    if (SplitHostPort(options.addresses[options.rank], &host, &port).ok()) {
+      options.data_listen_host = ListenHost(config.bind_host, host);
+    }
     ring = std::make_unique<Collective>(options);
     services.push_back(ring->service());
   }

@@ -24,13 +24,14 @@
 namespace psrt {
 namespace {
 
-// W workers' Collectives; worker r serves on addresses[r] unless it is
-// left out of `serving`.
+// W workers' Collectives, their segments over gRPC or over the data plane;
+// worker r serves on addresses[r] unless it is left out of `serving`.
 struct Ring {
-  explicit Ring(int w, absl::Duration timeout = absl::Seconds(30),
+  explicit Ring(int w, bool data_plane, absl::Duration timeout = absl::Seconds(30),
                 std::vector<bool> serving = {},
                 std::shared_ptr<const TransportSecurity> security =
-                    std::make_shared<const TransportSecurity>()) {
+                    std::make_shared<const TransportSecurity>(),
+                bool unix_socket = false) {
     std::vector<std::string> addresses;
     for (int r = 0; r < w; ++r) addresses.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     for (int r = 0; r < w; ++r) {
@@ -40,11 +41,16 @@ struct Ring {
       options.timeout = timeout;
       options.startup_timeout = timeout;
       options.security = security;
+      options.data_plane = data_plane;
+      options.unix_socket = unix_socket;
       workers.push_back(std::make_unique<Collective>(options));
       if (!serving.empty() && !serving[r]) continue;
       grpc::ServerBuilder builder;
       ConfigurePsServer(&builder, int64_t{1} << 30);
       builder.AddListeningPort(addresses[r], security->ServerCredentials());
+      if (unix_socket) {
+        builder.AddListeningPort(PreferLocalSocket(addresses[r]), security->ServerCredentials());
+      }
       builder.RegisterService(workers[r]->service());
       servers.push_back(builder.BuildAndStart());
       EXPECT_NE(servers.back(), nullptr);
@@ -75,9 +81,23 @@ std::vector<float> RandomValues(size_t n, int seed) {
   return v;
 }
 
-TEST(CollectiveTest, EveryWorkerGetsTheSameSum) {
+// Each test runs with the segments over gRPC and over the data plane.
+class CollectiveTest : public ::testing::TestWithParam<bool> {
+ protected:
+  bool data_plane() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "DataPlane" : "Grpc";
+                         });
+
+TEST_P(CollectiveTest, EveryWorkerGetsTheSameSum) {
   for (int w : {1, 2, 3}) {
-    Ring ring(w);
+    // Three workers over Unix sockets (the ring's and gRPC's), as on one host
+    // with --unix_socket.
+    Ring ring(w, data_plane(), absl::Seconds(30), {}, std::make_shared<const TransportSecurity>(),
+              /*unix_socket=*/w == 3);
     // Not a multiple of W: segments of unequal sizes. Three ops in a row.
     for (size_t n : {size_t{1000003}, size_t{7}, size_t{2}}) {
       std::vector<std::vector<float>> data;
@@ -100,8 +120,8 @@ TEST(CollectiveTest, EveryWorkerGetsTheSameSum) {
   }
 }
 
-TEST(CollectiveTest, BroadcastCopiesTheRootsValues) {
-  Ring ring(3);
+TEST_P(CollectiveTest, BroadcastCopiesTheRootsValues) {
+  Ring ring(3, data_plane());
   for (int root : {0, 2}) {
     std::vector<std::vector<float>> data;
     for (int r = 0; r < 3; ++r) data.push_back(RandomValues(1000, r));
@@ -119,10 +139,10 @@ TEST(CollectiveTest, BroadcastCopiesTheRootsValues) {
   }
 }
 
-TEST(CollectiveTest, ADeadWorkerFailsTheOthersWithinTheTimeoutNamingIt) {
+TEST_P(CollectiveTest, ADeadWorkerFailsTheOthersWithinTheTimeoutNamingIt) {
   // Worker 2 never starts: worker 0 hears nothing from it, worker 1 cannot
   // reach it; both fail within the timeout, naming it, and stay failed.
-  Ring ring(3, absl::Seconds(2), {true, true, false});
+  Ring ring(3, data_plane(), absl::Seconds(2), {true, true, false});
   std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
   const absl::Time start = absl::Now();
   std::vector<absl::Status> results = ring.Run(
@@ -138,8 +158,8 @@ TEST(CollectiveTest, ADeadWorkerFailsTheOthersWithinTheTimeoutNamingIt) {
 
 // Worker 0 starts its op three timeouts late (as a chief evaluating
 // between steps would), but its process answers: worker 1 waits for it.
-TEST(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
-  Ring ring(2, absl::Seconds(1));
+TEST_P(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
+  Ring ring(2, data_plane(), absl::Seconds(1));
   std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
   for (const absl::Status& s : ring.Run([&](int r) { return ring.workers[r]->Join(); }, 2)) {
     ASSERT_TRUE(s.ok()) << s;
@@ -157,12 +177,12 @@ TEST(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
 // A client without the ring's token calls a worker's Deliver while the
 // worker waits for its predecessor: refused, and the ring goes on (only a
 // predecessor that does not take the token fails the op).
-TEST(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
+TEST_P(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
   TransportSecurityOptions token;
   token.auth_token = "s3cret";
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(token);
   ASSERT_TRUE(security.ok()) << security.status();
-  Ring ring(2, absl::Seconds(10), {},
+  Ring ring(2, data_plane(), absl::Seconds(10), {},
             std::make_shared<const TransportSecurity>(*std::move(security)));
   for (const absl::Status& s : ring.Run([&](int r) { return ring.workers[r]->Join(); }, 2)) {
     ASSERT_TRUE(s.ok()) << s;
@@ -196,8 +216,8 @@ TEST(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
   EXPECT_EQ(data[1], std::vector<float>(100, 2.0f));
 }
 
-TEST(CollectiveTest, BuffersOfDifferentSizesAreRefused) {
-  Ring ring(2, absl::Seconds(5));
+TEST_P(CollectiveTest, BuffersOfDifferentSizesAreRefused) {
+  Ring ring(2, data_plane(), absl::Seconds(5));
   std::vector<float> a(10, 1.0f), b(12, 1.0f);
   std::vector<absl::Status> results = ring.Run(
       [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(r == 0 ? a : b)); }, 2);

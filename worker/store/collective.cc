@@ -1,17 +1,27 @@
 #include "worker/store/collective.h"
 
+#include "common/transport_security.h"
+#include "glog/logging.h"
 #include "worker/store/grpc_ring_transport.h"
+#include "worker/store/socket_ring_transport.h"
 
 namespace psrt {
 
 Collective::Collective(Options options)
     : options_(std::move(options)),
-      transport_(std::make_unique<GrpcRingTransport>(options_)),
-      schedule_(options_.rank, size(), transport_.get(), options_.timeline) {}
+      grpc_(std::make_unique<GrpcRingTransport>(options_)),
+      socket_(options_.data_plane ? std::make_unique<SocketRingTransport>(options_, grpc_.get())
+                                  : nullptr),
+      schedule_(options_.rank, size(),
+                socket_ != nullptr ? static_cast<RingTransport*>(socket_.get()) : grpc_.get(),
+                options_.timeline) {
+  CHECK(!options_.data_plane || options_.security == nullptr || !options_.security->tls())
+      << "the ring's data plane has no TLS";
+}
 
 Collective::~Collective() = default;
 
-grpc::Service* Collective::service() { return transport_->service(); }
+grpc::Service* Collective::service() { return grpc_->service(); }
 
 absl::Status Collective::Join() { return schedule_.Join(); }
 

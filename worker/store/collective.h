@@ -2,7 +2,8 @@
 // (proto/psrt.proto's Collective service), as Horovod and NCCL run them: the
 // schedule of ring_schedule.h (reduce-scatter and all-gather around the
 // ring, each worker sending 2 (W-1) / W of the buffer; every worker ends
-// with the same bits) over the gRPC transport of grpc_ring_transport.h.
+// with the same bits) over the gRPC transport of grpc_ring_transport.h, or
+// the data plane's of socket_ring_transport.h (Options::data_plane).
 //
 // Every worker must make the same sequence of calls with buffers of the same
 // sizes (the ops are numbered, and a message of another op or size is
@@ -43,9 +44,10 @@ class Service;
 
 namespace psrt {
 
-class GrpcRingTransport;  // worker/store/grpc_ring_transport.h
-class Timeline;           // common/timeline.h
-class TransportSecurity;  // common/transport_security.h
+class GrpcRingTransport;    // worker/store/grpc_ring_transport.h
+class SocketRingTransport;  // worker/store/socket_ring_transport.h
+class Timeline;             // common/timeline.h
+class TransportSecurity;    // common/transport_security.h
 
 class Collective {
  public:
@@ -67,6 +69,13 @@ class Collective {
     // loopback one (rpc_util.h's PreferLocalSocket; it must serve there).
     // Not with TLS, whose certificates name the TCP host.
     bool unix_socket = false;
+    // Move the segments over the data plane (socket_ring_transport.h),
+    // gRPC keeping the control (pings); not with TLS, which the data plane
+    // does not have.
+    bool data_plane = false;
+    // The host whose interface the data plane listens on; empty: the host
+    // of addresses[rank].
+    std::string data_listen_host;
     // Records each AllreduceSum's reduce_scatter and all_gather phases;
     // null: none. REQUIRES: outlives the Collective.
     Timeline* timeline = nullptr;
@@ -97,7 +106,9 @@ class Collective {
 
  private:
   const Options options_;
-  const std::unique_ptr<GrpcRingTransport> transport_;
+  const std::unique_ptr<GrpcRingTransport> grpc_;      // The service; the segments without
+                                                       // the data plane.
+  const std::unique_ptr<SocketRingTransport> socket_;  // The segments with it.
   RingSchedule schedule_;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/status_macros.h"
+#include "dataplane/hello.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -130,22 +131,9 @@ class DataPlaneShards::Link {
     if (absl::MutexLock lock(&mu_); connection_ != nullptr) return connection_.get();
     ASSIGN_OR_RETURN(const std::string address, options_.address_of(k_));
     const absl::Time deadline = absl::Now() + kConnectTimeout;
-    absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
-        FrameConnection::Connect(address, options_.max_data_bytes, deadline);
-    if (!opened.ok()) return absl::UnavailableError(opened.status().message());
-    FrameHeader hello;
-    hello.kind = FrameKind::kHello;
-    RETURN_IF_ERROR((*opened)->Send(hello, options_.credential, {}, deadline));
-    FrameHeader reply;
-    std::string text;
-    RETURN_IF_ERROR((*opened)->ReceiveHeader(&reply, &text, deadline));
-    if (reply.kind != FrameKind::kHelloReply || reply.data_size != 0) {
-      return absl::DataLossError(
-          absl::StrCat("data plane: ", address, " answered the hello with another frame"));
-    }
-    if (reply.status != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.status), text);
-    }
+    absl::StatusOr<std::unique_ptr<FrameConnection>> opened = dataplane::ConnectWithHello(
+        address, options_.credential, options_.max_data_bytes, deadline);
+    if (!opened.ok()) return opened.status();
     // Once per shard: its push link's first connection.
     if (method_ == FrameMethod::kPush && ++connects_ == 1) {
       LOG(INFO) << options_.shard_name(k_) << ": data plane over " << address;

@@ -46,7 +46,11 @@ class GrpcRingTransport::Service final
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override {
     absl::Status status = transport_->Deliver(*request);
-    if (status.ok()) *response = SerializeToByteBuffer(proto::CollectiveAck());
+    if (status.ok()) {
+      proto::CollectiveAck ack;
+      ack.set_data_address(transport_->data_address_);
+      *response = SerializeToByteBuffer(ack);
+    }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
@@ -83,8 +87,7 @@ GrpcRingTransport::GrpcRingTransport(const Collective::Options& options)
   auto stub = [&](int rank) {
     const std::string& address = options_.addresses[rank];
     return std::make_unique<grpc::GenericStub>(NewChannel(
-        options_.unix_socket && !security.tls() ? PreferLocalSocket(address) : address,
-        security));
+        options_.unix_socket && !security.tls() ? PreferLocalSocket(address) : address, security));
   };
   next_ = stub(next_rank_);
   previous_ = stub(previous_rank_);
@@ -116,15 +119,17 @@ absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame) {
   TensorFrameReader reader;
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(frame, &header));
-  // Op 0 is the next worker asking whether this process still answers.
-  if (header.op() == 0 && header.sender() == next_rank_) {
+  // Op 0 is a neighbour asking whether this process still answers (the
+  // next worker), or where it takes segments (the previous one).
+  if (header.op() == 0 && (header.sender() == next_rank_ || header.sender() == previous_rank_)) {
     return absl::OkStatus();
   }
   if (header.sender() != previous_rank_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "allreduce: worker/", options_.rank, " takes messages from worker/", previous_rank_,
-        " only, not from worker/", header.sender(), " (do all workers have the same "
-        "cluster spec?)"));
+    return absl::InvalidArgumentError(absl::StrCat("allreduce: worker/", options_.rank,
+                                                   " takes messages from worker/", previous_rank_,
+                                                   " only, not from worker/", header.sender(),
+                                                   " (do all workers have the same "
+                                                   "cluster spec?)"));
   }
   absl::MutexLock lock(&mu_);
   if (previous_incarnation_ == 0) {
@@ -133,16 +138,19 @@ absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame) {
     // process that ran before this one started (a job restarting after a
     // fault): refused, so that it stops too.
     if (header.op() != 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "allreduce: ", PeerName(options_.rank), " restarted and takes no message of an "
-          "earlier run (op ", header.op(), "): every worker must restart"));
+      return absl::FailedPreconditionError(absl::StrCat("allreduce: ", PeerName(options_.rank),
+                                                        " restarted and takes no message of an "
+                                                        "earlier run (op ",
+                                                        header.op(),
+                                                        "): every worker must restart"));
     }
     previous_incarnation_ = header.incarnation();
   }
   if (header.incarnation() != previous_incarnation_) {
-    const absl::Status restarted = absl::AbortedError(absl::StrCat(
-        "allreduce: ", PeerName(previous_rank_), " restarted (its process changed during "
-        "the job); every worker must restart and resume from the last checkpoint"));
+    const absl::Status restarted = absl::AbortedError(
+        absl::StrCat("allreduce: ", PeerName(previous_rank_),
+                     " restarted (its process changed during "
+                     "the job); every worker must restart and resume from the last checkpoint"));
     if (peer_error_.ok()) peer_error_ = restarted;
     // Unavailable: the restarted worker retries, and reaches this worker's
     // successor once it has restarted too.
@@ -155,7 +163,7 @@ absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame) {
 }
 
 std::unique_ptr<RingTransport::Send> GrpcRingTransport::StartSend(int64_t op, int step,
-                                                                 absl::Span<const char> bytes) {
+                                                                  absl::Span<const char> bytes) {
   auto call = std::make_unique<Call>();
   proto::CollectiveHeader header;
   header.set_op(op);
@@ -189,23 +197,23 @@ void GrpcRingTransport::StartAttempt(Call* call) {
   call->context->set_deadline(absl::ToChronoTime(call->give_up));
   call->done = std::make_unique<absl::Notification>();
   next_->UnaryCall(call->context.get(), kDeliver, grpc::StubOptions(), &call->request,
-                  &call->response, [this, call](grpc::Status status) {
-                    if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
-                      // Not retried: the receiving side need not wait for
-                      // its peer any longer.
-                      absl::MutexLock lock(&mu_);
-                      if (peer_error_.ok()) peer_error_ = SendError(status);
-                    }
-                    call->status = std::move(status);
-                    call->done->Notify();
-                  });
+                   &call->response, [this, call](grpc::Status status) {
+                     if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+                       // Not retried: the receiving side need not wait for
+                       // its peer any longer.
+                       absl::MutexLock lock(&mu_);
+                       if (peer_error_.ok()) peer_error_ = SendError(status);
+                     }
+                     call->status = std::move(status);
+                     call->done->Notify();
+                   });
 }
 
 absl::Status GrpcRingTransport::SendError(const grpc::Status& status) const {
   return absl::Status(
       static_cast<absl::StatusCode>(status.error_code()),
-      absl::StrCat("allreduce: sending to ", PeerName(next_rank_), " failed: ",
-                   status.error_message(),
+      absl::StrCat("allreduce: sending to ", PeerName(next_rank_),
+                   " failed: ", status.error_message(),
                    status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                        ? " (it is down, hung or unreachable)"
@@ -222,14 +230,16 @@ absl::Status GrpcRingTransport::CheckRefusal() {
   }
   const absl::Status refused = absl::UnauthenticatedError(absl::StrCat(
       "allreduce: unauthenticated: this worker refused a message without its auth token, "
-      "and ", PeerName(previous_rank_), " does not answer this worker (", alive.message(),
+      "and ",
+      PeerName(previous_rank_), " does not answer this worker (", alive.message(),
       "): do the workers share --auth_token_file or PSRT_AUTH_TOKEN?"));
   absl::MutexLock lock(&mu_);
   if (peer_error_.ok()) peer_error_ = refused;
   return peer_error_;
 }
 
-absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
+absl::StatusOr<proto::CollectiveAck> GrpcRingTransport::PingOver(grpc::GenericStub* stub,
+                                                                 absl::Duration deadline) {
   proto::CollectiveHeader header;  // Op 0.
   header.set_sender(options_.rank);
   header.set_incarnation(incarnation_);
@@ -239,13 +249,36 @@ absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   absl::Notification done;
   grpc::Status status;
-  previous_->UnaryCall(&context, kDeliver, grpc::StubOptions(), &request, &response,
-                       [&](grpc::Status s) {
-                         status = std::move(s);
-                         done.Notify();
-                       });
+  stub->UnaryCall(&context, kDeliver, grpc::StubOptions(), &request, &response,
+                  [&](grpc::Status s) {
+                    status = std::move(s);
+                    done.Notify();
+                  });
   done.WaitForNotification();
-  return FromGrpcStatus(status);
+  RETURN_IF_ERROR(FromGrpcStatus(status));
+  proto::CollectiveAck ack;
+  RETURN_IF_ERROR(ParseFromByteBuffer(response, &ack));
+  return ack;
+}
+
+absl::Status GrpcRingTransport::Ping(absl::Duration deadline) {
+  return PingOver(previous_.get(), deadline).status();
+}
+
+absl::StatusOr<std::string> GrpcRingTransport::NextDataAddress(absl::Duration deadline) {
+  absl::StatusOr<proto::CollectiveAck> ack = PingOver(next_.get(), deadline);
+  if (!ack.ok()) {
+    return absl::Status(ack.status().code(),
+                        absl::StrCat("allreduce: ", PeerName(next_rank_),
+                                     " does not answer: ", ack.status().message()));
+  }
+  if (ack->data_address().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("allreduce: ", PeerName(next_rank_),
+                     " takes the ring's segments over gRPC only, this "
+                     "worker over the data plane: give every worker the same --tensor_transport"));
+  }
+  return ack->data_address();
 }
 
 absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_failed) {
@@ -268,7 +301,7 @@ absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_f
     call->done->WaitForNotification();
     if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE || op_failed) break;
     RetryWhenDue(call.get());
-    if (call->done->HasBeenNotified()) {  // Not sent again:
+    if (call->done->HasBeenNotified()) {                    // Not sent again:
       if (call->retry_at == absl::InfiniteFuture()) break;  // given up,
       absl::SleepFor(call->retry_at - absl::Now());         // or not yet due.
     }
@@ -297,8 +330,7 @@ absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_f
   return SendError(status);
 }
 
-absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> bytes,
-                                        bool add) {
+absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> bytes, bool add) {
   const auto key = std::make_pair(op, step);
   std::unique_ptr<grpc::ByteBuffer> frame;
   const absl::Time start = absl::Now();
@@ -318,8 +350,8 @@ absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> b
                  refused_deliveries_ != refusals_checked_;
         };
         // Looked at every 50 ms until the send has gone through.
-        const bool sent = sending_ == nullptr ||
-                          (sending_->done->HasBeenNotified() && sending_->status.ok());
+        const bool sent =
+            sending_ == nullptr || (sending_->done->HasBeenNotified() && sending_->status.ok());
         const absl::Duration left = silent_until - absl::Now();
         mu_.AwaitWithTimeout(absl::Condition(&arrived),
                              sent ? left : std::min(left, absl::Milliseconds(50)));
@@ -346,24 +378,24 @@ absl::Status GrpcRingTransport::Receive(int64_t op, int step, absl::Span<char> b
     if (!alive.ok() || silent >= options_.busy_timeout) {
       return absl::DeadlineExceededError(absl::StrCat(
           "allreduce: nothing from ", PeerName(previous_rank_), " for ",
-          absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))), " (op ", op,
-          ", step ", step, "): ",
-          alive.ok() ? "it answers but sends nothing (--allreduce_busy_timeout_secs)"
-                     : absl::StrCat("it died, hung or cannot reach this worker (",
-                                    alive.message(), ")")));
+          absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))), " (op ", op, ", step ", step,
+          "): ",
+          alive.ok()
+              ? "it answers but sends nothing (--allreduce_busy_timeout_secs)"
+              : absl::StrCat("it died, hung or cannot reach this worker (", alive.message(), ")")));
     }
-    LOG(INFO) << "allreduce: " << PeerName(previous_rank_)
-              << " is alive but has sent nothing for " << absl::Trunc(silent, absl::Seconds(1))
+    LOG(INFO) << "allreduce: " << PeerName(previous_rank_) << " is alive but has sent nothing for "
+              << absl::Trunc(silent, absl::Seconds(1))
               << "; waiting (it may be evaluating or saving)";
   }
   TensorFrameReader reader;
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(*frame, &header));
   if (reader.size() != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "allreduce: ", PeerName(previous_rank_), " sent ", reader.size(), " bytes for step ",
-        step, " of op ", op, ", this worker expected ", bytes.size(),
-        " (do all workers train the same model?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("allreduce: ", PeerName(previous_rank_), " sent ", reader.size(),
+                     " bytes for step ", step, " of op ", op, ", this worker expected ",
+                     bytes.size(), " (do all workers train the same model?)"));
   }
   if (!add) {
     reader.ReadAt(0, bytes);

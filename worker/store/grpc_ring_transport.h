@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -39,6 +40,10 @@
 namespace grpc {
 class Service;
 }  // namespace grpc
+
+namespace psrt::proto {
+class CollectiveAck;
+}  // namespace psrt::proto
 
 namespace psrt {
 
@@ -52,6 +57,21 @@ class GrpcRingTransport final : public RingTransport {
   // Collective::service). Owned by the transport.
   grpc::Service* service();
 
+  // Where this worker takes segments over the data plane
+  // (socket_ring_transport.h), told to whoever pings it. REQUIRES: called
+  // before service() is registered.
+  void set_data_address(std::string address) { data_address_ = std::move(address); }
+  // Whether the previous worker's process answers within `deadline` (a
+  // Deliver of op 0).
+  absl::Status Ping(absl::Duration deadline);
+  // The next worker's data address, from its answer to a ping; an error
+  // when it does not answer, or serves the ring over gRPC only.
+  absl::StatusOr<std::string> NextDataAddress(absl::Duration deadline);
+  // Names worker `rank` in errors: "worker/1 (host:port)".
+  std::string PeerName(int rank) const;
+  // The silence allowed now: startup_timeout for the first op.
+  absl::Duration Timeout(int64_t op) const;
+
   std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
   absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
   absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add) override;
@@ -59,8 +79,6 @@ class GrpcRingTransport final : public RingTransport {
  private:
   class Service;
   struct Call;
-  // Names worker `rank` in errors: "worker/1 (host:port)".
-  std::string PeerName(int rank) const;
   // Sends call->request once more, on a new context.
   void StartAttempt(Call* call);
   // If `call`'s last attempt found the next worker Unavailable, sends it
@@ -68,16 +86,12 @@ class GrpcRingTransport final : public RingTransport {
   void RetryWhenDue(Call* call);
   // The error of a send that failed with `status`, naming the next worker.
   absl::Status SendError(const grpc::Status& status) const;
-  // Whether the previous worker's process answers within `deadline` (a
-  // Deliver of op 0).
-  absl::Status Ping(absl::Duration deadline);
+  // A Deliver of op 0 to `stub`'s worker, answered within `deadline`.
+  absl::StatusOr<proto::CollectiveAck> PingOver(grpc::GenericStub* stub, absl::Duration deadline);
   // After a refused Deliver: OK when the previous worker takes this
   // worker's token (a ping), else the Unauthenticated error naming it
   // (sticky, as peer_error_).
   absl::Status CheckRefusal();
-  // The silence allowed now: startup_timeout for the first op.
-  absl::Duration Timeout(int64_t op) const;
-
   // From the service: a message of the previous worker.
   absl::Status Deliver(const grpc::ByteBuffer& frame);
 
@@ -85,6 +99,7 @@ class GrpcRingTransport final : public RingTransport {
   const int next_rank_;
   const int previous_rank_;
   const int64_t incarnation_;
+  std::string data_address_;
   std::unique_ptr<Service> service_;
   // To the next worker; reset when a send failed for good.
   std::unique_ptr<grpc::GenericStub> next_;
@@ -97,12 +112,11 @@ class GrpcRingTransport final : public RingTransport {
 
   absl::Mutex mu_;
   // Received and not yet taken, by (op, step).
-  std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_ ABSL_GUARDED_BY(mu_);
   int64_t previous_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none seen.
   // The last (op, step) taken from the inbox: a retry of it is dropped.
   std::pair<int64_t, int> last_taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  absl::Status peer_error_ ABSL_GUARDED_BY(mu_);           // From Deliver and sends.
+  absl::Status peer_error_ ABSL_GUARDED_BY(mu_);  // From Deliver and sends.
   // Deliver calls this process's servers refused for their auth token: the
   // previous worker's, if it does not answer a ping either.
   int refused_deliveries_ ABSL_GUARDED_BY(mu_) = 0;

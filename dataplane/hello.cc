@@ -1,0 +1,62 @@
+#include "dataplane/hello.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+namespace dataplane {
+namespace {
+
+// A hello's metadata (the credential) is at most this long.
+constexpr uint32_t kMaxHelloBytes = 4096;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::string& address,
+                                                                  const std::string& credential,
+                                                                  uint64_t max_data_bytes,
+                                                                  absl::Time deadline) {
+  absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
+      FrameConnection::Connect(address, max_data_bytes, deadline);
+  if (!opened.ok()) return absl::UnavailableError(opened.status().message());
+  FrameHeader hello;
+  hello.kind = FrameKind::kHello;
+  if (absl::Status s = (*opened)->Send(hello, credential, {}, deadline); !s.ok()) return s;
+  FrameHeader reply;
+  std::string text;
+  if (absl::Status s = (*opened)->ReceiveHeader(&reply, &text, deadline); !s.ok()) return s;
+  if (reply.kind != FrameKind::kHelloReply || reply.data_size != 0) {
+    return absl::DataLossError(
+        absl::StrCat("data plane: ", address, " answered the hello with another frame"));
+  }
+  if (reply.status != 0) return absl::Status(static_cast<absl::StatusCode>(reply.status), text);
+  return opened;
+}
+
+absl::Status AnswerHello(FrameConnection* connection,
+                         const std::function<absl::Status(absl::string_view credential)>& check,
+                         absl::Time deadline) {
+  FrameHeader hello;
+  std::string credential;
+  connection->set_max_meta_bytes(kMaxHelloBytes);  // Little, before the token.
+  if (absl::Status s = connection->ReceiveHeader(&hello, &credential, deadline); !s.ok()) {
+    return s;
+  }
+  connection->set_max_meta_bytes(kMaxMetaBytes);
+  absl::Status accepted = hello.kind == FrameKind::kHello && hello.data_size == 0
+                              ? check(credential)
+                              : absl::InvalidArgumentError(
+                                    "the first frame of a data-plane connection must be a hello");
+  FrameHeader reply;
+  reply.kind = FrameKind::kHelloReply;
+  reply.request_id = hello.request_id;
+  reply.status = static_cast<uint32_t>(accepted.code());
+  if (absl::Status s = connection->Send(reply, accepted.message(), {}, deadline); !s.ok()) {
+    return s;
+  }
+  return accepted;
+}
+
+}  // namespace dataplane
+}  // namespace psrt

@@ -1,0 +1,42 @@
+// The hello that opens every data-plane connection: the client's first
+// frame carries its credential (TransportSecurity::DataPlaneCredential),
+// and the server answers with a hello reply, accepted (status 0) or why
+// not, before it reads anything else from that peer.
+//
+// Thread safety: functions of one connection, from its one thread.
+#ifndef PSRT_DATAPLANE_HELLO_H_
+#define PSRT_DATAPLANE_HELLO_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "dataplane/frame_connection.h"
+
+namespace psrt {
+namespace dataplane {
+
+// Connects to `address` (FrameConnection::Connect) and says hello with
+// `credential`. A connection that cannot be made is Unavailable; a refused
+// hello is the server's error.
+absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::string& address,
+                                                                  const std::string& credential,
+                                                                  uint64_t max_data_bytes,
+                                                                  absl::Time deadline);
+
+// The server's side: reads the hello (its metadata limited to a few KiB
+// until it is accepted), asks `check` about the credential, and answers.
+// Returns check's verdict, or why the hello could not be read or answered.
+absl::Status AnswerHello(FrameConnection* connection,
+                         const std::function<absl::Status(absl::string_view credential)>& check,
+                         absl::Time deadline);
+
+}  // namespace dataplane
+}  // namespace psrt
+
+#endif  // PSRT_DATAPLANE_HELLO_H_

@@ -1,0 +1,138 @@
+// SocketRingTransport: the ring collectives' segments over the data plane
+// (dataplane/), worker to worker, beside the gRPC control of
+// grpc_ring_transport.h: a RingTransport with that transport's semantics
+// and without gRPC's copies. Collective (collective.h) chooses it with
+// Options::data_plane.
+//
+// Each worker listens for its previous worker on a TCP port of its own
+// (any free one, on Options::data_listen_host) and, with
+// Options::unix_socket, on "unix-abstract:psrt-ring-PORT" (PORT: its gRPC
+// port); it tells the TCP address to whoever pings it over gRPC, and its
+// sender asks the next worker so before connecting (a loopback next worker
+// with unix_socket is reached over its Unix socket). Every connection opens
+// with a hello carrying the auth token (dataplane/hello.h).
+//
+// A segment is one frame (method kRingSegment) whose metadata is a
+// CollectiveHeader (op, step, sender, incarnation) and whose data is the
+// segment: sent with sendmsg from the caller's buffer by a sender thread,
+// and read by the receiving op thread straight into its destination, or
+// added into it 64 KiB at a time. The receiver acknowledges each frame once
+// read (an empty reply) or refuses it (an error reply: another sender, op
+// or size, or a process of another run, as grpc_ring_transport.h states
+// them), and the sender waits for that answer.
+//
+// Faults: a send whose connection fails is sent again on a new one, with
+// backoff (50 ms doubling to 1 s), until the op's timeout; its receiver
+// skips what it had read of it already (a segment added in part is not
+// added twice), or drops it when it had taken it whole. A previous worker
+// silent for the op's timeout is pinged over gRPC and waited for up to
+// busy_timeout while it answers; so is a next worker that has not read a
+// segment within the op's timeout. Errors name the peer.
+//
+// Thread safety: StartSend, FinishSend and Receive from one thread at a
+// time; the listeners' threads and the sender thread are the transport's.
+#ifndef PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
+#define PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "worker/store/collective.h"
+#include "worker/store/ring_schedule.h"
+
+namespace psrt {
+
+namespace dataplane {
+class FrameConnection;
+class FrameListener;
+}  // namespace dataplane
+
+class GrpcRingTransport;
+class TransportSecurity;  // common/transport_security.h
+
+class SocketRingTransport final : public RingTransport {
+ public:
+  // Listens at once and tells `control` (which serves the ring's gRPC
+  // service and pings; it must outlive this) where. A listener that cannot
+  // start fails every op, naming why.
+  SocketRingTransport(const Collective::Options& options, GrpcRingTransport* control);
+  ~SocketRingTransport() override;
+
+  std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
+  absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
+  absl::Status Receive(int64_t op, int step, absl::Span<char> bytes, bool add) override;
+
+ private:
+  struct Outgoing;
+
+  // Accepts connections on `listener` until the transport closes; each one
+  // that says hello with the token becomes the incoming connection.
+  void AcceptLoop(dataplane::FrameListener* listener);
+  // Sends the queued segments, one at a time.
+  void SendLoop();
+  // One segment, connecting (again) as needed.
+  absl::Status SendSegment(Outgoing* out);
+  // One attempt on the current connection (opened first if there is none).
+  absl::Status TrySend(Outgoing* out);
+  // Where the next worker takes segments.
+  absl::StatusOr<std::string> NextAddress();
+
+  // The frame of (op, step) from `in` into `bytes`: OK once it is taken,
+  // NotFound for a frame taken before (a retry: dropped), else why not.
+  // `refused` says whether the error is this worker's verdict on the frame
+  // (told to its sender), not the connection's failure.
+  absl::Status ReadSegment(dataplane::FrameConnection* in, int64_t op, int step,
+                           absl::Span<char> bytes, bool add, bool* refused);
+  // The newest incoming connection, if one arrived since the last call.
+  std::unique_ptr<dataplane::FrameConnection> TakeIncoming();
+  // The error naming the previous worker after `silent` without a frame,
+  // or OK to go on waiting (it answers a ping, and busy_timeout is not
+  // over).
+  absl::Status CheckSilentPrevious(int64_t op, int step, absl::Duration silent);
+
+  const Collective::Options options_;
+  GrpcRingTransport* const control_;
+  const int next_rank_;
+  const int previous_rank_;
+  const int64_t incarnation_;
+  const std::shared_ptr<const TransportSecurity> security_;
+  const std::string credential_;  // Said in the hello to the next worker.
+  absl::Status listen_error_;     // Set in the constructor only.
+  std::vector<std::unique_ptr<dataplane::FrameListener>> listeners_;
+  std::vector<std::thread> accept_threads_;
+
+  // The op thread's own: the connection from the previous worker it reads,
+  // the last (op, step) it took, and how far into the current one it got
+  // (a resent frame skips that much).
+  std::unique_ptr<dataplane::FrameConnection> in_;
+  std::pair<int64_t, int> last_taken_ = {0, 0};
+  std::pair<int64_t, int> partial_ = {0, 0};
+  uint64_t partial_bytes_ = 0;
+  int64_t previous_incarnation_ = 0;  // 0: none seen.
+  std::vector<float> add_block_;
+
+  absl::Mutex mu_;
+  std::unique_ptr<dataplane::FrameConnection> incoming_ ABSL_GUARDED_BY(mu_);
+  Outgoing* queued_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A send that failed for good: the receive need not wait any longer.
+  absl::Status send_error_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The sender thread's connection to the next worker; shut down by
+  // FinishSend to cancel a send.
+  std::unique_ptr<dataplane::FrameConnection> out_ ABSL_GUARDED_BY(mu_);
+  uint64_t request_id_ = 0;  // The sender thread's.
+  std::thread send_thread_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
