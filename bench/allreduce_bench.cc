@@ -37,6 +37,8 @@ DEFINE_int32(runs, 5, "Timed runs per size; the median is reported.");
 DEFINE_int32(rounds, 10, "Allreduces per run.");
 DEFINE_bool(unix_socket, false,
             "Reach the next worker over its abstract Unix socket instead of TCP.");
+DEFINE_bool(data_plane, false,
+            "Move the segments over the data plane (socket_ring_transport.h), not gRPC.");
 
 using psrt::bench::Check;
 using psrt::bench::Median;
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     options.addresses.push_back(absl::StrCat("127.0.0.1:", FLAGS_base_port + r));
   }
   options.unix_socket = FLAGS_unix_socket;
+  options.data_plane = FLAGS_data_plane;
   psrt::Collective collective(options);
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, int64_t{1} << 31);
@@ -83,7 +86,11 @@ int main(int argc, char** argv) {
     const double busbw = algbw * 2.0 * (FLAGS_workers - 1) / FLAGS_workers;
     std::printf("allreduce: mb=%g workers=%d transport=%s busbw_mb_per_s=%.0f "
                 "algbw_mb_per_s=%.0f minor_faults_per_round=%.1f\n",
-                mb, FLAGS_workers, FLAGS_unix_socket ? "unix" : "tcp", busbw, algbw,
+                mb, FLAGS_workers,
+                absl::StrCat(FLAGS_data_plane ? "socket" : "grpc",
+                             FLAGS_unix_socket ? "-unix" : "-tcp")
+                    .c_str(),
+                busbw, algbw,
                 Median(faults));
     std::fflush(stdout);
   }

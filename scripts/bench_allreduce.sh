@@ -5,7 +5,9 @@
 #     one process per worker on 127.0.0.1) beside torch.distributed's gloo
 #     backend with the same number of processes and bytes
 #     (scripts/peers/torch_allreduce.py), per size and psrt transport
-#     (loopback TCP, or the workers' Unix sockets; gloo uses TCP):
+#     (the segments inside gRPC messages or over the data plane, each over
+#     loopback TCP or the workers' Unix sockets: grpc-tcp, grpc-unix,
+#     socket-tcp, socket-unix; gloo uses TCP):
 #       allreduce: mb=S workers=W transport=T psrt_busbw=X gloo_busbw=Y ratio=R
 #     (bus bandwidth in MB/s: each worker's bytes sent, 2 (W - 1) / W of the
 #     buffer, over the time of one allreduce; each run is already the median
@@ -19,11 +21,13 @@
 #     intervals, the first one, with start-up, left out).
 #
 #   scripts/bench_allreduce.sh [--workers "2 3"] [--sizes "1 13 100"]
-#                              [--transports "tcp unix"] [--train_models "lenet"]
+#                              [--transports "grpc-tcp socket-tcp socket-unix"]
+#                              [--train_models "lenet"]
 #                              [--repeats 3] [--runs 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers="2" sizes="1 13 100" transports="tcp unix" train_models="lenet" repeats=3 runs=5
+workers="2" sizes="1 13 100" transports="grpc-tcp grpc-unix socket-tcp socket-unix"
+train_models="lenet" repeats=3 runs=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -47,7 +51,8 @@ for w in $workers; do
       pids=()
       for ((r = 0; r < w; r++)); do
         build/bin/allreduce_bench --rank=$r --workers="$w" --sizes_mb="$csv" --runs="$runs" \
-          --unix_socket="$([ "$t" = unix ] && echo true || echo false)" \
+          --unix_socket="$(case "$t" in *-unix) echo true ;; *) echo false ;; esac)" \
+          --data_plane="$(case "$t" in socket-*) echo true ;; *) echo false ;; esac)" \
           >"$work/psrt-$r.out" 2>"$work/psrt-$r.log" &
         pids+=($!)
       done
@@ -76,7 +81,9 @@ for model in $train_models; do
     scripts/launch.sh --cluster_spec "$work/ring.json" --logdir "$work/$model-$i" -- \
       --model="$model" --batch_size=100 --intra_op_threads=1 --sync_replicas \
       --train_steps=300 --log_every_steps=50 --progress=log --learning_rate=0.01 \
-      --unix_socket="$([ "$transport" = unix ] && echo true || echo false)" >/dev/null
+      --unix_socket="$(case "$transport" in *-unix) echo true ;; *) echo false ;; esac)" \
+      --tensor_transport="$(case "$transport" in socket-*) echo socket ;; *) echo grpc ;; esac)" \
+      >/dev/null
     grep -o '([0-9.]* examples/sec' "$work/$model-$i/worker-0.log" | tr -d '(' |
       awk 'NR > 1 {print $1 * 2}' | median >>"$work/psrt-$model.out"
     "$venv/bin/python" scripts/peers/torch_ddp_train.py --model "$model" --workers 2 \
