@@ -55,9 +55,10 @@ DEFINE_string(tensor_transport, "auto",
               "allreduce mode the ring's segments take it too (every worker "
               "must choose alike).");
 DEFINE_int32(data_port, 0,
-             "ps: the TCP port of the data plane (--tensor_transport=socket) "
-             "on the task's host; 0: any free one (the workers learn it from "
-             "the ps's status).");
+             "ps, and workers in allreduce mode: the TCP port of the data plane "
+             "(--tensor_transport=socket) on the task's host; 0: any free one "
+             "(the others learn it from the task: a ps's status, a worker's "
+             "answer to a ping).");
 DEFINE_string(coordinator, "",
               "HOST:PORT of a rendezvous (common/rendezvous.h), for managers that "
               "give each task only a rank and the number of tasks (mpirun, a "

@@ -51,8 +51,8 @@ std::string BindHostFromFlags();
 // --tensor_transport: how pushes and pulls move tensors (dataplane/).
 enum class TensorTransport { kAuto, kGrpc, kSocket };
 absl::StatusOr<TensorTransport> TensorTransportFromFlags();
-// --data_port: a ps's data-plane port (0: any). InvalidArgument outside
-// 0..65535.
+// --data_port: a ps's (or an allreduce worker's) data-plane port (0: any).
+// InvalidArgument outside 0..65535.
 absl::StatusOr<int> DataPortFromFlags();
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's

@@ -403,6 +403,7 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   // worker must choose alike: one over gRPC only is refused, naming it).
   ring.data_plane = transport == TensorTransport::kSocket ||
                     (transport == TensorTransport::kAuto && !config->security->tls());
+  ASSIGN_OR_RETURN(ring.data_port, DataPortFromFlags());
   config->checkpoint_dir = FLAGS_checkpoint_dir;
   if (config->allreduce && FLAGS_fusion_mb <= 0) {  // Allreduce mode's flag alone.
     return absl::InvalidArgumentError("--fusion_mb must be positive");

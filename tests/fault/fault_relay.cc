@@ -144,6 +144,7 @@ class FaultRelay::Loop {
     Fault fault;
     Direction direction;
     int64_t min_bytes;
+    int skip;  // Chunks that qualify and pass before the one that faults.
   };
 
   bool Stalled(absl::Time now) const { return now < stalled_until_; }
@@ -228,7 +229,8 @@ void FaultRelay::Loop::Read(Connection& c, bool from_client) {
     return absl::StrCat(cause, ", on a ", n, "-byte chunk from the ",
                         from_client ? "client" : "target");
   };
-  if (armed_ && armed_->direction == direction && n >= armed_->min_bytes) {
+  if (armed_ && armed_->direction == direction && n >= armed_->min_bytes &&
+      armed_->skip-- == 0) {
     const Fault fault = armed_->fault;
     armed_.reset();
     Inject(c, fault, chunk_fault("requested"));
@@ -318,7 +320,7 @@ void FaultRelay::Loop::HandleRequestsAndTimers(absl::Time now) {
   }
   if (requests.next_chunk) {
     armed_ = ArmedFault{*requests.next_chunk, requests.next_chunk_direction,
-                        requests.next_chunk_min_bytes};
+                        requests.next_chunk_min_bytes, requests.next_chunk_skip};
   }
   std::string why = "requested";
   if (!requests.all && now >= next_reset_) {
@@ -541,12 +543,14 @@ void FaultRelay::InjectAll(Fault fault) {
   Wake();
 }
 
-void FaultRelay::InjectOnNextChunk(Fault fault, Direction direction, int64_t min_bytes) {
+void FaultRelay::InjectOnNextChunk(Fault fault, Direction direction, int64_t min_bytes,
+                                   int skip) {
   {
     absl::MutexLock lock(&mu_);
     requests_.next_chunk = fault;
     requests_.next_chunk_direction = direction;
     requests_.next_chunk_min_bytes = min_bytes;
+    requests_.next_chunk_skip = skip;
   }
   Wake();
 }

@@ -86,8 +86,10 @@ class FaultRelay {
   // The next chunk of at least `min_bytes` read in `direction` (on any
   // connection) is dropped and its connection gets `fault`: a fault in the
   // middle of a large message (a push: client to target; a pull's reply:
-  // target to client). Replaces an earlier request that has not fired yet.
-  void InjectOnNextChunk(Fault fault, Direction direction, int64_t min_bytes);
+  // target to client). With `skip`, that many such chunks pass first (a
+  // fault further into a message). Replaces an earlier request that has
+  // not fired yet.
+  void InjectOnNextChunk(Fault fault, Direction direction, int64_t min_bytes, int skip = 0);
   // Holds every byte in the relay for `duration` from now.
   void StallAll(absl::Duration duration);
   Stats stats() const;
@@ -100,6 +102,7 @@ class FaultRelay {
     std::optional<Fault> next_chunk;
     Direction next_chunk_direction = Direction::kClientToTarget;
     int64_t next_chunk_min_bytes = 0;
+    int next_chunk_skip = 0;
     absl::Time stall_until = absl::InfinitePast();
   };
 

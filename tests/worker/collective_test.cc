@@ -19,6 +19,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/fault/fault_relay.h"
 #include "tests/free_port.h"
 
 namespace psrt {
@@ -129,8 +130,7 @@ TEST_P(CollectiveTest, BroadcastCopiesTheRootsValues) {
     for (const absl::Status& s : ring.Run(
              [&](int r) {
                return ring.workers[r]->Broadcast(
-                   {reinterpret_cast<char*>(data[r].data()), data[r].size() * sizeof(float)},
-                   root);
+                   {reinterpret_cast<char*>(data[r].data()), data[r].size() * sizeof(float)}, root);
              },
              3)) {
       ASSERT_TRUE(s.ok()) << s;
@@ -145,13 +145,12 @@ TEST_P(CollectiveTest, ADeadWorkerFailsTheOthersWithinTheTimeoutNamingIt) {
   Ring ring(3, data_plane(), absl::Seconds(2), {true, true, false});
   std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
   const absl::Time start = absl::Now();
-  std::vector<absl::Status> results = ring.Run(
-      [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, 2);
+  std::vector<absl::Status> results =
+      ring.Run([&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(results[r].ok()) << r;
-    EXPECT_NE(results[r].message().find("worker/2 (127.0.0.1:"), std::string::npos)
-        << results[r];
+    EXPECT_NE(results[r].message().find("worker/2 (127.0.0.1:"), std::string::npos) << results[r];
     EXPECT_EQ(ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])), results[r]);
   }
 }
@@ -200,8 +199,8 @@ TEST_P(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
           grpc::Slice slice(std::string("stray"));
           grpc::ByteBuffer request(&slice, 1), response;
           absl::Notification done;
-          stub.UnaryCall(&context, "/psrt.proto.Collective/Deliver", grpc::StubOptions(),
-                         &request, &response, [&](grpc::Status s) {
+          stub.UnaryCall(&context, "/psrt.proto.Collective/Deliver", grpc::StubOptions(), &request,
+                         &response, [&](grpc::Status s) {
                            stray = std::move(s);
                            done.Notify();
                          });
@@ -227,6 +226,78 @@ TEST_P(CollectiveTest, BuffersOfDifferentSizesAreRefused) {
     named |= s.message().find("do all workers train the same model?") != std::string::npos;
   }
   EXPECT_TRUE(named) << results[0] << " / " << results[1];
+}
+
+// Over the data plane, worker 0's segments reach worker 1 through a relay
+// that resets the connection in the middle of one: worker 0 connects again
+// and sends it again, and worker 1 adds (reduce-scatter) or copies
+// (all-gather) it once. Then a reset that loses only worker 1's answer to a
+// whole segment: sent again, and dropped.
+TEST(CollectiveDataPlaneTest, ASegmentCutMidwayIsSentAgainAndTakenOnce) {
+  const int data_port = FreePort();
+  // Worker 1 is 127.0.0.2 to the others: its gRPC serves there, its data
+  // plane listens on 127.0.0.1, and the relay joins the two.
+  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", FreePort()),
+                                              absl::StrCat("127.0.0.2:", FreePort())};
+  FaultRelay::Options relay_options;
+  relay_options.listen_host = "127.0.0.2";
+  relay_options.listen_port = data_port;
+  relay_options.target_port = data_port;
+  absl::StatusOr<std::unique_ptr<FaultRelay>> relay = FaultRelay::Start(relay_options);
+  ASSERT_TRUE(relay.ok()) << relay.status();
+  std::vector<std::unique_ptr<Collective>> workers;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  for (int r = 0; r < 2; ++r) {
+    Collective::Options options;
+    options.rank = r;
+    options.addresses = addresses;
+    options.timeout = options.startup_timeout = absl::Seconds(30);
+    options.data_plane = true;
+    if (r == 1) {
+      options.data_listen_host = "127.0.0.1";
+      options.data_port = data_port;
+    }
+    workers.push_back(std::make_unique<Collective>(options));
+    grpc::ServerBuilder builder;
+    ConfigurePsServer(&builder, int64_t{1} << 30);
+    builder.AddListeningPort(addresses[r], grpc::InsecureServerCredentials());
+    builder.RegisterService(workers[r]->service());
+    servers.push_back(builder.BuildAndStart());
+    ASSERT_NE(servers.back(), nullptr);
+  }
+  auto run = [&](const std::function<absl::Status(int)>& fn) {
+    std::vector<absl::Status> results(2);
+    std::thread other([&] { results[1] = fn(1); });
+    results[0] = fn(0);
+    other.join();
+    return results;
+  };
+  for (const absl::Status& s : run([&](int r) { return workers[r]->Join(); })) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  const size_t n = 4 << 20;  // 16 MiB: two segments of 8 MiB.
+  for (const FaultRelay::Direction direction :
+       {FaultRelay::Direction::kClientToTarget, FaultRelay::Direction::kTargetToClient}) {
+    std::vector<std::vector<float>> data = {RandomValues(n, 1), RandomValues(n, 2)};
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = data[0][i] + data[1][i];
+    const int64_t resets = (*relay)->stats().resets;
+    // Client to target: the third large chunk of a segment, once two (at
+    // least 128 KiB of it) have been added; target to client: the answer
+    // to one (the hello was answered in Join).
+    const bool mid_segment = direction == FaultRelay::Direction::kClientToTarget;
+    (*relay)->InjectOnNextChunk(FaultRelay::Fault::kReset, direction, mid_segment ? 64 << 10 : 1,
+                                mid_segment ? 2 : 0);
+    for (const absl::Status& s :
+         run([&](int r) { return workers[r]->AllreduceSum(absl::MakeSpan(data[r])); })) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    EXPECT_EQ((*relay)->stats().resets, resets + 1);
+    EXPECT_EQ(data[0], data[1]);
+    // Each element is one float addition (of two), in either order.
+    EXPECT_EQ(data[0], want);
+  }
+  for (auto& server : servers) server->Shutdown();
 }
 
 }  // namespace

@@ -74,8 +74,10 @@ class Collective {
     // does not have.
     bool data_plane = false;
     // The host whose interface the data plane listens on; empty: the host
-    // of addresses[rank].
+    // of addresses[rank]. Its TCP port; 0: any free one. (Others reach it at
+    // addresses[rank]'s host and that port.)
     std::string data_listen_host;
+    int data_port = 0;
     // Records each AllreduceSum's reduce_scatter and all_gather phases;
     // null: none. REQUIRES: outlives the Collective.
     Timeline* timeline = nullptr;

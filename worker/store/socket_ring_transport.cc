@@ -82,7 +82,7 @@ SocketRingTransport::SocketRingTransport(const Collective::Options& options,
     const std::string listen_host =
         options_.data_listen_host.empty() ? host : options_.data_listen_host;
     absl::StatusOr<std::unique_ptr<FrameListener>> tcp =
-        FrameListener::Listen(JoinHostPort(listen_host, 0));
+        FrameListener::Listen(JoinHostPort(listen_host, options_.data_port));
     if (tcp.ok()) {
       control_->set_data_address(JoinHostPort(host, PortOf((*tcp)->address())));
       listeners_.push_back(*std::move(tcp));

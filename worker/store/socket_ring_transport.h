@@ -5,7 +5,7 @@
 // Options::data_plane.
 //
 // Each worker listens for its previous worker on a TCP port of its own
-// (any free one, on Options::data_listen_host) and, with
+// (Options::data_port, else any free one, on Options::data_listen_host) and, with
 // Options::unix_socket, on "unix-abstract:psrt-ring-PORT" (PORT: its gRPC
 // port); it tells the TCP address to whoever pings it over gRPC, and its
 // sender asks the next worker so before connecting (a loopback next worker
