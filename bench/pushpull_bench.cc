@@ -137,9 +137,11 @@ int Run() {
     LOG(ERROR) << transport.status().message();
     return 2;
   }
-  options.data_plane = *transport == psrt::TensorTransport::kSocket
-                           ? psrt::PsClient::Options::DataPlane::kRequired
-                           : psrt::PsClient::Options::DataPlane::kOff;
+  // As a worker's: auto takes the data plane where every ps serves one.
+  using DataPlane = psrt::PsClient::Options::DataPlane;
+  options.data_plane = *transport == psrt::TensorTransport::kSocket ? DataPlane::kRequired
+                       : *transport == psrt::TensorTransport::kGrpc ? DataPlane::kOff
+                                                                    : DataPlane::kIfServed;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 

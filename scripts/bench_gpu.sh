@@ -6,7 +6,7 @@
 # and one line for push + pull through a ps task on 127.0.0.1 with the GPU
 # copies included (gradients from the device before each push, parameters to
 # it after each pull, through page-locked tensors):
-#   pushpull: model_mb=13 shards=1 device=gpu mb_per_s=X tcp_mb_per_s=Y ...
+#   pushpull: model_mb=13 shards=1 ... tensors=grpc|socket device=gpu mb_per_s=X tcp_mb_per_s=Y ...
 # A measurement that fails prints `gpu_train: model=M gpu_math=X FAILED:
 # reason` (or `pushpull: FAILED: reason`), keeps its whole log, and the
 # script goes on; it exits 1 at the end if anything failed.
@@ -92,17 +92,21 @@ done
 
 if "$bin/psrtctl" make_spec --ps=1 --workers=1 --out="$work/cluster.json" \
      >"$log_dir/make_spec.log" 2>&1; then
-  "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=0 \
-    >"$log_dir/ps-0.log" 2>&1 &
-  ps_pid=$!
-  # On success the bench shuts the ps down; on failure it may not have.
-  if ! "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb=13 \
-         --device=gpu --runs="$runs" 2>"$log_dir/pushpull_bench.log"; then
-    echo "pushpull: FAILED: $(reason "$log_dir/pushpull_bench.log")"
-    failed=1
-    kill "$ps_pid" 2>/dev/null
-  fi
-  wait "$ps_pid" 2>/dev/null
+  # The page-locked tensors inside gRPC messages, then over the data plane.
+  for tensors in grpc socket; do
+    "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=0 \
+      >"$log_dir/ps-0-$tensors.log" 2>&1 &
+    ps_pid=$!
+    # On success the bench shuts the ps down; on failure it may not have.
+    if ! "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb=13 \
+           --device=gpu --runs="$runs" --tensor_transport="$tensors" \
+           2>"$log_dir/pushpull_bench-$tensors.log"; then
+      echo "pushpull: tensors=$tensors FAILED: $(reason "$log_dir/pushpull_bench-$tensors.log")"
+      failed=1
+      kill "$ps_pid" 2>/dev/null
+    fi
+    wait "$ps_pid" 2>/dev/null
+  done
 else
   echo "pushpull: FAILED: $(reason "$log_dir/make_spec.log")"
   failed=1
