@@ -233,6 +233,34 @@ class ConcatLayer : public Layer {
   const Dims out_;
 };
 
+// The element-wise sum of its inputs (a residual connection), then an
+// optional ReLU.
+class SumLayer : public Layer {
+ public:
+  SumLayer(int64_t size, bool relu) : size_(size), relu_(relu) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    const int64_t n = batch * size_;
+    ctx.device->CopyOnDevice(out, inputs[0], sizeof(float) * n);
+    for (size_t i = 1; i < inputs.size(); ++i) ctx.device->Accumulate(inputs[i], out, n);
+    if (relu_) ctx.device->ReluForward(out, n, out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    const int64_t n = batch * size_;
+    if (relu_) ctx.device->ReluBackward(out, dout, n, dout);
+    for (float* d : din) {
+      if (d != nullptr) ctx.device->CopyOnDevice(d, dout, sizeof(float) * n);
+    }
+  }
+
+ private:
+  const int64_t size_;
+  const bool relu_;
+};
+
 class DropoutLayer : public Layer {
  public:
   DropoutLayer(float keep_prob, int64_t size, uint64_t salt)
@@ -290,6 +318,10 @@ std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in) {
 
 std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out) {
   return std::make_unique<ConcatLayer>(std::move(channels), out);
+}
+
+std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu) {
+  return std::make_unique<SumLayer>(size, relu);
 }
 
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,

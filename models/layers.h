@@ -94,6 +94,9 @@ std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,
                                     kernels::Padding padding, Dims in);
 std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in);
 std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out);
+// The element-wise sum of its inputs (each of `size` per example), then a
+// ReLU if `relu`: a residual connection.
+std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu);
 // Identity at inference.
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt);

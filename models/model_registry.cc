@@ -9,6 +9,7 @@
 #include "models/lenet.h"
 #include "models/mlp.h"
 #include "models/model.h"
+#include "models/zoo.h"
 
 namespace psrt {
 namespace {
@@ -23,6 +24,10 @@ constexpr ModelFactory kModels[] = {
     {"lenet", NewLenet},
     {"inception_mini", NewInceptionMini},
     {"inception_v3", NewInceptionV3},
+    {"resnet50", NewResnet50},
+    {"resnet101", NewResnet101},
+    {"vgg16", NewVgg16},
+    {"alexnet", NewAlexnet},
 };
 
 }  // namespace

@@ -483,6 +483,22 @@ int NetBuilder::Concat(const std::vector<int>& inputs) {
              absl::StrCat("concat after ", graph_->nodes[inputs[0]].what));
 }
 
+int NetBuilder::Sum(const std::vector<int>& inputs, bool relu) {
+  CHECK_GE(inputs.size(), 2u);
+  const Dims first = dims(inputs[0]);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      CHECK_NE(inputs[j], inputs[i]) << "node " << inputs[i] << " summed twice";
+    }
+    const Dims d = dims(inputs[i]);
+    CHECK(d.height == first.height && d.width == first.width && d.channels == first.channels)
+        << "sum of " << first.height << "x" << first.width << "x" << first.channels << " and "
+        << d.height << "x" << d.width << "x" << d.channels << " activations";
+  }
+  return Add(NewSumLayer(first.size(), relu), inputs, first,
+             absl::StrCat("sum after ", graph_->nodes[inputs[0]].what));
+}
+
 int NetBuilder::Dropout(int input, float keep_prob) {
   const Dims in = dims(input);
   return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size()),

@@ -67,6 +67,9 @@ class NetBuilder {
   // REQUIRES: the inputs have the same height and width.
   int Concat(const std::vector<int>& inputs);
   int Dropout(int input, float keep_prob);
+  // The element-wise sum of two or more nodes (a residual connection), then
+  // a ReLU if `relu`. REQUIRES: the inputs have the same dims.
+  int Sum(const std::vector<int>& inputs, bool relu);
 
   // The model whose logits are the last node added. InvalidArgument (naming
   // `model_name` and the layer) when a layer did not fit or the logits do

@@ -59,13 +59,16 @@ DEFINE_bool(synthetic_data, false,
             "Train and evaluate on random images of the model's input size (one batch, "
             "reused) instead of a data set: times a model alone.");
 DEFINE_string(model, "mlp",
-              "Model to train: mlp, lenet, inception_mini or inception_v3.");
+              "Model to train: mlp, lenet, inception_mini, inception_v3, resnet50, "
+              "resnet101, vgg16 or alexnet.");
 DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
 DEFINE_int32(input_width, 28, "Image width the model is built for (inception_v3: 299).");
 DEFINE_int32(input_channels, 1, "Image channels the model is built for (inception_v3: 3).");
 DEFINE_bool(describe_model, false,
             "Print the model's variables, one \"name shape\" line each, then "
-            "\"params=N\", and exit (needs no cluster).");
+            "\"params_with_moving_statistics=N\" (as Keras's count_params(): with "
+            "batch norm's moving means and variances) and \"params=N\" (the "
+            "trainable ones), and exit (needs no cluster).");
 DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
 DEFINE_bool(unix_socket, false,

@@ -249,6 +249,18 @@ TEST_F(ClusterTest, DescribeModelNeedsNoCluster) {
   EXPECT_NE(r.output.find("params=6370"), std::string::npos) << r.output;
 }
 
+// torchvision's resnet50 has 25,557,032 parameters; Keras's count_params()
+// would add a moving mean and variance for each of its batch norms' 26,560
+// channels (53,120 values).
+TEST_F(ClusterTest, DescribeModelCountsResnet50AsTorchvisionAndKeras) {
+  CommandResult r = RunCommand(absl::StrCat(
+      "env -u TF_CONFIG ", bin_,
+      "/psrt_worker --describe_model --model=resnet50 --num_classes=1000 --input_height=224 "
+      "--input_width=224 --input_channels=3 --device=cpu 2>&1 | tail -n 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "params_with_moving_statistics=25610152\nparams=25557032\n");
+}
+
 TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
   const std::string spec = MakeSpec(1, 1);
   std::string cluster = ReadFile(spec);

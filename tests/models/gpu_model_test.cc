@@ -250,7 +250,7 @@ TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuModelTest,
                          ::testing::Values(Case{"mlp", 28, 1, 10, 16}, Case{"lenet", 28, 1, 10, 16},
                                            Case{"inception_mini", 28, 1, 10, 8},
-                                           Case{"inception_v3", 75, 3, 5, 4}),
+                                           Case{"inception_v3", 75, 3, 5, 4}, Case{"resnet50", 32, 3, 5, 4}),
                          CaseName);
 
 TEST(GpuModelErrorTest, AGpuThatIsNotThereIsAClearError) {

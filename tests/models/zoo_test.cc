@@ -1,0 +1,130 @@
+// The benchmark models (models/zoo.h) and the residual sum they need:
+// torchvision's parameter counts, a step on the smallest input, and the
+// sum's gradient against finite differences.
+#include "models/zoo.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/model.h"
+#include "models/net.h"
+#include "tests/models/model_test_util.h"
+
+namespace psrt {
+namespace {
+
+using testing::CheckSampledGradients;
+using testing::RandomImages;
+
+int64_t CountParameters(const Model& model) {
+  int64_t n = 0;
+  for (const VariableDef& v : model.variables()) n += NumElements(v.shape);
+  return n;
+}
+
+ModelOptions ImageNet() {
+  ModelOptions options;
+  options.input_height = options.input_width = 224;
+  options.input_channels = 3;
+  options.num_classes = 1000;
+  return options;
+}
+
+// sum(p.numel() for p in torchvision.models.NAME().parameters()).
+TEST(ZooTest, ParameterCountsAreTorchvisions) {
+  struct Expected {
+    const char* name;
+    int64_t params;
+    size_t variables;
+  };
+  for (const Expected& e :
+       {Expected{"resnet50", 25557032, 161}, Expected{"resnet101", 44549160, 314},
+        Expected{"vgg16", 138357544, 32}, Expected{"alexnet", 61100840, 16}}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = NewModel(e.name, ImageNet());
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(CountParameters(**model), e.params) << e.name;
+    EXPECT_EQ((*model)->variables().size(), e.variables) << e.name;
+  }
+  absl::StatusOr<std::unique_ptr<Model>> resnet = NewResnet50(ImageNet());
+  ASSERT_TRUE(resnet.ok());
+  const std::vector<VariableDef>& vars = (*resnet)->variables();
+  EXPECT_EQ(vars[0].name, "conv1/weights");
+  EXPECT_EQ(vars[0].shape, (Shape{7, 7, 3, 64}));
+  EXPECT_EQ(vars[3].name, "block1/unit_1/shortcut/weights");
+  EXPECT_EQ(vars[3].shape, (Shape{1, 1, 64, 256}));
+  EXPECT_EQ(vars[vars.size() - 2].name, "logits/weights");
+  EXPECT_EQ(vars[vars.size() - 2].shape, (Shape{2048, 1000}));
+}
+
+TEST(ZooTest, EachTrainsAStepOnItsSmallestInput) {
+  struct Case {
+    const char* name;
+    int size;
+  };
+  for (const Case& c : {Case{"resnet50", 32}, Case{"vgg16", 32}, Case{"alexnet", 63}}) {
+    ModelOptions options;
+    options.input_height = options.input_width = c.size;
+    options.input_channels = 3;
+    options.num_classes = 5;
+    options.intra_op_threads = 2;
+    absl::StatusOr<std::unique_ptr<Model>> model = NewModel(c.name, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<Tensor> params, grads;
+    (*model)->Initialize(1, &params);
+    const Tensor images = RandomImages(2, int64_t{c.size} * c.size * 3, 2);
+    const float loss = (*model)->ComputeGradients(params, images, {0, 4}, &grads);
+    EXPECT_TRUE(std::isfinite(loss)) << c.name;
+    EXPECT_GT(loss, 0.0f) << c.name;
+    for (size_t v = 0; v < grads.size(); ++v) {
+      for (float x : grads[v].flat()) {
+        ASSERT_TRUE(std::isfinite(x)) << c.name << " " << (*model)->variables()[v].name;
+      }
+    }
+    EXPECT_GE((*model)->Evaluate(params, images, {0, 4}).correct, 0);
+  }
+}
+
+TEST(ZooTest, TooSmallInputsAreErrorsNamingTheModel) {
+  ModelOptions options;  // 28x28x1.
+  for (const char* name : {"resnet50", "resnet101", "vgg16", "alexnet"}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = NewModel(name, options);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(std::string(model.status().message()),
+                ::testing::HasSubstr(std::string(name) + " needs inputs of at least"));
+  }
+}
+
+// A residual unit in small: conv + batch norm + ReLU, conv + batch norm,
+// summed with a 1x1 projection of the input, then ReLU; a sum of three
+// without ReLU; pooled to the logits.
+TEST(SumLayerTest, GradientsMatchFiniteDifferences) {
+  ModelOptions options;
+  options.input_height = 6;
+  options.input_width = 5;
+  options.input_channels = 2;
+  options.num_classes = 3;
+  options.intra_op_threads = 2;
+  NetBuilder net(options);
+  ConvSpec conv;
+  conv.out_channels = 4;
+  conv.batch_norm = true;
+  const int a = net.Conv("a", NetBuilder::kInput, conv);
+  conv.relu = false;
+  const int b = net.Conv("b", a, conv);
+  conv.filter_height = conv.filter_width = 1;
+  const int projection = net.Conv("projection", NetBuilder::kInput, conv);
+  const int unit = net.Sum({b, projection}, /*relu=*/true);
+  const int three = net.Sum({unit, a, projection}, /*relu=*/false);
+  net.FullyConnected("logits", net.GlobalAvgPool(three), 3, /*relu=*/false);
+  absl::StatusOr<std::unique_ptr<Model>> model = net.Build("residual");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tensor images = RandomImages(4, 6 * 5 * 2, 7);
+  CheckSampledGradients(model->get(), images, {0, 2, 1, 2}, 3, /*samples=*/4);
+}
+
+}  // namespace
+}  // namespace psrt
