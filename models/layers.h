@@ -34,10 +34,13 @@ struct Dims {
 
 // How a variable starts: a truncated normal of `stddev` (when > 0; the
 // sample is divided by 0.8796 so that its standard deviation is `stddev`,
-// like TensorFlow's variance_scaling), or the constant `value`.
+// like TensorFlow's variance_scaling), a uniform on [-uniform_limit,
+// uniform_limit] (when > 0), or the constant `value`.
 struct VariableInit {
   double stddev = 0;
   float value = 0;
+  double uniform_limit = 0;
+  bool random() const { return stddev > 0 || uniform_limit > 0; }
 };
 
 // What a step's forward and backward share. The same device on every step
@@ -83,6 +86,9 @@ struct ConvSpec {
   bool relu = true;
   float bn_epsilon = 1e-3f;
   float bn_momentum = 0.99f;
+  // The weights' initial values; not random(): He's (net.h). The biases'.
+  VariableInit weights_init;
+  VariableInit bias_init;
 };
 
 std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
@@ -95,7 +101,7 @@ std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,
 std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in);
 std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out);
 // The element-wise sum of its inputs (each of `size` per example), then a
-// ReLU if `relu`: a residual connection.
+// ReLU if `relu`: a residual connection (with one input and `relu`, a ReLU).
 std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu);
 // Identity at inference.
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,

@@ -37,10 +37,10 @@ absl::StatusOr<std::unique_ptr<Model>> NewMlp(const ModelOptions& options) {
   int x = NetBuilder::kInput;
   for (size_t l = 0; l < options.hidden_units.size(); ++l) {
     x = net.FullyConnected(absl::StrCat("hidden", l + 1), x,
-                           options.hidden_units[l], /*relu=*/true, stddev(x));
+                           options.hidden_units[l], /*relu=*/true, VariableInit{stddev(x)});
   }
   net.FullyConnected("softmax_linear", x, options.num_classes, /*relu=*/false,
-                     stddev(x));
+                     VariableInit{stddev(x)});
   return net.Build("mlp");
 }
 

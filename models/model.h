@@ -41,6 +41,10 @@ struct ModelOptions {
   // ComputeGradients still take and give host tensors (page-locked ones,
   // so that the copies are asynchronous).
   kernels::DeviceSpec device;
+  // Model "keras": the Keras model file's text (keras_model.h), and its
+  // path, which errors name.
+  std::string model_json;
+  std::string model_file;
 };
 
 // Lets a caller overlap a training step's communication with its compute

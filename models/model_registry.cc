@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "models/inception.h"
+#include "models/keras_model.h"
 #include "models/lenet.h"
 #include "models/mlp.h"
 #include "models/model.h"
@@ -34,6 +35,12 @@ constexpr ModelFactory kModels[] = {
 
 absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
                                                 const ModelOptions& options) {
+  if (name == "keras") {
+    if (options.model_json.empty()) {
+      return absl::InvalidArgumentError("model \"keras\" is read from a file: give --model_file");
+    }
+    return NewKerasModel(options.model_json, options.model_file, options);
+  }
   std::vector<std::string> known;
   for (const ModelFactory& factory : kModels) {
     if (name == factory.name) return factory.create(options);

@@ -92,11 +92,12 @@ class NetModel : public Model {
       Tensor& t = (*params)[v];
       t = Tensor(graph_.variables[v].shape, device_->host_allocator());
       const VariableInit& init = graph_.inits[v];
+      std::uniform_real_distribution<double> uniform(-init.uniform_limit, init.uniform_limit);
       for (float& x : t.flat()) {
-        x = init.stddev > 0
-                ? init::TruncatedNormal(
-                      rng, init.stddev / init::kTruncatedNormalStddev)
-                : init.value;
+        x = init.stddev > 0          ? init::TruncatedNormal(
+                                           rng, init.stddev / init::kTruncatedNormalStddev)
+            : init.uniform_limit > 0 ? static_cast<float>(uniform(rng))
+                                     : init.value;
       }
     }
   }
@@ -407,11 +408,12 @@ int NetBuilder::Conv(const std::string& scope, int input,
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
   const int64_t fan_in = spec.filter_height * spec.filter_width * in.channels;
-  AddVariable(
-      scope + "/weights",
-      {spec.filter_height, spec.filter_width, in.channels, spec.out_channels},
-      {std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
-  if (spec.bias) AddVariable(scope + "/biases", {spec.out_channels}, {0, 0});
+  AddVariable(scope + "/weights",
+              {spec.filter_height, spec.filter_width, in.channels, spec.out_channels},
+              spec.weights_init.random()
+                  ? spec.weights_init
+                  : VariableInit{std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
+  if (spec.bias) AddVariable(scope + "/biases", {spec.out_channels}, spec.bias_init);
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});
     AddVariable(scope + "/BatchNorm/beta", {spec.out_channels}, {0, 0});
@@ -424,14 +426,15 @@ int NetBuilder::Conv(const std::string& scope, int input,
   return Add(NewConvLayer(spec, in, first_var), {input}, out, scope);
 }
 
-int NetBuilder::FullyConnected(const std::string& scope, int input,
-                               int64_t units, bool relu,
-                               double weight_stddev) {
+int NetBuilder::FullyConnected(const std::string& scope, int input, int64_t units, bool relu,
+                               VariableInit weights_init, VariableInit bias_init) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
-  if (weight_stddev <= 0) weight_stddev = std::sqrt((relu ? 2.0 : 1.0) / in.size());
-  AddVariable(scope + "/weights", {in.size(), units}, {weight_stddev, 0});
-  AddVariable(scope + "/biases", {units}, {0, 0});
+  if (!weights_init.random()) {
+    weights_init = VariableInit{std::sqrt((relu ? 2.0 : 1.0) / in.size()), 0};
+  }
+  AddVariable(scope + "/weights", {in.size(), units}, weights_init);
+  AddVariable(scope + "/biases", {units}, bias_init);
   return Add(NewFullyConnectedLayer(in, units, relu, first_var), {input},
              Dims{1, 1, units}, scope);
 }
@@ -497,6 +500,12 @@ int NetBuilder::Sum(const std::vector<int>& inputs, bool relu) {
   }
   return Add(NewSumLayer(first.size(), relu), inputs, first,
              absl::StrCat("sum after ", graph_->nodes[inputs[0]].what));
+}
+
+int NetBuilder::Relu(int input) {
+  const Dims in = dims(input);
+  return Add(NewSumLayer(in.size(), /*relu=*/true), {input}, in,
+             absl::StrCat("relu after ", graph_->nodes[input].what));
 }
 
 int NetBuilder::Dropout(int input, float keep_prob) {

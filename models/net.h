@@ -55,10 +55,9 @@ class NetBuilder {
   // Each returns the new node. A layer that does not fit its input (a VALID
   // window larger than the image) records an error that Build returns.
   int Conv(const std::string& scope, int input, const ConvSpec& spec);
-  // weight_stddev: the standard deviation of the initial weights; 0 for
-  // He's above.
-  int FullyConnected(const std::string& scope, int input, int64_t units,
-                     bool relu, double weight_stddev = 0);
+  // weights_init: the initial weights; not random(): He's above.
+  int FullyConnected(const std::string& scope, int input, int64_t units, bool relu,
+                     VariableInit weights_init = {}, VariableInit bias_init = {});
   int MaxPool(int input, int64_t window, int64_t stride,
               kernels::Padding padding);
   int AvgPool(int input, int64_t window, int64_t stride,
@@ -70,6 +69,8 @@ class NetBuilder {
   // The element-wise sum of two or more nodes (a residual connection), then
   // a ReLU if `relu`. REQUIRES: the inputs have the same dims.
   int Sum(const std::vector<int>& inputs, bool relu);
+  // max(x, 0).
+  int Relu(int input);
 
   // The model whose logits are the last node added. InvalidArgument (naming
   // `model_name` and the layer) when a layer did not fit or the logits do

@@ -15,11 +15,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "common/task_flags.h"
 #include "common/training_config.h"
 #include "common/wire_dtype.h"
 #include "gflags/gflags.h"
+#include "models/keras_model.h"
 
 DEFINE_string(cluster_spec, "",
               "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
@@ -61,6 +63,10 @@ DEFINE_bool(synthetic_data, false,
 DEFINE_string(model, "mlp",
               "Model to train: mlp, lenet, inception_mini, inception_v3, resnet50, "
               "resnet101, vgg16 or alexnet.");
+DEFINE_string(model_file, "",
+              "A Keras model file (the JSON of model.to_json(), Keras 3 or 2; "
+              "Sequential or Functional) to train instead of --model; its input "
+              "shape and class count are the file's (see docs/models-and-kernels.md).");
 DEFINE_int32(input_height, 28, "Image height the model is built for (inception_v3: 299).");
 DEFINE_int32(input_width, 28, "Image width the model is built for (inception_v3: 299).");
 DEFINE_int32(input_channels, 1, "Image channels the model is built for (inception_v3: 3).");
@@ -309,6 +315,37 @@ absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text) {
   return units;
 }
 
+// --model_file: the file's text, shape and classes into `config`; a flag
+// given as well that disagrees with the file is an error naming both.
+absl::Status ReadModelFile(WorkerConfig* config) {
+  if (!gflags::GetCommandLineFlagInfoOrDie("model").is_default) {
+    return absl::InvalidArgumentError("give --model or --model_file, not both");
+  }
+  ModelOptions& options = config->model_options;
+  ASSIGN_OR_RETURN(options.model_json, FileSystem::Default()->ReadFile(FLAGS_model_file));
+  options.model_file = FLAGS_model_file;
+  ASSIGN_OR_RETURN(const KerasModelShape shape,
+                   ReadKerasModelShape(options.model_json, FLAGS_model_file));
+  const std::pair<const char*, int> given[] = {{"input_height", shape.input_height},
+                                                {"input_width", shape.input_width},
+                                                {"input_channels", shape.input_channels},
+                                                {"num_classes", shape.num_classes}};
+  for (const auto& [flag, value] : given) {
+    gflags::CommandLineFlagInfo info = gflags::GetCommandLineFlagInfoOrDie(flag);
+    if (!info.is_default && info.current_value != std::to_string(value)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", info.current_value,
+                                                     ", but the model file ", FLAGS_model_file,
+                                                     " has ", value));
+    }
+  }
+  config->model = "keras";
+  options.input_height = shape.input_height;
+  options.input_width = shape.input_width;
+  options.input_channels = shape.input_channels;
+  options.num_classes = shape.num_classes;
+  return absl::OkStatus();
+}
+
 absl::Status ReadModelFlags(WorkerConfig* config) {
   config->model = FLAGS_model;
   config->describe_model = FLAGS_describe_model;
@@ -318,6 +355,7 @@ absl::Status ReadModelFlags(WorkerConfig* config) {
   options.input_width = FLAGS_input_width;
   options.input_channels = FLAGS_input_channels;
   options.num_classes = FLAGS_num_classes;
+  if (!FLAGS_model_file.empty()) RETURN_IF_ERROR(ReadModelFile(config));
   options.intra_op_threads = FLAGS_intra_op_threads;
   config->device = FLAGS_device;
   config->num_gpus = FLAGS_num_gpus;
@@ -340,11 +378,12 @@ absl::Status ReadInputFlags(WorkerConfig* config) {
   input.train_data = FLAGS_train_data;
   input.test_data = FLAGS_test_data;
   input.synthetic = FLAGS_synthetic_data;
-  input.height = FLAGS_input_height;
-  input.width = FLAGS_input_width;
-  input.channels = FLAGS_input_channels;
-  input.num_classes = FLAGS_num_classes;
-  input.model = FLAGS_model;
+  // The model's (a --model_file's, or the flags').
+  input.height = config->model_options.input_height;
+  input.width = config->model_options.input_width;
+  input.channels = config->model_options.input_channels;
+  input.num_classes = config->model_options.num_classes;
+  input.model = config->model == "keras" ? FLAGS_model_file : config->model;
   input.batch_size = FLAGS_batch_size;
   input.shuffle = FLAGS_shuffle;
   input.seed = FLAGS_seed;

@@ -261,6 +261,30 @@ TEST_F(ClusterTest, DescribeModelCountsResnet50AsTorchvisionAndKeras) {
   EXPECT_EQ(r.output, "params_with_moving_statistics=25610152\nparams=25557032\n");
 }
 
+// The Keras MNIST tutorial's convnet, as Keras 3 wrote it, trained by a
+// cluster on Fashion-MNIST: its shape and classes come from the file.
+TEST_F(ClusterTest, AKerasModelFileTrainsAboveChance) {
+  const std::string spec = MakeSpec(1, 2);
+  CommandResult r = Launch(spec, dir_ + "/logs",
+                           absl::StrCat("--model_file=", PSRT_SOURCE_DIR,
+                                        "/tests/data/keras/mnist_convnet_keras3.json "
+                                        "--sync_replicas --train_steps=200 --optimizer=momentum "
+                                        "--learning_rate=0.05 --log_every_steps=100"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(dir_ + "/logs/worker-0.log"), &step, &accuracy)) << r.output;
+  EXPECT_EQ(step, 200);
+  EXPECT_GE(accuracy, 0.6);  // Chance is 0.1; 500 steps reach 0.86.
+  // A flag that disagrees with the file is named before anything trains.
+  CommandResult wrong = RunCommand(absl::StrCat(
+      "env -u TF_CONFIG ", bin_, "/psrt_worker --describe_model --device=cpu --model_file=",
+      PSRT_SOURCE_DIR, "/tests/data/keras/mnist_convnet_keras3.json --num_classes=5 2>&1"));
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("--num_classes=5, but the model file"), std::string::npos)
+      << wrong.output;
+}
+
 TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
   const std::string spec = MakeSpec(1, 1);
   std::string cluster = ReadFile(spec);

@@ -1,0 +1,55 @@
+// Models from Keras model files: the JSON that `model.to_json()` writes, in
+// Keras 3's format (TensorFlow 2.16 on) and Keras 2's (tf.keras before it),
+// for Sequential and Functional models, built with NetBuilder (net.h).
+//
+// Layers: InputLayer; Conv2D (strides, padding same/valid, use_bias,
+// activation relu or linear); Dense (relu, linear, or softmax as the last
+// layer: the loss applies the softmax); BatchNormalization directly after a
+// Conv2D without bias or activation (fused with it; epsilon, momentum);
+// MaxPooling2D, AveragePooling2D (square windows); GlobalAveragePooling2D;
+// Flatten; Dropout; Activation and ReLU (relu, linear, a last softmax);
+// Add; Concatenate (channels). Initializers: GlorotUniform, GlorotNormal,
+// HeNormal, HeUniform, LecunNormal, LecunUniform, TruncatedNormal,
+// RandomUniform (symmetric), Zeros, Ones, Constant. The input shape comes
+// from the input layer, the class count from the last Dense layer's units.
+// Anything else is an InvalidArgument error naming the layer, its class and
+// the file.
+//
+// Variables are named after the Keras layers: "conv2d/weights",
+// "conv2d/biases", "conv2d/BatchNorm/gamma" (of the batch norm fused into
+// conv2d), "dense/weights".
+//
+// Thread safety: pure functions.
+#ifndef PSRT_MODELS_KERAS_MODEL_H_
+#define PSRT_MODELS_KERAS_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "models/model.h"
+
+namespace psrt {
+
+struct KerasModelShape {
+  int input_height = 0;
+  int input_width = 0;
+  int input_channels = 0;
+  int num_classes = 0;
+};
+
+// The input shape and class count of the model in `json`; `source` (the
+// file) names it in errors. Checks the whole model as NewKerasModel would.
+absl::StatusOr<KerasModelShape> ReadKerasModelShape(absl::string_view json,
+                                                    const std::string& source);
+
+// The model in `json`, with options' threads and device; its input shape
+// and classes are the file's (options' are ignored).
+absl::StatusOr<std::unique_ptr<Model>> NewKerasModel(absl::string_view json,
+                                                     const std::string& source,
+                                                     const ModelOptions& options);
+
+}  // namespace psrt
+
+#endif  // PSRT_MODELS_KERAS_MODEL_H_

@@ -1,0 +1,243 @@
+// Keras model files (models/keras_model.h): the fixtures of
+// scripts/gen_keras_fixtures.py, each written by Keras 3 and by Keras 2
+// (tests/data/keras/), against Keras's own parameter counts, psrt's
+// built-in lenet, finite differences, and the errors a user meets.
+#include "models/keras_model.h"
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/model.h"
+#include "tests/models/model_test_util.h"
+
+namespace psrt {
+namespace {
+
+using testing::CheckSampledGradients;
+using ::testing::HasSubstr;
+using testing::RandomImages;
+
+std::string Fixture(const std::string& name) {
+  return absl::StrCat(PSRT_SOURCE_DIR, "/tests/data/keras/", name);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& file, int threads = 2) {
+  ModelOptions options;
+  options.intra_op_threads = threads;
+  return NewKerasModel(ReadText(Fixture(file)), file, options);
+}
+
+int64_t CountParameters(const Model& model) {
+  int64_t n = 0;
+  for (const VariableDef& v : model.variables()) n += NumElements(v.shape);
+  return n;
+}
+
+// Keras's count_params(), which counts batch norm's moving statistics too.
+int64_t KerasCount(const Model& model) {
+  int64_t n = CountParameters(model);
+  for (const VariableDef& v : model.variables()) {
+    if (v.name.size() > 16 && v.name.substr(v.name.size() - 16) == "/BatchNorm/gamma") {
+      n += 2 * NumElements(v.shape);
+    }
+  }
+  return n;
+}
+
+class KerasFormatTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string File(const std::string& model) const {
+    return absl::StrCat(model, "_", GetParam(), ".json");
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Formats, KerasFormatTest, ::testing::Values("keras3", "keras2"));
+
+TEST_P(KerasFormatTest, ModelsHaveKerasParameterCountsAndShapes) {
+  struct Expected {
+    const char* model;
+    KerasModelShape shape;
+    size_t variables;
+  };
+  for (const Expected& e :
+       {Expected{"mnist_convnet", {28, 28, 1, 10}, 6},
+        Expected{"residual_block", {16, 16, 3, 5}, 16}, Expected{"lenet", {28, 28, 1, 10}, 8}}) {
+    const std::string file = File(e.model);
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(Fixture(file)), file);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->input_height, e.shape.input_height) << file;
+    EXPECT_EQ(shape->input_width, e.shape.input_width) << file;
+    EXPECT_EQ(shape->input_channels, e.shape.input_channels) << file;
+    EXPECT_EQ(shape->num_classes, e.shape.num_classes) << file;
+    absl::StatusOr<std::unique_ptr<Model>> model = Load(file);
+    ASSERT_TRUE(model.ok()) << model.status();
+    int64_t keras_count = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadText(
+                                     Fixture(absl::StrCat(e.model, "_", GetParam(), ".params")))),
+                                 &keras_count));
+    EXPECT_EQ(KerasCount(**model), keras_count) << file;
+    EXPECT_EQ((*model)->variables().size(), e.variables) << file;
+  }
+}
+
+// The Keras lenet has the built-in's layers and names: with the same
+// parameters, the same loss and gradients, bit for bit.
+TEST_P(KerasFormatTest, TheKerasLenetComputesAsTheBuiltIn) {
+  absl::StatusOr<std::unique_ptr<Model>> keras = Load(File("lenet"));
+  ASSERT_TRUE(keras.ok()) << keras.status();
+  ModelOptions options;
+  options.intra_op_threads = 2;
+  absl::StatusOr<std::unique_ptr<Model>> builtin = NewModel("lenet", options);
+  ASSERT_TRUE(builtin.ok()) << builtin.status();
+  ASSERT_EQ((*keras)->variables().size(), (*builtin)->variables().size());
+  for (size_t v = 0; v < (*keras)->variables().size(); ++v) {
+    EXPECT_EQ((*keras)->variables()[v].name, (*builtin)->variables()[v].name);
+    EXPECT_EQ((*keras)->variables()[v].shape, (*builtin)->variables()[v].shape);
+  }
+  std::vector<Tensor> params, keras_grads, builtin_grads;
+  (*builtin)->Initialize(3, &params);
+  const Tensor images = RandomImages(8, 28 * 28, 4);
+  const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
+  const float keras_loss = (*keras)->ComputeGradients(params, images, labels, &keras_grads);
+  const float builtin_loss = (*builtin)->ComputeGradients(params, images, labels, &builtin_grads);
+  EXPECT_EQ(keras_loss, builtin_loss);
+  for (size_t v = 0; v < params.size(); ++v) {
+    EXPECT_EQ(testing::ToVector(keras_grads[v]), testing::ToVector(builtin_grads[v]))
+        << (*builtin)->variables()[v].name;
+  }
+}
+
+// Keras 3's and Keras 2's files of one model build the same network.
+TEST(KerasModelTest, BothFormatsBuildTheSameNetwork) {
+  for (const char* model : {"mnist_convnet", "residual_block"}) {
+    absl::StatusOr<std::unique_ptr<Model>> k3 = Load(absl::StrCat(model, "_keras3.json"));
+    absl::StatusOr<std::unique_ptr<Model>> k2 = Load(absl::StrCat(model, "_keras2.json"));
+    ASSERT_TRUE(k3.ok() && k2.ok()) << k3.status() << " " << k2.status();
+    ASSERT_EQ((*k3)->variables().size(), (*k2)->variables().size());
+    std::vector<Tensor> params, g3, g2;
+    (*k3)->Initialize(5, &params);
+    for (size_t v = 0; v < params.size(); ++v) {
+      EXPECT_EQ((*k3)->variables()[v].shape, (*k2)->variables()[v].shape) << model;
+    }
+    const std::string file = absl::StrCat(model, "_keras3.json");
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(Fixture(file)), file);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    const int64_t pixels =
+        int64_t{shape->input_height} * shape->input_width * shape->input_channels;
+    const Tensor images = RandomImages(4, pixels, 6);
+    const std::vector<int32_t> labels = {0, 1, 2, 3};
+    EXPECT_EQ((*k3)->ComputeGradients(params, images, labels, &g3),
+              (*k2)->ComputeGradients(params, images, labels, &g2))
+        << model;
+  }
+}
+
+// Glorot-uniform kernels (the Keras default) land inside their limit,
+// He-normal ones spread as they should, biases and batch norm start at 0
+// and 1.
+TEST(KerasModelTest, InitializersFollowTheFile) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Load("residual_block_keras3.json");
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<Tensor> params;
+  (*model)->Initialize(1, &params);
+  const std::vector<VariableDef>& vars = (*model)->variables();
+  for (size_t v = 0; v < vars.size(); ++v) {
+    const Shape& shape = vars[v].shape;
+    if (shape.size() == 4 && v == 0) {  // Glorot uniform, 3x3x3 -> 8.
+      const double limit = std::sqrt(6.0 / (27 + 72));
+      double max = 0;
+      for (float x : params[v].flat()) max = std::max(max, double(std::abs(x)));
+      EXPECT_LE(max, limit);
+      EXPECT_GT(max, 0.8 * limit);
+    }
+    if (vars[v].name.find("/BatchNorm/gamma") != std::string::npos) {
+      for (float x : params[v].flat()) ASSERT_EQ(x, 1.0f) << vars[v].name;
+    }
+    if (vars[v].name.find("/BatchNorm/beta") != std::string::npos ||
+        vars[v].name.find("/biases") != std::string::npos) {
+      for (float x : params[v].flat()) ASSERT_EQ(x, 0.0f) << vars[v].name;
+    }
+  }
+  // The strided 3x3 conv is he_normal: stddev sqrt(2 / (3 * 3 * 8)).
+  const Tensor& he = params[3];
+  ASSERT_EQ(he.shape(), (Shape{3, 3, 8, 8}));
+  double sum2 = 0;
+  for (float x : he.flat()) sum2 += double(x) * x;
+  EXPECT_NEAR(std::sqrt(sum2 / he.num_elements()), std::sqrt(2.0 / 72), 0.03);
+}
+
+TEST(KerasModelTest, ResidualBlockGradientsMatchFiniteDifferences) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Load("residual_block_keras3.json");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tensor images = RandomImages(4, 16 * 16 * 3, 8);
+  CheckSampledGradients(model->get(), images, {0, 4, 1, 3}, 2, /*samples=*/2);
+}
+
+TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
+  for (const char* file : {"unsupported_keras3.json", "unsupported_keras2.json"}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = Load(file);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(model.status().message()),
+                HasSubstr(absl::StrCat("model file ", file,
+                                       ": layer \"layer_normalization\" "
+                                       "(LayerNormalization): this layer class is not supported")));
+  }
+  const std::string convnet = ReadText(Fixture("mnist_convnet_keras3.json"));
+  struct Bad {
+    std::string json;
+    const char* message;
+  };
+  const Bad bad[] = {
+      {"", "not JSON"},
+      {convnet.substr(0, convnet.size() / 2), "not JSON"},
+      {"[1, 2]", "not JSON, or not a JSON object"},
+      {R"({"class_name": "Sequential"})", "no \"class_name\" and \"config\""},
+      {R"({"class_name": "Subclassed", "config": {}})", "only Sequential and Functional"},
+      {absl::StrReplaceAll(convnet, {{R"("activation": "relu")", R"("activation": "tanh")"}}),
+       "activation \"tanh\""},
+      // Dense straight on the 5x5x64 maps, which Keras would apply per pixel.
+      {absl::StrReplaceAll(convnet, {{R"("class_name": "Flatten")", R"("class_name": "Dropout")"}}),
+       "put a Flatten or a pooling before it"},
+      {absl::StrReplaceAll(convnet, {{R"("padding": "valid")", R"("padding": "causal")"}}),
+       "padding \"causal\""},
+      {absl::StrReplaceAll(convnet,
+                           {{R"("class_name": "GlorotUniform")", R"("class_name": "Orthogonal")"}}),
+       "kernel_initializer Orthogonal is not supported"},
+  };
+  for (const Bad& b : bad) {
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(b.json, "m.json");
+    EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument) << b.message;
+    EXPECT_THAT(std::string(shape.status().message()), HasSubstr(b.message));
+    EXPECT_THAT(std::string(shape.status().message()), HasSubstr("model file m.json"));
+  }
+}
+
+TEST(KerasModelTest, TheRegistryReadsModelKerasFromTheOptions) {
+  ModelOptions options;
+  EXPECT_THAT(std::string(NewModel("keras", options).status().message()),
+              HasSubstr("give --model_file"));
+  options.model_file = "mnist_convnet_keras3.json";
+  options.model_json = ReadText(Fixture(options.model_file));
+  absl::StatusOr<std::unique_ptr<Model>> model = NewModel("keras", options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(CountParameters(**model), 34826);
+}
+
+}  // namespace
+}  // namespace psrt
