@@ -159,6 +159,9 @@ absl::Status KerasImporter::ParseInputShape(const Value& shape, const std::strin
   }
   if (dims.size() == 1) dims = {1, 1, dims[0]};
   if (dims.size() == 2) dims.push_back(1);
+  if (int64_t{dims[0]} * dims[1] * dims[2] > (int64_t{1} << 30)) {
+    return FileError(absl::StrCat(what, " is over 2^30 values an example"));
+  }
   shape_.input_height = dims[0];
   shape_.input_width = dims[1];
   shape_.input_channels = dims[2];

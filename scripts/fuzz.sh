@@ -6,7 +6,7 @@
 # CI runs --build-only (.ci/run), so a change that breaks a target, or the
 # build with clang, fails CI.
 # Targets (default: all): cluster_spec idx tfrecord image safetensors checkpoint
-# tensor_frame ps_requests dataplane_frame. Configures build-fuzz/ with clang and
+# tensor_frame ps_requests dataplane_frame keras_model. Configures build-fuzz/ with clang and
 # -DPSRT_FUZZ=ON (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer;
 # the first build takes several minutes on 2 cores), builds the targets, then
 # fuzzes each for N seconds (default 60), starting from its seeds
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL_TARGETS=(cluster_spec idx tfrecord image safetensors checkpoint tensor_frame ps_requests
-             dataplane_frame)
+             dataplane_frame keras_model)
 secs=60
 build_only=0
 targets=()
