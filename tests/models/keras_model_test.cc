@@ -5,6 +5,7 @@
 #include "models/keras_model.h"
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -14,9 +15,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
+#include "tests/gpu_test_util.h"
 #include "tests/models/model_test_util.h"
 
 namespace psrt {
@@ -180,6 +183,44 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
   double sum2 = 0;
   for (float x : he.flat()) sum2 += double(x) * x;
   EXPECT_NEAR(std::sqrt(sum2 / he.num_elements()), std::sqrt(2.0 / 72), 0.03);
+}
+
+// Keras's own loss and gradients (TensorFlow 2.21, training mode) on the
+// same weights and batch, from scripts/gen_keras_fixtures.py: a Sequential
+// CNN (valid and same, strided convolutions, max and average pools,
+// Flatten, Dense) and a Functional strided residual block (batch norm,
+// Add, Concatenate, global pooling).
+TEST(KerasModelTest, LossAndGradientsMatchKeras) {
+  for (const char* name : {"plain_cnn", "residual_block"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<SafetensorsFile> file =
+        ReadSafetensors(Fixture(absl::StrCat(name, "_keras3.safetensors")));
+    ASSERT_TRUE(file.ok()) << file.status();
+    std::map<std::string, const Tensor*> fixture;
+    for (const auto& [key, tensor] : file->tensors) fixture[key] = &tensor;
+    std::vector<Tensor> params, grads;
+    (*model)->Initialize(1, &params);
+    for (size_t v = 0; v < params.size(); ++v) {
+      const std::string& var = (*model)->variables()[v].name;
+      ASSERT_EQ(fixture.count(var), 1u) << var;
+      ASSERT_EQ(fixture.at(var)->shape(), params[v].shape()) << var;
+      params[v] = fixture.at(var)->Clone();
+    }
+    std::vector<int32_t> labels;
+    for (float l : fixture.at("labels")->flat()) labels.push_back(static_cast<int32_t>(l));
+    const float loss = (*model)->ComputeGradients(params, *fixture.at("images"), labels, &grads);
+    const float want = fixture.at("loss")->data()[0];
+    EXPECT_NEAR(loss, want, 1e-5 * std::abs(want));
+    for (size_t v = 0; v < params.size(); ++v) {
+      const std::string& var = (*model)->variables()[v].name;
+      const Tensor& keras = *fixture.at("grad:" + var);
+      EXPECT_TRUE(
+          psrt::testing::NearInNorm(grads[v].data(), keras.data(), keras.num_elements(), 1e-4))
+          << var;
+    }
+  }
 }
 
 TEST(KerasModelTest, ResidualBlockGradientsMatchFiniteDifferences) {
