@@ -13,9 +13,10 @@
 # mlp, lenet and inception_mini train on Fashion-MNIST; inception_v3 on
 # synthetic 299x299x3 images (psrt's --synthetic_data, the peer's
 # --synthetic) at batch 32, as tf_cnn_benchmarks times it, torchvision's
-# inception_v3 (aux_logits=False) against psrt's, both with 10 classes.
+# inception_v3 (aux_logits=False) against psrt's, both with 10 classes;
+# resnet50 likewise on 224x224x3 (torchvision's resnet50 against psrt's).
 #
-#   scripts/bench_train.sh [--models "mlp lenet inception_mini inception_v3"]
+#   scripts/bench_train.sh [--models "mlp lenet inception_mini inception_v3 resnet50"]
 #                          [--threads 2] [--batch_size 100]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,11 @@ for model in $models; do
       steps=24 model_batch=32
       psrt_data="--synthetic_data --input_height=299 --input_width=299 --input_channels=3"
       peer_data="--synthetic --image_size 299 --channels 3 --steps 6 --warmup 2"
+      ;;
+    resnet50)
+      steps=12 model_batch=32
+      psrt_data="--synthetic_data --input_height=224 --input_width=224 --input_channels=3"
+      peer_data="--synthetic --image_size 224 --channels 3 --steps 4 --warmup 1"
       ;;
     *) steps=150 ;;
   esac

@@ -16,7 +16,7 @@ with batches prepared beforehand, as psrt's worker reads batches from memory.
 With --synthetic the batches are random tensors made on the device (no data
 files); with --device cuda every timed run ends with torch.cuda.synchronize().
 inception_v3 is torchvision's (aux_logits=False), the model psrt's
-inception_v3 counts its parameters against.
+inception_v3 counts its parameters against; resnet50 is torchvision's too.
 Needs torch and numpy (torchvision for inception_v3).
 """
 import argparse
@@ -127,8 +127,15 @@ def InceptionV3(num_classes=1000):
                                            num_classes=num_classes)
 
 
+def Resnet50(num_classes=1000):
+    import torchvision
+    return torchvision.models.resnet50(weights=None, num_classes=num_classes)
+
+
+# The torchvision models, built with a class count.
+TORCHVISION = {"inception_v3", "resnet50"}
 MODELS = {"mlp": Mlp, "lenet": LeNet, "inception_mini": InceptionMini,
-          "inception_v3": InceptionV3}
+          "inception_v3": InceptionV3, "resnet50": Resnet50}
 
 
 def main():
@@ -169,7 +176,7 @@ def main():
                                               total)).to(device)
     batches = [(images[i:i + args.batch_size], labels[i:i + args.batch_size])
                for i in range(0, len(images), args.batch_size)]
-    model = (MODELS[args.model](args.classes) if args.model == "inception_v3"
+    model = (MODELS[args.model](args.classes) if args.model in TORCHVISION
              else MODELS[args.model]()).to(device)
     model.train()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
