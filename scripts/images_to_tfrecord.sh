@@ -8,13 +8,15 @@
 #
 #   scripts/images_to_tfrecord.sh --in DIR --out DIR [--train_shards N]
 #       [--validation_percent P] [--validation_shards N] [--seed S]
-#       [--num_threads T]
+#       [--num_threads T] [--skip_bad]
 #
 # Writes OUT/train-00000-of-0000N, ... (and OUT/validation-* with
 # --validation_percent), and OUT/labels.txt (the class names, line i is
 # label i). psrt reads them with --train_data='OUT/train-*'
 # --num_classes=N (--label_offset=1, the default, maps labels 1..N to class
-# ids 0..N-1). See worker/image_folder.h.
+# ids 0..N-1). A file that cannot be decoded stops the conversion, naming
+# it; with --skip_bad it is left out, counted, and listed with its reason in
+# OUT/skipped.txt. See worker/input/image_folder.h.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
@@ -26,7 +28,8 @@ while [ $# -gt 0 ]; do
       args+=("$1=$2"); shift 2 ;;
     --in=*|--out=*|--train_shards=*|--validation_percent=*|--validation_shards=*|--seed=*|--num_threads=*)
       args+=("$1"); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --skip_bad) args+=("--skip_bad"); shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "images_to_tfrecord.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

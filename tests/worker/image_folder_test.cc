@@ -27,8 +27,8 @@ using ::testing::HasSubstr;
 
 std::string TestDir() {
   const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dir = absl::StrCat(testing::TempDir(), "/image_folder_test_",
-                                       info->name(), "_", ::getpid());
+  const std::string dir =
+      absl::StrCat(testing::TempDir(), "/image_folder_test_", info->name(), "_", ::getpid());
   ::mkdir(dir.c_str(), 0755);
   return dir;
 }
@@ -69,10 +69,10 @@ TEST(ImageFolderTest, ConvertsClassFoldersWithBuildImageDataLabels) {
   EXPECT_EQ(summary->train_examples, 168);
   EXPECT_EQ(summary->validation_examples, 42);
   EXPECT_EQ(summary->png_examples, 42);
-  EXPECT_THAT(summary->files,
-              ElementsAre(dir + "/out/train-00000-of-00003", dir + "/out/train-00001-of-00003",
-                          dir + "/out/train-00002-of-00003",
-                          dir + "/out/validation-00000-of-00001"));
+  EXPECT_THAT(
+      summary->files,
+      ElementsAre(dir + "/out/train-00000-of-00003", dir + "/out/train-00001-of-00003",
+                  dir + "/out/train-00002-of-00003", dir + "/out/validation-00000-of-00001"));
   EXPECT_EQ(Slurp(dir + "/out/labels.txt"), "class_00\nclass_01\nclass_02\n");
 
   const std::vector<ImageRecord> records = ReadAll(summary->files);
@@ -157,6 +157,39 @@ TEST(ImageFolderTest, ABadImageNamesItsFile) {
   summary = ConvertImageFolder(options);
   ASSERT_FALSE(summary.ok());
   EXPECT_THAT(summary.status().message(), HasSubstr("holds no class folder"));
+}
+
+// A truncated JPEG among good images: skipped, counted and listed with
+// skip_bad, across shards of train and validation; the rest converts.
+TEST(ImageFolderTest, SkipBadLeavesOutAndListsWhatCannotBeDecoded) {
+  const std::string dir = TestDir();
+  SyntheticFolderOptions generate;
+  generate.num_classes = 2;
+  generate.per_class = 20;
+  generate.height = generate.width = 12;
+  ASSERT_TRUE(WriteSyntheticImageFolder(dir + "/in", generate).ok());
+  // Cut one image in half; add one that is not an image at all.
+  const std::string good = *EncodeJpeg(SyntheticImage(0, 1, 12, 12, 3));
+  std::ofstream(dir + "/in/class_00/truncated.jpg") << good.substr(0, good.size() / 2);
+  std::ofstream(dir + "/in/class_01/empty.png") << "";
+  ImageFolderOptions options;
+  options.in_dir = dir + "/in";
+  options.out_dir = dir + "/out";
+  options.train_shards = 2;
+  options.validation_percent = 25;
+  absl::StatusOr<ImageFolderSummary> summary = ConvertImageFolder(options);
+  ASSERT_FALSE(summary.ok());  // Without skip_bad: the first bad file stops it.
+  options.skip_bad = true;
+  summary = ConvertImageFolder(options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(summary->skipped.size(), 2u);
+  EXPECT_EQ(summary->train_examples + summary->validation_examples, 40);
+  std::vector<std::string> files;
+  for (const std::string& f : summary->files) files.push_back(f);
+  EXPECT_EQ(ReadAll(files).size(), 40u);
+  const std::string list = Slurp(dir + "/out/skipped.txt");
+  EXPECT_THAT(list, HasSubstr(dir + "/in/class_00/truncated.jpg: JPEG"));
+  EXPECT_THAT(list, HasSubstr(dir + "/in/class_01/empty.png: "));
 }
 
 // The script and the binaries, end to end.

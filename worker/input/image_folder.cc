@@ -40,9 +40,11 @@ struct Shard {
   size_t begin = 0, end = 0;
 };
 
-// Writes one shard as a TFRecord file; counts its PNGs in *png.
+// Writes one shard as a TFRecord file; counts its PNGs in *png. A bad
+// image fails it, or with `skipped` is left out and added there.
 absl::Status WriteShard(const std::vector<Source>& sources, const Shard& shard,
-                        const std::vector<std::string>& classes, int64_t* png) {
+                        const std::vector<std::string>& classes, int64_t* png,
+                        std::vector<std::string>* skipped) {
   const size_t begin = shard.begin, end = shard.end;
   const std::string& path = shard.path;
   const std::string tmp = path + ".tmp";
@@ -51,12 +53,18 @@ absl::Status WriteShard(const std::vector<Source>& sources, const Shard& shard,
   for (size_t i = begin; i < end; ++i) {
     const Source& source = sources[i];
     ImageRecord record;
-    ASSIGN_OR_RETURN(record.encoded, FileSystem::Default()->ReadFile(source.path));
-    const ImageFormat format = DetectImageFormat(record.encoded);
-    absl::Status decoded = DecodeImage(record.encoded, 0, &image);
+    absl::StatusOr<std::string> bytes = FileSystem::Default()->ReadFile(source.path);
+    absl::Status decoded = bytes.ok() ? DecodeImage(*bytes, 0, &image) : bytes.status();
     if (!decoded.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source.path, ": ", decoded.message()));
+      const std::string why = bytes.ok()
+                                  ? absl::StrCat(source.path, ": ", decoded.message())
+                                  : std::string(decoded.message());  // Names the file already.
+      if (skipped == nullptr) return absl::InvalidArgumentError(why);
+      skipped->push_back(why);
+      continue;
     }
+    record.encoded = *std::move(bytes);
+    const ImageFormat format = DetectImageFormat(record.encoded);
     record.format = format == ImageFormat::kPng ? "PNG" : "JPEG";
     *png += format == ImageFormat::kPng;
     record.height = image.height;
@@ -81,11 +89,11 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
   if (options.in_dir.empty() || options.out_dir.empty()) {
     return absl::InvalidArgumentError("both an input and an output folder are required");
   }
-  if (options.train_shards < 1 || options.validation_shards < 1 ||
-      options.validation_percent < 0 || options.validation_percent >= 100) {
+  if (options.train_shards < 1 || options.validation_shards < 1 || options.validation_percent < 0 ||
+      options.validation_percent >= 100) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "shards must be >= 1 and validation_percent in [0, 100) (got ", options.train_shards,
-        ", ", options.validation_shards, ", ", options.validation_percent, ")"));
+        "shards must be >= 1 and validation_percent in [0, 100) (got ", options.train_shards, ", ",
+        options.validation_shards, ", ", options.validation_percent, ")"));
   }
   std::error_code error;
   if (!fs::is_directory(options.in_dir, error)) {
@@ -113,8 +121,8 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
     }
     if (error) return absl::InternalError(absl::StrCat(class_dir.string(), ": ", error.message()));
     if (files.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          class_dir.string(), " holds no .jpg, .jpeg or .png image"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(class_dir.string(), " holds no .jpg, .jpeg or .png image"));
     }
     std::sort(files.begin(), files.end());
     for (std::string& f : files) sources.push_back({std::move(f), static_cast<int>(k)});
@@ -134,7 +142,8 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
   }
   fs::create_directories(options.out_dir, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot create ", options.out_dir, ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options.out_dir, ": ", error.message()));
   }
   // [begin, begin + count) as `shards` consecutive files.
   std::vector<Shard> shards;
@@ -150,10 +159,12 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
   // failed shard's error is returned.
   std::vector<absl::Status> status(shards.size());
   std::vector<int64_t> png(shards.size(), 0);
+  std::vector<std::vector<std::string>> skipped(shards.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t s; (s = next.fetch_add(1)) < shards.size();) {
-      status[s] = WriteShard(sources, shards[s], summary.classes, &png[s]);
+      status[s] = WriteShard(sources, shards[s], summary.classes, &png[s],
+                             options.skip_bad ? &skipped[s] : nullptr);
     }
   };
   std::vector<std::thread> threads;
@@ -162,13 +173,24 @@ absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& 
   }
   work();
   for (std::thread& t : threads) t.join();
+  int64_t skipped_train = 0, skipped_validation = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
     RETURN_IF_ERROR(status[s]);
     summary.files.push_back(shards[s].path);
     summary.png_examples += png[s];
+    (shards[s].begin < train ? skipped_train : skipped_validation) +=
+        static_cast<int64_t>(skipped[s].size());
+    summary.skipped.insert(summary.skipped.end(), skipped[s].begin(), skipped[s].end());
   }
-  summary.train_examples = static_cast<int64_t>(train);
-  summary.validation_examples = static_cast<int64_t>(validation);
+  summary.train_examples = static_cast<int64_t>(train) - skipped_train;
+  summary.validation_examples = static_cast<int64_t>(validation) - skipped_validation;
+  if (options.skip_bad) {
+    const std::string list = options.out_dir + "/skipped.txt";
+    std::ofstream out(list);
+    for (const std::string& line : summary.skipped) out << line << "\n";
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", list));
+  }
   const std::string labels = options.out_dir + "/labels.txt";
   std::ofstream out(labels);
   for (const std::string& c : summary.classes) out << c << "\n";

@@ -16,8 +16,11 @@
 //
 // Images with the extensions .jpg, .jpeg and .png (any case) are taken;
 // other files are skipped. Every image is decoded once to check it and to
-// record its height, width and channels; a bad one stops the conversion
-// with an error naming the file. Bytes are stored as they are (a PNG
+// record its height, width and channels; a bad one (unreadable, truncated,
+// not an image) stops the conversion with an error naming the file, or,
+// with skip_bad, is left out, counted and listed with its reason in
+// out/skipped.txt (one "path: reason" line each; written, maybe empty,
+// whenever skip_bad is on). Bytes are stored as they are (a PNG
 // stays a PNG with image/format "PNG", where build_image_data.py
 // re-encodes it as JPEG; psrt decodes both). Like build_image_data.py, the
 // examples are shuffled with a fixed seed before they are split into
@@ -43,6 +46,7 @@ struct ImageFolderOptions {
   double validation_percent = 0;  // Of the examples, to validation-*.
   uint64_t seed = 12345;          // build_image_data.py's random.seed.
   int threads = 1;  // Files written at once (build_image_data.py's --num_threads).
+  bool skip_bad = false;  // Leave out the images that cannot be read or decoded.
 };
 
 struct ImageFolderSummary {
@@ -51,6 +55,7 @@ struct ImageFolderSummary {
   int64_t validation_examples = 0;
   int64_t png_examples = 0;
   std::vector<std::string> files;  // Written, in order.
+  std::vector<std::string> skipped;  // With skip_bad: "path: reason", in input order.
 };
 
 absl::StatusOr<ImageFolderSummary> ConvertImageFolder(const ImageFolderOptions& options);

@@ -23,6 +23,10 @@ DEFINE_double(validation_percent, 0,
               "Percent of the images (after the seeded shuffle) written to validation-*.");
 DEFINE_uint64(seed, 12345, "Seed of the shuffle before sharding.");
 DEFINE_int32(num_threads, 0, "Files written at once; 0: number of cores.");
+DEFINE_bool(skip_bad, false,
+            "Leave out the images that cannot be read or decoded (a truncated JPEG, say), "
+            "count them and list them with their reasons in OUT/skipped.txt, instead of "
+            "stopping at the first.");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
@@ -36,6 +40,7 @@ int main(int argc, char** argv) {
   options.validation_shards = FLAGS_validation_shards;
   options.validation_percent = FLAGS_validation_percent;
   options.seed = FLAGS_seed;
+  options.skip_bad = FLAGS_skip_bad;
   options.threads = FLAGS_num_threads > 0
                         ? FLAGS_num_threads
                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -50,8 +55,12 @@ int main(int argc, char** argv) {
       "labels 1..%zu in %s/labels.txt order (psrt: --num_classes=%zu --label_offset=1)\n",
       static_cast<long long>(summary->train_examples),
       static_cast<long long>(summary->validation_examples),
-      static_cast<long long>(summary->png_examples), summary->classes.size(),
-      FLAGS_out.c_str(), absl::StrJoin(summary->classes, ", ").c_str(),
-      summary->classes.size(), FLAGS_out.c_str(), summary->classes.size());
+      static_cast<long long>(summary->png_examples), summary->classes.size(), FLAGS_out.c_str(),
+      absl::StrJoin(summary->classes, ", ").c_str(), summary->classes.size(), FLAGS_out.c_str(),
+      summary->classes.size());
+  if (FLAGS_skip_bad) {
+    std::printf("skipped %zu files that could not be read or decoded (listed in %s/skipped.txt)\n",
+                summary->skipped.size(), FLAGS_out.c_str());
+  }
   return 0;
 }
