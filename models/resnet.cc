@@ -19,6 +19,10 @@ ConvSpec BatchNormedConv(int64_t size, int64_t channels, int64_t stride, bool re
   spec.stride = stride;
   spec.padding = Padding::kSame;
   spec.batch_norm = true;
+  // torchvision's: momentum 0.1 (its moving averages keep 0.9 of the old
+  // value), epsilon 1e-5.
+  spec.bn_momentum = 0.9f;
+  spec.bn_epsilon = 1e-5f;
   spec.relu = relu;
   return spec;
 }

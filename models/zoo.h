@@ -22,7 +22,8 @@ namespace psrt {
 // bottleneck on its 3x3 convolution, as torchvision and NVIDIA's ResNet-50
 // put it): a 7x7/2 stem of 64 and a 3x3/2 max pool, then stages of
 // bottleneck units (1x1, 3x3, 1x1 convolutions of 64/128/256/512 channels,
-// the last one 4x wider, each conv + batch norm, ReLU but after the last),
+// the last one 4x wider, each conv + batch norm (torchvision's: moving
+// averages keeping 0.9, epsilon 1e-5), ReLU but after the last),
 // whose input is added back (through a 1x1 conv + batch norm, strided, where
 // the shape changes) before a ReLU; global average pool and a fully
 // connected layer. Stages of 3, 4, 6, 3 units (50) or 3, 4, 23, 3 (101).

@@ -92,5 +92,19 @@ TEST_F(ImageInputTest, ACorruptImageStopsTheJobOrIsSkipped) {
   EXPECT_TRUE(ParseFinal(skipped, &step, &accuracy)) << skipped;
 }
 
+// The ResNet example, shortened: ResNet-50 at 64x64 through the image
+// pipeline, 1 ps + 2 workers, sync (150 steps reach about 0.86).
+TEST_F(ImageInputTest, TheResnetExampleTrainsAboveChance) {
+  CommandResult r = RunCommand(absl::StrCat(
+      "PSRT_SKIP_SETUP=1 PSRT_BIN_DIR=", bin_, " PSRT_LOGDIR=", dir_, "/resnet ", source_,
+      "/scripts/run_resnet_example.sh --train_steps=100 --eval_every_steps=100 2>&1 | tail -n 1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(r.output, &step, &accuracy)) << r.output;
+  EXPECT_EQ(step, 100);
+  EXPECT_GE(accuracy, 0.3);  // Chance: 0.125; 0.38 at step 80, 0.86 at 150.
+}
+
 }  // namespace
 }  // namespace psrt
