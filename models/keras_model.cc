@@ -68,10 +68,12 @@ class KerasImporter {
                                      const std::string& fallback) const;
   absl::StatusOr<double> Number(const KerasLayer& layer, const std::string& key,
                                 double fallback) const;
-  // An int or a list of equal ints ("kernel_size": [3, 3]); `fallback`
-  // when absent or null.
+  // An int or a list of equal ints ("strides": [2, 2]); `fallback` when
+  // absent or null.
   absl::StatusOr<int64_t> SquareInt(const KerasLayer& layer, const std::string& key,
                                     int64_t fallback) const;
+  // The (height, width) of "kernel_size": an int or a list of two.
+  absl::StatusOr<std::pair<int64_t, int64_t>> KernelSize(const KerasLayer& layer) const;
   absl::StatusOr<bool> Bool(const KerasLayer& layer, const std::string& key, bool fallback) const;
   // Whether the layer's "axis" (a number, or a list of one) is the
   // channels' (-1 or 3).
@@ -381,6 +383,23 @@ absl::StatusOr<int64_t> KerasImporter::SquareInt(const KerasLayer& layer, const 
   return static_cast<int64_t>(values[0]);
 }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> KerasImporter::KernelSize(
+    const KerasLayer& layer) const {
+  const Value* v = Field(*layer.config, "kernel_size");
+  if (v != nullptr && v->has_list_value() && v->list_value().values_size() == 2) {
+    const Value& h = v->list_value().values(0);
+    const Value& w = v->list_value().values(1);
+    if (h.has_number_value() && w.has_number_value() && h.number_value() >= 1 &&
+        w.number_value() >= 1 && h.number_value() <= (1 << 20) && w.number_value() <= (1 << 20)) {
+      return std::make_pair(static_cast<int64_t>(h.number_value()),
+                            static_cast<int64_t>(w.number_value()));
+    }
+    return LayerError(layer, "\"kernel_size\" is not two positive numbers");
+  }
+  ASSIGN_OR_RETURN(const int64_t size, SquareInt(layer, "kernel_size", 0));
+  return std::make_pair(size, size);
+}
+
 absl::StatusOr<Padding> KerasImporter::PaddingOf(const KerasLayer& layer) const {
   absl::StatusOr<std::string> padding = String(layer, "padding", "valid");
   if (!padding.ok()) return padding.status();
@@ -515,7 +534,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       }
       ConvSpec spec;
       ASSIGN_OR_RETURN(const int64_t filters, SquareInt(layer, "filters", 0));
-      ASSIGN_OR_RETURN(const int64_t size, SquareInt(layer, "kernel_size", 0));
+      ASSIGN_OR_RETURN(const auto kernel, KernelSize(layer));
       ASSIGN_OR_RETURN(spec.stride, SquareInt(layer, "strides", 1));
       ASSIGN_OR_RETURN(const int64_t dilation, SquareInt(layer, "dilation_rate", 1));
       ASSIGN_OR_RETURN(const int64_t groups, SquareInt(layer, "groups", 1));
@@ -527,13 +546,14 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       ASSIGN_OR_RETURN(spec.bias, Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, Activation(layer));
       if (activation == "softmax") return LayerError(layer, "a softmax convolution");
-      spec.filter_height = spec.filter_width = size;
+      spec.filter_height = kernel.first;
+      spec.filter_width = kernel.second;
       spec.out_channels = filters;
       spec.relu = activation == "relu";
       const double in_channels = net->dims(x).channels;
-      ASSIGN_OR_RETURN(spec.weights_init,
-                       Initializer(layer, "kernel_initializer", size * size * in_channels,
-                                   size * size * filters));
+      const double taps = static_cast<double>(kernel.first) * kernel.second;
+      ASSIGN_OR_RETURN(spec.weights_init, Initializer(layer, "kernel_initializer",
+                                                      taps * in_channels, taps * filters));
       if (spec.bias) {
         ASSIGN_OR_RETURN(spec.bias_init, Initializer(layer, "bias_initializer", 1, 1));
       }

@@ -121,6 +121,229 @@ def write(keras, suffix):
         print(base, model.count_params())
 
 
+# The built-in models as Keras files (models/zoo/), layer for layer as
+# models/*.cc build them, so that the two compute the same: the same layer
+# order (psrt's variable order), padding, batch norm settings and weight
+# initializers (psrt's He: he_normal before a ReLU, lecun_normal
+# elsewhere). Keras names cannot hold "/": "Mixed_5b/Branch_0" becomes
+# "Mixed_5b_Branch_0".
+
+
+def zoo_conv(layers, x, name, filters, kernel, stride=1, padding="same", relu=True,
+             bias=False, bn=None):
+    """A psrt ConvSpec in Keras layers: Conv2D (+ BatchNormalization) (+ ReLU)."""
+    init = "he_normal" if relu else "lecun_normal"
+    if bn is None:
+        return layers.Conv2D(filters, kernel, strides=stride, padding=padding,
+                             use_bias=bias, activation="relu" if relu else "linear",
+                             kernel_initializer=init, name=name)(x)
+    x = layers.Conv2D(filters, kernel, strides=stride, padding=padding, use_bias=False,
+                      kernel_initializer=init, name=name)(x)
+    x = layers.BatchNormalization(epsilon=bn[0], momentum=bn[1], name=name + "_bn")(x)
+    return layers.Activation("relu", name=name + "_relu")(x) if relu else x
+
+
+def zoo_resnet(keras, units, shape, classes, name):
+    layers = keras.layers
+    bn = (1e-5, 0.9)
+    inputs = keras.Input(shape=shape)
+    x = zoo_conv(layers, inputs, "conv1", 64, 7, 2, bn=bn)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    for block, (count, channels) in enumerate(zip(units, [64, 128, 256, 512])):
+        for unit in range(count):
+            scope = f"block{block + 1}_unit_{unit + 1}"
+            stride = 2 if block > 0 and unit == 0 else 1
+            shortcut = x
+            if stride != 1 or x.shape[-1] != 4 * channels:
+                shortcut = zoo_conv(layers, x, scope + "_shortcut", 4 * channels, 1, stride,
+                                    relu=False, bn=bn)
+            y = zoo_conv(layers, x, scope + "_conv1", channels, 1, bn=bn)
+            y = zoo_conv(layers, y, scope + "_conv2", channels, 3, stride, bn=bn)
+            y = zoo_conv(layers, y, scope + "_conv3", 4 * channels, 1, relu=False, bn=bn)
+            x = layers.Activation("relu")(layers.Add()([y, shortcut]))
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(classes, kernel_initializer="lecun_normal", name="logits")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def zoo_classifier(layers, x, classes):
+    x = layers.Flatten()(x)
+    x = layers.Dense(4096, activation="relu", kernel_initializer="he_normal", name="fc6")(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu", kernel_initializer="he_normal", name="fc7")(x)
+    x = layers.Dropout(0.5)(x)
+    return layers.Dense(classes, kernel_initializer="lecun_normal", name="fc8")(x)
+
+
+def zoo_vgg16(keras, shape, classes):
+    layers = keras.layers
+    inputs = keras.Input(shape=shape)
+    x = inputs
+    for block, (channels, convs) in enumerate(zip([64, 128, 256, 512, 512], [2, 2, 3, 3, 3])):
+        for i in range(convs):
+            x = zoo_conv(layers, x, f"conv{block + 1}_{i + 1}", channels, 3, bias=True)
+        x = layers.MaxPooling2D(2, padding="same")(x)
+    return keras.Model(inputs, zoo_classifier(layers, x, classes), name="vgg16")
+
+
+def zoo_alexnet(keras, shape, classes):
+    layers = keras.layers
+    inputs = keras.Input(shape=shape)
+    x = zoo_conv(layers, inputs, "conv1", 64, 11, 4, bias=True)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = zoo_conv(layers, x, "conv2", 192, 5, bias=True)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = zoo_conv(layers, x, "conv3", 384, 3, bias=True)
+    x = zoo_conv(layers, x, "conv4", 256, 3, bias=True)
+    x = zoo_conv(layers, x, "conv5", 256, 3, bias=True)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    return keras.Model(inputs, zoo_classifier(layers, x, classes), name="alexnet")
+
+
+def zoo_inception_v3(keras, shape, classes):
+    layers = keras.layers
+    bn = (1e-3, 0.99)
+
+    def conv(x, name, filters, kernel, stride=1, padding="same"):
+        return zoo_conv(layers, x, name.replace("/", "_"), filters, kernel, stride, padding, bn=bn)
+
+    def avg(x):
+        return layers.AveragePooling2D(3, strides=1, padding="same")(x)
+
+    def block_a(s, x, pool_features):
+        b0 = conv(x, s + "/Branch_0/Conv2d_0a_1x1", 64, 1)
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", 48, 1)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0b_5x5", 64, 5)
+        b2 = conv(x, s + "/Branch_2/Conv2d_0a_1x1", 64, 1)
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0b_3x3", 96, 3)
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0c_3x3", 96, 3)
+        b3 = conv(avg(x), s + "/Branch_3/Conv2d_0b_1x1", pool_features, 1)
+        return layers.Concatenate()([b0, b1, b2, b3])
+
+    def block_b(s, x):
+        b0 = conv(x, s + "/Branch_0/Conv2d_1a_1x1", 384, 3, 2, "valid")
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", 64, 1)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0b_3x3", 96, 3)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_1a_1x1", 96, 3, 2, "valid")
+        b2 = layers.MaxPooling2D(3, strides=2)(x)
+        return layers.Concatenate()([b0, b1, b2])
+
+    def block_c(s, x, c7):
+        b0 = conv(x, s + "/Branch_0/Conv2d_0a_1x1", 192, 1)
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", c7, 1)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0b_1x7", c7, (1, 7))
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0c_7x1", 192, (7, 1))
+        b2 = conv(x, s + "/Branch_2/Conv2d_0a_1x1", c7, 1)
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0b_7x1", c7, (7, 1))
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0c_1x7", c7, (1, 7))
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0d_7x1", c7, (7, 1))
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0e_1x7", 192, (1, 7))
+        b3 = conv(avg(x), s + "/Branch_3/Conv2d_0b_1x1", 192, 1)
+        return layers.Concatenate()([b0, b1, b2, b3])
+
+    def block_d(s, x):
+        b0 = conv(x, s + "/Branch_0/Conv2d_0a_1x1", 192, 1)
+        b0 = conv(b0, s + "/Branch_0/Conv2d_1a_3x3", 320, 3, 2, "valid")
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", 192, 1)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0b_1x7", 192, (1, 7))
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0c_7x1", 192, (7, 1))
+        b1 = conv(b1, s + "/Branch_1/Conv2d_1a_3x3", 192, 3, 2, "valid")
+        b2 = layers.MaxPooling2D(3, strides=2)(x)
+        return layers.Concatenate()([b0, b1, b2])
+
+    def block_e(s, x):
+        b0 = conv(x, s + "/Branch_0/Conv2d_0a_1x1", 320, 1)
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", 384, 1)
+        b1a = conv(b1, s + "/Branch_1/Conv2d_0b_1x3", 384, (1, 3))
+        b1b = conv(b1, s + "/Branch_1/Conv2d_0c_3x1", 384, (3, 1))
+        b2 = conv(x, s + "/Branch_2/Conv2d_0a_1x1", 448, 1)
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0b_3x3", 384, 3)
+        b2a = conv(b2, s + "/Branch_2/Conv2d_0c_1x3", 384, (1, 3))
+        b2b = conv(b2, s + "/Branch_2/Conv2d_0d_3x1", 384, (3, 1))
+        b3 = conv(avg(x), s + "/Branch_3/Conv2d_0b_1x1", 192, 1)
+        return layers.Concatenate()([b0, b1a, b1b, b2a, b2b, b3])
+
+    inputs = keras.Input(shape=shape)
+    x = conv(inputs, "Conv2d_1a_3x3", 32, 3, 2, "valid")
+    x = conv(x, "Conv2d_2a_3x3", 32, 3, 1, "valid")
+    x = conv(x, "Conv2d_2b_3x3", 64, 3)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = conv(x, "Conv2d_3b_1x1", 80, 1, 1, "valid")
+    x = conv(x, "Conv2d_4a_3x3", 192, 3, 1, "valid")
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = block_a("Mixed_5b", x, 32)
+    x = block_a("Mixed_5c", x, 64)
+    x = block_a("Mixed_5d", x, 64)
+    x = block_b("Mixed_6a", x)
+    for name, c7 in [("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)]:
+        x = block_c(name, x, c7)
+    x = block_d("Mixed_7a", x)
+    x = block_e("Mixed_7b", x)
+    x = block_e("Mixed_7c", x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dropout(0.2)(x)
+    outputs = layers.Dense(classes, kernel_initializer="lecun_normal", name="Logits")(x)
+    return keras.Model(inputs, outputs, name="inception_v3")
+
+
+def zoo_inception_mini(keras, shape, classes):
+    layers = keras.layers
+    bn = (1e-3, 0.9)
+
+    def conv(x, name, filters, kernel):
+        return zoo_conv(layers, x, name.replace("/", "_"), filters, kernel, bn=bn)
+
+    def module(s, x, c):
+        b0 = conv(x, s + "/Branch_0/Conv2d_0a_1x1", c[0], 1)
+        b1 = conv(x, s + "/Branch_1/Conv2d_0a_1x1", c[1], 1)
+        b1 = conv(b1, s + "/Branch_1/Conv2d_0b_3x3", c[2], 3)
+        b2 = conv(x, s + "/Branch_2/Conv2d_0a_1x1", c[3], 1)
+        b2 = conv(b2, s + "/Branch_2/Conv2d_0b_5x5", c[4], 5)
+        b3 = layers.MaxPooling2D(3, strides=1, padding="same")(x)
+        b3 = conv(b3, s + "/Branch_3/Conv2d_0b_1x1", c[5], 1)
+        return layers.Concatenate()([b0, b1, b2, b3])
+
+    inputs = keras.Input(shape=shape)
+    x = conv(inputs, "Conv2d_1a_3x3", 32, 3)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = module("Mixed_2a", x, [16, 16, 24, 8, 8, 16])
+    x = module("Mixed_2b", x, [32, 24, 32, 8, 16, 16])
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = module("Mixed_3a", x, [48, 32, 48, 12, 16, 16])
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(classes, kernel_initializer="lecun_normal", name="Logits")(x)
+    return keras.Model(inputs, outputs, name="inception_mini")
+
+
+# name: (builder, the published input and classes, a small input and
+# classes for the suite's comparisons with the built-ins).
+ZOO = {
+    "resnet50": (lambda k, s, c: zoo_resnet(k, [3, 4, 6, 3], s, c, "resnet50"),
+                 ((224, 224, 3), 1000), ((32, 32, 3), 5)),
+    "resnet101": (lambda k, s, c: zoo_resnet(k, [3, 4, 23, 3], s, c, "resnet101"),
+                  ((224, 224, 3), 1000), None),  # resnet50's code: compared in full only.
+    "vgg16": (zoo_vgg16, ((224, 224, 3), 1000), ((32, 32, 3), 5)),
+    "alexnet": (zoo_alexnet, ((224, 224, 3), 1000), ((63, 63, 3), 5)),
+    "inception_v3": (zoo_inception_v3, ((299, 299, 3), 1000), ((75, 75, 3), 5)),
+    "inception_mini": (zoo_inception_mini, ((28, 28, 1), 10), ((12, 10, 1), 3)),
+    "lenet": (lambda k, s, c: lenet(k), ((28, 28, 1), 10), None),
+}
+ZOO_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "zoo")
+
+
+def write_zoo(keras):
+    os.makedirs(ZOO_OUT, exist_ok=True)
+    for name, (build, full, small) in ZOO.items():
+        model = build(keras, *full)
+        with open(os.path.join(ZOO_OUT, f"{name}.json"), "w") as f:
+            f.write(model.to_json())
+        print("zoo", name, model.count_params())
+        if small is not None:
+            model = build(keras, *small)
+            with open(os.path.join(OUT, f"zoo_{name}_small_keras3.json"), "w") as f:
+                f.write(model.to_json())
+
+
 # Models whose computation the suite checks against Keras's.
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block)]
 
@@ -201,6 +424,7 @@ def main():
     assert keras.__version__.startswith("3."), keras.__version__
     write(keras, "keras3")
     write_exact(keras)
+    write_zoo(keras)
     import tf_keras  # Keras 2.
     write(tf_keras, "keras2")
     return 0

@@ -223,6 +223,107 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   }
 }
 
+// The built-in model's variable of the Keras zoo file's `name`: Keras
+// layer names cannot hold "/", so "Mixed_5b/Branch_0/Conv2d_0a_1x1" is
+// "Mixed_5b_Branch_0_Conv2d_0a_1x1" there.
+std::string KerasScope(const std::string& name) {
+  const size_t leaf =
+      name.find("/BatchNorm/") != std::string::npos ? name.find("/BatchNorm/") : name.rfind('/');
+  return absl::StrReplaceAll(name.substr(0, leaf), {{"/", "_"}}) + name.substr(leaf);
+}
+
+// The zoo's Keras files (models/zoo/, at a small input here) build the
+// built-in models: the same variables, and with the same parameters the
+// same inference outputs, bit for bit, and training losses and gradients
+// (Keras orders a Functional model's layers otherwise, so sums over a
+// node's several readers may run in another order, and dropout draws
+// other masks: inception_v3's training step is left to its inference).
+TEST(KerasModelTest, ZooFilesComputeAsTheBuiltIns) {
+  struct Case {
+    const char* name;
+    int height, width, channels, classes;
+    bool train;
+  };
+  for (const Case& c :
+       {Case{"resnet50", 32, 32, 3, 5, true}, Case{"vgg16", 32, 32, 3, 5, true},
+        Case{"alexnet", 63, 63, 3, 5, true}, Case{"inception_mini", 12, 10, 1, 3, true},
+        Case{"inception_v3", 75, 75, 3, 5, false}}) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<std::unique_ptr<Model>> file =
+        Load(absl::StrCat("zoo_", c.name, "_small_keras3.json"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    ModelOptions options;
+    options.input_height = c.height;
+    options.input_width = c.width;
+    options.input_channels = c.channels;
+    options.num_classes = c.classes;
+    options.intra_op_threads = 2;
+    absl::StatusOr<std::unique_ptr<Model>> builtin = NewModel(c.name, options);
+    ASSERT_TRUE(builtin.ok()) << builtin.status();
+    std::map<std::string, size_t> file_index;
+    for (size_t v = 0; v < (*file)->variables().size(); ++v) {
+      file_index[(*file)->variables()[v].name] = v;
+    }
+    ASSERT_EQ(file_index.size(), (*builtin)->variables().size());
+    std::vector<Tensor> params, file_params((*file)->variables().size());
+    (*builtin)->Initialize(9, &params);
+    std::vector<size_t> at(params.size());
+    for (size_t v = 0; v < params.size(); ++v) {
+      const VariableDef& def = (*builtin)->variables()[v];
+      auto it = file_index.find(KerasScope(def.name));
+      ASSERT_NE(it, file_index.end()) << def.name;
+      at[v] = it->second;
+      ASSERT_EQ((*file)->variables()[at[v]].shape, def.shape) << def.name;
+      file_params[at[v]] = params[v].Clone();
+    }
+    const Tensor images = RandomImages(4, int64_t{c.height} * c.width * c.channels, 10);
+    const std::vector<int32_t> labels = {0, 1, 2, 1};
+    const Model::Evaluation a = (*builtin)->Evaluate(params, images, labels);
+    const Model::Evaluation b = (*file)->Evaluate(file_params, images, labels);
+    EXPECT_EQ(a.mean_loss, b.mean_loss);
+    EXPECT_EQ(a.correct, b.correct);
+    if (!c.train) continue;
+    std::vector<Tensor> builtin_grads, file_grads;
+    const float loss = (*builtin)->ComputeGradients(params, images, labels, &builtin_grads);
+    const float file_loss = (*file)->ComputeGradients(file_params, images, labels, &file_grads);
+    EXPECT_NEAR(file_loss, loss, 1e-6 * std::abs(loss));
+    for (size_t v = 0; v < params.size(); ++v) {
+      EXPECT_TRUE(psrt::testing::NearInNorm(file_grads[at[v]].data(), builtin_grads[v].data(),
+                                            builtin_grads[v].num_elements(), 1e-5))
+          << (*builtin)->variables()[v].name;
+    }
+  }
+}
+
+// models/zoo/*.json at their published sizes: every built-in's variables,
+// shapes and parameter count.
+TEST(KerasModelTest, ZooFilesAreTheBuiltInsAtFullSize) {
+  for (const char* name :
+       {"resnet50", "resnet101", "vgg16", "alexnet", "inception_v3", "inception_mini", "lenet"}) {
+    SCOPED_TRACE(name);
+    const std::string path = absl::StrCat(PSRT_SOURCE_DIR, "/models/zoo/", name, ".json");
+    const std::string json = ReadText(path);
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(json, path);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    ModelOptions options;
+    options.input_height = shape->input_height;
+    options.input_width = shape->input_width;
+    options.input_channels = shape->input_channels;
+    options.num_classes = shape->num_classes;
+    absl::StatusOr<std::unique_ptr<Model>> file = NewKerasModel(json, path, options);
+    absl::StatusOr<std::unique_ptr<Model>> builtin = NewModel(name, options);
+    ASSERT_TRUE(file.ok() && builtin.ok()) << file.status() << builtin.status();
+    std::map<std::string, Shape> file_shapes;
+    for (const VariableDef& v : (*file)->variables()) file_shapes[v.name] = v.shape;
+    ASSERT_EQ(file_shapes.size(), (*builtin)->variables().size());
+    for (const VariableDef& v : (*builtin)->variables()) {
+      ASSERT_EQ(file_shapes.count(KerasScope(v.name)), 1u) << v.name;
+      EXPECT_EQ(file_shapes[KerasScope(v.name)], v.shape) << v.name;
+    }
+    EXPECT_EQ(CountParameters(**file), CountParameters(**builtin));
+  }
+}
+
 TEST(KerasModelTest, ResidualBlockGradientsMatchFiniteDifferences) {
   absl::StatusOr<std::unique_ptr<Model>> model = Load("residual_block_keras3.json");
   ASSERT_TRUE(model.ok()) << model.status();
