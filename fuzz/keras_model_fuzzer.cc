@@ -2,9 +2,10 @@
 // as the file's text, and checks what a file it accepts promises: the model
 // builds, with the shape and class count that ReadKerasModelShape said.
 #include <string>
+#include <vector>
 
-#include "fuzz/fuzz_util.h"
 #include "absl/strings/match.h"
+#include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
 #include "models/keras_model.h"
 
@@ -26,6 +27,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::unique_ptr<psrt::Model>> model =
       psrt::NewKerasModel(text, "fuzz.json", options);
   CHECK(model.ok()) << model.status();
-  CHECK(!(*model)->variables().empty() || shape->num_classes > 0);
+  // A small one also trains a step (every layer must reach the logits).
+  int64_t params = 0;
+  for (const psrt::VariableDef& v : (*model)->variables()) params += psrt::NumElements(v.shape);
+  const int64_t pixels = int64_t{shape->input_height} * shape->input_width * shape->input_channels;
+  if (params <= 100000 && pixels <= 4096) {
+    std::vector<psrt::Tensor> values, grads;
+    (*model)->Initialize(1, &values);
+    psrt::Tensor images({2, pixels});
+    for (float& x : images.flat()) x = 0.5f;
+    const std::vector<int32_t> labels = {0, shape->num_classes - 1};
+    (*model)->ComputeGradients(values, images, labels, &grads);
+    CHECK_EQ(grads.size(), values.size());
+  }
   return 0;
 }

@@ -139,6 +139,11 @@ absl::Status KerasImporter::Parse(absl::string_view json) {
     }
   }
   if (output_ < 0) return FileError("no layers");
+  for (int i = 0; i < output_; ++i) {
+    if (layers_[i].consumers.empty()) {
+      return LayerError(layers_[i], "read by no layer: every layer must lead to the output");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -358,6 +358,21 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
        "put a Flatten or a pooling before it"},
       {absl::StrReplaceAll(convnet, {{R"("padding": "valid")", R"("padding": "causal")"}}),
        "padding \"causal\""},
+      // A Functional layer that leads nowhere (its gradient would be
+      // undefined).
+      {R"({"class_name": "Functional", "config": {"layers": [
+           {"class_name": "InputLayer", "name": "in", "config": {"batch_shape": [null, 4, 4, 1]},
+            "inbound_nodes": []},
+           {"class_name": "Flatten", "name": "f", "config": {}, "inbound_nodes": [{"args": [
+             {"class_name": "__keras_tensor__", "config": {"keras_history": ["in", 0, 0]}}]}]},
+           {"class_name": "Dense", "name": "dangling", "config": {"units": 3,
+             "kernel_initializer": "glorot_uniform"}, "inbound_nodes": [{"args": [
+             {"class_name": "__keras_tensor__", "config": {"keras_history": ["f", 0, 0]}}]}]},
+           {"class_name": "Dense", "name": "out", "config": {"units": 2,
+             "kernel_initializer": "glorot_uniform"}, "inbound_nodes": [{"args": [
+             {"class_name": "__keras_tensor__", "config": {"keras_history": ["f", 0, 0]}}]}]}],
+         "input_layers": ["in", 0, 0], "output_layers": ["out", 0, 0]}})",
+       "layer \"dangling\" (Dense): read by no layer"},
       {absl::StrReplaceAll(convnet,
                            {{R"("class_name": "GlorotUniform")", R"("class_name": "Orthogonal")"}}),
        "kernel_initializer Orthogonal is not supported"},
