@@ -1,6 +1,7 @@
 #include "models/keras_model.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <utility>
 #include <vector>
@@ -20,6 +21,10 @@ namespace {
 using google::protobuf::Struct;
 using google::protobuf::Value;
 using kernels::Padding;
+
+// A variable of more elements than this is refused (the file is then
+// hostile or a mistake; 2^31 floats are 8 GiB).
+constexpr double kMaxVariableElements = 2147483648.0;
 
 // A value's field, or null.
 const Value* Field(const Struct& s, const std::string& key) {
@@ -86,8 +91,34 @@ class KerasImporter {
   absl::StatusOr<std::string> Activation(const KerasLayer& layer) const;
 
   // Whether layer i is a plain ReLU (Activation "relu", or ReLU with its
-  // defaults).
+  // defaults) of one input.
   bool IsRelu(int i) const;
+  // An error naming the first of `keys` that the layer sets to anything but
+  // null, false or "channels_last" (a regularizer, a constraint, ...: what
+  // psrt does not do, and would otherwise ignore).
+  absl::Status RequireDefaults(const KerasLayer& layer,
+                               std::initializer_list<const char*> keys) const;
+  // An error when two of a layer's inputs are one node (x + x, or x and an
+  // identity of x): not supported.
+  absl::Status DistinctInputs(const KerasLayer& layer, const std::vector<int>& in) const {
+    for (size_t a = 0; a < in.size(); ++a) {
+      for (size_t b = 0; b < a; ++b) {
+        if (in[a] == in[b]) {
+          return LayerError(layer,
+                            "reads one tensor twice (directly, or through an identity "
+                            "such as Flatten or a linear Activation): not supported");
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Whether every input of `layer` is a vector.
+  bool AllFlat(const KerasLayer& layer, const std::vector<bool>& flat) const {
+    for (const std::string& name : layer.inputs) {
+      if (!flat[index_.at(name)]) return false;
+    }
+    return true;
+  }
   // The one consumer of layer i, or -1.
   int OnlyConsumer(int i) const {
     return layers_[i].consumers.size() == 1 ? layers_[i].consumers[0] : -1;
@@ -152,7 +183,8 @@ absl::Status KerasImporter::ParseInputShape(const Value& shape, const std::strin
   std::vector<int> dims;
   for (int i = 1; i < shape.list_value().values_size(); ++i) {
     const Value& d = shape.list_value().values(i);
-    if (!d.has_number_value() || d.number_value() < 1 || d.number_value() > (1 << 24)) {
+    if (!d.has_number_value() || d.number_value() < 1 || d.number_value() > (1 << 24) ||
+        d.number_value() != std::floor(d.number_value())) {
       return FileError(absl::StrCat(what,
                                     " has a dimension that is not a positive number "
                                     "(inputs of variable size are not supported)"));
@@ -374,6 +406,9 @@ absl::StatusOr<int64_t> KerasImporter::SquareInt(const KerasLayer& layer, const 
     }
     if (values.size() != static_cast<size_t>(v->list_value().values_size())) values.clear();
   }
+  for (double x : values) {
+    if (x != std::floor(x)) values.clear();
+  }
   if (values.empty() || values[0] < 1 || values[0] > (1 << 20)) {
     return LayerError(layer,
                       absl::StrCat("\"", key, "\" is not a positive number or a list of them"));
@@ -480,8 +515,22 @@ absl::StatusOr<VariableInit> KerasImporter::Initializer(const KerasLayer& layer,
                                  "Ones, Constant"));
 }
 
+absl::Status KerasImporter::RequireDefaults(const KerasLayer& layer,
+                                            std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    const Value* v = Field(*layer.config, key);
+    if (IsNull(v) || (v->has_bool_value() && !v->bool_value()) ||
+        (v->has_string_value() && v->string_value() == "channels_last")) {
+      continue;
+    }
+    return LayerError(layer, absl::StrCat("\"", key, "\" is set; psrt does not support it"));
+  }
+  return absl::OkStatus();
+}
+
 bool KerasImporter::IsRelu(int i) const {
   const KerasLayer& layer = layers_[i];
+  if (layer.inputs.size() != 1) return false;
   if (layer.class_name == "Activation") {
     const Value* a = Field(*layer.config, "activation");
     return a != nullptr && a->has_string_value() && a->string_value() == "relu";
@@ -506,6 +555,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
     std::vector<int> in;
     for (const std::string& name : layer.inputs) in.push_back(node[index_.at(name)]);
     const bool is_input = layer.class_name == "InputLayer";
+    if (is_input && !in.empty()) return LayerError(layer, "an InputLayer that reads a layer");
     if (!is_input && i != input_ && in.empty()) {
       if (input_ < 0 && i == 0) {
         in.push_back(NetBuilder::kInput);  // A Sequential without InputLayer.
@@ -547,6 +597,9 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       if (dilation != 1 || groups != 1 || format != "channels_last") {
         return LayerError(layer, "dilation, groups and channels_first are not supported");
       }
+      RETURN_IF_ERROR(
+          RequireDefaults(layer, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                                  "kernel_constraint", "bias_constraint", "lora_rank"}));
       ASSIGN_OR_RETURN(spec.padding, PaddingOf(layer));
       ASSIGN_OR_RETURN(spec.bias, Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, Activation(layer));
@@ -557,10 +610,13 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       spec.relu = activation == "relu";
       const double in_channels = net->dims(x).channels;
       const double taps = static_cast<double>(kernel.first) * kernel.second;
+      if (taps * in_channels * filters > kMaxVariableElements) {
+        return LayerError(layer, "a kernel of over 2^31 weights");
+      }
       ASSIGN_OR_RETURN(spec.weights_init, Initializer(layer, "kernel_initializer",
                                                       taps * in_channels, taps * filters));
       if (spec.bias) {
-        ASSIGN_OR_RETURN(spec.bias_init, Initializer(layer, "bias_initializer", 1, 1));
+        ASSIGN_OR_RETURN(spec.bias_init, Initializer(layer, "bias_initializer", filters, filters));
       }
       if (!spec.weights_init.random()) {
         return LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
@@ -568,8 +624,12 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       // Conv2D > BatchNormalization (> ReLU): one fused layer.
       std::vector<int> fused = {i};
       const int bn = OnlyConsumer(i);
-      if (!spec.bias && !spec.relu && bn >= 0 && layers_[bn].class_name == "BatchNormalization") {
+      if (!spec.bias && !spec.relu && bn >= 0 && layers_[bn].class_name == "BatchNormalization" &&
+          layers_[bn].inputs.size() == 1) {
         const KerasLayer& norm = layers_[bn];
+        RETURN_IF_ERROR(RequireDefaults(
+            norm, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+                   "renorm", "virtual_batch_size", "adjustment", "synchronized"}));
         ASSIGN_OR_RETURN(const bool center, Bool(norm, "center", true));
         ASSIGN_OR_RETURN(const bool scale, Bool(norm, "scale", true));
         if (!center || !scale || !OnChannels(norm)) {
@@ -588,6 +648,9 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
         }
         ASSIGN_OR_RETURN(const double epsilon, Number(norm, "epsilon", 1e-3));
         ASSIGN_OR_RETURN(const double momentum, Number(norm, "momentum", 0.99));
+        if (!(epsilon > 0) || !(momentum >= 0 && momentum <= 1)) {
+          return LayerError(norm, "epsilon must be positive and momentum in [0, 1]");
+        }
         spec.batch_norm = true;
         spec.bn_epsilon = static_cast<float>(epsilon);
         spec.bn_momentum = static_cast<float>(momentum);
@@ -599,6 +662,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
         }
       }
       out = net->Conv(layer.name, x, spec);
+      if (!net->status().ok()) return LayerError(layer, net->status().message());
       for (int f : fused) {
         node[f] = out;
         done[f] = true;
@@ -618,6 +682,12 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
                                        "pixel): put a Flatten or a pooling before it"));
       }
       ASSIGN_OR_RETURN(const int64_t units, SquareInt(layer, "units", 0));
+      RETURN_IF_ERROR(
+          RequireDefaults(layer, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                                  "kernel_constraint", "bias_constraint", "lora_rank"}));
+      if (static_cast<double>(d.size()) * units > kMaxVariableElements) {
+        return LayerError(layer, "over 2^31 weights");
+      }
       ASSIGN_OR_RETURN(const bool bias, Bool(layer, "use_bias", true));
       if (!bias) return LayerError(layer, "use_bias false is not supported");
       ASSIGN_OR_RETURN(const std::string activation, Activation(layer));
@@ -626,7 +696,8 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       }
       ASSIGN_OR_RETURN(const VariableInit weights,
                        Initializer(layer, "kernel_initializer", d.size(), units));
-      ASSIGN_OR_RETURN(const VariableInit biases, Initializer(layer, "bias_initializer", 1, 1));
+      ASSIGN_OR_RETURN(const VariableInit biases,
+                       Initializer(layer, "bias_initializer", units, units));
       if (!weights.random()) {
         return LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
@@ -634,6 +705,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       out_flat = true;
     } else if (kind == "MaxPooling2D" || kind == "AveragePooling2D") {
       RETURN_IF_ERROR(need_one_input());
+      RETURN_IF_ERROR(RequireDefaults(layer, {"data_format"}));
       ASSIGN_OR_RETURN(const int64_t window, SquareInt(layer, "pool_size", 2));
       ASSIGN_OR_RETURN(const int64_t stride, SquareInt(layer, "strides", window));
       ASSIGN_OR_RETURN(const Padding padding, PaddingOf(layer));
@@ -641,14 +713,18 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
                                    : net->AvgPool(x, window, stride, padding);
     } else if (kind == "GlobalAveragePooling2D") {
       RETURN_IF_ERROR(need_one_input());
+      RETURN_IF_ERROR(RequireDefaults(layer, {"data_format"}));
+      ASSIGN_OR_RETURN(const bool keepdims, Bool(layer, "keepdims", false));
       out = net->GlobalAvgPool(x);
-      out_flat = true;
+      out_flat = !keepdims;  // With keepdims a 1x1 map, which a Conv2D may read.
     } else if (kind == "Flatten") {
       RETURN_IF_ERROR(need_one_input());
+      RETURN_IF_ERROR(RequireDefaults(layer, {"data_format"}));
       out = x;  // Dense reads its input flattened, in the same (NHWC) order.
       out_flat = true;
     } else if (kind == "Dropout") {
       RETURN_IF_ERROR(need_one_input());
+      RETURN_IF_ERROR(RequireDefaults(layer, {"noise_shape"}));
       ASSIGN_OR_RETURN(const double rate, Number(layer, "rate", 0));
       if (rate < 0 || rate >= 1) return LayerError(layer, "rate outside [0, 1)");
       out = rate == 0 ? x : net->Dropout(x, static_cast<float>(1 - rate));
@@ -669,6 +745,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
       out_flat = x_flat;
     } else if (kind == "Add") {
       if (in.size() < 2) return LayerError(layer, "an Add of fewer than 2 inputs");
+      RETURN_IF_ERROR(DistinctInputs(layer, in));
       const int relu = OnlyConsumer(i);
       const bool fuse = relu >= 0 && IsRelu(relu);
       for (int a : in) {
@@ -678,12 +755,22 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
         }
       }
       out = net->Sum(in, fuse);
+      out_flat = AllFlat(layer, flat);
       if (fuse) {
         node[relu] = out;
         done[relu] = true;
       }
     } else if (kind == "Concatenate") {
       if (in.size() < 2) return LayerError(layer, "a Concatenate of fewer than 2 inputs");
+      RETURN_IF_ERROR(DistinctInputs(layer, in));
+      out_flat = AllFlat(layer, flat);
+      for (size_t j = 0; j < in.size(); ++j) {
+        if (flat[index_.at(layer.inputs[j])] && net->dims(in[j]).pixels() > 1) {
+          return LayerError(layer,
+                            "a Concatenate of flattened maps (psrt would interleave "
+                            "them by pixel): concatenate the maps, then Flatten");
+        }
+      }
       if (!OnChannels(layer)) return LayerError(layer, "only the channel axis is supported");
       for (int a : in) {
         const Dims da = net->dims(a), d0 = net->dims(in[0]);
@@ -695,6 +782,7 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
     } else {
       return LayerError(layer, "this layer class is not supported");
     }
+    if (!net->status().ok()) return LayerError(layer, net->status().message());
     node[i] = out;
     flat[i] = out_flat;
     done[i] = true;
@@ -704,6 +792,10 @@ absl::StatusOr<int> KerasImporter::Build(NetBuilder* net) {
   if (logits == NetBuilder::kInput || d.pixels() != 1) {
     return LayerError(layers_[output_], "the model's output is not a vector of class scores");
   }
+  if (logits != net->num_nodes() - 1) {
+    return LayerError(layers_[output_], "the model's output is not the last layer computed");
+  }
+  if (d.channels > (1 << 24)) return LayerError(layers_[output_], "over 2^24 classes");
   shape_.num_classes = static_cast<int>(d.channels);
   return logits;
 }

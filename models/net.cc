@@ -62,9 +62,11 @@ class NetModel : public Model {
     grad_ready_.resize(n);
     in_ptrs_.resize(n);
     din_ptrs_.resize(n);
+    accumulate_.resize(n);
     for (size_t i = 1; i < n; ++i) {
       in_ptrs_[i].resize(graph_.nodes[i].inputs.size());
       din_ptrs_[i].resize(graph_.nodes[i].inputs.size());
+      accumulate_[i].resize(graph_.nodes[i].inputs.size());
     }
     temps_.resize(n);
     const size_t vars = graph_.variables.size();
@@ -76,13 +78,9 @@ class NetModel : public Model {
     }
   }
 
-  const std::vector<VariableDef>& variables() const override {
-    return graph_.variables;
-  }
+  const std::vector<VariableDef>& variables() const override { return graph_.variables; }
   std::string device_name() const override { return device_->name(); }
-  kernels::DeviceMemoryStats device_memory() const override {
-    return device_->memory_stats();
-  }
+  kernels::DeviceMemoryStats device_memory() const override { return device_->memory_stats(); }
   absl::Status status() const override { return device_->status(); }
 
   void Initialize(uint64_t seed, std::vector<Tensor>* params) const override {
@@ -94,17 +92,16 @@ class NetModel : public Model {
       const VariableInit& init = graph_.inits[v];
       std::uniform_real_distribution<double> uniform(-init.uniform_limit, init.uniform_limit);
       for (float& x : t.flat()) {
-        x = init.stddev > 0          ? init::TruncatedNormal(
-                                           rng, init.stddev / init::kTruncatedNormalStddev)
+        x = init.stddev > 0 ? init::TruncatedNormal(rng, init.stddev / init::kTruncatedNormalStddev)
             : init.uniform_limit > 0 ? static_cast<float>(uniform(rng))
                                      : init.value;
       }
     }
   }
 
-  float ComputeGradients(const std::vector<Tensor>& params,
-                         const Tensor& images, absl::Span<const int32_t> labels,
-                         std::vector<Tensor>* grads, const StepHooks& hooks) override {
+  float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
+                         absl::Span<const int32_t> labels, std::vector<Tensor>* grads,
+                         const StepHooks& hooks) override {
     CheckInputs(params, images, labels);
     device_->Bind();
     const int64_t batch = images.dim(0);
@@ -121,8 +118,7 @@ class NetModel : public Model {
     const float* logits = outputs_[last].data();
     device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
                                         loss_.Reserve(device_.get(), 1));
-    device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(),
-                                    sizeof(float));
+    device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(), sizeof(float));
     // On the CPU the loss is there already; on a GPU it arrives with the
     // gradients, at the end.
     if (device_->host_memory() && hooks.loss_ready) hooks.loss_ready(step_result_.data()[0]);
@@ -134,15 +130,14 @@ class NetModel : public Model {
     const bool gpu = !device_->host_memory();
     const int loss_mark = gpu ? device_->MarkHostCopies() : 0;
     copy_marks_.clear();
-    device_->SoftmaxCrossEntropyBackward(
-        logits, labels_, batch, num_classes_,
-        grads_[last].Reserve(device_.get(), batch * num_classes_));
+    device_->SoftmaxCrossEntropyBackward(logits, labels_, batch, num_classes_,
+                                         grads_[last].Reserve(device_.get(), batch * num_classes_));
     grad_ready_[last] = true;
     for (int i = last; i >= 1; --i) {
       const NetBuilder::Graph::Node& node = graph_.nodes[i];
       CHECK(grad_ready_[i]) << node.what << " does not reach the logits";
-      bool accumulate[8] = {};
-      CHECK_LE(node.inputs.size(), 8u);
+      std::vector<char>& accumulate = accumulate_[i];
+      std::fill(accumulate.begin(), accumulate.end(), 0);
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         const int in = node.inputs[j];
         float* din = nullptr;
@@ -159,8 +154,8 @@ class NetModel : public Model {
         din_ptrs_[i][j] = din;
       }
       SetInputs(i);
-      node.layer->Backward(step, param_ptrs_, in_ptrs_[i], outputs_[i].data(),
-                           batch, grads_[i].data(), din_ptrs_[i], grad_ptrs_);
+      node.layer->Backward(step, param_ptrs_, in_ptrs_[i], outputs_[i].data(), batch,
+                           grads_[i].data(), din_ptrs_[i], grad_ptrs_);
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         if (accumulate[j]) {
           const int in = node.inputs[j];
@@ -207,8 +202,7 @@ class NetModel : public Model {
     device_->SoftmaxCrossEntropyForward(logits, labels_, batch, num_classes_,
                                         loss_.Reserve(device_.get(), 1));
     // The count lands in the second slot of the page-locked step_result_.
-    device_->CopyToHostAfterCompute(step_result_.data() + 1, correct,
-                                    sizeof(int32_t));
+    device_->CopyToHostAfterCompute(step_result_.data() + 1, correct, sizeof(int32_t));
     device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(), sizeof(float));
     device_->WaitForHostCopies().IgnoreError();  // A fault stays in status().
     int32_t host_correct = 0;
@@ -244,8 +238,7 @@ class NetModel : public Model {
     const float* host_images = images.data();
     const size_t label_bytes = labels.size() * sizeof(int32_t);
     const bool pinned = images.allocator() == dev->host_allocator();
-    staging_.Resize({(pinned ? 0 : images.num_elements()) +
-                     static_cast<int64_t>(labels.size())});
+    staging_.Resize({(pinned ? 0 : images.num_elements()) + static_cast<int64_t>(labels.size())});
     if (!pinned) {
       std::memcpy(staging_.data(), images.data(), images.num_bytes());
       host_images = staging_.data();
@@ -260,13 +253,10 @@ class NetModel : public Model {
     labels_ = y;
   }
 
-
   void SetInputs(int i) {
     const std::vector<int>& inputs = graph_.nodes[i].inputs;
     for (size_t j = 0; j < inputs.size(); ++j) {
-      in_ptrs_[i][j] = inputs[j] == NetBuilder::kInput
-                           ? images_
-                           : outputs_[inputs[j]].data();
+      in_ptrs_[i][j] = inputs[j] == NetBuilder::kInput ? images_ : outputs_[inputs[j]].data();
     }
   }
 
@@ -274,8 +264,8 @@ class NetModel : public Model {
   // for them (`before_read`, may be empty) and, on a GPU, uploads them on
   // the upload stream, which the layer's compute then waits for: the next
   // layers' parameters travel while this one computes.
-  void Forward(const StepContext& step, const std::vector<Tensor>& params,
-               int64_t batch, const std::function<void(int, int)>& before_read) {
+  void Forward(const StepContext& step, const std::vector<Tensor>& params, int64_t batch,
+               const std::function<void(int, int)>& before_read) {
     const bool gpu = !device_->host_memory();
     if (gpu) device_->BeginUploads();
     for (size_t i = 1; i < graph_.nodes.size(); ++i) {
@@ -300,24 +290,21 @@ class NetModel : public Model {
   // (the trainer builds both from variables()).
   void CheckInputs(const std::vector<Tensor>& params, const Tensor& images,
                    absl::Span<const int32_t> labels) const {
-    CHECK_EQ(params.size(), graph_.variables.size())
-        << "wrong number of parameters";
+    CHECK_EQ(params.size(), graph_.variables.size()) << "wrong number of parameters";
     for (size_t i = 0; i < params.size(); ++i) {
       CHECK(params[i].shape() == graph_.variables[i].shape)
-          << graph_.variables[i].name << " has shape "
-          << ShapeToString(params[i].shape()) << ", want "
-          << ShapeToString(graph_.variables[i].shape);
+          << graph_.variables[i].name << " has shape " << ShapeToString(params[i].shape())
+          << ", want " << ShapeToString(graph_.variables[i].shape);
     }
     const int64_t size = graph_.nodes[0].dims.size();
     CHECK(images.rank() == 2 && images.dim(0) >= 1 && images.dim(1) == size)
-        << "images have shape " << ShapeToString(images.shape())
-        << ", want [batch >= 1, " << size << "]";
-    CHECK_EQ(static_cast<int64_t>(labels.size()), images.dim(0))
-        << "one label per image";
+        << "images have shape " << ShapeToString(images.shape()) << ", want [batch >= 1, " << size
+        << "]";
+    CHECK_EQ(static_cast<int64_t>(labels.size()), images.dim(0)) << "one label per image";
     for (size_t i = 0; i < labels.size(); ++i) {
       CHECK(labels[i] >= 0 && labels[i] < num_classes_)
-          << "label " << labels[i] << " of example " << i
-          << " is outside [0, " << num_classes_ << ")";
+          << "label " << labels[i] << " of example " << i << " is outside [0, " << num_classes_
+          << ")";
     }
   }
 
@@ -334,6 +321,9 @@ class NetModel : public Model {
   std::vector<bool> grad_ready_;
   std::vector<std::vector<const float*>> in_ptrs_;
   std::vector<std::vector<float*>> din_ptrs_;
+  // Per node and input, in a backward: whether that input's gradient is
+  // added to one already there.
+  std::vector<std::vector<char>> accumulate_;
   // Per node read by several layers: a later consumer's share of its
   // gradient, added into grads_ after that consumer's backward.
   std::vector<DeviceArray<float>> temps_;
@@ -364,8 +354,7 @@ class NetModel : public Model {
 NetBuilder::NetBuilder(const ModelOptions& options)
     : options_(options), graph_(std::make_unique<Graph>()) {
   Graph::Node input;
-  input.dims =
-      Dims{options.input_height, options.input_width, options.input_channels};
+  input.dims = Dims{options.input_height, options.input_width, options.input_channels};
   input.what = "input";
   graph_->nodes.push_back(std::move(input));
 }
@@ -374,8 +363,8 @@ NetBuilder::~NetBuilder() = default;
 
 Dims NetBuilder::dims(int node) const { return graph_->nodes.at(node).dims; }
 
-int NetBuilder::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs,
-                    Dims dims, const std::string& what) {
+int NetBuilder::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs, Dims dims,
+                    const std::string& what) {
   for (int in : inputs) {
     CHECK(in >= 0 && in < static_cast<int>(graph_->nodes.size()))
         << what << " reads node " << in << ", which does not exist";
@@ -383,8 +372,8 @@ int NetBuilder::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs,
   }
   if (status_.ok() && (dims.height <= 0 || dims.width <= 0)) {
     const Dims in = graph_->nodes[inputs[0]].dims;
-    status_ = absl::InvalidArgumentError(absl::StrCat(
-        what, " does not fit its ", in.height, "x", in.width, " input"));
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat(what, " does not fit its ", in.height, "x", in.width, " input"));
   }
   Graph::Node node;
   node.var_begin = graph_->nodes.back().var_end;
@@ -397,32 +386,28 @@ int NetBuilder::Add(std::unique_ptr<Layer> layer, std::vector<int> inputs,
   return static_cast<int>(graph_->nodes.size()) - 1;
 }
 
-void NetBuilder::AddVariable(const std::string& name, Shape shape,
-                             VariableInit init) {
+void NetBuilder::AddVariable(const std::string& name, Shape shape, VariableInit init) {
   graph_->variables.push_back({name, std::move(shape)});
   graph_->inits.push_back(init);
 }
 
-int NetBuilder::Conv(const std::string& scope, int input,
-                     const ConvSpec& spec) {
+int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
   const int64_t fan_in = spec.filter_height * spec.filter_width * in.channels;
-  AddVariable(scope + "/weights",
-              {spec.filter_height, spec.filter_width, in.channels, spec.out_channels},
-              spec.weights_init.random()
-                  ? spec.weights_init
-                  : VariableInit{std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
+  AddVariable(
+      scope + "/weights", {spec.filter_height, spec.filter_width, in.channels, spec.out_channels},
+      spec.weights_init.random() ? spec.weights_init
+                                 : VariableInit{std::sqrt((spec.relu ? 2.0 : 1.0) / fan_in), 0});
   if (spec.bias) AddVariable(scope + "/biases", {spec.out_channels}, spec.bias_init);
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});
     AddVariable(scope + "/BatchNorm/beta", {spec.out_channels}, {0, 0});
   }
-  const Dims out{kernels::WindowOutputSize(in.height, spec.filter_height,
-                                           spec.stride, spec.padding),
-                 kernels::WindowOutputSize(in.width, spec.filter_width,
-                                           spec.stride, spec.padding),
-                 spec.out_channels};
+  const Dims out{
+      kernels::WindowOutputSize(in.height, spec.filter_height, spec.stride, spec.padding),
+      kernels::WindowOutputSize(in.width, spec.filter_width, spec.stride, spec.padding),
+      spec.out_channels};
   return Add(NewConvLayer(spec, in, first_var), {input}, out, scope);
 }
 
@@ -435,34 +420,28 @@ int NetBuilder::FullyConnected(const std::string& scope, int input, int64_t unit
   }
   AddVariable(scope + "/weights", {in.size(), units}, weights_init);
   AddVariable(scope + "/biases", {units}, bias_init);
-  return Add(NewFullyConnectedLayer(in, units, relu, first_var), {input},
-             Dims{1, 1, units}, scope);
+  return Add(NewFullyConnectedLayer(in, units, relu, first_var), {input}, Dims{1, 1, units}, scope);
 }
 
-int NetBuilder::MaxPool(int input, int64_t window, int64_t stride,
-                        Padding padding) {
+int NetBuilder::MaxPool(int input, int64_t window, int64_t stride, Padding padding) {
   const Dims in = dims(input);
   const Dims out{kernels::WindowOutputSize(in.height, window, stride, padding),
-                 kernels::WindowOutputSize(in.width, window, stride, padding),
-                 in.channels};
+                 kernels::WindowOutputSize(in.width, window, stride, padding), in.channels};
   return Add(NewPoolLayer(true, window, stride, padding, in), {input}, out,
              absl::StrCat("max pool after ", graph_->nodes[input].what));
 }
 
-int NetBuilder::AvgPool(int input, int64_t window, int64_t stride,
-                        Padding padding) {
+int NetBuilder::AvgPool(int input, int64_t window, int64_t stride, Padding padding) {
   const Dims in = dims(input);
   const Dims out{kernels::WindowOutputSize(in.height, window, stride, padding),
-                 kernels::WindowOutputSize(in.width, window, stride, padding),
-                 in.channels};
+                 kernels::WindowOutputSize(in.width, window, stride, padding), in.channels};
   return Add(NewPoolLayer(false, window, stride, padding, in), {input}, out,
              absl::StrCat("avg pool after ", graph_->nodes[input].what));
 }
 
 int NetBuilder::GlobalAvgPool(int input) {
   const Dims in = dims(input);
-  return Add(NewGlobalAvgPoolLayer(in), {input}, Dims{1, 1, in.channels},
-             "global avg pool");
+  return Add(NewGlobalAvgPoolLayer(in), {input}, Dims{1, 1, in.channels}, "global avg pool");
 }
 
 int NetBuilder::Concat(const std::vector<int>& inputs) {
@@ -477,14 +456,16 @@ int NetBuilder::Concat(const std::vector<int>& inputs) {
     }
     const Dims d = dims(in);
     CHECK(d.height == first.height && d.width == first.width)
-        << "concat of " << first.height << "x" << first.width << " and "
-        << d.height << "x" << d.width << " activations";
+        << "concat of " << first.height << "x" << first.width << " and " << d.height << "x"
+        << d.width << " activations";
     channels.push_back(d.channels);
     out.channels += d.channels;
   }
   return Add(NewConcatLayer(std::move(channels), out), inputs, out,
              absl::StrCat("concat after ", graph_->nodes[inputs[0]].what));
 }
+
+int NetBuilder::num_nodes() const { return static_cast<int>(graph_->nodes.size()); }
 
 int NetBuilder::Sum(const std::vector<int>& inputs, bool relu) {
   CHECK_GE(inputs.size(), 2u);
@@ -510,21 +491,18 @@ int NetBuilder::Relu(int input) {
 
 int NetBuilder::Dropout(int input, float keep_prob) {
   const Dims in = dims(input);
-  return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size()),
-             {input}, in, "dropout");
+  return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size()), {input}, in, "dropout");
 }
 
-absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(
-    const std::string& model_name) {
+absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(const std::string& model_name) {
   if (!status_.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_name, ": ", status_.message()));
+    return absl::InvalidArgumentError(absl::StrCat(model_name, ": ", status_.message()));
   }
   const Graph::Node& last = graph_->nodes.back();
   if (last.dims.size() != options_.num_classes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_name, ": the last layer has ", last.dims.size(),
-                     " outputs for ", options_.num_classes, " classes"));
+    return absl::InvalidArgumentError(absl::StrCat(model_name, ": the last layer has ",
+                                                   last.dims.size(), " outputs for ",
+                                                   options_.num_classes, " classes"));
   }
   for (size_t i = 1; i + 1 < graph_->nodes.size(); ++i) {
     CHECK_GT(graph_->nodes[i].consumers, 0)
@@ -532,14 +510,12 @@ absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(
   }
   kernels::DeviceSpec spec = options_.device;
   spec.cpu_threads = options_.intra_op_threads;
-  absl::StatusOr<std::unique_ptr<kernels::Device>> device =
-      kernels::NewDevice(spec);
+  absl::StatusOr<std::unique_ptr<kernels::Device>> device = kernels::NewDevice(spec);
   if (!device.ok()) {
     return absl::Status(device.status().code(),
                         absl::StrCat(model_name, ": ", device.status().message()));
   }
-  return std::unique_ptr<Model>(
-      new NetModel(options_, std::move(*graph_), std::move(*device)));
+  return std::unique_ptr<Model>(new NetModel(options_, std::move(*graph_), std::move(*device)));
 }
 
 }  // namespace psrt

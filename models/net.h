@@ -58,10 +58,8 @@ class NetBuilder {
   // weights_init: the initial weights; not random(): He's above.
   int FullyConnected(const std::string& scope, int input, int64_t units, bool relu,
                      VariableInit weights_init = {}, VariableInit bias_init = {});
-  int MaxPool(int input, int64_t window, int64_t stride,
-              kernels::Padding padding);
-  int AvgPool(int input, int64_t window, int64_t stride,
-              kernels::Padding padding);
+  int MaxPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
+  int AvgPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
   int GlobalAvgPool(int input);
   // REQUIRES: the inputs have the same height and width.
   int Concat(const std::vector<int>& inputs);
@@ -76,6 +74,10 @@ class NetBuilder {
   // `model_name` and the layer) when a layer did not fit or the logits do
   // not have num_classes features.
   absl::StatusOr<std::unique_ptr<Model>> Build(const std::string& model_name);
+  // The first layer that did not fit so far (what Build would return), or OK.
+  const absl::Status& status() const { return status_; }
+  // The nodes added so far (the input included).
+  int num_nodes() const;
 
   struct Graph;  // Internal: the nodes and variables, handed to the model.
 
