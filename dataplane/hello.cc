@@ -16,7 +16,8 @@ constexpr uint32_t kMaxHelloBytes = 4096;
 absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::string& address,
                                                                   const std::string& credential,
                                                                   uint64_t max_data_bytes,
-                                                                  absl::Time deadline) {
+                                                                  absl::Time deadline,
+                                                                  std::string* accepted_text) {
   absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
       FrameConnection::Connect(address, max_data_bytes, deadline);
   if (!opened.ok()) return absl::UnavailableError(opened.status().message());
@@ -31,12 +32,13 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::str
         absl::StrCat("data plane: ", address, " answered the hello with another frame"));
   }
   if (reply.status != 0) return absl::Status(static_cast<absl::StatusCode>(reply.status), text);
+  if (accepted_text != nullptr) *accepted_text = std::move(text);
   return opened;
 }
 
 absl::Status AnswerHello(FrameConnection* connection,
                          const std::function<absl::Status(absl::string_view credential)>& check,
-                         absl::Time deadline) {
+                         absl::Time deadline, absl::string_view accepted_text) {
   FrameHeader hello;
   std::string credential;
   connection->set_max_meta_bytes(kMaxHelloBytes);  // Little, before the token.
@@ -52,7 +54,9 @@ absl::Status AnswerHello(FrameConnection* connection,
   reply.kind = FrameKind::kHelloReply;
   reply.request_id = hello.request_id;
   reply.status = static_cast<uint32_t>(accepted.code());
-  if (absl::Status s = connection->Send(reply, accepted.message(), {}, deadline); !s.ok()) {
+  if (absl::Status s =
+          connection->Send(reply, accepted.ok() ? accepted_text : accepted.message(), {}, deadline);
+      !s.ok()) {
     return s;
   }
   return accepted;

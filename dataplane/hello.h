@@ -24,17 +24,18 @@ namespace dataplane {
 // Connects to `address` (FrameConnection::Connect) and says hello with
 // `credential`. A connection that cannot be made is Unavailable; a refused
 // hello is the server's error.
-absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::string& address,
-                                                                  const std::string& credential,
-                                                                  uint64_t max_data_bytes,
-                                                                  absl::Time deadline);
+// `accepted_text`, when given, gets the text of an accepted reply.
+absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(
+    const std::string& address, const std::string& credential, uint64_t max_data_bytes,
+    absl::Time deadline, std::string* accepted_text = nullptr);
 
 // The server's side: reads the hello (its metadata limited to a few KiB
-// until it is accepted), asks `check` about the credential, and answers.
-// Returns check's verdict, or why the hello could not be read or answered.
+// until it is accepted), asks `check` about the credential, and answers
+// (with `accepted_text` when it accepts). Returns check's verdict, or why
+// the hello could not be read or answered.
 absl::Status AnswerHello(FrameConnection* connection,
                          const std::function<absl::Status(absl::string_view credential)>& check,
-                         absl::Time deadline);
+                         absl::Time deadline, absl::string_view accepted_text = "");
 
 }  // namespace dataplane
 }  // namespace psrt

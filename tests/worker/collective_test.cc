@@ -276,23 +276,33 @@ TEST(CollectiveDataPlaneTest, ASegmentCutMidwayIsSentAgainAndTakenOnce) {
     ASSERT_TRUE(s.ok()) << s;
   }
   const size_t n = 4 << 20;  // 16 MiB: two segments of 8 MiB.
-  for (const FaultRelay::Direction direction :
-       {FaultRelay::Direction::kClientToTarget, FaultRelay::Direction::kTargetToClient}) {
+  struct Fault {
+    FaultRelay::Direction direction;
+    int64_t min_bytes;
+    int skip;
+  };
+  // The third large chunk of a segment, once two (at least 128 KiB of it)
+  // have been added; the answer to step 0 (the hello was answered in
+  // Join), which worker 1 has taken when worker 0 sends it again; the answer
+  // to step 1, the op's last, which worker 0 learns was taken from the
+  // hello of its new connection (nothing would read a segment sent again
+  // until the next op).
+  for (const Fault& fault : {Fault{FaultRelay::Direction::kClientToTarget, 64 << 10, 2},
+                             Fault{FaultRelay::Direction::kTargetToClient, 1, 0},
+                             Fault{FaultRelay::Direction::kTargetToClient, 1, 1}}) {
     std::vector<std::vector<float>> data = {RandomValues(n, 1), RandomValues(n, 2)};
     std::vector<float> want(n);
     for (size_t i = 0; i < n; ++i) want[i] = data[0][i] + data[1][i];
     const int64_t resets = (*relay)->stats().resets;
-    // Client to target: the third large chunk of a segment, once two (at
-    // least 128 KiB of it) have been added; target to client: the answer
-    // to one (the hello was answered in Join).
-    const bool mid_segment = direction == FaultRelay::Direction::kClientToTarget;
-    (*relay)->InjectOnNextChunk(FaultRelay::Fault::kReset, direction, mid_segment ? 64 << 10 : 1,
-                                mid_segment ? 2 : 0);
+    (*relay)->InjectOnNextChunk(FaultRelay::Fault::kReset, fault.direction, fault.min_bytes,
+                                fault.skip);
+    const absl::Time start = absl::Now();
     for (const absl::Status& s :
          run([&](int r) { return workers[r]->AllreduceSum(absl::MakeSpan(data[r])); })) {
       ASSERT_TRUE(s.ok()) << s;
     }
     EXPECT_EQ((*relay)->stats().resets, resets + 1);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
     EXPECT_EQ(data[0], data[1]);
     // Each element is one float addition (of two), in either order.
     EXPECT_EQ(data[0], want);

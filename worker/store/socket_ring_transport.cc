@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/backoff.h"
 #include "common/cluster_spec.h"
@@ -97,10 +99,13 @@ SocketRingTransport::SocketRingTransport(const Collective::Options& options,
   if (listen_error_.ok() && options_.unix_socket) {
     absl::StatusOr<std::unique_ptr<FrameListener>> local =
         FrameListener::Listen(RingLocalAddress(port));
+    // Required: a previous worker on this host connects there only.
     if (local.ok()) {
       listeners_.push_back(*std::move(local));
     } else {
-      LOG(WARNING) << "allreduce: no Unix socket for the ring: " << local.status().message();
+      listen_error_ = absl::UnavailableError(
+          absl::StrCat("allreduce: worker/", options_.rank, " cannot listen for the ring on ",
+                       RingLocalAddress(port), ": ", local.status().message()));
     }
   }
   if (listen_error_.ok()) {
@@ -139,16 +144,27 @@ void SocketRingTransport::AcceptLoop(FrameListener* listener) {
       absl::SleepFor(absl::Milliseconds(10));
       continue;
     }
+    std::string taken;
+    {
+      absl::MutexLock lock(&mu_);
+      taken = absl::StrCat(taken_.first, " ", taken_.second);
+    }
+    // The accepted hello tells the last segment taken: a sender whose
+    // answer was lost learns that it need not send it again.
     const absl::Status hello = dataplane::AnswerHello(
         accepted->get(),
         [this](absl::string_view credential) {
           bool chief = false;
           return security_->CheckDataPlaneCredential(credential, &chief);
         },
-        absl::Now() + kHelloTimeout);
+        absl::Now() + kHelloTimeout, taken);
     if (!hello.ok()) {
       LOG(WARNING) << "allreduce: refused a ring connection from " << (*accepted)->peer() << ": "
                    << hello.message();
+      if (absl::IsUnauthenticated(hello) || absl::IsPermissionDenied(hello)) {
+        absl::MutexLock lock(&mu_);
+        ++refused_hellos_;
+      }
       continue;
     }
     absl::MutexLock lock(&mu_);
@@ -192,11 +208,16 @@ void SocketRingTransport::SendLoop() {
       queued_ = nullptr;
     }
     absl::Status status = SendSegment(out);
-    if (!status.ok() && !out->cancelled.load()) {
+    // Completion and cancellation exclude each other (FinishSend cancels
+    // only under mu_, before `done`): a cancelled send may have shut the
+    // connection down after its segment landed, so it is not reused.
+    absl::MutexLock lock(&mu_);
+    if (out->cancelled.load()) {
+      out_.reset();
+    } else if (!status.ok() && send_error_.ok()) {
       // Not retried any further: the receiving side need not wait for its
       // peer any longer.
-      absl::MutexLock lock(&mu_);
-      if (send_error_.ok()) send_error_ = status;
+      send_error_ = status;
     }
     out->status = std::move(status);
     out->done.Notify();
@@ -247,24 +268,42 @@ absl::Status SocketRingTransport::TrySend(Outgoing* out) {
     connection = out_.get();
   }
   if (connection == nullptr) {
-    ASSIGN_OR_RETURN(const std::string address, NextAddress());
+    // One attempt's timeouts (a ping, a hello) are tried again until the
+    // op's, as an unreachable next worker is.
+    absl::StatusOr<std::string> address = NextAddress();
+    if (absl::IsDeadlineExceeded(address.status())) {
+      return absl::UnavailableError(address.status().message());
+    }
+    RETURN_IF_ERROR(address.status());
+    std::string taken;
     absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
-        dataplane::ConnectWithHello(address, credential_, kMaxSegmentBytes,
-                                    std::min(out->give_up, absl::Now() + kConnectTimeout));
+        dataplane::ConnectWithHello(*address, credential_, kMaxSegmentBytes,
+                                    std::min(out->give_up, absl::Now() + kConnectTimeout), &taken);
     if (absl::IsUnauthenticated(opened.status()) || absl::IsPermissionDenied(opened.status())) {
       return absl::UnauthenticatedError(
           absl::StrCat("allreduce: unauthenticated: ", control_->PeerName(next_rank_),
-                       " refused this "
-                       "worker's token (",
-                       opened.status().message(),
-                       "): do the workers share "
-                       "--auth_token_file or PSRT_AUTH_TOKEN?"));
+                       " refused this worker's token (", opened.status().message(),
+                       "): do the workers share --auth_token_file or PSRT_AUTH_TOKEN?"));
+    }
+    if (absl::IsDeadlineExceeded(opened.status())) {
+      return absl::UnavailableError(opened.status().message());
     }
     RETURN_IF_ERROR(opened.status());
-    absl::MutexLock lock(&mu_);
-    if (out->cancelled.load() || closing_) (*opened)->Shutdown();
-    out_ = *std::move(opened);
-    connection = out_.get();
+    {
+      absl::MutexLock lock(&mu_);
+      if (out->cancelled.load() || closing_) (*opened)->Shutdown();
+      out_ = *std::move(opened);
+      connection = out_.get();
+    }
+    // Sent again after a lost answer, and taken already: delivered.
+    int64_t taken_op = 0;
+    int taken_step = 0;
+    const std::vector<std::string> parts = absl::StrSplit(taken, ' ');
+    if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &taken_op) &&
+        absl::SimpleAtoi(parts[1], &taken_step) &&
+        std::make_pair(out->op, out->step) <= std::make_pair(taken_op, taken_step)) {
+      return absl::OkStatus();
+    }
   }
   proto::CollectiveHeader meta;
   meta.set_op(out->op);
@@ -300,8 +339,9 @@ absl::Status SocketRingTransport::TrySend(Outgoing* out) {
 absl::Status SocketRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_failed) {
   std::unique_ptr<Outgoing> out(static_cast<Outgoing*>(send.release()));
   auto cancel = [&] {
-    out->cancelled.store(true);
     absl::MutexLock lock(&mu_);
+    if (out->done.HasBeenNotified()) return;  // Landed (or failed) already.
+    out->cancelled.store(true);
     if (out_ != nullptr) out_->Shutdown();
   };
   if (op_failed) {
@@ -365,9 +405,24 @@ absl::Status SocketRingTransport::Receive(int64_t op, int step, absl::Span<char>
   const absl::Time start = absl::Now();
   absl::Time silent_until = start + control_->Timeout(op);
   while (true) {
+    bool refused = false;  // A hello refused for its token since the last look.
     {
       absl::MutexLock lock(&mu_);
       if (!send_error_.ok()) return send_error_;
+      refused = refused_hellos_ != refusals_checked_;
+      refusals_checked_ = refused_hellos_;
+    }
+    if (refused) {
+      // Any client may be refused; the previous worker is the one when it
+      // does not take this worker's token either (a ping).
+      const absl::Status alive = control_->Ping(std::min(options_.timeout, absl::Seconds(5)));
+      if (!alive.ok()) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "allreduce: unauthenticated: this worker refused a ring connection without its "
+            "auth token, and ",
+            control_->PeerName(previous_rank_), " does not answer this worker (", alive.message(),
+            "): do the workers share --auth_token_file or PSRT_AUTH_TOKEN?"));
+      }
     }
     if (std::unique_ptr<FrameConnection> fresh = TakeIncoming()) in_ = std::move(fresh);
     if (in_ != nullptr && in_->broken()) in_.reset();
@@ -375,7 +430,8 @@ absl::Status SocketRingTransport::Receive(int64_t op, int step, absl::Span<char>
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(
                                +[](SocketRingTransport* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-                                 return t->incoming_ != nullptr || !t->send_error_.ok();
+                                 return t->incoming_ != nullptr || !t->send_error_.ok() ||
+                                        t->refused_hellos_ != t->refusals_checked_;
                                },
                                this),
                            std::min(kLookInterval, silent_until - absl::Now()));
@@ -507,6 +563,10 @@ absl::Status SocketRingTransport::ReadSegment(FrameConnection* in, int64_t op, i
     }
   }
   last_taken_ = key;
+  {
+    absl::MutexLock lock(&mu_);
+    taken_ = key;
+  }
   partial_ = {0, 0};
   partial_bytes_ = 0;
   // A lost answer is no loss: the sender sends the segment again, and it

@@ -19,7 +19,9 @@
 // added into it 64 KiB at a time. The receiver acknowledges each frame once
 // read (an empty reply) or refuses it (an error reply: another sender, op
 // or size, or a process of another run, as grpc_ring_transport.h states
-// them), and the sender waits for that answer.
+// them), and the sender waits for that answer. A receiver's hello answer
+// names the last segment it took, so that a sender whose answer was lost
+// does not wait for the receiver's next op to hear it again.
 //
 // Faults: a send whose connection fails is sent again on a new one, with
 // backoff (50 ms doubling to 1 s), until the op's timeout; its receiver
@@ -27,7 +29,9 @@
 // added twice), or drops it when it had taken it whole. A previous worker
 // silent for the op's timeout is pinged over gRPC and waited for up to
 // busy_timeout while it answers; so is a next worker that has not read a
-// segment within the op's timeout. Errors name the peer.
+// segment within the op's timeout. A hello refused for its token, when the
+// previous worker does not answer a ping either, fails the receive
+// (Unauthenticated). Errors name the peer.
 //
 // Thread safety: StartSend, FinishSend and Receive from one thread at a
 // time; the listeners' threads and the sender thread are the transport's.
@@ -125,6 +129,12 @@ class SocketRingTransport final : public RingTransport {
   Outgoing* queued_ ABSL_GUARDED_BY(mu_) = nullptr;
   // A send that failed for good: the receive need not wait any longer.
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
+  // The last (op, step) taken (last_taken_'s copy for the accept threads,
+  // which tell it in their hello answers).
+  std::pair<int64_t, int> taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // Hellos refused for their token; how many Receive has looked into.
+  int refused_hellos_ ABSL_GUARDED_BY(mu_) = 0;
+  int refusals_checked_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // The sender thread's connection to the next worker; shut down by
   // FinishSend to cancel a send.
