@@ -19,6 +19,9 @@
 // "conv2d/biases", "conv2d/BatchNorm/gamma" (of the batch norm fused into
 // conv2d), "dense/weights".
 //
+// Reading the file is keras_file.h's; keras_model.cc turns its layers into
+// the network.
+//
 // Thread safety: pure functions.
 #ifndef PSRT_MODELS_KERAS_MODEL_H_
 #define PSRT_MODELS_KERAS_MODEL_H_

@@ -1,0 +1,441 @@
+#include "models/keras_file.h"
+
+#include <cmath>
+
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "models/initializers.h"
+
+namespace psrt {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using kernels::Padding;
+
+// A value's field, or null.
+const Value* Field(const Struct& s, const std::string& key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? nullptr : &it->second;
+}
+
+bool IsNull(const Value* v) { return v == nullptr || v->has_null_value(); }
+
+}  // namespace
+
+KerasFile::KerasFile(std::string source)
+    : source_(std::move(source)), root_(std::make_unique<Struct>()) {}
+
+KerasFile::~KerasFile() = default;
+
+absl::Status KerasFile::Parse(absl::string_view json) {
+  google::protobuf::util::JsonParseOptions parse_options;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &*root_, parse_options);
+  if (!parsed.ok()) {
+    return FileError(absl::StrCat("not JSON, or not a JSON object: ", parsed.ToString()));
+  }
+  const Value* class_name = Field(*root_, "class_name");
+  const Value* config = Field(*root_, "config");
+  if (class_name == nullptr || !class_name->has_string_value() || config == nullptr ||
+      !config->has_struct_value()) {
+    return FileError(
+        "no \"class_name\" and \"config\" at the top: not a Keras model file (model.to_json())");
+  }
+  const std::string& kind = class_name->string_value();
+  absl::Status status;
+  if (kind == "Sequential") {
+    status = ParseSequential(config->struct_value());
+  } else if (kind == "Functional" || kind == "Model") {
+    status = ParseFunctional(config->struct_value());
+  } else {
+    return FileError(absl::StrCat("a model of class ", kind,
+                                  "; only Sequential and Functional models are read"));
+  }
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const std::string& in : layers_[i].inputs) {
+      auto it = index_.find(in);
+      if (it == index_.end() || it->second >= static_cast<int>(i)) {
+        return LayerError(layers_[i], absl::StrCat("reads \"", in, "\", which is ",
+                                                   it == index_.end() ? "no layer of the model"
+                                                                      : "not an earlier layer"));
+      }
+      layers_[it->second].consumers.push_back(static_cast<int>(i));
+    }
+  }
+  if (output_ < 0) return FileError("no layers");
+  for (int i = 0; i < output_; ++i) {
+    if (layers_[i].consumers.empty()) {
+      return LayerError(layers_[i], "read by no layer: every layer must lead to the output");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KerasFile::ParseInputShape(const Value& shape, const std::string& what) {
+  if (!shape.has_list_value()) return FileError(absl::StrCat(what, " is not a list"));
+  std::vector<int> dims;
+  for (int i = 1; i < shape.list_value().values_size(); ++i) {
+    const Value& d = shape.list_value().values(i);
+    if (!d.has_number_value() || d.number_value() < 1 || d.number_value() > (1 << 24) ||
+        d.number_value() != std::floor(d.number_value())) {
+      return FileError(absl::StrCat(what,
+                                    " has a dimension that is not a positive number "
+                                    "(inputs of variable size are not supported)"));
+    }
+    dims.push_back(static_cast<int>(d.number_value()));
+  }
+  if (dims.empty() || dims.size() > 3) {
+    return FileError(absl::StrCat(what, " has ", dims.size(),
+                                  " dimensions besides the batch; want (features), "
+                                  "(height, width) or (height, width, channels)"));
+  }
+  if (dims.size() == 1) dims = {1, 1, dims[0]};
+  if (dims.size() == 2) dims.push_back(1);
+  if (int64_t{dims[0]} * dims[1] * dims[2] > (int64_t{1} << 30)) {
+    return FileError(absl::StrCat(what, " is over 2^30 values an example"));
+  }
+  shape_.input_height = dims[0];
+  shape_.input_width = dims[1];
+  shape_.input_channels = dims[2];
+  return absl::OkStatus();
+}
+
+absl::Status KerasFile::ParseSequential(const Struct& config) {
+  const Value* layers = Field(config, "layers");
+  if (layers == nullptr || !layers->has_list_value()) return FileError("no \"layers\" list");
+  const Value* shape = nullptr;
+  std::string shape_what;
+  for (const Value& entry : layers->list_value().values()) {
+    const Value* class_name =
+        entry.has_struct_value() ? Field(entry.struct_value(), "class_name") : nullptr;
+    const Value* layer_config =
+        entry.has_struct_value() ? Field(entry.struct_value(), "config") : nullptr;
+    if (class_name == nullptr || !class_name->has_string_value() || layer_config == nullptr ||
+        !layer_config->has_struct_value()) {
+      return FileError("a layer without \"class_name\" and \"config\"");
+    }
+    KerasLayer layer;
+    layer.class_name = class_name->string_value();
+    layer.config = &layer_config->struct_value();
+    const Value* name = Field(*layer.config, "name");
+    layer.name = name != nullptr && name->has_string_value()
+                     ? name->string_value()
+                     : absl::StrCat("layer_", layers_.size());
+    // Keras 2 puts the input shape on the first layer, Keras 3 on an
+    // InputLayer (batch_shape) or the model (build_input_shape).
+    for (const char* key : {"batch_shape", "batch_input_shape"}) {
+      if (shape == nullptr && !IsNull(Field(*layer.config, key))) {
+        shape = Field(*layer.config, key);
+        shape_what = absl::StrCat("the \"", key, "\" of layer \"", layer.name, "\"");
+      }
+    }
+    if (layer.class_name == "InputLayer") {
+      if (!layers_.empty()) return LayerError(layer, "an InputLayer that is not the first");
+      input_ = 0;
+    } else if (!layers_.empty()) {
+      layer.inputs.push_back(layers_.back().name);
+    }
+    index_[layer.name] = static_cast<int>(layers_.size());
+    layers_.push_back(std::move(layer));
+  }
+  if (shape == nullptr && !IsNull(Field(config, "build_input_shape"))) {
+    shape = Field(config, "build_input_shape");
+    shape_what = "the model's \"build_input_shape\"";
+  }
+  if (shape == nullptr) {
+    return FileError("no input shape (an InputLayer, or the first layer's batch_input_shape)");
+  }
+  if (index_.size() != layers_.size()) return FileError("two layers of the same name");
+  output_ = static_cast<int>(layers_.size()) - 1;
+  return ParseInputShape(*shape, shape_what);
+}
+
+// Collects the layer names of the Keras 3 tensors ("keras_history") in a
+// node's arguments, in order.
+static void CollectHistories(const Value& v, std::vector<std::string>* names) {
+  if (v.has_list_value()) {
+    for (const Value& item : v.list_value().values()) CollectHistories(item, names);
+    return;
+  }
+  if (!v.has_struct_value()) return;
+  const Value* class_name = Field(v.struct_value(), "class_name");
+  const Value* config = Field(v.struct_value(), "config");
+  if (class_name != nullptr && class_name->string_value() == "__keras_tensor__" &&
+      config != nullptr && config->has_struct_value()) {
+    const Value* history = Field(config->struct_value(), "keras_history");
+    if (history != nullptr && history->has_list_value() &&
+        history->list_value().values_size() > 0 &&
+        history->list_value().values(0).has_string_value()) {
+      names->push_back(history->list_value().values(0).string_value());
+    }
+  }
+}
+
+absl::StatusOr<int> KerasFile::OnlyLayerName(const Value* names, const char* what) {
+  // Keras 3: ["name", 0, 0] or [["name", 0, 0], ...]; Keras 2: [["name", 0, 0]].
+  if (names == nullptr || !names->has_list_value() || names->list_value().values_size() == 0) {
+    return FileError(absl::StrCat("no \"", what, "\""));
+  }
+  const Value* first = &names->list_value().values(0);
+  if (first->has_list_value()) {
+    if (names->list_value().values_size() != 1) {
+      return FileError(absl::StrCat(names->list_value().values_size(), " ", what,
+                                    "; a model with one input and one output is read"));
+    }
+    if (first->list_value().values_size() == 0) return FileError(absl::StrCat("empty ", what));
+    first = &first->list_value().values(0);
+  }
+  if (!first->has_string_value()) return FileError(absl::StrCat("bad \"", what, "\""));
+  auto it = index_.find(first->string_value());
+  if (it == index_.end()) {
+    return FileError(
+        absl::StrCat("\"", what, "\" names \"", first->string_value(), "\", no layer"));
+  }
+  return it->second;
+}
+
+absl::Status KerasFile::ParseFunctional(const Struct& config) {
+  const Value* layers = Field(config, "layers");
+  if (layers == nullptr || !layers->has_list_value()) return FileError("no \"layers\" list");
+  for (const Value& entry : layers->list_value().values()) {
+    if (!entry.has_struct_value()) return FileError("a layer that is not an object");
+    const Struct& e = entry.struct_value();
+    const Value* class_name = Field(e, "class_name");
+    const Value* layer_config = Field(e, "config");
+    const Value* name = Field(e, "name");
+    if (class_name == nullptr || !class_name->has_string_value() || layer_config == nullptr ||
+        !layer_config->has_struct_value() || name == nullptr || !name->has_string_value()) {
+      return FileError("a layer without \"class_name\", \"config\" and \"name\"");
+    }
+    KerasLayer layer;
+    layer.class_name = class_name->string_value();
+    layer.config = &layer_config->struct_value();
+    layer.name = name->string_value();
+    const Value* nodes = Field(e, "inbound_nodes");
+    if (nodes != nullptr && nodes->has_list_value() && nodes->list_value().values_size() > 0) {
+      if (nodes->list_value().values_size() > 1) {
+        return LayerError(layer, "called more than once (shared layers are not supported)");
+      }
+      const Value& node = nodes->list_value().values(0);
+      if (node.has_struct_value()) {  // Keras 3: {"args": [...], "kwargs": {...}}.
+        const Value* args = Field(node.struct_value(), "args");
+        if (args != nullptr) CollectHistories(*args, &layer.inputs);
+      } else if (node.has_list_value()) {  // Keras 2: [["name", 0, 0, {}], ...].
+        for (const Value& in : node.list_value().values()) {
+          if (in.has_list_value() && in.list_value().values_size() > 0 &&
+              in.list_value().values(0).has_string_value()) {
+            layer.inputs.push_back(in.list_value().values(0).string_value());
+          }
+        }
+      }
+    }
+    if (index_.count(layer.name) > 0) return LayerError(layer, "a second layer of this name");
+    index_[layer.name] = static_cast<int>(layers_.size());
+    layers_.push_back(std::move(layer));
+  }
+  absl::StatusOr<int> input = OnlyLayerName(Field(config, "input_layers"), "input_layers");
+  if (!input.ok()) return input.status();
+  absl::StatusOr<int> output = OnlyLayerName(Field(config, "output_layers"), "output_layers");
+  if (!output.ok()) return output.status();
+  input_ = *input;
+  output_ = *output;
+  if (layers_[input_].class_name != "InputLayer") {
+    return LayerError(layers_[input_], "the model's input is not an InputLayer");
+  }
+  if (output_ != static_cast<int>(layers_.size()) - 1) {
+    return LayerError(layers_[output_], "the model's output must be its last layer");
+  }
+  for (const char* key : {"batch_shape", "batch_input_shape"}) {
+    const Value* shape = Field(*layers_[input_].config, key);
+    if (!IsNull(shape)) {
+      return ParseInputShape(*shape,
+                             absl::StrCat("the \"", key, "\" of \"", layers_[input_].name, "\""));
+    }
+  }
+  return LayerError(layers_[input_], "no batch_shape");
+}
+
+absl::StatusOr<std::string> KerasFile::String(const KerasLayer& layer, const std::string& key,
+                                              const std::string& fallback) const {
+  const Value* v = Field(*layer.config, key);
+  if (IsNull(v)) return fallback;
+  if (!v->has_string_value()) return LayerError(layer, absl::StrCat("\"", key, "\" is no string"));
+  return v->string_value();
+}
+
+absl::StatusOr<double> KerasFile::Number(const KerasLayer& layer, const std::string& key,
+                                         double fallback) const {
+  const Value* v = Field(*layer.config, key);
+  if (IsNull(v)) return fallback;
+  if (!v->has_number_value()) return LayerError(layer, absl::StrCat("\"", key, "\" is no number"));
+  return v->number_value();
+}
+
+absl::StatusOr<bool> KerasFile::Bool(const KerasLayer& layer, const std::string& key,
+                                     bool fallback) const {
+  const Value* v = Field(*layer.config, key);
+  if (IsNull(v)) return fallback;
+  if (!v->has_bool_value()) return LayerError(layer, absl::StrCat("\"", key, "\" is no boolean"));
+  return v->bool_value();
+}
+
+bool KerasFile::OnChannels(const KerasLayer& layer) const {
+  const Value* v = Field(*layer.config, "axis");
+  if (IsNull(v)) return true;
+  if (v->has_list_value() && v->list_value().values_size() == 1) v = &v->list_value().values(0);
+  return v->has_number_value() && (v->number_value() == -1 || v->number_value() == 3);
+}
+
+absl::StatusOr<int64_t> KerasFile::SquareInt(const KerasLayer& layer, const std::string& key,
+                                             int64_t fallback) const {
+  const Value* v = Field(*layer.config, key);
+  if (IsNull(v)) return fallback;
+  std::vector<double> values;
+  if (v->has_number_value()) values.push_back(v->number_value());
+  if (v->has_list_value()) {
+    for (const Value& item : v->list_value().values()) {
+      if (!item.has_number_value()) break;
+      values.push_back(item.number_value());
+    }
+    if (values.size() != static_cast<size_t>(v->list_value().values_size())) values.clear();
+  }
+  for (double x : values) {
+    if (x != std::floor(x)) values.clear();
+  }
+  if (values.empty() || values[0] < 1 || values[0] > (1 << 20)) {
+    return LayerError(layer,
+                      absl::StrCat("\"", key, "\" is not a positive number or a list of them"));
+  }
+  for (double x : values) {
+    if (x != values[0]) {
+      return LayerError(
+          layer, absl::StrCat("\"", key, "\" differs along the axes (", absl::StrJoin(values, ", "),
+                              "); only square windows and equal strides are supported"));
+    }
+  }
+  return static_cast<int64_t>(values[0]);
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> KerasFile::KernelSize(const KerasLayer& layer) const {
+  const Value* v = Field(*layer.config, "kernel_size");
+  if (v != nullptr && v->has_list_value() && v->list_value().values_size() == 2) {
+    const Value& h = v->list_value().values(0);
+    const Value& w = v->list_value().values(1);
+    if (h.has_number_value() && w.has_number_value() && h.number_value() >= 1 &&
+        w.number_value() >= 1 && h.number_value() <= (1 << 20) && w.number_value() <= (1 << 20)) {
+      return std::make_pair(static_cast<int64_t>(h.number_value()),
+                            static_cast<int64_t>(w.number_value()));
+    }
+    return LayerError(layer, "\"kernel_size\" is not two positive numbers");
+  }
+  ASSIGN_OR_RETURN(const int64_t size, SquareInt(layer, "kernel_size", 0));
+  return std::make_pair(size, size);
+}
+
+absl::StatusOr<Padding> KerasFile::PaddingOf(const KerasLayer& layer) const {
+  absl::StatusOr<std::string> padding = String(layer, "padding", "valid");
+  if (!padding.ok()) return padding.status();
+  if (*padding == "same") return Padding::kSame;
+  if (*padding == "valid") return Padding::kValid;
+  return LayerError(layer, absl::StrCat("padding \"", *padding, "\"; want same or valid"));
+}
+
+absl::StatusOr<std::string> KerasFile::Activation(const KerasLayer& layer) const {
+  absl::StatusOr<std::string> activation = String(layer, "activation", "linear");
+  if (!activation.ok()) return activation.status();
+  if (*activation == "relu" || *activation == "linear" || *activation == "softmax") {
+    return activation;
+  }
+  return LayerError(layer, absl::StrCat("activation \"", *activation,
+                                        "\"; supported: relu, linear, and softmax last"));
+}
+
+absl::StatusOr<VariableInit> KerasFile::Initializer(const KerasLayer& layer, const std::string& key,
+                                                    double fan_in, double fan_out) const {
+  const Value* v = Field(*layer.config, key);
+  std::string kind;
+  const Struct* config = nullptr;
+  if (v != nullptr && v->has_string_value()) kind = v->string_value();
+  if (v != nullptr && v->has_struct_value()) {
+    const Value* class_name = Field(v->struct_value(), "class_name");
+    if (class_name != nullptr && class_name->has_string_value()) kind = class_name->string_value();
+    const Value* c = Field(v->struct_value(), "config");
+    if (c != nullptr && c->has_struct_value()) config = &c->struct_value();
+  }
+  auto number = [&](const char* name, double fallback) {
+    const Value* x = config == nullptr ? nullptr : Field(*config, name);
+    return x != nullptr && x->has_number_value() ? x->number_value() : fallback;
+  };
+  // Keras's truncated normals are cut at 2 standard deviations of the
+  // untruncated one, whose standard deviation init::TruncatedNormal
+  // takes; VariableInit::stddev is the truncated one's.
+  const double truncated = init::kTruncatedNormalStddev;
+  if (kind == "GlorotUniform" || kind == "glorot_uniform") {
+    return VariableInit{0, 0, std::sqrt(6.0 / (fan_in + fan_out))};
+  }
+  if (kind == "GlorotNormal" || kind == "glorot_normal") {
+    return VariableInit{std::sqrt(2.0 / (fan_in + fan_out)), 0};
+  }
+  if (kind == "HeNormal" || kind == "he_normal") return VariableInit{std::sqrt(2.0 / fan_in), 0};
+  if (kind == "HeUniform" || kind == "he_uniform") {
+    return VariableInit{0, 0, std::sqrt(6.0 / fan_in)};
+  }
+  if (kind == "LecunNormal" || kind == "lecun_normal") {
+    return VariableInit{std::sqrt(1.0 / fan_in), 0};
+  }
+  if (kind == "LecunUniform" || kind == "lecun_uniform") {
+    return VariableInit{0, 0, std::sqrt(3.0 / fan_in)};
+  }
+  if ((kind == "TruncatedNormal" || kind == "truncated_normal") && number("mean", 0) == 0) {
+    return VariableInit{number("stddev", 0.05) * truncated, 0};
+  }
+  if ((kind == "RandomUniform" || kind == "random_uniform") &&
+      number("minval", -0.05) == -number("maxval", 0.05)) {
+    return VariableInit{0, 0, number("maxval", 0.05)};
+  }
+  if (kind == "Zeros" || kind == "zeros") return VariableInit{0, 0};
+  if (kind == "Ones" || kind == "ones") return VariableInit{0, 1};
+  if (kind == "Constant" || kind == "constant") {
+    return VariableInit{0, static_cast<float>(number("value", 0))};
+  }
+  return LayerError(layer,
+                    absl::StrCat(key, " ", kind.empty() ? "(none)" : kind,
+                                 " is not supported; supported: GlorotUniform, GlorotNormal, "
+                                 "HeNormal, HeUniform, LecunNormal, LecunUniform, "
+                                 "TruncatedNormal (mean 0), RandomUniform (symmetric), Zeros, "
+                                 "Ones, Constant"));
+}
+
+absl::Status KerasFile::RequireDefaults(const KerasLayer& layer,
+                                        std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    const Value* v = Field(*layer.config, key);
+    if (IsNull(v) || (v->has_bool_value() && !v->bool_value()) ||
+        (v->has_string_value() && v->string_value() == "channels_last")) {
+      continue;
+    }
+    return LayerError(layer, absl::StrCat("\"", key, "\" is set; psrt does not support it"));
+  }
+  return absl::OkStatus();
+}
+
+bool KerasFile::IsRelu(int i) const {
+  const KerasLayer& layer = layers_[i];
+  if (layer.inputs.size() != 1) return false;
+  if (layer.class_name == "Activation") {
+    const Value* a = Field(*layer.config, "activation");
+    return a != nullptr && a->has_string_value() && a->string_value() == "relu";
+  }
+  if (layer.class_name != "ReLU") return false;
+  for (const char* key : {"max_value", "negative_slope", "threshold"}) {
+    const Value* v = Field(*layer.config, key);
+    if (!IsNull(v) && !(v->has_number_value() && v->number_value() == 0)) return false;
+  }
+  return true;
+}
+
+}  // namespace psrt
