@@ -375,9 +375,16 @@ absl::Status FrameConnection::SkipData(uint64_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-bool FrameConnection::PeerClosed() const {
-  pollfd p{fd_, POLLRDHUP, 0};
-  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+bool FrameConnection::WaitForCloseOr(int wake_fd) const {
+  pollfd p[2] = {{wake_fd, POLLIN, 0}, {fd_, POLLRDHUP, 0}};
+  while (true) {
+    const int ready = poll(p, 2, -1);  // Shutdown's shutdown() wakes it.
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready > 0 && p[0].revents != 0) return true;
+    if (ready < 0 || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+      return false;
+    }
+  }
 }
 
 void FrameConnection::Shutdown() {

@@ -82,9 +82,11 @@ class FrameConnection {
   // Wakes a blocked call (it fails with Cancelled); later calls fail too.
   void Shutdown();
 
-  // The peer has closed or reset the connection (looked up now, without
-  // waiting; for a server whose request waits while nothing is read).
-  bool PeerClosed() const;
+  // Blocks until `wake_fd` is readable (true), or the peer closes or resets
+  // the connection or Shutdown is called (false). Data that arrives does not
+  // wake it: it is for a server whose request waits while nothing is read
+  // (`wake_fd`: an eventfd that the request's answer writes).
+  bool WaitForCloseOr(int wake_fd) const;
 
   const std::string& peer() const { return peer_; }
 

@@ -1,6 +1,11 @@
 #include "ps/dataplane_server.h"
 
-#include <optional>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <system_error>
 #include <utility>
 
@@ -23,8 +28,6 @@ using dataplane::FrameMethod;
 // How long a frame may take to arrive or leave once begun, and a hello.
 constexpr absl::Duration kTransferTimeout = absl::Minutes(5);
 constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
-// How often a waiting pull looks whether its caller is still there.
-constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(200);
 // Connections served at once (a thread each); more are closed at once, so
 // that a flood of connections, authenticated or not, cannot exhaust threads.
 constexpr size_t kMaxSessions = 4096;
@@ -36,6 +39,15 @@ FrameHeader ReplyTo(const FrameHeader& request) {
   reply.stripe = request.stripe;
   reply.request_id = request.request_id;
   return reply;
+}
+
+// Reads an eventfd's count, retrying when a signal interrupts; false on
+// another error.
+bool ReadCount(int fd, uint64_t* count) {
+  while (true) {
+    if (read(fd, count, sizeof(*count)) == ssize_t(sizeof(*count))) return true;
+    if (errno != EINTR) return false;
+  }
 }
 
 }  // namespace
@@ -53,7 +65,9 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
 
 DataPlaneServer::DataPlaneServer(std::vector<ParameterShard*> shards, Options options,
                                  std::unique_ptr<dataplane::FrameListener> listener)
-    : shards_(std::move(shards)), options_(std::move(options)), listener_(std::move(listener)) {
+    : handler_(std::move(shards), options.metrics),
+      options_(std::move(options)),
+      listener_(std::move(listener)) {
   accepting_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -122,17 +136,21 @@ void DataPlaneServer::AcceptLoop() {
   }
 }
 
+DataPlaneServer::ConnectionState::~ConnectionState() {
+  if (wake_fd >= 0) close(wake_fd);
+}
+
 void DataPlaneServer::Serve(FrameConnection* connection) {
   if (absl::Status greeted = Greet(connection); !greeted.ok()) {
     VLOG(1) << "data plane: " << connection->peer() << ": " << greeted.message();
     return;
   }
-  std::vector<char> buffer;  // Pushes' data, reused from step to step.
+  ConnectionState state;
   FrameHeader header;
   std::string meta;
   while (!stopping_.load()) {
     absl::Status status = connection->ReceiveHeader(&header, &meta, absl::InfiniteFuture());
-    if (status.ok()) status = Handle(connection, header, meta, &buffer);
+    if (status.ok()) status = Handle(connection, header, meta, &state);
     if (!status.ok()) {
       // A closed connection is how workers leave; anything else is worth a line.
       if (!absl::IsUnavailable(status) && !absl::IsCancelled(status)) {
@@ -158,39 +176,41 @@ absl::Status DataPlaneServer::Greet(FrameConnection* connection) {
 }
 
 absl::Status DataPlaneServer::Handle(FrameConnection* connection, const FrameHeader& header,
-                                     const std::string& meta, std::vector<char>* buffer) {
+                                     const std::string& meta, ConnectionState* state) {
   if (header.kind != FrameKind::kRequest ||
       (header.method != FrameMethod::kPush && header.method != FrameMethod::kPull)) {
     return absl::InvalidArgumentError("a data-plane request must be a push or a pull");
   }
-  if (header.stripe >= shards_.size()) {
-    RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
-    return Refuse(
-        connection, header,
-        absl::InvalidArgumentError(absl::StrCat(
-            "the call names stripe \"", header.stripe, "\", but this ps serves ", shards_.size(),
-            " (psrt_ps --ps_stripes): give every task of the job the same "
-            "--ps_stripes")));
-  }
-  return header.method == FrameMethod::kPush ? HandlePush(connection, header, meta, buffer)
-                                             : HandlePull(connection, header, meta);
+  return header.method == FrameMethod::kPush
+             ? HandlePush(connection, header, meta, &state->buffer)
+             : HandlePull(connection, header, meta, state);
 }
 
-absl::Status DataPlaneServer::Refuse(FrameConnection* connection, const FrameHeader& header,
-                                     const absl::Status& error) {
+absl::Status DataPlaneServer::Reply(FrameConnection* connection, const FrameHeader& header,
+                                    const absl::Status& error, absl::string_view meta,
+                                    absl::Span<const char> data) {
   FrameHeader reply = ReplyTo(header);
   reply.status = static_cast<uint32_t>(error.code());
-  return connection->Send(reply, error.message(), {}, absl::Now() + kTransferTimeout);
+  return connection->Send(reply, error.ok() ? meta : error.message(),
+                          data.empty() ? absl::Span<const absl::Span<const char>>()
+                                       : absl::MakeConstSpan(&data, 1),
+                          absl::Now() + kTransferTimeout);
 }
 
 absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const FrameHeader& header,
                                          const std::string& meta, std::vector<char>* buffer) {
-  const absl::Time start = absl::Now();
+  const absl::AlphaNum stripe(header.stripe);
+  const int64_t wire_bytes = dataplane::kFrameHeaderBytes + meta.size() + header.data_size;
   proto::PushHeader push;
-  if (!push.ParseFromString(meta)) {
-    RETURN_IF_ERROR(connection->SkipData(header.data_size, start + kTransferTimeout));
-    return Refuse(connection, header,
-                  absl::InvalidArgumentError("push: the metadata is not a PushHeader"));
+  absl::StatusOr<ParameterShard*> shard = handler_.Stripe(stripe.Piece());
+  absl::Status read = shard.status();
+  if (read.ok() && !push.ParseFromString(meta)) {
+    read = absl::InvalidArgumentError("push: the metadata is not a PushHeader");
+  }
+  if (!read.ok()) {
+    RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
+    return Reply(connection, header,
+                 handler_.Push(stripe.Piece(), read, push, nullptr, wire_bytes).status());
   }
   // The whole frame first: a connection cut mid-push applies nothing. The
   // buffer grows only to a size the stripe's values allow, checked (under
@@ -198,7 +218,7 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
   // too large ends the connection before any memory is taken for it.
   const size_t size = static_cast<size_t>(header.data_size);
   if (buffer->size() < size) {
-    const size_t limit = shards_[header.stripe]->value_bytes();
+    const size_t limit = (*shard)->value_bytes();
     if (size > limit) {
       return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
                                                               ", which holds no model yet"))
@@ -208,74 +228,60 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
     }
     buffer->resize(size);
   }
-  RETURN_IF_ERROR(
-      connection->ReceiveData(absl::MakeSpan(buffer->data(), size), start + kTransferTimeout));
+  RETURN_IF_ERROR(connection->ReceiveData(absl::MakeSpan(buffer->data(), size),
+                                          absl::Now() + kTransferTimeout));
   SpanByteSource data(absl::MakeConstSpan(buffer->data(), size));
-  absl::StatusOr<proto::PushResponse> reply = shards_[header.stripe]->Push(push, &data);
-  if (options_.metrics != nullptr) {
-    options_.metrics->transfers().RecordPush(OutcomeOf(reply.ok(), reply.ok() && reply->accepted(),
-                                                       reply.ok() && reply->training_done()),
-                                             dataplane::kFrameHeaderBytes + meta.size() + size,
-                                             absl::Now() - start);
-    if (reply.ok()) options_.metrics->SetVersion(reply->version());
-  }
-  if (!reply.ok()) return Refuse(connection, header, reply.status());
-  return connection->Send(ReplyTo(header), reply->SerializeAsString(), {},
-                          absl::Now() + kTransferTimeout);
+  const absl::StatusOr<proto::PushResponse> reply =
+      handler_.Push(stripe.Piece(), absl::OkStatus(), push, &data, wire_bytes);
+  return Reply(connection, header, reply.status(), reply.ok() ? reply->SerializeAsString() : "");
 }
 
 absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const FrameHeader& header,
-                                         const std::string& meta) {
+                                         const std::string& meta, ConnectionState* state) {
   RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
   proto::PullRequest request;
-  if (!request.ParseFromString(meta)) {
-    return Refuse(connection, header,
-                  absl::InvalidArgumentError("pull: the metadata is not a PullRequest"));
-  }
-  ParameterShard* shard = shards_[header.stripe];
-  absl::StatusOr<ParameterShard::PullOptions> options = shard->PullOptionsFor(request);
-  if (!options.ok()) return Refuse(connection, header, options.status());
-  const absl::Time start = absl::Now();
-  struct Answer {
-    absl::Mutex mu;
-    std::optional<absl::StatusOr<ParameterShard::PullReply>> reply ABSL_GUARDED_BY(mu);
-  };
-  auto answer = std::make_shared<Answer>();
-  const int64_t waiting =
-      shard->Pull(*options, [answer](absl::StatusOr<ParameterShard::PullReply> reply) {
-        absl::MutexLock lock(&answer->mu);
-        answer->reply = std::move(reply);
-      });
-  absl::StatusOr<ParameterShard::PullReply> reply = absl::UnknownError("unanswered");
-  {
-    absl::MutexLock lock(&answer->mu);
-    auto answered = [&answer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(answer->mu) {
-      return answer->reply.has_value();
-    };
-    while (!answer->mu.AwaitWithTimeout(absl::Condition(&answered), kPeerCheckInterval)) {
-      // The caller went away (or the server stops): free the waiting pull now.
-      if (connection->PeerClosed() || stopping_.load()) {
-        answer->mu.Unlock();
-        shard->CancelPull(waiting);
-        answer->mu.Lock();
-      }
+  const absl::Status read = request.ParseFromString(meta)
+                                ? absl::OkStatus()
+                                : absl::InvalidArgumentError("pull: the metadata is not a PullRequest");
+  if (state->wake_fd < 0) {
+    state->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (state->wake_fd < 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("data plane: no eventfd for a pull: ", std::strerror(errno)));
     }
-    reply = *std::move(answer->reply);
   }
-  if (!reply.ok()) return Refuse(connection, header, reply.status());
-  const absl::Duration waited = absl::Now() - start;
-  reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
-  const std::shared_ptr<const ParameterShard::Snapshot> snapshot = std::move(reply->snapshot);
-  const absl::Span<const char> values(reinterpret_cast<const char*>(snapshot->values.data()),
-                                      reply->num_bytes);
-  const std::string header_bytes = reply->header.SerializeAsString();
-  RETURN_IF_ERROR(
-      connection->Send(ReplyTo(header), header_bytes, {values}, absl::Now() + kTransferTimeout));
-  if (options_.metrics != nullptr) {
-    options_.metrics->transfers().RecordPull(dataplane::kFrameHeaderBytes + header_bytes.size() +
-                                             values.size());
-    if (waiting != 0) options_.metrics->transfers().RecordPullWait(waited);
+  // The answer comes on this thread, or on the one that answers a waiting
+  // pull, which then writes wake_fd if this thread sleeps (kParked) by then.
+  // Either way this thread reads `reply` only once `answered` is kAnswered,
+  // and leaves only after the answer has come.
+  enum : int { kPending, kParked, kAnswered };
+  struct {
+    absl::StatusOr<RequestHandler::PullAnswer> reply;
+    std::atomic<int> answered{kPending};
+  } answer;
+  const int wake_fd = state->wake_fd;
+  const RequestHandler::WaitingPull waiting = handler_.Pull(
+      absl::AlphaNum(header.stripe).Piece(), read, request, absl::InfiniteFuture(),
+      [&answer, wake_fd](absl::StatusOr<RequestHandler::PullAnswer> reply) {
+        answer.reply = std::move(reply);
+        if (answer.answered.exchange(kAnswered) == kParked) {
+          const uint64_t one = 1;
+          CHECK_EQ(write(wake_fd, &one, sizeof(one)), ssize_t(sizeof(one)));
+        }
+      });
+  if (answer.answered.exchange(kParked) != kAnswered) {
+    // The caller going away (or the server stopping) frees the pull now.
+    if (!connection->WaitForCloseOr(wake_fd)) waiting.Cancel();
+    uint64_t count = 0;  // Blocks until the answer (or the cancel's) has come.
+    CHECK(ReadCount(wake_fd, &count)) << std::strerror(errno);
+    CHECK_EQ(answer.answered.load(), kAnswered);
   }
+  if (!answer.reply.ok()) return Reply(connection, header, answer.reply.status());
+  const RequestHandler::PullAnswer& pulled = *answer.reply;
+  const std::string header_bytes = pulled.header.SerializeAsString();
+  RETURN_IF_ERROR(Reply(connection, header, absl::OkStatus(), header_bytes, pulled.values));
+  handler_.CountPull(pulled,
+                     dataplane::kFrameHeaderBytes + header_bytes.size() + pulled.values.size());
   return absl::OkStatus();
 }
 

@@ -1,7 +1,9 @@
 // DataPlaneServer: a ps process's pushes and pulls over the tensor data plane
 // (dataplane/), beside its gRPC service (ps_service.h), which keeps the
 // control plane (Init, Save, Restore, status, health, shutdown) and serves
-// pushes and pulls too, for workers that use gRPC for tensors.
+// pushes and pulls too, for workers that use gRPC for tensors. Both feed
+// the ps's RequestHandler (request_handler.h): this adapter only reads
+// frames and sends the handler's answers.
 //
 // A worker opens connections of its own to the data port (a pull and a push
 // connection per stripe), each starting with a hello that carries the
@@ -14,8 +16,10 @@
 //     the whole frame has arrived, so that a connection cut mid-push applies
 //     nothing. Reply: a PushResponse.
 //   Pull: metadata a PullRequest; the reply (a PullHeader, then the values)
-//     is sent straight from the shard's snapshot when the shard answers. A
-//     pull that waits for a version is cancelled when its connection closes.
+//     is sent straight from the shard's snapshot when the shard answers.
+//     While a pull waits for a version its thread sleeps in one poll() on
+//     the connection and an eventfd that the answer writes (no timer); a
+//     pull whose connection closes, or whose server stops, is cancelled.
 // Errors are replies with the status and its text; bytes that are not
 // frames end the connection.
 //
@@ -40,6 +44,7 @@
 #include "common/transport_security.h"
 #include "dataplane/frame_connection.h"
 #include "ps/parameter_shard.h"
+#include "ps/request_handler.h"
 
 namespace psrt {
 
@@ -72,18 +77,27 @@ class DataPlaneServer {
   void Serve(dataplane::FrameConnection* connection);
   // Reads the hello; OK when its credential passes.
   absl::Status Greet(dataplane::FrameConnection* connection);
+  // What a connection's thread keeps from request to request.
+  struct ConnectionState {
+    std::vector<char> buffer;  // Pushes' data, reused from step to step.
+    int wake_fd = -1;          // An eventfd a waiting pull's answer writes.
+    ~ConnectionState();        // Closes wake_fd.
+  };
   // Handles one request frame whose header and metadata have arrived; an
   // error that leaves the stream unusable ends the connection.
   absl::Status Handle(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
-                      const std::string& meta, std::vector<char>* buffer);
+                      const std::string& meta, ConnectionState* state);
   absl::Status HandlePush(dataplane::FrameConnection* connection,
                           const dataplane::FrameHeader& header, const std::string& meta,
                           std::vector<char>* buffer);
   absl::Status HandlePull(dataplane::FrameConnection* connection,
-                          const dataplane::FrameHeader& header, const std::string& meta);
-  // Sends an error reply to request `header`.
-  absl::Status Refuse(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
-                      const absl::Status& error);
+                          const dataplane::FrameHeader& header, const std::string& meta,
+                          ConnectionState* state);
+  // Sends the reply to request `header`: `meta` and `data`, or `error`'s code
+  // and text when it is not OK.
+  absl::Status Reply(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
+                     const absl::Status& error, absl::string_view meta = {},
+                     absl::Span<const char> data = {});
 
   // A connection and the thread that serves it.
   struct Session {
@@ -92,7 +106,7 @@ class DataPlaneServer {
     std::shared_ptr<std::atomic<bool>> done;  // The thread has ended.
   };
 
-  const std::vector<ParameterShard*> shards_;
+  const RequestHandler handler_;
   const Options options_;
   const std::unique_ptr<dataplane::FrameListener> listener_;
   std::atomic<bool> stopping_{false};

@@ -67,7 +67,8 @@ ParameterShard::ParameterShard(const Options& options)
     : options_(options),
       incarnation_(NewIncarnation()),
       cpu_(options.threads, /*spin=*/false),
-      pool_(std::make_shared<SnapshotPool>()) {
+      pool_(std::make_shared<SnapshotPool>()),
+      encodings_(std::make_shared<EncodingCache>()) {
   restoring_ = options.restore_at_start && !options.checkpoint_dir.empty();
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }

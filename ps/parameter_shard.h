@@ -45,8 +45,10 @@
 // into the sum (sync) or the optimizer (async): no message-sized copy. A pull
 // shares the current values buffer itself (no copy); an update that finds
 // the buffer still shared with a pull in flight first moves to a fresh buffer
-// (copy on write). Buffers are recycled, so steady state touches no new
-// pages.
+// (copy on write). A 16-bit push is decoded once, into a buffer kept from
+// push to push; a 16-bit pull's encoding is made once per version and kind,
+// and shared by the pulls that ask for it. Buffers are recycled, so steady
+// state touches no new pages.
 //
 // Thread safety: every method is thread-safe. Pull callbacks never run under
 // the shard's lock; they run on the thread of Pull, of the Push or Shutdown
@@ -116,6 +118,7 @@ class ParameterShard {
     // values, or their bfloat16 encoding (PullOptions::wire_dtype).
     std::shared_ptr<const Snapshot> snapshot;
     size_t num_bytes = 0;
+    bool waited = false;  // The pull waited (Pull had returned its id).
   };
   using PullCallback = std::function<void(absl::StatusOr<PullReply>)>;
 
@@ -210,6 +213,7 @@ class ParameterShard {
   // The fewest gradients pushed by a replica that has not finished.
   int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   class SnapshotPool;
+  class EncodingCache;
 
   absl::Status ValidateTensors(
       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& metas,
@@ -220,6 +224,9 @@ class ParameterShard {
   // malformed push. OK otherwise.
   absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A 16-bit push's gradients (`wire`, in `dtype`) as float32, in decoded_.
+  absl::Span<const char> DecodeLocked(const ByteSource& wire, proto::DataType dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first NaN or Inf element of `data`, or -1.
   int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first element of a block whose update by `grad` (the
@@ -255,9 +262,6 @@ class ParameterShard {
   void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
-  // Replaces reply's snapshot with its values as `dtype` (DT_BFLOAT16 or
-  // DT_HALF), in a buffer from `pool`.
-  static void EncodeReply(SnapshotPool* pool, proto::DataType dtype, PullReply* reply);
 
   // Unavailable while the shard restores its checkpoint at start.
   absl::Status CheckNotRestoringLocked(absl::string_view what) const
@@ -278,6 +282,8 @@ class ParameterShard {
   int64_t incarnation_ ABSL_GUARDED_BY(mu_);
   const kernels::CpuContext cpu_;
   std::shared_ptr<SnapshotPool> pool_;
+  // 16-bit pull replies (snapshot_pool.h); shared with the pulls' callbacks.
+  std::shared_ptr<EncodingCache> encodings_;
 
   mutable absl::Mutex mu_;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
@@ -293,6 +299,8 @@ class ParameterShard {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
+  // A 16-bit push's gradients as float32, decoded once (grown at the first).
+  Tensor decoded_ ABSL_GUARDED_BY(mu_);
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t last_waiter_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -38,7 +38,9 @@ void ParameterShard::TakeReadyWaiters(
   std::vector<Waiter> still_waiting;
   for (Waiter& w : waiters_) {
     if (ReadyLocked(w.options)) {
-      out->emplace_back(std::move(w.done), MakeReplyLocked(w.options.moving_average));
+      absl::StatusOr<PullReply> reply = MakeReplyLocked(w.options.moving_average);
+      if (reply.ok()) reply->waited = true;
+      out->emplace_back(std::move(w.done), std::move(reply));
     } else {
       still_waiting.push_back(std::move(w));
     }
@@ -63,9 +65,10 @@ bool ParameterShard::ReadyLocked(const PullOptions& options) const {
 int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   if (options.wire_dtype != proto::DT_FLOAT) {
     // Encoded wherever the reply is made, outside the lock.
-    done = [pool = pool_, dtype = options.wire_dtype,
+    done = [encodings = encodings_, dtype = options.wire_dtype,
+            moving_average = options.moving_average,
             done = std::move(done)](absl::StatusOr<PullReply> reply) {
-      if (reply.ok()) EncodeReply(pool.get(), dtype, &*reply);
+      if (reply.ok()) encodings->Encode(dtype, moving_average, &*reply);
       done(std::move(reply));
     };
   }
@@ -117,17 +120,6 @@ void ParameterShard::CancelPull(int64_t id) {
     waiters_.erase(it);
   }
   done(absl::CancelledError("pull: cancelled by the caller"));
-}
-
-void ParameterShard::EncodeReply(SnapshotPool* pool, proto::DataType dtype, PullReply* reply) {
-  const Tensor& values = reply->snapshot->values;
-  const int64_t n = values.num_elements();
-  std::shared_ptr<Snapshot> encoded = pool->New((n + 1) / 2);
-  EncodeWire(dtype, {values.data(), static_cast<size_t>(n)},
-             {reinterpret_cast<uint16_t*>(encoded->values.data()), static_cast<size_t>(n)});
-  reply->snapshot = std::move(encoded);
-  reply->num_bytes = n * sizeof(uint16_t);
-  for (proto::VariableMeta& meta : *reply->header.mutable_variables()) meta.set_dtype(dtype);
 }
 
 void ParameterShard::DeadlineLoop() {

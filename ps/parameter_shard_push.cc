@@ -62,11 +62,6 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     absl::MutexLock lock(&mu_);
     if (header.replica() == 0) last_chief_contact_ = absl::Now();
     RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
-    // From here on the gradients are float32, whatever the wire carried.
-    std::optional<WireAsFloatSource> decoded;
-    if (header.variables_size() > 0 && header.variables(0).dtype() != proto::DT_FLOAT) {
-      data = &decoded.emplace(*data, header.variables(0).dtype());
-    }
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
     const bool retry = header.worker_incarnation() != 0 &&
@@ -76,6 +71,12 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         !retry && !training_done_ &&
         (config_.mode() == proto::ASYNC ||
          (header.version() == version_ && pushed_.count(replica) == 0));
+    // From here on the gradients are float32, whatever the wire carried: a
+    // 16-bit push is decoded once, for the checks and the update alike.
+    std::optional<SpanByteSource> decoded;
+    if (takes_gradient && header.variables(0).dtype() != proto::DT_FLOAT) {
+      data = &decoded.emplace(DecodeLocked(*data, header.variables(0).dtype()));
+    }
     // Sync checks each gradient here and the update of their mean below.
     // Async checks the update this gradient makes, which is non-finite
     // whenever the gradient is (every rule adds it into a value or a slot):
@@ -172,6 +173,18 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   for (auto& [done, reply] : ready) done(std::move(reply));
   if (!failure.ok()) return failure;
   return response;
+}
+
+absl::Span<const char> ParameterShard::DecodeLocked(const ByteSource& wire,
+                                                    proto::DataType dtype) {
+  decoded_.Resize({total_elements_});  // Allocates at the first push only.
+  const WireAsFloatSource floats(wire, dtype);
+  float* to = decoded_.data();
+  ParallelFor([&](int64_t begin, int64_t end) {
+    floats.ReadAt(begin * sizeof(float),
+                  {reinterpret_cast<char*>(to + begin), (end - begin) * sizeof(float)});
+  });
+  return {reinterpret_cast<const char*>(to), decoded_.num_bytes()};
 }
 
 void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {

@@ -1,13 +1,10 @@
 #include "ps/ps_service.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -28,15 +25,22 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// The stripe a call names ("0" when it names none).
+absl::string_view StripeOf(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find(kStripeMetadata);
+  if (it == metadata.end()) return "0";
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
 // A pull's reactor: when the caller goes away (cancelled, or past its
 // deadline) while the pull waits, the shard frees the waiting pull at once.
 // It lives until gRPC is done with it and Watch has run (the reply may be
-// sent, and OnDone run, before the shard's Pull returns).
+// sent, and OnDone run, before the handler's Pull returns).
 class PullReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit PullReactor(ParameterShard* shard) : shard_(shard) {}
-  // The shard's id of the waiting pull (0: answered already). Call once.
-  void Watch(int64_t pull) {
+  // The pull, if it waits. Call once.
+  void Watch(RequestHandler::WaitingPull pull) {
     bool cancelled, done;
     {
       absl::MutexLock lock(&mu_);
@@ -47,18 +51,18 @@ class PullReactor final : public grpc::ServerUnaryReactor {
     }
     if (done) {
       delete this;
-    } else if (cancelled && pull != 0) {
-      shard_->CancelPull(pull);
+    } else if (cancelled) {
+      pull.Cancel();
     }
   }
   void OnCancel() override {
-    int64_t pull;
+    RequestHandler::WaitingPull pull;
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
       pull = pull_;
     }
-    if (pull != 0) shard_->CancelPull(pull);  // Finishes it, if still waiting.
+    pull.Cancel();  // Finishes it, if still waiting.
   }
   void OnDone() override {
     {
@@ -70,9 +74,8 @@ class PullReactor final : public grpc::ServerUnaryReactor {
   }
 
  private:
-  ParameterShard* const shard_;
   absl::Mutex mu_;
-  int64_t pull_ ABSL_GUARDED_BY(mu_) = 0;
+  RequestHandler::WaitingPull pull_ ABSL_GUARDED_BY(mu_);
   bool watched_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -89,18 +92,7 @@ grpc::ServerUnaryReactor* PsService::Offload(grpc::CallbackServerContext* contex
 
 absl::StatusOr<ParameterShard*> PsService::ShardOf(
     const grpc::CallbackServerContext& context) const {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find(kStripeMetadata);
-  if (it == metadata.end()) return shards_[0];
-  int stripe = -1;
-  const absl::string_view text(it->second.data(), it->second.size());
-  if (!absl::SimpleAtoi(text, &stripe) || stripe < 0 ||
-      stripe >= static_cast<int>(shards_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the call names stripe \"", text, "\", but this ps serves ", shards_.size(),
-                     " (psrt_ps --ps_stripes): give every task of the job the same --ps_stripes"));
-  }
-  return shards_[stripe];
+  return handler_.Stripe(StripeOf(context));
 }
 
 absl::Status PsService::CheckChief(const grpc::CallbackServerContext& context,
@@ -141,7 +133,7 @@ absl::Status PsService::CheckReplica(const grpc::CallbackServerContext& context,
 void PsService::ReportReadiness() {
   bool ready = true;
   int64_t version = INT64_MAX;
-  for (ParameterShard* shard : shards_) {
+  for (ParameterShard* shard : handler_.shards()) {
     const proto::StatusResponse status = shard->GetStatus();
     ready = ready && status.ready();
     version = std::min(version, status.version());
@@ -176,44 +168,22 @@ grpc::ServerUnaryReactor* PsService::Init(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
-  absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
-  if (!shard.ok()) return FinishNow(context, shard.status());
   proto::PullRequest pull;
-  if (absl::Status parsed = ParseFromByteBuffer(*request, &pull); !parsed.ok()) {
-    return FinishNow(context, parsed);
-  }
-  absl::StatusOr<ParameterShard::PullOptions> options =
-      (*shard)->PullOptionsFor(pull, absl::FromChrono(context->deadline()));
-  if (!options.ok()) return FinishNow(context, options.status());
-  auto* reactor = new PullReactor(*shard);
-  // A pull answered after Pull returned has waited.
-  auto returned = std::make_shared<std::atomic<bool>>(false);
-  const absl::Time start = absl::Now();
-  const int64_t waiting =
-      (*shard)->Pull(*options, [reactor, response, metrics = metrics_, returned,
-                                start](absl::StatusOr<ParameterShard::PullReply> reply) {
-        if (!reply.ok()) {
-          reactor->Finish(ToGrpcStatus(reply.status()));
+  const absl::Status read = ParseFromByteBuffer(*request, &pull);
+  auto* reactor = new PullReactor();
+  reactor->Watch(handler_.Pull(
+      StripeOf(*context), read, pull, absl::FromChrono(context->deadline()),
+      [this, reactor, response](absl::StatusOr<RequestHandler::PullAnswer> answer) {
+        if (!answer.ok()) {
+          reactor->Finish(ToGrpcStatus(answer.status()));
           return;
         }
-        const absl::Duration waited = absl::Now() - start;
-        reply->header.set_waited_us(absl::ToInt64Microseconds(waited));
         // The frame references the snapshot until gRPC has sent it.
-        auto snapshot = std::move(reply->snapshot);
-        *response = EncodeTensorFrame(
-            reply->header,
-            {{reinterpret_cast<const char*>(snapshot->values.data()), reply->num_bytes}},
-            [snapshot]() mutable { snapshot.reset(); });
-        if (metrics != nullptr) {
-          metrics->transfers().RecordPull(response->Length());
-          if (returned->load()) {
-            metrics->transfers().RecordPullWait(waited);
-          }
-        }
+        *response = EncodeTensorFrame(answer->header, {answer->values},
+                                      [snapshot = answer->snapshot]() mutable { snapshot.reset(); });
+        handler_.CountPull(*answer, response->Length());
         reactor->Finish(grpc::Status::OK);
-      });
-  returned->store(true);
-  reactor->Watch(waiting);
+      }));
   return reactor;
 }
 
@@ -221,22 +191,15 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
   return Offload(context, [this, context, request, response]() -> absl::Status {
-    const absl::Time start = absl::Now();
-    absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
     proto::PushHeader header;
     TensorFrameReader reader;
-    absl::Status opened = shard.ok() ? reader.Open(*request, &header) : shard.status();
-    if (opened.ok()) opened = CheckReplica(*context, header.replica());
-    absl::StatusOr<proto::PushResponse> reply =
-        opened.ok() ? (*shard)->Push(header, &reader) : opened;
-    if (reply.ok()) *response = SerializeToByteBuffer(*reply);
-    if (metrics_ != nullptr) {
-      metrics_->transfers().RecordPush(OutcomeOf(reply.ok(), reply.ok() && reply->accepted(),
-                                                 reply.ok() && reply->training_done()),
-                                       request->Length(), absl::Now() - start);
-      if (reply.ok()) metrics_->SetVersion(reply->version());
-    }
-    return reply.status();
+    absl::Status read = reader.Open(*request, &header);
+    if (read.ok()) read = CheckReplica(*context, header.replica());
+    ASSIGN_OR_RETURN(
+        const proto::PushResponse reply,
+        handler_.Push(StripeOf(*context), read, header, &reader, request->Length()));
+    *response = SerializeToByteBuffer(reply);
+    return absl::OkStatus();
   });
 }
 
@@ -246,7 +209,7 @@ grpc::ServerUnaryReactor* PsService::GetStatus(grpc::CallbackServerContext* cont
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
   *response = (*shard)->GetStatus();
-  response->set_stripes(static_cast<int>(shards_.size()));
+  response->set_stripes(static_cast<int>(handler_.shards().size()));
   response->set_data_port(data_port_.load());
   if (metrics_ != nullptr) {
     *response->mutable_process() = metrics_->metrics().process_status();
@@ -267,7 +230,7 @@ grpc::ServerUnaryReactor* PsService::Shutdown(grpc::CallbackServerContext* conte
       return FinishNow(context, chief);
     }
   }
-  for (ParameterShard* shard : shards_) shard->Shutdown(request->replica());
+  for (ParameterShard* shard : handler_.shards()) shard->Shutdown(request->replica());
   return FinishNow(context, absl::OkStatus());
 }
 

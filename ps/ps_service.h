@@ -2,19 +2,22 @@
 // (proto/psrt.proto's ParameterServer service and "Stripes"), on gRPC's
 // callback API.
 //
-// Each handler finds the stripe the call names, validates, calls that shard
-// and finishes with the converted status; Shutdown goes to every stripe.
-// Init, Pull and Push are "raw" methods: the shard reads tensor bytes
-// straight from the received slices and pulls send the shard's values buffer
-// itself, without a protobuf copy (common/tensor_frame.h). A pull that must
-// wait for a version holds no thread while it waits. The slow handlers
-// (Init, Push, Save, Restore) run on the service's own threads, so that
-// gRPC's callback threads stay free for health checks, status and pulls.
+// Pushes and pulls go to the ps's RequestHandler (request_handler.h), as the
+// data plane's do (dataplane_server.h): this adapter reads the frame, checks
+// the caller's roles and sends the answer. The control calls find the stripe
+// the call names, validate, call that shard and finish with the converted
+// status; Shutdown goes to every stripe. Init, Pull and Push are "raw"
+// methods: the shard reads tensor bytes straight from the received slices
+// and pulls send the shard's values buffer itself, without a protobuf copy
+// (common/tensor_frame.h). A pull that must wait for a version holds no
+// thread while it waits (its reactor cancels it when the caller goes away).
+// The slow handlers (Init, Push, Save, Restore) run on the service's own
+// threads, so that gRPC's callback threads stay free for health checks,
+// status and pulls.
 //
-// It also counts what it serves into PsMetrics (common/metrics.h), adds the
-// process and traffic to GetStatus's reply, and reports the shard's
-// readiness to the standard health service (NOT_SERVING until the chief has
-// made every stripe ready).
+// It also adds the process and traffic to GetStatus's reply, and reports
+// the shard's readiness to the standard health service (NOT_SERVING until
+// the chief has made every stripe ready) and PsMetrics (common/metrics.h).
 //
 // Thread safety: gRPC calls the handlers concurrently; the shards, the
 // metrics and the health reporter are thread-safe.
@@ -32,6 +35,7 @@
 #include "common/metrics.h"
 #include "proto/psrt.grpc.pb.h"
 #include "ps/parameter_shard.h"
+#include "ps/request_handler.h"
 
 namespace psrt {
 
@@ -65,11 +69,11 @@ class PsService final : public PsServiceBase {
   explicit PsService(std::vector<ParameterShard*> shards,
                      PsMetrics* metrics = nullptr, HealthReporter* health = nullptr,
                      Roles roles = {})
-      : shards_(std::move(shards)),
+      : handler_(std::move(shards), metrics),
         metrics_(metrics),
         health_(health),
         roles_(std::move(roles)),
-        runner_(static_cast<int>(2 * shards_.size())) {}
+        runner_(static_cast<int>(2 * handler_.shards().size())) {}
 
   // Publishes the readiness (every stripe ready) and version (the lowest) to
   // the health service and the metrics. The handlers call it after Init and
@@ -118,7 +122,7 @@ class PsService final : public PsServiceBase {
   // certificate does not name the replica's host (Roles::replica_hosts).
   absl::Status CheckReplica(const grpc::CallbackServerContext& context, int replica) const;
 
-  const std::vector<ParameterShard*> shards_;
+  const RequestHandler handler_;
   PsMetrics* const metrics_;
   HealthReporter* const health_;
   const Roles roles_;

@@ -3,6 +3,7 @@
 // memory, and every way a connection fails.
 #include "dataplane/frame_connection.h"
 
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -133,6 +134,38 @@ TEST_P(FrameConnectionTest, DeadlinesAndShutdownEndWaits) {
   absl::StatusOr<std::unique_ptr<FrameConnection>> none = pair.listener->Accept(kMaxData);
   accept_waker.join();
   EXPECT_EQ(none.status().code(), absl::StatusCode::kCancelled) << none.status();
+}
+
+// WaitForCloseOr wakes for its eventfd, the peer's close and Shutdown, and
+// not for data that arrives.
+TEST_P(FrameConnectionTest, WaitForCloseOrWakesForTheEventFdACloseOrShutdownOnly) {
+  const int wake = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(wake, 0);
+  const uint64_t one = 1;
+  for (int way = 0; way < 3; ++way) {
+    Pair pair = Connect(Address());
+    ASSERT_TRUE(pair.client && pair.server);
+    std::thread waker([&] {
+      absl::SleepFor(absl::Milliseconds(100));
+      // A frame arrives first: no wake-up for it.
+      EXPECT_TRUE(pair.client->Send({}, "data", {}, Soon()).ok());
+      absl::SleepFor(absl::Milliseconds(100));
+      if (way == 0) {
+        EXPECT_EQ(write(wake, &one, sizeof(one)), ssize_t(sizeof(one)));
+      } else if (way == 1) {
+        pair.client.reset();
+      } else {
+        pair.server->Shutdown();
+      }
+    });
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(pair.server->WaitForCloseOr(wake), way == 0) << way;
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(190)) << way;
+    waker.join();
+    uint64_t count = 0;
+    if (way == 0) EXPECT_EQ(read(wake, &count, sizeof(count)), ssize_t(sizeof(count)));
+  }
+  close(wake);
 }
 
 INSTANTIATE_TEST_SUITE_P(TcpAndUnix, FrameConnectionTest, ::testing::Values("tcp", "unix"));

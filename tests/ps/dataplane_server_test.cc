@@ -267,5 +267,52 @@ TEST_F(DataPlaneServerTest, AWaitingPullIsCancelledWhenItsConnectionCloses) {
   EXPECT_EQ(shards_[0]->GetStatus().waiting_pulls(), 0);
 }
 
+// A waiting pull's thread sleeps until the answer wakes it: a push on
+// another connection answers it at once; a pull still waiting when the
+// server stops is freed.
+TEST_F(DataPlaneServerTest, AWaitingPullIsAnsweredWhenItsVersionComesOrFreedAtStop) {
+  auto pulling = Connect();
+  proto::PullRequest pull;
+  pull.set_min_version(1);
+  FrameHeader request;
+  request.kind = FrameKind::kRequest;
+  request.method = FrameMethod::kPull;
+  request.stripe = 1;
+  ASSERT_TRUE(pulling->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
+  for (int i = 0; i < 100 && shards_[1]->GetStatus().waiting_pulls() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(shards_[1]->GetStatus().waiting_pulls(), 1);
+  auto pushing = Connect();
+  const std::vector<float> grad = {1, 2, 3, 4};
+  std::string meta;
+  FrameHeader reply =
+      Call(pushing.get(), FrameMethod::kPush, 1, PushMeta(0),
+           {reinterpret_cast<const char*>(grad.data()), sizeof(float) * kSize}, &meta);
+  ASSERT_EQ(reply.status, 0u) << meta;
+  ASSERT_TRUE(pulling->ReceiveHeader(&reply, &meta, Soon()).ok());
+  ASSERT_EQ(reply.status, 0u) << meta;
+  proto::PullHeader pulled;
+  ASSERT_TRUE(pulled.ParseFromString(meta));
+  EXPECT_EQ(pulled.version(), 1);
+  EXPECT_GT(pulled.waited_us(), 0);
+  std::vector<float> values(kSize);
+  ASSERT_TRUE(
+      pulling->ReceiveData({reinterpret_cast<char*>(values.data()), reply.data_size}, Soon()).ok());
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+
+  // Another wait, then the server stops under it.
+  pull.set_min_version(5);
+  ASSERT_TRUE(pulling->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
+  for (int i = 0; i < 100 && shards_[1]->GetStatus().waiting_pulls() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(shards_[1]->GetStatus().waiting_pulls(), 1);
+  const absl::Time start = absl::Now();
+  server_.reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(shards_[1]->GetStatus().waiting_pulls(), 0);
+}
+
 }  // namespace
 }  // namespace psrt
