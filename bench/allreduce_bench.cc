@@ -27,7 +27,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 
 DEFINE_int32(rank, 0, "This worker's rank.");
 DEFINE_int32(workers, 2, "Workers in the ring.");
@@ -38,7 +38,7 @@ DEFINE_int32(rounds, 10, "Allreduces per run.");
 DEFINE_bool(unix_socket, false,
             "Reach the next worker over its abstract Unix socket instead of TCP.");
 DEFINE_bool(data_plane, false,
-            "Move the segments over the data plane (socket_ring_transport.h), not gRPC.");
+            "Move the segments over the data plane (data_plane_ring_transport.h), not gRPC.");
 
 using psrt::bench::Check;
 using psrt::bench::Median;

@@ -18,7 +18,7 @@
 #include "kernels/device.h"
 #include "models/model.h"
 #include "worker/input/input_factory.h"
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 #include "worker/store/ps_client.h"
 #include "worker/training/trainer.h"
 

@@ -19,7 +19,7 @@
 #include "glog/logging.h"
 #include "models/model.h"
 #include "worker/store/allreduce_store.h"
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 #include "worker/store/ps_client.h"
 #include "worker/training/towers.h"
 #include "worker/training/trainer.h"

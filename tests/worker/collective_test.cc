@@ -1,7 +1,7 @@
 // Collective: ring allreduce and broadcast between real gRPC servers on
 // 127.0.0.1, one per worker, each driven by its own thread as separate
 // worker processes would; and the faults that must not hang a job.
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 
 #include <cmath>
 #include <memory>

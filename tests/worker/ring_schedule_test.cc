@@ -1,7 +1,7 @@
 // RingSchedule: the ring schedule against an in-memory transport: W workers
 // on W threads of one process, no servers. (collective_test.cc runs it over
 // gRPC.)
-#include "worker/store/ring_schedule.h"
+#include "worker/ring/ring_schedule.h"
 
 #include <cstring>
 #include <map>

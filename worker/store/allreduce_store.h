@@ -42,7 +42,7 @@
 
 #include "common/timeline.h"
 #include "ps/parameter_shard.h"
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 #include "worker/store/parameter_store.h"
 
 namespace psrt {

@@ -1,42 +1,43 @@
-// SocketRingTransport: the ring collectives' segments over the data plane
-// (dataplane/), worker to worker, beside the gRPC control of
-// grpc_ring_transport.h: a RingTransport with that transport's semantics
-// and without gRPC's copies. Collective (collective.h) chooses it with
-// Options::data_plane.
+// DataPlaneRingTransport: the ring collectives' segments over the data
+// plane (dataplane/), worker to worker, beside the ring's control (pings,
+// over gRPC: ring_control.h): a RingTransport (ring_schedule.h) with the
+// gRPC transport's semantics (RingPeerRules, ring_peer_rules.h) and without
+// gRPC's copies. Collective (collective.h) chooses it with
+// RingOptions::data_plane (psrt_worker's --tensor_transport=socket).
 //
 // Each worker listens for its previous worker on a TCP port of its own
-// (Options::data_port, else any free one, on Options::data_listen_host) and, with
-// Options::unix_socket, on "unix-abstract:psrt-ring-PORT" (PORT: its gRPC
-// port); it tells the TCP address to whoever pings it over gRPC, and its
-// sender asks the next worker so before connecting (a loopback next worker
-// with unix_socket is reached over its Unix socket). Every connection opens
-// with a hello carrying the auth token (dataplane/hello.h).
+// (RingOptions::data_port, else any free one, on data_listen_host) and,
+// with RingOptions::unix_socket, on "unix-abstract:psrt-ring-PORT" (PORT:
+// its gRPC port); whoever pings it learns the TCP address (data_address),
+// and its sender asks the next worker so before connecting (a loopback
+// next worker with unix_socket is reached over its Unix socket). Every
+// connection opens with a hello carrying the auth token
+// (dataplane/hello.h).
 //
 // A segment is one frame (method kRingSegment) whose metadata is a
 // CollectiveHeader (op, step, sender, incarnation) and whose data is the
 // segment: sent with sendmsg from the caller's buffer by a sender thread,
 // and read by the receiving op thread straight into its destination, or
 // added into it 64 KiB at a time. The receiver acknowledges each frame once
-// read (an empty reply) or refuses it (an error reply: another sender, op
-// or size, or a process of another run, as grpc_ring_transport.h states
-// them), and the sender waits for that answer. A receiver's hello answer
-// names the last segment it took, so that a sender whose answer was lost
-// does not wait for the receiver's next op to hear it again.
+// read (an empty reply) or refuses it (an error reply, as RingPeerRules
+// judges it, or a step other than the one awaited), and the sender waits
+// for that answer. A receiver's hello answer names the last segment it
+// took, so that a sender whose answer was lost does not wait for the
+// receiver's next op to hear it again.
 //
 // Faults: a send whose connection fails is sent again on a new one, with
-// backoff (50 ms doubling to 1 s), until the op's timeout; its receiver
-// skips what it had read of it already (a segment added in part is not
-// added twice), or drops it when it had taken it whole. A previous worker
-// silent for the op's timeout is pinged over gRPC and waited for up to
-// busy_timeout while it answers; so is a next worker that has not read a
-// segment within the op's timeout. A hello refused for its token, when the
+// backoff, until the op's timeout; its receiver skips what it had read of
+// it already (a segment added in part is not added twice), or drops it
+// when it had taken it whole. A silent previous worker, or a next worker
+// that has not read a segment within the op's timeout, is pinged and
+// waited for while it answers. A hello refused for its token, when the
 // previous worker does not answer a ping either, fails the receive
 // (Unauthenticated). Errors name the peer.
 //
 // Thread safety: StartSend, FinishSend and Receive from one thread at a
 // time; the listeners' threads and the sender thread are the transport's.
-#ifndef PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
-#define PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
+#ifndef PSRT_WORKER_RING_DATA_PLANE_RING_TRANSPORT_H_
+#define PSRT_WORKER_RING_DATA_PLANE_RING_TRANSPORT_H_
 
 #include <cstdint>
 #include <memory>
@@ -50,8 +51,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "worker/store/collective.h"
-#include "worker/store/ring_schedule.h"
+#include "worker/ring/ring_control.h"
+#include "worker/ring/ring_options.h"
+#include "worker/ring/ring_peer_rules.h"
+#include "worker/ring/ring_schedule.h"
 
 namespace psrt {
 
@@ -60,16 +63,19 @@ class FrameConnection;
 class FrameListener;
 }  // namespace dataplane
 
-class GrpcRingTransport;
 class TransportSecurity;  // common/transport_security.h
 
-class SocketRingTransport final : public RingTransport {
+class DataPlaneRingTransport final : public RingTransport {
  public:
-  // Listens at once and tells `control` (which serves the ring's gRPC
-  // service and pings; it must outlive this) where. A listener that cannot
-  // start fails every op, naming why.
-  SocketRingTransport(const Collective::Options& options, GrpcRingTransport* control);
-  ~SocketRingTransport() override;
+  // Listens at once; a listener that cannot start fails every op, naming
+  // why. Uses every option but the timeline. REQUIRES: `control` outlives
+  // the transport.
+  DataPlaneRingTransport(const RingOptions& options, RingControl* control);
+  ~DataPlaneRingTransport() override;
+
+  // Where the previous worker reaches this one's TCP listener ("host:port";
+  // empty when it could not start): to be told to whoever pings this worker.
+  const std::string& data_address() const { return data_address_; }
 
   std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
   absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
@@ -98,43 +104,30 @@ class SocketRingTransport final : public RingTransport {
                            absl::Span<char> bytes, bool add, bool* refused);
   // The newest incoming connection, if one arrived since the last call.
   std::unique_ptr<dataplane::FrameConnection> TakeIncoming();
-  // The error naming the previous worker after `silent` without a frame,
-  // or OK to go on waiting (it answers a ping, and busy_timeout is not
-  // over).
-  absl::Status CheckSilentPrevious(int64_t op, int step, absl::Duration silent);
 
-  const Collective::Options options_;
-  GrpcRingTransport* const control_;
-  const int next_rank_;
-  const int previous_rank_;
-  const int64_t incarnation_;
+  RingControl* const control_;
   const std::shared_ptr<const TransportSecurity> security_;
   const std::string credential_;  // Said in the hello to the next worker.
   absl::Status listen_error_;     // Set in the constructor only.
+  std::string data_address_;      // Likewise.
   std::vector<std::unique_ptr<dataplane::FrameListener>> listeners_;
   std::vector<std::thread> accept_threads_;
 
   // The op thread's own: the connection from the previous worker it reads,
-  // the last (op, step) it took, and how far into the current one it got
-  // (a resent frame skips that much).
+  // and how far into the segment (op, step) it got (a resent frame skips
+  // that much).
   std::unique_ptr<dataplane::FrameConnection> in_;
-  std::pair<int64_t, int> last_taken_ = {0, 0};
   std::pair<int64_t, int> partial_ = {0, 0};
   uint64_t partial_bytes_ = 0;
-  int64_t previous_incarnation_ = 0;  // 0: none seen.
-  std::vector<float> add_block_;
 
   absl::Mutex mu_;
+  // Its state under mu_: what the op thread took (told in hello answers by
+  // the accept threads) and the hellos refused for their token.
+  RingPeerRules rules_;
   std::unique_ptr<dataplane::FrameConnection> incoming_ ABSL_GUARDED_BY(mu_);
   Outgoing* queued_ ABSL_GUARDED_BY(mu_) = nullptr;
   // A send that failed for good: the receive need not wait any longer.
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
-  // The last (op, step) taken (last_taken_'s copy for the accept threads,
-  // which tell it in their hello answers).
-  std::pair<int64_t, int> taken_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  // Hellos refused for their token; how many Receive has looked into.
-  int refused_hellos_ ABSL_GUARDED_BY(mu_) = 0;
-  int refusals_checked_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // The sender thread's connection to the next worker; shut down by
   // FinishSend to cancel a send.
@@ -145,4 +138,4 @@ class SocketRingTransport final : public RingTransport {
 
 }  // namespace psrt
 
-#endif  // PSRT_WORKER_STORE_SOCKET_RING_TRANSPORT_H_
+#endif  // PSRT_WORKER_RING_DATA_PLANE_RING_TRANSPORT_H_

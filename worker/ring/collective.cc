@@ -1,22 +1,26 @@
-#include "worker/store/collective.h"
+#include "worker/ring/collective.h"
 
 #include "common/transport_security.h"
 #include "glog/logging.h"
-#include "worker/store/grpc_ring_transport.h"
-#include "worker/store/socket_ring_transport.h"
+#include "worker/ring/data_plane_ring_transport.h"
+#include "worker/ring/grpc_ring_transport.h"
 
 namespace psrt {
 
 Collective::Collective(Options options)
     : options_(std::move(options)),
       grpc_(std::make_unique<GrpcRingTransport>(options_)),
-      socket_(options_.data_plane ? std::make_unique<SocketRingTransport>(options_, grpc_.get())
-                                  : nullptr),
-      schedule_(options_.rank, size(),
-                socket_ != nullptr ? static_cast<RingTransport*>(socket_.get()) : grpc_.get(),
-                options_.timeline) {
+      data_plane_(options_.data_plane
+                      ? std::make_unique<DataPlaneRingTransport>(options_, grpc_.get())
+                      : nullptr),
+      schedule_(
+          options_.rank, size(),
+          data_plane_ != nullptr ? static_cast<RingTransport*>(data_plane_.get()) : grpc_.get(),
+          options_.timeline) {
   CHECK(!options_.data_plane || options_.security == nullptr || !options_.security->tls())
       << "the ring's data plane has no TLS";
+  // Whoever pings this worker learns where it takes segments.
+  if (data_plane_ != nullptr) grpc_->set_data_address(data_plane_->data_address());
 }
 
 Collective::~Collective() = default;

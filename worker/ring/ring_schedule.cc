@@ -1,4 +1,4 @@
-#include "worker/store/ring_schedule.h"
+#include "worker/ring/ring_schedule.h"
 
 #include "common/status_macros.h"
 #include "common/timeline.h"

@@ -1,8 +1,9 @@
 // RingSchedule: the ring collectives' schedule, free of any transport: which
 // segment of the buffer goes to the next worker and which one comes from the
 // previous worker at each step, over a RingTransport (gRPC in
-// grpc_ring_transport.h; tests use an in-memory one). Collective
-// (collective.h) puts the two together.
+// grpc_ring_transport.h, the data plane in data_plane_ring_transport.h;
+// tests use an in-memory one). Collective (collective.h) puts them
+// together.
 //
 // Worker r of W sends only to worker r+1 (mod W) and receives only from
 // worker r-1. AllreduceSum cuts the buffer into W segments (segment i of n
@@ -20,8 +21,8 @@
 // later call returns it.
 //
 // Thread safety: one thread at a time.
-#ifndef PSRT_WORKER_STORE_RING_SCHEDULE_H_
-#define PSRT_WORKER_STORE_RING_SCHEDULE_H_
+#ifndef PSRT_WORKER_RING_RING_SCHEDULE_H_
+#define PSRT_WORKER_RING_RING_SCHEDULE_H_
 
 #include <cstdint>
 #include <memory>
@@ -94,4 +95,4 @@ class RingSchedule {
 
 }  // namespace psrt
 
-#endif  // PSRT_WORKER_STORE_RING_SCHEDULE_H_
+#endif  // PSRT_WORKER_RING_RING_SCHEDULE_H_
