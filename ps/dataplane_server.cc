@@ -240,9 +240,10 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const Fram
                                          const std::string& meta, ConnectionState* state) {
   RETURN_IF_ERROR(connection->SkipData(header.data_size, absl::Now() + kTransferTimeout));
   proto::PullRequest request;
-  const absl::Status read = request.ParseFromString(meta)
-                                ? absl::OkStatus()
-                                : absl::InvalidArgumentError("pull: the metadata is not a PullRequest");
+  const absl::Status read =
+      request.ParseFromString(meta)
+          ? absl::OkStatus()
+          : absl::InvalidArgumentError("pull: the metadata is not a PullRequest");
   if (state->wake_fd < 0) {
     state->wake_fd = eventfd(0, EFD_CLOEXEC);
     if (state->wake_fd < 0) {

@@ -1,7 +1,7 @@
 // ParameterShard: the state of one parameter-server task, free of any
 // transport: its slice of the model's variables, the optimizer, the version
-// counter and synchronous aggregation. ps_service.cc is a thin gRPC adapter
-// around it.
+// counter and synchronous aggregation. The ps's RequestHandler
+// (request_handler.h) serves its pushes and pulls to both transports.
 //
 // Protocol. The chief calls Init once with the variable list, the initial
 // values and the TrainingConfig (a later Init with the same variables is a
@@ -55,8 +55,8 @@
 // that satisfied them, or of the shard's deadline thread.
 //
 // Invariants: current_->values holds the variables back to back in
-// variables_ order; sum_ holds the sum of the gradients of the replicas in
-// pushed_ at version_.
+// variables_ order; in sync mode sum_ holds the sum of the gradients of the
+// replicas in pushed_ at version_.
 #ifndef PSRT_PS_PARAMETER_SHARD_H_
 #define PSRT_PS_PARAMETER_SHARD_H_
 
@@ -224,7 +224,8 @@ class ParameterShard {
   // malformed push. OK otherwise.
   absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // A 16-bit push's gradients (`wire`, in `dtype`) as float32, in decoded_.
+  // A 16-bit push's gradients (`wire`, in `dtype`) as float32, in decoded_
+  // (sum_ in async mode).
   absl::Span<const char> DecodeLocked(const ByteSource& wire, proto::DataType dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first NaN or Inf element of `data`, or -1.
@@ -298,8 +299,10 @@ class ParameterShard {
   float average_decay_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  Tensor sum_ ABSL_GUARDED_BY(mu_);                   // Sync mode.
-  // A 16-bit push's gradients as float32, decoded once (grown at the first).
+  // Sync mode: the sum; async mode: a 16-bit push's gradients, decoded.
+  Tensor sum_ ABSL_GUARDED_BY(mu_);
+  // Sync mode: a 16-bit push's gradients as float32, decoded once (grown
+  // at the first).
   Tensor decoded_ ABSL_GUARDED_BY(mu_);
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);

@@ -177,14 +177,16 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
 
 absl::Span<const char> ParameterShard::DecodeLocked(const ByteSource& wire,
                                                     proto::DataType dtype) {
-  decoded_.Resize({total_elements_});  // Allocates at the first push only.
+  // Async mode keeps no sum: its buffer takes the decoding.
+  Tensor& decoded = config_.mode() == proto::ASYNC ? sum_ : decoded_;
+  decoded.Resize({total_elements_});  // Allocates at the first push only.
   const WireAsFloatSource floats(wire, dtype);
-  float* to = decoded_.data();
+  float* to = decoded.data();
   ParallelFor([&](int64_t begin, int64_t end) {
     floats.ReadAt(begin * sizeof(float),
                   {reinterpret_cast<char*>(to + begin), (end - begin) * sizeof(float)});
   });
-  return {reinterpret_cast<const char*>(to), decoded_.num_bytes()};
+  return {reinterpret_cast<const char*>(to), decoded.num_bytes()};
 }
 
 void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {

@@ -179,8 +179,9 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
           return;
         }
         // The frame references the snapshot until gRPC has sent it.
-        *response = EncodeTensorFrame(answer->header, {answer->values},
-                                      [snapshot = answer->snapshot]() mutable { snapshot.reset(); });
+        *response = EncodeTensorFrame(
+            answer->header, {answer->values},
+            [snapshot = answer->snapshot]() mutable { snapshot.reset(); });
         handler_.CountPull(*answer, response->Length());
         reactor->Finish(grpc::Status::OK);
       }));
