@@ -130,6 +130,28 @@ class DataPlaneServerTest : public ::testing::Test {
     return reply;
   }
 
+  // Pushes `grad` to `stripe` at version 0; returns the reply's header.
+  static FrameHeader Push(FrameConnection* connection, uint32_t stripe,
+                          const std::vector<float>& grad, std::string* reply_meta) {
+    return Call(connection, FrameMethod::kPush, stripe, PushMeta(0),
+                {reinterpret_cast<const char*>(grad.data()), sizeof(float) * grad.size()},
+                reply_meta);
+  }
+  // Sends a pull of `min_version` to `stripe` and waits until it waits.
+  void SendWaitingPull(FrameConnection* connection, uint32_t stripe, int64_t min_version) {
+    proto::PullRequest pull;
+    pull.set_min_version(min_version);
+    FrameHeader request;
+    request.kind = FrameKind::kRequest;
+    request.method = FrameMethod::kPull;
+    request.stripe = stripe;
+    ASSERT_TRUE(connection->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
+    for (int i = 0; i < 100 && shards_[stripe]->GetStatus().waiting_pulls() == 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_EQ(shards_[stripe]->GetStatus().waiting_pulls(), 1);
+  }
+
   std::unique_ptr<ParameterShard> shards_[2];
   std::unique_ptr<DataPlaneServer> server_;
 };
@@ -148,11 +170,8 @@ TEST_F(DataPlaneServerTest, AHelloWithoutTheTokenIsRefused) {
 
 TEST_F(DataPlaneServerTest, APushIsAppliedAndAPullSendsTheValues) {
   auto connection = Connect();
-  const std::vector<float> grad = {1, 2, 3, 4};
   std::string meta;
-  FrameHeader reply =
-      Call(connection.get(), FrameMethod::kPush, 1, PushMeta(0),
-           {reinterpret_cast<const char*>(grad.data()), sizeof(float) * kSize}, &meta);
+  FrameHeader reply = Push(connection.get(), 1, {1, 2, 3, 4}, &meta);
   ASSERT_EQ(reply.status, 0u) << meta;
   proto::PushResponse pushed;
   ASSERT_TRUE(pushed.ParseFromString(meta));
@@ -187,9 +206,7 @@ TEST_F(DataPlaneServerTest, BadRequestsAreRefusedAndACutPushAppliesNothing) {
   EXPECT_THAT(meta, HasSubstr("the call names stripe \"7\", but this ps serves 2"));
   reply = Call(connection.get(), FrameMethod::kPush, 0, "not a header", {}, &meta);
   EXPECT_THAT(meta, HasSubstr("push: the metadata is not a PushHeader"));
-  const std::vector<float> short_grad = {1, 2};  // A wrong byte length.
-  reply = Call(connection.get(), FrameMethod::kPush, 0, PushMeta(0),
-               {reinterpret_cast<const char*>(short_grad.data()), sizeof(float) * 2}, &meta);
+  reply = Push(connection.get(), 0, {1, 2}, &meta);  // A wrong byte length.
   EXPECT_EQ(reply.status, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument)) << meta;
 
   // The cut: a header announcing 16 bytes, then 8, then the connection closes.
@@ -250,16 +267,8 @@ TEST_F(DataPlaneServerTest, OversizedFramesAreRefusedBeforeAnyMemoryIsTaken) {
 // A pull that waits for a version is freed when its connection closes.
 TEST_F(DataPlaneServerTest, AWaitingPullIsCancelledWhenItsConnectionCloses) {
   auto connection = Connect();
-  proto::PullRequest pull;
-  pull.set_min_version(5);  // Never comes.
-  FrameHeader request;
-  request.kind = FrameKind::kRequest;
-  request.method = FrameMethod::kPull;
-  ASSERT_TRUE(connection->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
-  for (int i = 0; i < 100 && shards_[0]->GetStatus().waiting_pulls() == 0; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_EQ(shards_[0]->GetStatus().waiting_pulls(), 1);
+  SendWaitingPull(connection.get(), 0, 5);  // Version 5 never comes.
+  if (HasFatalFailure()) return;
   connection.reset();
   for (int i = 0; i < 100 && shards_[0]->GetStatus().waiting_pulls() != 0; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
@@ -272,23 +281,11 @@ TEST_F(DataPlaneServerTest, AWaitingPullIsCancelledWhenItsConnectionCloses) {
 // server stops is freed.
 TEST_F(DataPlaneServerTest, AWaitingPullIsAnsweredWhenItsVersionComesOrFreedAtStop) {
   auto pulling = Connect();
-  proto::PullRequest pull;
-  pull.set_min_version(1);
-  FrameHeader request;
-  request.kind = FrameKind::kRequest;
-  request.method = FrameMethod::kPull;
-  request.stripe = 1;
-  ASSERT_TRUE(pulling->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
-  for (int i = 0; i < 100 && shards_[1]->GetStatus().waiting_pulls() == 0; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_EQ(shards_[1]->GetStatus().waiting_pulls(), 1);
+  SendWaitingPull(pulling.get(), 1, 1);
+  if (HasFatalFailure()) return;
   auto pushing = Connect();
-  const std::vector<float> grad = {1, 2, 3, 4};
   std::string meta;
-  FrameHeader reply =
-      Call(pushing.get(), FrameMethod::kPush, 1, PushMeta(0),
-           {reinterpret_cast<const char*>(grad.data()), sizeof(float) * kSize}, &meta);
+  FrameHeader reply = Push(pushing.get(), 1, {1, 2, 3, 4}, &meta);
   ASSERT_EQ(reply.status, 0u) << meta;
   ASSERT_TRUE(pulling->ReceiveHeader(&reply, &meta, Soon()).ok());
   ASSERT_EQ(reply.status, 0u) << meta;
@@ -302,12 +299,8 @@ TEST_F(DataPlaneServerTest, AWaitingPullIsAnsweredWhenItsVersionComesOrFreedAtSt
   EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
 
   // Another wait, then the server stops under it.
-  pull.set_min_version(5);
-  ASSERT_TRUE(pulling->Send(request, pull.SerializeAsString(), {}, Soon()).ok());
-  for (int i = 0; i < 100 && shards_[1]->GetStatus().waiting_pulls() == 0; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_EQ(shards_[1]->GetStatus().waiting_pulls(), 1);
+  SendWaitingPull(pulling.get(), 1, 5);
+  if (HasFatalFailure()) return;
   const absl::Time start = absl::Now();
   server_.reset();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
