@@ -1,12 +1,12 @@
 // input_bench: the image input pipeline's own throughput (no model, no
 // parameter server): JPEG decode + random distorted crop + resize + flip to
 // --size x --size RGB floats, on --threads decoder threads, as a training
-// worker's ImagePipeline (worker/image_pipeline.h) does it:
+// worker's ImagePipeline (worker/input/image_pipeline.h) does it:
 //
 //   build/bin/input_bench --size=299 --threads=2
 //   input: size=299 threads=2 images_per_sec=X (source 500x375 JPEG, N KB; ...)
 //
-// The source images are generated (worker/synthetic_images.h: colored
+// The source images are generated (worker/input/synthetic_images.h: colored
 // stripes and shapes with per-pixel noise) at ImageNet's typical size,
 // JPEG-encoded at --quality, and held in memory like a worker's shard; the
 // noise makes them larger (and slower to decode) than photos of the same

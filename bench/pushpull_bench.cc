@@ -138,10 +138,7 @@ int Run() {
     return 2;
   }
   // As a worker's: auto takes the data plane where every ps serves one.
-  using DataPlane = psrt::PsClient::Options::DataPlane;
-  options.data_plane = *transport == psrt::TensorTransport::kSocket ? DataPlane::kRequired
-                       : *transport == psrt::TensorTransport::kGrpc ? DataPlane::kOff
-                                                                    : DataPlane::kIfServed;
+  options.tensor_transport = *transport;
   psrt::PsClient client(options, *placement, vars);
   Check(client.WaitForServers(absl::Seconds(60)));
 
@@ -225,7 +222,7 @@ int Run() {
       "tcp_mb_per_s=%.0f ratio_to_tcp=%.2f minor_faults_per_round=%.1f\n",
       FLAGS_model_mb, spec->num_ps(), *stripes,
       std::string(psrt::WireDtypeName(*wire_dtype)).c_str(),
-      client.uses_data_plane() ? "socket" : "grpc", FLAGS_device.c_str(), x, y, x / y,
+      client.uses_data_plane() ? "data_plane" : "grpc", FLAGS_device.c_str(), x, y, x / y,
       Median(faults));
   return 0;
 }

@@ -5,7 +5,7 @@
 //   {"ps": ["10.0.0.1:2222", "10.0.0.2:2222"], "worker": ["10.0.0.3:2222"]}
 //   {"cluster": {"ps": [...], "worker": [...]},
 //    "task": {"type": "worker", "index": 0}}
-// Jobs: "ps" (none: an allreduce-mode job, worker/allreduce_store.h),
+// Jobs: "ps" (none: an allreduce-mode job, worker/store/allreduce_store.h),
 // "worker" (required unless "chief" is present),
 // "chief" (at most one task) and "evaluator". Every address is "host:port"
 // ("[v6addr]:port" for IPv6), unique across the whole cluster.

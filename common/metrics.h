@@ -5,11 +5,12 @@
 // two never disagree.
 //
 // The modules that count see small Record* methods, never a Prometheus type:
-//   ps/ps_service.cc    PsMetrics      pushes, pulls, bytes, pull waits,
-//                                      apply latency, version, readiness
-//   worker/ps_client.cc TransferMetrics the worker's side of the same
-//   worker/trainer.cc   WorkerMetrics  state, global step, local steps,
-//                                      examples/sec
+//   ps/request_handler.cc       PsMetrics        pushes, pulls, bytes, pull
+//                                                waits, apply latency,
+//                                                version, readiness
+//   worker/store/ps_client.cc   TransferMetrics  the worker's side of the same
+//   worker/training/trainer.cc  WorkerMetrics    state, global step, local
+//                                                steps, examples/sec
 // Every series carries the constant labels job and task. Every registry also
 // exports the process: psrt_process_start_time_seconds,
 // psrt_process_resident_memory_bytes (read at each scrape) and

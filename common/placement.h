@@ -22,7 +22,7 @@
 // that a shard holds neighbouring layers: the first layers' shard is then
 // complete early in the forward pass and the last layers' early in the
 // backward pass, which lets a worker overlap their transfer with compute
-// (worker/step_pipeline.h). Under kContiguous two slices of one variable
+// (worker/training/step_pipeline.h). Under kContiguous two slices of one variable
 // may share a shard.
 #ifndef PSRT_COMMON_PLACEMENT_H_
 #define PSRT_COMMON_PLACEMENT_H_

@@ -45,18 +45,19 @@ DEFINE_string(bind_host, "",
               "the host the spec (or --coordinator) names. 0.0.0.0: every "
               "interface (containers, whose spec names a service address).");
 DEFINE_string(tensor_transport, "auto",
-              "How pushes and pulls move tensors: socket (psrt's data plane: "
+              "How pushes and pulls move tensors: data_plane (psrt's data plane: "
               "connections of its own beside gRPC, which keeps the control "
-              "plane; frames gathered from and received into the tensors), grpc "
-              "(inside gRPC messages), or auto: socket without TLS, grpc with "
-              "TLS (the data plane has no TLS; socket with TLS on is refused at "
-              "start). A ps serves the data plane with socket and auto (no TLS); "
+              "plane; frames gathered from and received into the tensors; "
+              "`socket` is its old name), grpc (inside gRPC messages), or auto: "
+              "data_plane without TLS, grpc with TLS (the data plane has no TLS; "
+              "data_plane with TLS on is refused at start). A ps serves the data "
+              "plane with data_plane and auto (no TLS); "
               "a worker with auto uses it when every ps task serves it. In "
               "allreduce mode the ring's segments take it too (every worker "
               "must choose alike).");
 DEFINE_int32(data_port, 0,
              "ps, and workers in allreduce mode: the TCP port of the data plane "
-             "(--tensor_transport=socket) on the task's host; 0: any free one "
+             "(--tensor_transport=data_plane) on the task's host; 0: any free one "
              "(the others learn it from the task: a ps's status, a worker's "
              "answer to a ping).");
 DEFINE_string(coordinator, "",
@@ -179,9 +180,11 @@ std::string BindHostFromFlags() { return FLAGS_bind_host; }
 absl::StatusOr<TensorTransport> TensorTransportFromFlags() {
   if (FLAGS_tensor_transport == "auto") return TensorTransport::kAuto;
   if (FLAGS_tensor_transport == "grpc") return TensorTransport::kGrpc;
-  if (FLAGS_tensor_transport == "socket") return TensorTransport::kSocket;
+  if (FLAGS_tensor_transport == "data_plane" || FLAGS_tensor_transport == "socket") {
+    return TensorTransport::kDataPlane;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--tensor_transport must be auto, socket or grpc, got \"", FLAGS_tensor_transport,
+      "--tensor_transport must be auto, data_plane (or socket) or grpc, got \"", FLAGS_tensor_transport,
       "\""));
 }
 

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/cluster_spec.h"
+#include "common/tensor_transport.h"
 #include "common/transport_security.h"
 
 namespace psrt {
@@ -48,8 +49,7 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
 // cluster (ListenHost in common/rpc_util.h).
 std::string BindHostFromFlags();
 
-// --tensor_transport: how pushes and pulls move tensors (dataplane/).
-enum class TensorTransport { kAuto, kGrpc, kSocket };
+// --tensor_transport: how pushes, pulls and ring segments move tensors.
 absl::StatusOr<TensorTransport> TensorTransportFromFlags();
 // --data_port: a ps's (or an allreduce worker's) data-plane port (0: any).
 // InvalidArgument outside 0..65535.

@@ -1,4 +1,4 @@
-// Fuzzes the IDX reader (worker/idx_dataset.h) with an images file and a
+// Fuzzes the IDX reader (worker/input/idx_dataset.h) with an images file and a
 // labels file (plain or gzip), then batches what it reads as a worker does.
 //
 // Input: byte num_classes + 8 (so 0 and negative counts occur), U16 length

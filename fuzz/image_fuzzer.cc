@@ -1,8 +1,8 @@
-// Fuzzes image input: the JPEG and PNG decoders (worker/image_decoder.h,
+// Fuzzes image input: the JPEG and PNG decoders (worker/input/image_decoder.h,
 // libjpeg-turbo and libpng behind error handlers that must turn every
 // failure into a status, never an exit), the preprocessing of what decodes
-// (worker/image_preprocess.h), and the parsing of build_image_data.py
-// Examples (worker/image_records.h), each with the input as the bytes.
+// (worker/input/image_preprocess.h), and the parsing of build_image_data.py
+// Examples (worker/input/image_records.h), each with the input as the bytes.
 // Seeds: fuzz_make_corpus writes color.jpg, gray.jpg, color.png and
 // example; cmyk.jpg and ycck.jpg (8x8, libjpeg's CMYK encoder, the second
 // with jpeg_set_colorspace(JCS_YCCK)) were written once by hand.

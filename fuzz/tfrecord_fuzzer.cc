@@ -1,5 +1,5 @@
 // Fuzzes the TFRecord reader (common/tfrecord.h; plain and gzip files) and
-// the tf.train.Example decoding of TFRecord input (worker/tfrecord_dataset.h)
+// the tf.train.Example decoding of TFRecord input (worker/input/tfrecord_dataset.h)
 // with the input as the file.
 #include <string>
 #include <vector>

@@ -48,7 +48,7 @@ struct ModelOptions {
 };
 
 // Lets a caller overlap a training step's communication with its compute
-// (worker/step_pipeline.h): ComputeGradients calls `before_read(b, e)` before
+// (worker/training/step_pipeline.h): ComputeGradients calls `before_read(b, e)` before
 // the forward pass first reads variables [b, e), `loss_ready(loss)` once the
 // loss is known, and `gradients_ready(b, e)` once the gradients of [b, e)
 // are final in the caller's tensors. Every

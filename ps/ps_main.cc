@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (*transport == psrt::TensorTransport::kSocket && (*security)->tls()) {
-    LOG(ERROR) << "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
+  if (*transport == psrt::TensorTransport::kDataPlane && (*security)->tls()) {
+    LOG(ERROR) << "--tensor_transport=data_plane: the data plane has no TLS, and TLS is on: use "
                   "--tensor_transport=grpc or auto (tensors then travel encrypted)";
     return 2;
   }

@@ -6,7 +6,7 @@
 # and one line for push + pull through a ps task on 127.0.0.1 with the GPU
 # copies included (gradients from the device before each push, parameters to
 # it after each pull, through page-locked tensors):
-#   pushpull: model_mb=13 shards=1 ... tensors=grpc|socket device=gpu mb_per_s=X tcp_mb_per_s=Y ...
+#   pushpull: model_mb=13 shards=1 ... tensors=grpc|data_plane device=gpu mb_per_s=X tcp_mb_per_s=Y ...
 # A measurement that fails prints `gpu_train: model=M gpu_math=X FAILED:
 # reason` (or `pushpull: FAILED: reason`), keeps its whole log, and the
 # script goes on; it exits 1 at the end if anything failed.
@@ -93,7 +93,7 @@ done
 if "$bin/psrtctl" make_spec --ps=1 --workers=1 --out="$work/cluster.json" \
      >"$log_dir/make_spec.log" 2>&1; then
   # The page-locked tensors inside gRPC messages, then over the data plane.
-  for tensors in grpc socket; do
+  for tensors in grpc data_plane; do
     "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=0 \
       >"$log_dir/ps-0-$tensors.log" 2>&1 &
     ps_pid=$!

@@ -58,7 +58,7 @@ for gbit in $gbits; do
       burst "$((gbit * 125000))" latency 20ms
   done
   for size in $sizes; do
-    for tensors in grpc socket; do
+    for tensors in grpc data_plane; do
       ip netns exec "$tag-ps" "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps \
         --task_index=0 --ps_stripes="$stripes" --tensor_transport="$tensors" \
         >"$work/ps.log" 2>&1 &

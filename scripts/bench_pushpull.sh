@@ -6,7 +6,7 @@
 #   pushpull: model_mb=S shards=K stripes=P wire=W tensors=G transport=T device=cpu
 #             mb_per_s=X tcp_mb_per_s=Y ratio_to_tcp=R minor_faults_per_round=F
 # (wire: fp32, bf16 or fp16 (--wire_dtype), mb_per_s counting the model's float32
-# bytes either way; tensors: grpc, or socket, the data plane (--tensor_transport);
+# bytes either way; tensors: grpc, or data_plane (--tensor_transport);
 # transport: how the bench reaches the shards, loopback TCP or their Unix
 # sockets (psrt_ps --unix_socket); tcp_mb_per_s: one plain TCP socket pair on
 # 127.0.0.1 moving the same bytes in the same run; faults: the client's, per
@@ -15,11 +15,11 @@
 #   scripts/bench_pushpull.sh [--sizes "13 100"] [--shards "1 2"] [--runs 5]
 #                             [--stripes "1 2 4"] [--transports "tcp unix"]
 #                             [--wire_dtypes "fp32 bf16 fp16"]
-#                             [--tensor_transports "grpc socket"]
+#                             [--tensor_transports "grpc data_plane"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="13 100" shard_counts="1 2" runs=5 transports="tcp unix" stripe_counts="1 2 4" wire_dtypes="fp32"
-tensor_transports="grpc socket"
+tensor_transports="grpc data_plane"
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;

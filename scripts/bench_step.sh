@@ -13,7 +13,7 @@
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600] [--workers 2]
 #                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
 #                         [--overlap true|false] [--placement contiguous]
-#                         [--tensors auto|socket|grpc]
+#                         [--tensors auto|data_plane|grpc]
 # (unix: the workers reach the ps over its Unix socket, --unix_socket;
 # stripes: --ps_stripes of every task; wire, overlap and placement: the
 # workers' --wire_dtype, --overlap_comm and --placement; tensors: every

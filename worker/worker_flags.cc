@@ -421,17 +421,13 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   client.pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
   client.retry_timeout = absl::Seconds(FLAGS_ps_retry_secs);
   ASSIGN_OR_RETURN(const TensorTransport transport, TensorTransportFromFlags());
-  if (transport == TensorTransport::kSocket && config->security->tls()) {
+  if (transport == TensorTransport::kDataPlane && config->security->tls()) {
     return absl::InvalidArgumentError(
-        "--tensor_transport=socket: the data plane has no TLS, and TLS is on: use "
+        "--tensor_transport=data_plane: the data plane has no TLS, and TLS is on: use "
         "--tensor_transport=grpc or auto (tensors then travel encrypted)");
   }
-  using DataPlane = PsClient::Options::DataPlane;
-  client.data_plane = config->allreduce                         ? DataPlane::kOff
-                      : transport == TensorTransport::kSocket    ? DataPlane::kRequired
-                      : transport == TensorTransport::kGrpc      ? DataPlane::kOff
-                      : config->security->tls()                  ? DataPlane::kOff
-                                                                 : DataPlane::kIfServed;
+  client.tensor_transport = config->allreduce || config->security->tls() ? TensorTransport::kGrpc
+                                                                          : transport;
 
   Collective::Options& ring = config->ring;
   ring.rank = config->replica;
@@ -443,7 +439,7 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   ring.unix_socket = FLAGS_unix_socket;
   // The ring's segments take the data plane as pushes and pulls do (every
   // worker must choose alike: one over gRPC only is refused, naming it).
-  ring.data_plane = transport == TensorTransport::kSocket ||
+  ring.data_plane = transport == TensorTransport::kDataPlane ||
                     (transport == TensorTransport::kAuto && !config->security->tls());
   ASSIGN_OR_RETURN(ring.data_port, DataPortFromFlags());
   config->checkpoint_dir = FLAGS_checkpoint_dir;

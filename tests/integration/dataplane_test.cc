@@ -1,5 +1,5 @@
 // Jobs whose pushes and pulls go over the tensor data plane
-// (--tensor_transport=socket) between real processes on 127.0.0.1: the same
+// (--tensor_transport=data_plane) between real processes on 127.0.0.1: the same
 // parameters as over gRPC, to the last bit, and clear errors where the tasks
 // disagree.
 #include <stdlib.h>
@@ -64,8 +64,8 @@ TEST_F(DataPlaneTest, AJobWithAnAuthTokenTrainsOverTheDataPlane) {
   const std::string spec = MakeSpec(1, 2);
   ASSERT_EQ(setenv("PSRT_AUTH_TOKEN", "a-token-for-the-data-plane", 1), 0);
   CommandResult r =
-      Launch(spec, dir_ + "/logs", "--sync_replicas --train_steps=60 --tensor_transport=socket",
-             "--ps_flags --tensor_transport=socket");
+      Launch(spec, dir_ + "/logs", "--sync_replicas --train_steps=60 --tensor_transport=data_plane",
+             "--ps_flags --tensor_transport=data_plane");
   unsetenv("PSRT_AUTH_TOKEN");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string chief_log = ReadFile(dir_ + "/logs/worker-0.log");
@@ -89,13 +89,13 @@ TEST_F(DataPlaneTest, AWorkerOnTheDataPlaneAndAPsWithoutOneIsAClearError) {
   EXPECT_NE(auto_log.find("a ps task serves no data plane: pushes and pulls over gRPC"),
             std::string::npos)
       << auto_log;
-  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=20 --tensor_transport=socket",
+  CommandResult r = Launch(spec, dir_ + "/logs", "--train_steps=20 --tensor_transport=data_plane",
                            "--ps_flags --tensor_transport=grpc");
   EXPECT_NE(r.exit_code, 0) << r.output;
   const std::string log = ReadFile(dir_ + "/logs/worker-0.log");
   EXPECT_NE(log.find("ps/0 stripe 0 (127.0.0.1:"), std::string::npos) << log;
   EXPECT_NE(log.find("serves no data plane, and this task was started with "
-                     "--tensor_transport=socket"),
+                     "--tensor_transport=data_plane"),
             std::string::npos)
       << log;
 }

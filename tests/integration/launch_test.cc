@@ -518,7 +518,7 @@ void LaunchTest::ExpectAKilledPsIsRestartedAndTheJobRecovers(const std::string& 
   const size_t restart = ps_log.find("=== restart 1 of task ps/1 (exit code 137) ===");
   ASSERT_NE(restart, std::string::npos) << ps_log;
   EXPECT_NE(ps_log.find("restored checkpoint", restart), std::string::npos) << ps_log;
-  if (transport == "socket") {
+  if (transport == "data_plane") {
     // The restarted ps serves its data plane again, on a port of its own
     // choosing (--data_port=0), which the workers ask it for to reconnect.
     const size_t first = ps_log.find("data plane on ");
@@ -533,7 +533,7 @@ TEST_F(LaunchTest, PsKilledMidRunIsRestartedAndTheJobRecoversUnderExitCode) {
 }
 
 TEST_F(LaunchTest, PsKilledMidRunOverTheDataPlaneIsRestartedAndTheWorkersReconnect) {
-  ExpectAKilledPsIsRestartedAndTheJobRecovers("socket");
+  ExpectAKilledPsIsRestartedAndTheJobRecovers("data_plane");
 }
 
 // A chief that fails (here: its pull times out while worker/1 is stopped)

@@ -14,7 +14,7 @@
 // Every test runs MLP training in sync mode and asks that it finishes: all
 // steps, the final accuracy line, every PS done at the last version. Each
 // prints one "network_fault:" line with what it measured. Each runs twice:
-// with tensors over gRPC, and over the data plane (--tensor_transport=socket),
+// with tensors over gRPC, and over the data plane (--tensor_transport=data_plane),
 // whose connections get relays of their own (at 127.0.0.2 and the port the
 // ps reports), where the faults then land.
 #include <cstdio>
@@ -61,12 +61,12 @@ std::string LastLines(const std::string& text, int n) {
 
 class NetworkFaultTest : public ClusterFixture, public ::testing::WithParamInterface<std::string> {
  protected:
-  // "grpc" or "socket": --tensor_transport of every task.
+  // "grpc" or "data_plane": --tensor_transport of every task.
   const std::string& Transport() const { return GetParam(); }
   std::string TransportFlag() const { return "--tensor_transport=" + Transport(); }
   // The relay that carries ps/k's tensors: its data plane's, or its gRPC's.
   FaultRelay& TensorRelay(int k) {
-    return Transport() == "socket" ? *data_relays_[k] : *relays_[k];
+    return Transport() == "data_plane" ? *data_relays_[k] : *relays_[k];
   }
 
   void TearDown() override {
@@ -112,7 +112,7 @@ class NetworkFaultTest : public ClusterFixture, public ::testing::WithParamInter
           absl::StrCat("--all_hosts --ps_flags='--bind_host=127.0.0.1 ", TransportFlag(), "'"));
       done_.Notify();
     });
-    if (Transport() != "socket") return;
+    if (Transport() != "data_plane") return;
     // Each ps's data plane behind a relay too: at 127.0.0.2 and the port the
     // ps reports (the workers retry the connection until the relay is up).
     static const std::regex kDataPlane(R"(data plane on 127\.0\.0\.1:(\d+))");
@@ -241,7 +241,7 @@ TEST_P(NetworkFaultTest, SyncTrainingSurvivesAFourSecondStallOfOnePs) {
   ASSERT_TRUE(WaitForStepAbove(kFaultStep - 1)) << LastLines(Finish().output, 30);
   const absl::Time stalled = absl::Now();
   relays_[1]->StallAll(kStall);
-  if (Transport() == "socket") data_relays_[1]->StallAll(kStall);
+  if (Transport() == "data_plane") data_relays_[1]->StallAll(kStall);
   absl::SleepFor(kStall);
   const long step_at_resume = ChiefStep();
   const absl::Time resumed = absl::Now();
@@ -323,7 +323,7 @@ TEST_P(NetworkFaultTest, SyncTrainingSurvivesALinkDownForFourSeconds) {
   EXPECT_LT(std::stod(m[1]), 10.0) << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(GrpcAndDataPlane, NetworkFaultTest, ::testing::Values("grpc", "socket"),
+INSTANTIATE_TEST_SUITE_P(GrpcAndDataPlane, NetworkFaultTest, ::testing::Values("grpc", "data_plane"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "grpc" ? "TensorsOverGrpc"
                                                        : "TensorsOverTheDataPlane";

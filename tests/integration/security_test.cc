@@ -53,16 +53,16 @@ class SecurityTest : public ClusterFixture {
   int ps_pid_ = 0;
 };
 
-// The data plane has no TLS: with TLS on, --tensor_transport=socket is
+// The data plane has no TLS: with TLS on, --tensor_transport=data_plane is
 // refused at start by the ps and by the worker, never run in plaintext.
 TEST_F(SecurityTest, TheDataPlaneIsRefusedWithTls) {
   const std::string spec = MakeSpec(1, 1);
   for (const char* binary : {"psrt_ps --job_name=ps", "psrt_worker --job_name=worker"}) {
     CommandResult r = RunCommand(absl::StrCat("timeout 30 ", bin_, "/", binary,
                                               " --task_index=0 --cluster_spec=", spec, " ", tls_,
-                                              " ", token_flag_, " --tensor_transport=socket 2>&1"));
+                                              " ", token_flag_, " --tensor_transport=data_plane 2>&1"));
     EXPECT_NE(r.exit_code, 0) << binary << "\n" << r.output;
-    EXPECT_NE(r.output.find("--tensor_transport=socket: the data plane has no TLS, and TLS is "
+    EXPECT_NE(r.output.find("--tensor_transport=data_plane: the data plane has no TLS, and TLS is "
                             "on: use --tensor_transport=grpc"),
               std::string::npos)
         << binary << "\n" << r.output;

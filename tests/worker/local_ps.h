@@ -1,6 +1,6 @@
 // Helpers of the worker tests that talk to real parameter servers in their
 // own process: a ps task (its stripes, service and gRPC server on
-// 127.0.0.1) and clients of it.
+// 127.0.0.1, and its data plane when asked) and clients of it.
 #ifndef PSRT_TESTS_WORKER_LOCAL_PS_H_
 #define PSRT_TESTS_WORKER_LOCAL_PS_H_
 
@@ -11,13 +11,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
 #include "common/placement.h"
 #include "common/rpc_util.h"
+#include "common/tensor_transport.h"
 #include "common/transport_security.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "ps/dataplane_server.h"
 #include "ps/parameter_shard.h"
 #include "ps/ps_service.h"
 #include "worker/store/ps_client.h"
@@ -51,6 +54,21 @@ struct LocalPs {
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
   ParameterShard& shard(int stripe = 0) { return *shards[stripe]; }
 
+  // Serves the data plane too (psrt_ps --tensor_transport=data_plane), on a
+  // free port of 127.0.0.1, without TLS or token, counting what it serves
+  // into data_plane_metrics.
+  void ServeDataPlane() {
+    DataPlaneServer::Options options;
+    options.listen_address = "127.0.0.1:0";
+    options.security = std::make_shared<const TransportSecurity>();
+    options.metrics = &data_plane_metrics;
+    absl::StatusOr<std::unique_ptr<DataPlaneServer>> started =
+        DataPlaneServer::Start(Pointers(shards), options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    data_plane = *std::move(started);
+    service.set_data_port(data_plane->port());
+  }
+
   static std::vector<std::unique_ptr<ParameterShard>> MakeShards(
       int n, ParameterShard::Options options) {
     std::vector<std::unique_ptr<ParameterShard>> shards;
@@ -72,6 +90,9 @@ struct LocalPs {
   PsService service;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
+  Metrics metrics{Metrics::Options{"ps"}};
+  PsMetrics data_plane_metrics{&metrics};
+  std::unique_ptr<DataPlaneServer> data_plane;  // Null: gRPC only.
 };
 
 inline std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& tasks, int replica,

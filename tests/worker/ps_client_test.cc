@@ -1,6 +1,8 @@
-// PsClient against real PsService shards in this process, over gRPC on
-// 127.0.0.1: partitioned variables, messages far above gRPC's 4 MB default,
-// sync aggregation across two clients, and model mismatch detection.
+// PsClient against real PsService shards in this process, on 127.0.0.1:
+// partitioned variables, messages far above gRPC's 4 MB default, sync
+// aggregation across two clients, and model mismatch detection. The tests
+// of pushes and pulls (PsClientTransportTest) run over both transports of
+// tensors: gRPC and the data plane.
 #include "worker/store/ps_client.h"
 
 #include <arpa/inet.h>
@@ -28,19 +30,64 @@
 namespace psrt {
 namespace {
 
+// The tests of pushes and pulls, once per transport of tensors.
+class PsClientTransportTest : public ::testing::TestWithParam<TensorTransport> {
+ public:
+  // A ps task of `stripes` (on `port`; 0: a free one) that serves the
+  // transport under test.
+  std::unique_ptr<LocalPs> Ps(int port = 0, int stripes = 1) {
+    auto ps = std::make_unique<LocalPs>(port, stripes);
+    if (GetParam() == TensorTransport::kDataPlane) ps->ServeDataPlane();
+    return ps;
+  }
+  std::unique_ptr<PsClient> Client(const std::vector<LocalPs*>& tasks, int replica,
+                                   const std::vector<VariableDef>& vars,
+                                   absl::Duration retry_timeout = absl::Seconds(60),
+                                   int stripes = 1, proto::DataType wire = proto::DT_FLOAT) {
+    PsClient::Options options;
+    for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
+    options.ps_stripes = stripes;
+    options.replica = replica;
+    options.retry_timeout = retry_timeout;
+    options.rpc_timeout = absl::Seconds(30);
+    options.pull_timeout = absl::Seconds(30);
+    options.wire_dtype = wire;
+    options.tensor_transport = GetParam();
+    absl::StatusOr<Placement> placement =
+        ComputePlacement(vars, tasks.size() * stripes, PlacementOptions());
+    EXPECT_TRUE(placement.ok()) << placement.status();
+    return std::make_unique<PsClient>(options, *placement, vars);
+  }
+  // Pushes the tasks' data planes served (0 over gRPC).
+  static int64_t DataPlanePushes(const std::vector<LocalPs*>& tasks) {
+    int64_t pushes = 0;
+    for (LocalPs* ps : tasks) pushes += ps->data_plane_metrics.transfers().traffic().pushes();
+    return pushes;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, PsClientTransportTest,
+                         ::testing::Values(TensorTransport::kGrpc, TensorTransport::kDataPlane),
+                         [](const ::testing::TestParamInfo<TensorTransport>& info) {
+                           return info.param == TensorTransport::kGrpc ? "Grpc" : "DataPlane";
+                         });
+
 // 6000 x 1024 floats: 24 MB, partitioned into two 12 MB slices.
 std::vector<VariableDef> Variables(int64_t rows = 6000) {
   return {{"big", {rows, 1024}}, {"small", {10}}};
 }
 
 // Two replicas, one sync step, over two ps tasks of `stripes` shards each.
-void SyncStepOverTwoPsTasks(int stripes) {
-  LocalPs ps0(0, stripes), ps1(0, stripes);
+void SyncStepOverTwoPsTasks(PsClientTransportTest* test, int stripes) {
+  auto ps0_owner = test->Ps(0, stripes), ps1_owner = test->Ps(0, stripes);
+  LocalPs &ps0 = *ps0_owner, &ps1 = *ps1_owner;
   const auto vars = Variables();
   const absl::Duration retry = absl::Seconds(60);
-  auto chief = NewClient({&ps0, &ps1}, 0, vars, retry, stripes);
-  auto other = NewClient({&ps0, &ps1}, 1, vars, retry, stripes);
+  auto chief = test->Client({&ps0, &ps1}, 0, vars, retry, stripes);
+  auto other = test->Client({&ps0, &ps1}, 1, vars, retry, stripes);
   ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(other->WaitForServers(absl::Seconds(10)).ok());
+  EXPECT_EQ(chief->uses_data_plane(), test->GetParam() == TensorTransport::kDataPlane);
   std::vector<Tensor> initial = Filled(vars, 2.0f);
   initial[0].data()[123] = 7.0f;  // Lands in the first slice.
   initial[0].data()[6000 * 1024 - 1] = -7.0f;  // In the last.
@@ -73,6 +120,9 @@ void SyncStepOverTwoPsTasks(int stripes) {
   EXPECT_EQ(a[0].data()[6000 * 1024 - 1], -8.0f);
   EXPECT_EQ(a[1].data()[9], 1.0f);
   EXPECT_EQ(b[0].data()[6000 * 1024 - 1], -8.0f);
+  // Every stripe had a push from each replica, over the transport under test.
+  EXPECT_EQ(PsClientTransportTest::DataPlanePushes({&ps0, &ps1}),
+            test->GetParam() == TensorTransport::kDataPlane ? 2 * 2 * stripes : 0);
   for (LocalPs* ps : {&ps0, &ps1}) {
     for (int stripe = 0; stripe < stripes; ++stripe) {
       EXPECT_EQ(ps->shard(stripe).GetStatus().version(), 1);
@@ -89,22 +139,19 @@ void SyncStepOverTwoPsTasks(int stripes) {
   }
 }
 
-TEST(PsClientTest, SyncStepOverTwoShardsWithLargeMessages) { SyncStepOverTwoPsTasks(1); }
+TEST_P(PsClientTransportTest, SyncStepOverTwoShardsWithLargeMessages) {
+  SyncStepOverTwoPsTasks(this, 1);
+}
 
-TEST(PsClientTest, SyncStepOverStripedPsTasks) { SyncStepOverTwoPsTasks(3); }
+TEST_P(PsClientTransportTest, SyncStepOverStripedPsTasks) { SyncStepOverTwoPsTasks(this, 3); }
 
 // --wire_dtype=bf16 end to end: pushes and training pulls carry bfloat16,
 // a full-precision pull gets the float32 the stripes hold.
-TEST(PsClientTest, Bf16WireRoundsOnlyWhatTravels) {
-  LocalPs ps(0, /*stripes=*/2);
+TEST_P(PsClientTransportTest, Bf16WireRoundsOnlyWhatTravels) {
+  auto ps = Ps(0, /*stripes=*/2);
   const auto vars = Variables(/*rows=*/100);
-  PsClient::Options options;
-  options.ps_addresses = {ps.address()};
-  options.ps_stripes = 2;
-  options.wire_dtype = proto::DT_BFLOAT16;
-  auto placement = ComputePlacement(vars, 2, PlacementOptions());
-  ASSERT_TRUE(placement.ok());
-  PsClient client(options, *placement, vars);
+  auto owner = Client({ps.get()}, 0, vars, absl::Seconds(60), 2, proto::DT_BFLOAT16);
+  PsClient& client = *owner;
   ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
   const float fine = 1.0f + 1.0f / 1024;  // Rounds to 1 in bfloat16.
   ASSERT_TRUE(client.Init(SyncConfig(1), Filled(vars, fine)).ok());  // Init: float32.
@@ -215,11 +262,11 @@ TEST(PsClientTest, AStripeCountMismatchIsNamed) {
 
 // A pull that waits for the other replica's push says how long it waited
 // (PullHeader.waited_us), so the trainer can tell waiting from the wire.
-TEST(PsClientTest, PullReportsHowLongItWaitedForTheVersion) {
-  LocalPs ps;
+TEST_P(PsClientTransportTest, PullReportsHowLongItWaitedForTheVersion) {
+  auto ps = Ps();
   const auto vars = Variables(10);
-  auto chief = NewClient({&ps}, 0, vars);
-  auto other = NewClient({&ps}, 1, vars);
+  auto chief = Client({ps.get()}, 0, vars);
+  auto other = Client({ps.get()}, 1, vars);
   ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
   ASSERT_TRUE(chief->Init(SyncConfig(2), Filled(vars, 1.0f)).ok());
   ASSERT_TRUE(other->WaitForModelReady(absl::Seconds(10)).ok());
@@ -347,10 +394,10 @@ TEST(PsClientTest, WaitForServersNamesTheMissingShard) {
   EXPECT_EQ(status.message().find("ps/0"), absl::string_view::npos) << status;
 }
 
-TEST(PsClientTest, RejectedPushKeepsItsErrorAndTheShardsIncarnation) {
-  LocalPs ps0, ps1;
+TEST_P(PsClientTransportTest, RejectedPushKeepsItsErrorAndTheShardsIncarnation) {
+  auto ps0 = Ps(), ps1 = Ps();
   const auto vars = Variables(/*rows=*/100);
-  auto chief = NewClient({&ps0, &ps1}, 0, vars);
+  auto chief = Client({ps0.get(), ps1.get()}, 0, vars);
   ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
   proto::TrainingConfig config = SyncConfig(1);
   config.set_mode(proto::ASYNC);
@@ -369,11 +416,11 @@ TEST(PsClientTest, RejectedPushKeepsItsErrorAndTheShardsIncarnation) {
   EXPECT_TRUE(chief->Pull(0, &params).ok());
 }
 
-TEST(PsClientTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
+TEST_P(PsClientTransportTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
   const auto vars = Variables(/*rows=*/100);
-  auto ps = std::make_unique<LocalPs>();
+  auto ps = Ps();
   const int port = ps->port;
-  auto client = NewClient({ps.get()}, 0, vars);
+  auto client = Client({ps.get()}, 0, vars);
   proto::TrainingConfig config = SyncConfig(1);
   config.set_mode(proto::ASYNC);
   ASSERT_TRUE(client->Init(config, Filled(vars, 1.0f)).ok());
@@ -383,7 +430,7 @@ TEST(PsClientTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
   ps.reset();  // The task dies; it comes back on its port 500 ms later.
   std::thread restart([&] {
     absl::SleepFor(absl::Milliseconds(500));
-    auto back = std::make_unique<LocalPs>(port);
+    auto back = Ps(port);  // Its data plane, if any, on another port.
     proto::InitHeader header;  // As the chief would confirm it.
     *header.mutable_config() = config;
     std::vector<Tensor> values = Filled(vars, 2.0f);
@@ -413,10 +460,10 @@ TEST(PsClientTest, RetriesARestartingShardAndReportsItsNewIncarnation) {
   EXPECT_EQ(params[1].data()[0], 2.0f);
 }
 
-TEST(PsClientTest, GivesUpOnAShardThatStaysDown) {
+TEST_P(PsClientTransportTest, GivesUpOnAShardThatStaysDown) {
   const auto vars = Variables(/*rows=*/100);
-  auto ps = std::make_unique<LocalPs>();
-  auto client = NewClient({ps.get()}, 0, vars, /*retry_timeout=*/absl::Seconds(1));
+  auto ps = Ps();
+  auto client = Client({ps.get()}, 0, vars, /*retry_timeout=*/absl::Seconds(1));
   proto::TrainingConfig config = SyncConfig(1);
   ASSERT_TRUE(client->Init(config, Filled(vars, 1.0f)).ok());
   ps.reset();

@@ -2,53 +2,27 @@
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/backoff.h"
-#include "common/byte_source.h"
 #include "common/cluster_spec.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
-#include "common/tensor_frame.h"
 #include "common/transport_security.h"
 #include "common/wire_dtype.h"
 #include "dataplane/frame_connection.h"
-#include "worker/store/dataplane_shards.h"
-#include "worker/store/shard_fanout.h"
 #include "glog/logging.h"
+#include "worker/store/dataplane_shard_transport.h"
+#include "worker/store/grpc_shard_transport.h"
+#include "worker/store/shard_calls.h"
+#include "worker/store/slice_codec.h"
 
 namespace psrt {
-namespace {
-
-constexpr char kInit[] = "/psrt.proto.ParameterServer/Init";
-constexpr char kPull[] = "/psrt.proto.ParameterServer/Pull";
-constexpr char kPush[] = "/psrt.proto.ParameterServer/Push";
-constexpr char kGetStatus[] = "/psrt.proto.ParameterServer/GetStatus";
-constexpr char kShutdown[] = "/psrt.proto.ParameterServer/Shutdown";
-constexpr char kSave[] = "/psrt.proto.ParameterServer/Save";
-constexpr char kRestore[] = "/psrt.proto.ParameterServer/Restore";
-
-// Pulled bytes are copied into the parameters in pieces of this size, on
-// all cores: one core alone cannot saturate memory bandwidth here.
-constexpr int64_t kCopyGrainBytes = 256 << 10;
-
-proto::VariableMeta MetaOf(const VariableSlice& slice,
-                           proto::DataType dtype = proto::DT_FLOAT) {
-  proto::VariableMeta meta;
-  meta.set_name(slice.name);
-  meta.set_dtype(dtype);
-  for (int64_t d : slice.shape) meta.add_shape(d);
-  return meta;
-}
-
-}  // namespace
 
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
@@ -56,11 +30,11 @@ PsClient::PsClient(Options options, Placement placement,
       copier_(options_.copy_threads, /*spin=*/false),
       placement_(std::move(placement)),
       variables_(std::move(variables)),
-      fanout_(std::make_unique<ShardFanout>([this](int k) { return ShardName(k); },
-                                            options_.retry_timeout)) {
+      grpc_(std::make_unique<GrpcShardTransport>()) {
   CHECK_GE(options_.ps_stripes, 1);
   CHECK_EQ(placement_.num_shards,
            static_cast<int>(options_.ps_addresses.size()) * options_.ps_stripes);
+  CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
   const TransportSecurity plaintext;
   const TransportSecurity& security = options_.security ? *options_.security : plaintext;
   const bool unix_socket = options_.unix_socket && !security.tls();
@@ -70,32 +44,44 @@ PsClient::PsClient(Options options, Placement placement,
     const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
     const std::string target = unix_socket ? PreferLocalSocket(address) : address;
     if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
-    fanout_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
+    grpc_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
   }
-  if (options_.data_plane != Options::DataPlane::kOff) {
+  if (options_.tensor_transport != TensorTransport::kGrpc) {
     CHECK(!security.tls()) << "the data plane has no TLS";
-    DataPlaneShards::Options data_plane;
+    DataPlaneShardTransport::Options data_plane;
     data_plane.num_shards = num_shards();
     data_plane.address_of = [this](int k) { return DataPlaneAddress(k); };
     data_plane.stripe_of = [this](int k) { return k % options_.ps_stripes; };
     data_plane.credential = security.DataPlaneCredential();
-    data_plane.retry_timeout = options_.retry_timeout;
+    data_plane.transfer_timeout = options_.rpc_timeout;
     data_plane.shard_name = [this](int k) { return ShardName(k); };
-    data_plane_ = std::make_unique<DataPlaneShards>(std::move(data_plane));
-    pulled_wire_.resize(num_shards());
+    data_plane_ = std::make_unique<DataPlaneShardTransport>(std::move(data_plane));
   }
-  CHECK(IsWireDtype(options_.wire_dtype)) << options_.wire_dtype;
+  calls_ = std::make_unique<ShardCalls>(num_shards(), [this](int k) { return ShardName(k); },
+                                        options_.retry_timeout);
+  codec_ = std::make_unique<SliceCodec>(placement_, copier_);
   push_headers_.resize(num_shards());
-  wire_buffers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
     push_headers_[k].set_replica(options_.replica);
-    for (int s : placement_.shard_slices[k]) {
-      *push_headers_[k].add_variables() = MetaOf(placement_.slices[s], options_.wire_dtype);
+    for (proto::VariableMeta& meta : codec_->Metas(k, options_.wire_dtype)) {
+      *push_headers_[k].add_variables() = std::move(meta);
     }
   }
   versions_.assign(num_shards(), 0);
   incarnations_.assign(num_shards(), 0);
   worker_incarnation_ = NewIncarnation();
+}
+
+ShardTransport& PsClient::tensors() {
+  return data_plane_ != nullptr ? static_cast<ShardTransport&>(*data_plane_) : *grpc_;
+}
+
+absl::Status PsClient::CallControl(PsMethod method, absl::Duration timeout,
+                                   const google::protobuf::MessageLite& request,
+                                   const ShardTransport::OnReply& on_reply) {
+  std::vector<ShardRequest> requests(num_shards());
+  for (ShardRequest& r : requests) r.meta = &request;
+  return calls_->CallAll(*grpc_, method, timeout, requests, on_reply, {});
 }
 
 absl::Status PsClient::CheckIncarnations(const std::vector<int64_t>& answered) {
@@ -127,16 +113,14 @@ std::string PsClient::ShardName(int shard) const {
 }
 
 absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
-  grpc::ByteBuffer response;
-  const grpc::Status status =
-      fanout_->CallOne(k, kGetStatus, absl::Seconds(5),
-                       SerializeToByteBuffer(proto::StatusRequest()), &response);
   proto::StatusResponse reply;
-  absl::Status parsed = FromGrpcStatus(status);
-  if (parsed.ok()) parsed = ParseFromByteBuffer(response, &reply);
-  if (!parsed.ok()) {
-    return absl::Status(parsed.code(), absl::StrCat("asking for its data plane: ",
-                                                    parsed.message()));
+  const proto::StatusRequest request;
+  const absl::Status status = calls_->CallOne(
+      *grpc_, k, PsMethod::kGetStatus, absl::Seconds(5), {&request, {}},
+      [&reply](int, ShardReply& answer) { return answer.ParseMeta(&reply); });
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("asking for its data plane: ", status.message()));
   }
   if (reply.data_port() == 0) {  // A ps restarted with another flag: retried, then failed.
     return absl::UnavailableError(
@@ -152,56 +136,6 @@ absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
   return JoinHostPort(host, reply.data_port());
 }
 
-absl::Status PsClient::CheckPullReply(int k, const proto::PullHeader& header,
-                                      uint64_t data_bytes, proto::DataType dtype) const {
-  const std::vector<int>& slices = placement_.shard_slices[k];
-  int64_t expected = 0;
-  for (int s : slices) expected += placement_.slices[s].num_bytes;
-  expected = expected / sizeof(float) * WireBytesPerElement(dtype);
-  bool dtype_ok = true;
-  for (const proto::VariableMeta& meta : header.variables()) {
-    dtype_ok = dtype_ok && meta.dtype() == dtype;
-  }
-  if (header.variables_size() != static_cast<int>(slices.size()) ||
-      static_cast<int64_t>(data_bytes) != expected || !dtype_ok) {
-    return absl::InternalError(absl::StrCat(
-        "pull reply carries ", header.variables_size(), " tensors and ", data_bytes,
-        " bytes, want ", slices.size(), " tensors and ", expected, " bytes of ",
-        proto::DataType_Name(dtype), dtype_ok ? "" : " (the reply has another dtype)"));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<absl::Span<const char>> PsClient::PushPieces(int k,
-                                                         const std::vector<Tensor>& grads) {
-  push_headers_[k].set_version(versions_[k]);
-  push_headers_[k].set_worker_incarnation(worker_incarnation_);
-  push_headers_[k].set_step(push_step_);
-  push_headers_[k].set_incarnation(incarnations_[k]);
-  std::vector<absl::Span<const char>> pieces;
-  std::vector<uint16_t>& wire = wire_buffers_[k];
-  size_t encoded = 0;
-  for (int s : placement_.shard_slices[k]) {
-    const VariableSlice& slice = placement_.slices[s];
-    const float* base = grads[slice.variable].data() + slice.byte_offset / sizeof(float);
-    const int64_t n = slice.num_bytes / sizeof(float);
-    if (options_.wire_dtype == proto::DT_FLOAT) {
-      pieces.emplace_back(reinterpret_cast<const char*>(base), slice.num_bytes);
-      continue;
-    }
-    if (wire.size() < encoded + n) wire.resize(encoded + n);  // The first push only.
-    copier_.ParallelFor(n, kCopyGrainBytes / sizeof(float), [&](int64_t begin, int64_t end) {
-      EncodeWire(options_.wire_dtype, {base + begin, size_t(end - begin)},
-                 {wire.data() + encoded + begin, size_t(end - begin)});
-    });
-    encoded += n;
-  }
-  if (encoded > 0) {
-    pieces.emplace_back(reinterpret_cast<const char*>(wire.data()), encoded * sizeof(uint16_t));
-  }
-  return pieces;
-}
-
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
@@ -212,11 +146,11 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
     std::vector<std::string> waiting;
     for (int k = 0; k < num_shards(); ++k) {
       if (up[k]) continue;
-      const grpc::ByteBuffer request = SerializeToByteBuffer(proto::StatusRequest());
-      grpc::ByteBuffer response;
-      grpc::Status status = fanout_->CallOne(k, kGetStatus, absl::Seconds(2), request, &response);
+      const proto::StatusRequest request;
       proto::StatusResponse reply;
-      if (status.ok()) status = ToGrpcStatus(ParseFromByteBuffer(response, &reply));
+      const absl::Status status = calls_->CallOne(
+          *grpc_, k, PsMethod::kGetStatus, absl::Seconds(2), {&request, {}},
+          [&reply](int, ShardReply& answer) { return answer.ParseMeta(&reply); });
       if (status.ok()) {
         const int stripes = std::max(1, reply.stripes());
         if (reply.restoring()) {
@@ -231,20 +165,19 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
               ": give every task of the job the same --ps_stripes"));
         }
         if (reply.data_port() == 0) served_data_plane = false;
-        if (options_.data_plane == Options::DataPlane::kRequired && reply.data_port() == 0 &&
+        if (options_.tensor_transport == TensorTransport::kDataPlane && reply.data_port() == 0 &&
             !variables_.empty()) {
           return absl::FailedPreconditionError(absl::StrCat(
               ShardName(k), " serves no data plane, and this task was started with "
-              "--tensor_transport=socket: give every task of the job the same "
+              "--tensor_transport=data_plane: give every task of the job the same "
               "--tensor_transport"));
         }
         up[k] = true;
-      } else if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      } else if (absl::IsUnauthenticated(status)) {
         // A missing or wrong auth token does not get better by waiting.
-        return absl::UnauthenticatedError(
-            absl::StrCat(ShardName(k), ": ", status.error_message()));
+        return absl::UnauthenticatedError(absl::StrCat(ShardName(k), ": ", status.message()));
       } else {
-        waiting.push_back(absl::StrCat(ShardName(k), ": ", status.error_message()));
+        waiting.push_back(absl::StrCat(ShardName(k), ": ", status.message()));
       }
     }
     if (waiting.empty()) {
@@ -275,36 +208,25 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
                             const std::vector<Tensor>& params,
                             int64_t recovery_epoch) {
   CHECK_EQ(params.size(), variables_.size());
-  absl::BlockingCounter released(num_shards());
-  std::vector<grpc::ByteBuffer> requests;
+  std::vector<proto::InitHeader> headers(num_shards());
+  std::vector<ShardRequest> requests(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
-    proto::InitHeader header;
-    *header.mutable_config() = config;
-    header.set_recovery_epoch(recovery_epoch);
-    std::vector<absl::Span<const char>> chunks;
-    for (int s : placement_.shard_slices[k]) {
-      const VariableSlice& slice = placement_.slices[s];
-      *header.add_variables() = MetaOf(slice);
-      const char* base = reinterpret_cast<const char*>(params[slice.variable].data());
-      chunks.emplace_back(base + slice.byte_offset, slice.num_bytes);
+    *headers[k].mutable_config() = config;
+    headers[k].set_recovery_epoch(recovery_epoch);
+    for (proto::VariableMeta& meta : codec_->Metas(k, proto::DT_FLOAT)) {
+      *headers[k].add_variables() = std::move(meta);
     }
-    requests.push_back(EncodeTensorFrame(header, chunks, [&] { released.DecrementCount(); }));
+    requests[k] = {&headers[k], codec_->Encode(k, params, proto::DT_FLOAT)};
   }
-  absl::Status status =
-      fanout_->CallAll(kInit, options_.rpc_timeout, RetryOn::kUnavailable, requests);
-  requests.clear();
-  released.Wait();  // gRPC no longer reads `params`.
-  return status;
+  return calls_->CallAll(*grpc_, PsMethod::kInit, options_.rpc_timeout, requests, nullptr, {});
 }
 
 absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
-  std::vector<grpc::ByteBuffer> requests(num_shards(),
-                                         SerializeToByteBuffer(proto::StatusRequest()));
   std::vector<proto::StatusResponse> statuses(num_shards());
-  RETURN_IF_ERROR(fanout_->CallAll(kGetStatus, options_.rpc_timeout, RetryOn::kUnavailable,
-                                   requests, [&](int k, const grpc::ByteBuffer& response) {
-                                     return ParseFromByteBuffer(response, &statuses[k]);
-                                   }));
+  RETURN_IF_ERROR(CallControl(PsMethod::kGetStatus, options_.rpc_timeout, proto::StatusRequest(),
+                              [&statuses](int k, ShardReply& reply) {
+                                return reply.ParseMeta(&statuses[k]);
+                              }));
   return statuses;
 }
 
@@ -362,95 +284,32 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
   CHECK_EQ(params->size(), variables_.size());
   const proto::DataType dtype =
       precision == Precision::kWire ? options_.wire_dtype : proto::DT_FLOAT;
-  proto::PullRequest request;
-  if (dtype != proto::DT_FLOAT) request.set_wire_dtype(dtype);
-  request.set_min_version(min_version);
-  request.set_replica(options_.replica);
-  request.set_moving_average(moving_average);
-  request.set_min_clock(min_clock);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
+  std::vector<proto::PullRequest> pulls(num_shards());
+  std::vector<ShardRequest> requests(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    if (dtype != proto::DT_FLOAT) pulls[k].set_wire_dtype(dtype);
+    pulls[k].set_min_version(min_version);
+    pulls[k].set_replica(options_.replica);
+    pulls[k].set_moving_average(moving_average);
+    pulls[k].set_min_clock(min_clock);
+    pulls[k].set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
+    pulls[k].set_incarnation(incarnations_[k]);
+    requests[k].meta = &pulls[k];
+  }
   std::vector<proto::PullHeader> headers(num_shards());
   const absl::Time start = absl::Now();
   std::atomic<int64_t> bytes{0};
-  if (data_plane_ != nullptr) {
-    std::vector<DataPlaneShards::Request> requests(num_shards());
-    for (int k = 0; k < num_shards(); ++k) {
-      request.set_incarnation(incarnations_[k]);
-      requests[k].meta = request.SerializeAsString();
-    }
-    RETURN_IF_ERROR(data_plane_->CallAll(
-        dataplane::FrameMethod::kPull, options_.pull_timeout + absl::Seconds(10),
-        /*retry_deadline=*/false, requests,
-        [&](int k, dataplane::FrameConnection* connection, const dataplane::FrameHeader& reply,
-            const std::string& meta) -> absl::Status {
-          if (!headers[k].ParseFromString(meta)) {
-            return absl::InternalError("pull reply: the metadata is not a PullHeader");
-          }
-          bytes += dataplane::kFrameHeaderBytes + meta.size() + reply.data_size;
-          RETURN_IF_ERROR(CheckPullReply(k, headers[k], reply.data_size, dtype));
-          const absl::Time deadline = absl::Now() + options_.rpc_timeout;
-          const std::vector<int>& slices = placement_.shard_slices[k];
-          if (dtype == proto::DT_FLOAT) {
-            // Straight from the socket into the parameters.
-            for (int s : slices) {
-              const VariableSlice& slice = placement_.slices[s];
-              char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
-                          slice.byte_offset;
-              RETURN_IF_ERROR(connection->ReceiveData({dst, size_t(slice.num_bytes)}, deadline));
-            }
-          } else {
-            std::vector<char>& wire = pulled_wire_[k];
-            if (wire.size() < reply.data_size) wire.resize(reply.data_size);  // Once.
-            RETURN_IF_ERROR(connection->ReceiveData({wire.data(), size_t(reply.data_size)},
-                                                    deadline));
-            const SpanByteSource encoded({wire.data(), size_t(reply.data_size)});
-            const WireAsFloatSource values(encoded, dtype);
-            size_t offset = 0;
-            for (int s : slices) {
-              const VariableSlice& slice = placement_.slices[s];
-              char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
-                          slice.byte_offset;
-              values.ReadAt(offset, {dst, size_t(slice.num_bytes)});
-              offset += slice.num_bytes;
-            }
-          }
-          if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
-          return absl::OkStatus();
-        }));
-  } else {
-    std::vector<grpc::ByteBuffer> requests;
-    for (int k = 0; k < num_shards(); ++k) {
-      request.set_incarnation(incarnations_[k]);
-      requests.push_back(SerializeToByteBuffer(request));
-    }
-    RETURN_IF_ERROR(fanout_->CallAll(
-        kPull, options_.pull_timeout + absl::Seconds(10), RetryOn::kUnavailable, requests,
-        [&](int k, const grpc::ByteBuffer& response) -> absl::Status {
-          bytes += response.Length();
-          TensorFrameReader reader;
-          RETURN_IF_ERROR(reader.Open(response, &headers[k]));
-          RETURN_IF_ERROR(CheckPullReply(k, headers[k], reader.size(), dtype));
-          // The values as float32, whatever the wire carried.
-          std::optional<WireAsFloatSource> decoded;
-          const ByteSource& values = dtype != proto::DT_FLOAT
-                                         ? decoded.emplace(reader, dtype)
-                                         : static_cast<const ByteSource&>(reader);
-          size_t offset = 0;
-          for (int s : placement_.shard_slices[k]) {
-            const VariableSlice& slice = placement_.slices[s];
-            char* dst = reinterpret_cast<char*>((*params)[slice.variable].data()) +
-                        slice.byte_offset;
-            copier_.ParallelFor(slice.num_bytes, kCopyGrainBytes,
-                                [&](int64_t begin, int64_t end) {
-                                  values.ReadAt(offset + begin,
-                                                {dst + begin, size_t(end - begin)});
-                                });
-            offset += slice.num_bytes;
-          }
-          if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
-          return absl::OkStatus();
-        }));
-  }
+  // The ps answers a waiting pull by pull_timeout; the margin covers the transfer.
+  RETURN_IF_ERROR(calls_->CallAll(
+      tensors(), PsMethod::kPull, options_.pull_timeout + absl::Seconds(10), requests,
+      [&](int k, ShardReply& reply) -> absl::Status {
+        RETURN_IF_ERROR(reply.ParseMeta(&headers[k]));
+        bytes += reply.wire_bytes();
+        RETURN_IF_ERROR(codec_->Decode(k, dtype, headers[k].variables(), reply, params));
+        if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
+        return absl::OkStatus();
+      },
+      {}));
   if (options_.metrics != nullptr) {
     options_.metrics->RecordPull(bytes);
     options_.metrics->RecordPullWait(absl::Now() - start);
@@ -475,58 +334,36 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   CHECK_EQ(grads.size(), variables_.size());
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
-  ++push_step_;  // Retries below resend the same (worker, step).
+  ++push_step_;  // Retries resend the same (worker, step).
+  std::vector<ShardRequest> requests(num_shards());
+  ShardCalls::CallOptions call;
+  call.retry_on = RetryOn::kUnavailableOrDeadline;
+  call.order = hooks != nullptr ? &hooks->order : nullptr;
+  // Shard k's request, from its gradients as they are now (backward may
+  // still be computing the others'). CallAll returns once no attempt reads
+  // them any more.
+  call.prepare = [&](int k) -> absl::Status {
+    if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
+    proto::PushHeader& header = push_headers_[k];
+    header.set_version(versions_[k]);
+    header.set_worker_incarnation(worker_incarnation_);
+    header.set_step(push_step_);
+    header.set_incarnation(incarnations_[k]);
+    requests[k] = {&header, codec_->Encode(k, grads, options_.wire_dtype)};
+    bytes += tensors().WireBytes(requests[k]);
+    return absl::OkStatus();
+  };
   std::vector<proto::PushResponse> responses(num_shards());
-  const std::vector<int>* order = hooks != nullptr ? &hooks->order : nullptr;
-  absl::Status status;
-  if (data_plane_ != nullptr) {
-    // The gradients are sent straight from `grads`; CallAll returns once
-    // every shard has answered, so nothing reads them later.
-    std::vector<DataPlaneShards::Request> data_requests(num_shards());
-    auto prepare = [&](int k) -> absl::Status {
-      if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
-      data_requests[k].data = PushPieces(k, grads);
-      data_requests[k].meta = push_headers_[k].SerializeAsString();
-      bytes += dataplane::kFrameHeaderBytes + data_requests[k].meta.size();
-      for (const absl::Span<const char>& piece : data_requests[k].data) bytes += piece.size();
-      return absl::OkStatus();
-    };
-    status = data_plane_->CallAll(
-        dataplane::FrameMethod::kPush, options_.rpc_timeout, /*retry_deadline=*/true,
-        data_requests,
-        [&](int k, dataplane::FrameConnection*, const dataplane::FrameHeader& reply,
-            const std::string& meta) -> absl::Status {
-          if (reply.data_size != 0 || !responses[k].ParseFromString(meta)) {
-            return absl::InternalError("push reply: not a PushResponse");
-          }
-          return absl::OkStatus();
-        },
-        order, prepare);
-  } else {
-    absl::BlockingCounter released(num_shards());
-    std::vector<grpc::ByteBuffer> requests(num_shards());
-    int encoded_shards = 0;  // Frames whose release `released` counts.
-    // Encodes shard k's request, from its gradients as they are now.
-    auto prepare = [&](int k) -> absl::Status {
-      if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
-      requests[k] = EncodeTensorFrame(push_headers_[k], PushPieces(k, grads),
-                                      [&] { released.DecrementCount(); });
-      ++encoded_shards;
-      bytes += requests[k].Length();
-      return absl::OkStatus();
-    };
-    status = fanout_->CallAll(
-        kPush, options_.rpc_timeout, RetryOn::kUnavailableOrDeadline, requests,
-        [&](int k, const grpc::ByteBuffer& response) {
-          return ParseFromByteBuffer(response, &responses[k]);
-        },
-        /*independent=*/false, order, prepare);
-    // Even a failed or timed-out call may still be reading `grads` in gRPC's
-    // write path: return only once gRPC has dropped every reference.
-    requests.clear();
-    for (int k = encoded_shards; k < num_shards(); ++k) released.DecrementCount();  // Never made.
-    released.Wait();
-  }
+  const absl::Status status = calls_->CallAll(
+      tensors(), PsMethod::kPush, options_.rpc_timeout, requests,
+      [&responses](int k, ShardReply& reply) -> absl::Status {
+        RETURN_IF_ERROR(reply.ParseMeta(&responses[k]));
+        if (reply.data_size() != 0) {
+          return absl::InternalError("push reply: a PushResponse carries no data");
+        }
+        return absl::OkStatus();
+      },
+      call);
   PushResult result;
   for (const proto::PushResponse& r : responses) {
     result.accepted &= r.accepted();
@@ -546,7 +383,6 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
 absl::Status PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
-  const grpc::ByteBuffer bytes = SerializeToByteBuffer(request);
   // One call per ps task, whose service tells every stripe it serves (a
   // call to a later stripe could find the process gone already). Every task
   // must hear it, whatever another one answers (a ps that misses the chief's
@@ -558,9 +394,8 @@ absl::Status PsClient::Shutdown() {
   std::vector<std::thread> calls;
   for (size_t i = 0; i < first_stripes.size(); ++i) {
     calls.emplace_back([&, i] {
-      grpc::ByteBuffer response;
-      statuses[i] = FromGrpcStatus(
-          fanout_->CallOne(first_stripes[i], kShutdown, absl::Seconds(10), bytes, &response));
+      statuses[i] = calls_->CallOne(*grpc_, first_stripes[i], PsMethod::kShutdown,
+                                    absl::Seconds(10), {&request, {}}, nullptr);
     });
   }
   for (std::thread& call : calls) call.join();
@@ -580,19 +415,16 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t kee
   request.set_version(version);
   request.set_keep(keep);
   if (keep_step >= 0) request.set_keep_step(keep_step);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
   // Writing a large shard to disk takes a while.
-  return fanout_->CallAll(kSave, options_.rpc_timeout + absl::Minutes(5), RetryOn::kUnavailable,
-                          requests);
+  return CallControl(PsMethod::kSave, options_.rpc_timeout + absl::Minutes(5), request, nullptr);
 }
 
 absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
   proto::RestoreRequest request;
   request.set_step(step);
   request.set_recovery_epoch(recovery_epoch);
-  std::vector<grpc::ByteBuffer> requests(num_shards(), SerializeToByteBuffer(request));
-  return fanout_->CallAll(kRestore, options_.rpc_timeout + absl::Minutes(5),
-                          RetryOn::kUnavailable, requests);
+  return CallControl(PsMethod::kRestore, options_.rpc_timeout + absl::Minutes(5), request,
+                     nullptr);
 }
 
 }  // namespace psrt

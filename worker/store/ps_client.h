@@ -1,12 +1,16 @@
 // PsClient: a worker's view of the parameter servers: Init (chief), Pull,
 // Push, and little else.
 //
-// The client holds one gRPC channel per PS shard and the placement that maps
-// the model's variables onto shards (common/placement.h). A ps process may
-// serve several shards (stripes, proto/psrt.proto): shard k is stripe
-// k % S of ps task k / S, on a channel (a TCP connection) of its own. Every call goes to
-// all shards in parallel and returns when all have answered. Push sends
-// gradient bytes straight from the caller's tensors; Pull copies parameter
+// The client holds the placement that maps the model's variables onto ps
+// shards (common/placement.h). A ps process may serve several shards
+// (stripes, proto/psrt.proto): shard k is stripe k % S of ps task k / S, on
+// connections of its own. Every method is written once over the transport
+// seam (shard_transport.h): ShardCalls (shard_calls.h) calls all shards in
+// parallel and returns when all have answered; SliceCodec (slice_codec.h)
+// maps the variables' slices to and from the wire. The control plane (Init,
+// status, Save, Restore, Shutdown) goes over gRPC; pushes and pulls over the
+// ps tasks' data plane or gRPC (Options::tensor_transport). Push sends
+// gradient bytes straight from the caller's tensors; Pull reads parameter
 // bytes straight into the caller's tensors: no per-step allocation of tensor
 // size on either path.
 //
@@ -39,15 +43,19 @@
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "common/tensor.h"
+#include "common/tensor_transport.h"
 #include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
 #include "worker/store/parameter_store.h"
+#include "worker/store/shard_transport.h"
 
 namespace psrt {
 
-class DataPlaneShards;    // worker/store/dataplane_shards.h
-class ShardFanout;        // worker/store/shard_fanout.h
-class TransportSecurity;  // common/transport_security.h
+class DataPlaneShardTransport;  // worker/store/dataplane_shard_transport.h
+class GrpcShardTransport;       // worker/store/grpc_shard_transport.h
+class ShardCalls;               // worker/store/shard_calls.h
+class SliceCodec;               // worker/store/slice_codec.h
+class TransportSecurity;        // common/transport_security.h
 
 class PsClient final : public ParameterStore {
  public:
@@ -78,13 +86,12 @@ class PsClient final : public ParameterStore {
     // Counts pushes and pulls (common/metrics.h); null: not counted.
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
-    // Pushes and pulls over the ps tasks' data plane (dataplane_shards.h),
-    // on their Unix sockets with unix_socket; everything else stays on
-    // gRPC. kRequired: WaitForServers fails on a ps task that serves none;
-    // kIfServed: over gRPC unless every ps task serves one. REQUIRES: no TLS
-    // unless kOff.
-    enum class DataPlane { kOff, kRequired, kIfServed };
-    DataPlane data_plane = DataPlane::kOff;
+    // How pushes and pulls travel: kDataPlane: over the ps tasks' data
+    // plane (dataplane_shard_transport.h; on their Unix sockets with
+    // unix_socket), WaitForServers failing on a ps task that serves none;
+    // kAuto: over the data plane when every ps task serves one, else gRPC;
+    // kGrpc: gRPC. REQUIRES: kGrpc with TLS.
+    TensorTransport tensor_transport = TensorTransport::kGrpc;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
@@ -122,37 +129,34 @@ class PsClient final : public ParameterStore {
   std::string ShardName(int shard) const override;
   const std::vector<int64_t>& shard_versions() const { return versions_; }
   // Pushes and pulls go over the data plane (known once WaitForServers has
-  // succeeded, with Options::DataPlane::kIfServed).
+  // succeeded, with TensorTransport::kAuto).
   bool uses_data_plane() const { return data_plane_ != nullptr; }
 
  private:
   // Records the incarnation each shard answered with; Aborted if one
   // changed.
   absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
-  // Internal (naming the shard) when shard k's pull reply does not hold its
-  // slices' tensors: `header`'s variables and `data_bytes` of `dtype`.
-  absl::Status CheckPullReply(int k, const proto::PullHeader& header, uint64_t data_bytes,
-                              proto::DataType dtype) const;
-  // Shard k's gradients as the pieces of a push (the caller's memory, or
-  // their wire encoding in wire_buffers_[k]), with push_headers_[k] set.
-  std::vector<absl::Span<const char>> PushPieces(int k, const std::vector<Tensor>& grads);
   // Shard k's data-plane address, from its ps task's status.
   absl::StatusOr<std::string> DataPlaneAddress(int k);
+  // Calls `method` on every shard (ShardCalls::CallAll) over the control
+  // plane with the same request.
+  absl::Status CallControl(PsMethod method, absl::Duration timeout,
+                           const google::protobuf::MessageLite& request,
+                           const ShardTransport::OnReply& on_reply);
+  // The transport of pushes and pulls: the data plane's, or gRPC's.
+  ShardTransport& tensors();
 
   const Options options_;
   const kernels::CpuContext copier_;
   const Placement placement_;
   const std::vector<VariableDef> variables_;
-  // The gRPC calls to every shard (shard_fanout.h), kept out of this header
-  // so that the trainer never sees a gRPC type.
-  std::unique_ptr<ShardFanout> fanout_;
-  // Pushes and pulls when they go over the data plane; null otherwise.
-  std::unique_ptr<DataPlaneShards> data_plane_;
-  // Per shard: its bfloat16/fp16 values as pulled over the data plane, reused.
-  std::vector<std::vector<char>> pulled_wire_;
+  // The transports (kept out of this header so that the trainer never sees
+  // a gRPC type), the loop over them, and the codec.
+  std::unique_ptr<GrpcShardTransport> grpc_;
+  std::unique_ptr<DataPlaneShardTransport> data_plane_;  // Null: tensors over gRPC.
+  std::unique_ptr<ShardCalls> calls_;
+  std::unique_ptr<SliceCodec> codec_;
   std::vector<proto::PushHeader> push_headers_;  // Per shard, reused.
-  // Per shard: its gradients as bfloat16 (Options::wire_dtype), reused.
-  std::vector<std::vector<uint16_t>> wire_buffers_;
   std::vector<int64_t> versions_;
   std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
   int64_t worker_incarnation_ = 0;     // Random id of this client.
