@@ -45,10 +45,10 @@
 // into the sum (sync) or the optimizer (async): no message-sized copy. A pull
 // shares the current values buffer itself (no copy); an update that finds
 // the buffer still shared with a pull in flight first moves to a fresh buffer
-// (copy on write). A 16-bit push is decoded once, into a buffer kept from
-// push to push; a 16-bit pull's encoding is made once per version and kind,
-// and shared by the pulls that ask for it. Buffers are recycled, so steady
-// state touches no new pages.
+// (copy on write). A 16-bit push is decoded block by block as it is read; a
+// 16-bit pull's encoding is made once per version and kind, and shared by
+// the pulls that ask for it. Buffers are recycled, so steady state touches
+// no new pages.
 //
 // Thread safety: every method is thread-safe. Pull callbacks never run under
 // the shard's lock; they run on the thread of Pull, of the Push or Shutdown
@@ -168,6 +168,20 @@ class ParameterShard {
   void CancelPull(int64_t id);
   static constexpr absl::Duration kMaxPullWait = absl::Hours(1);
 
+  // Allreduce mode's entries (worker/store/allreduce_store.h), for a shard
+  // that holds a worker's own model. ApplyGradient applies `gradient` (every
+  // variable's, in the shard's order: the workers' mean already) as one
+  // optimizer step (values, slots, moving averages, version), straight from
+  // the caller's memory: no aggregation, no copy. A gradient whose update
+  // would make a value or an optimizer slot NaN or Inf is refused
+  // (InvalidArgument naming the variable), nothing applied; after training
+  // has ended nothing is applied either (accepted false).
+  // REQUIRES: gradient.size() is the shard's element count.
+  absl::StatusOr<proto::PushResponse> ApplyGradient(absl::Span<const float> gradient);
+  // The values (or their moving averages) and version now, as a pull that
+  // does not wait gets them; Pull's errors.
+  absl::StatusOr<PullReply> Read(bool moving_average);
+
   proto::StatusResponse GetStatus() const;
   void Shutdown(int replica);
 
@@ -208,6 +222,9 @@ class ParameterShard {
     PullCallback done;
     int64_t id = 0;
   };
+  // Why a pull cannot be answered at all (restoring, not initialized, not
+  // confirmed, another incarnation); OK otherwise.
+  absl::Status CheckPullLocked(const PullOptions& options) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether a pull can be answered now.
   bool ReadyLocked(const PullOptions& options) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The fewest gradients pushed by a replica that has not finished.
@@ -224,10 +241,6 @@ class ParameterShard {
   // malformed push. OK otherwise.
   absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // A 16-bit push's gradients (`wire`, in `dtype`) as float32, in decoded_
-  // (sum_ in async mode).
-  absl::Span<const char> DecodeLocked(const ByteSource& wire, proto::DataType dtype)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first NaN or Inf element of `data`, or -1.
   int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first element of a block whose update by `grad` (the
@@ -299,11 +312,7 @@ class ParameterShard {
   float average_decay_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  // Sync mode: the sum; async mode: a 16-bit push's gradients, decoded.
-  Tensor sum_ ABSL_GUARDED_BY(mu_);
-  // Sync mode: a 16-bit push's gradients as float32, decoded once (grown
-  // at the first).
-  Tensor decoded_ ABSL_GUARDED_BY(mu_);
+  Tensor sum_ ABSL_GUARDED_BY(mu_);  // Sync mode.
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t last_waiter_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "common/wire_dtype.h"
 #include "ps/parameter_shard.h"
@@ -62,6 +63,33 @@ bool ParameterShard::ReadyLocked(const PullOptions& options) const {
          (options.min_clock <= 0 || MinClockLocked() >= options.min_clock);
 }
 
+absl::Status ParameterShard::CheckPullLocked(const PullOptions& options) const {
+  RETURN_IF_ERROR(CheckNotRestoringLocked("pull"));
+  if (!initialized_) {
+    return absl::FailedPreconditionError(
+        "pull: this parameter server has not been initialized by the chief");
+  }
+  if (!ready_) {
+    return absl::AbortedError(absl::StrCat("pull: this parameter server restored checkpoint ",
+                                           restored_step_,
+                                           " and waits for the chief to confirm it"));
+  }
+  if (options.incarnation != 0 && options.incarnation != incarnation_) {
+    return absl::AbortedError(absl::StrCat("pull: expected incarnation ", options.incarnation,
+                                           " of this parameter server, which is now incarnation ",
+                                           incarnation_, " (it restarted or was rolled back)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterShard::PullReply> ParameterShard::Read(bool moving_average) {
+  absl::MutexLock lock(&mu_);
+  PullOptions options;
+  options.moving_average = moving_average;
+  RETURN_IF_ERROR(CheckPullLocked(options));
+  return MakeReplyLocked(moving_average);
+}
+
 int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   if (options.wire_dtype != proto::DT_FLOAT) {
     // Encoded wherever the reply is made, outside the lock.
@@ -76,20 +104,8 @@ int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
   {
     absl::MutexLock lock(&mu_);
     if (options.replica == 0) last_chief_contact_ = absl::Now();
-    if (restoring_) {
-      reply = CheckNotRestoringLocked("pull");
-    } else if (!initialized_) {
-      reply = absl::FailedPreconditionError(
-          "pull: this parameter server has not been initialized by the chief");
-    } else if (!ready_) {
-      reply = absl::AbortedError(absl::StrCat("pull: this parameter server restored checkpoint ",
-                                              restored_step_,
-                                              " and waits for the chief to confirm it"));
-    } else if (options.incarnation != 0 && options.incarnation != incarnation_) {
-      reply =
-          absl::AbortedError(absl::StrCat("pull: expected incarnation ", options.incarnation,
-                                          " of this parameter server, which is now incarnation ",
-                                          incarnation_, " (it restarted or was rolled back)"));
+    if (absl::Status refused = CheckPullLocked(options); !refused.ok()) {
+      reply = std::move(refused);
     } else if (ReadyLocked(options)) {
       reply = MakeReplyLocked(options.moving_average);
     } else if (static_cast<int>(waiters_.size()) >= options_.max_waiting_pulls) {

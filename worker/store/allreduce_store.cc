@@ -5,8 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "common/random_id.h"
 #include "common/byte_source.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -74,7 +72,7 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
   int64_t elements = 0;
   for (const VariableSlice& slice : placement_.slices) {
     elements += slice.num_bytes / static_cast<int64_t>(sizeof(float));
-    proto::VariableMeta* meta = push_header_.add_variables();
+    proto::VariableMeta* meta = variable_metas_.Add();
     meta->set_name(slice.name);
     meta->set_dtype(proto::DT_FLOAT);
     for (int64_t d : slice.shape) meta->add_shape(d);
@@ -91,7 +89,6 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
   LOG(INFO) << "allreduce: " << flat_.num_bytes() << " bytes of gradients in "
             << num_groups() << " fusion groups of at most " << options_.fusion_bytes
             << " bytes (a larger variable alone)";
-  push_header_.set_worker_incarnation(NewIncarnation());
 }
 
 std::string AllreduceStore::ShardName(int /*group*/) const {
@@ -118,7 +115,7 @@ void AllreduceStore::Flatten(const std::vector<Tensor>& tensors, int group) {
 absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config) {
   proto::InitHeader header;
   *header.mutable_config() = config;
-  *header.mutable_variables() = push_header_.variables();
+  *header.mutable_variables() = variable_metas_;
   SpanByteSource values(
       absl::Span<const char>(reinterpret_cast<const char*>(flat_.data()), flat_.num_bytes()));
   return shard_.Init(header, &values).status();
@@ -195,20 +192,14 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
 absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
     int64_t min_version, std::vector<Tensor>* params, bool moving_average,
     int64_t /*min_clock*/, Precision /*precision*/, const ShardHooks* hooks) {
-  ParameterShard::PullOptions options;
-  options.min_version = min_version;
-  options.moving_average = moving_average;
-  options.replica = rank();
-  options.deadline = absl::Now() + options_.pull_timeout;
-  absl::Notification done;
-  absl::StatusOr<ParameterShard::PullReply> reply;
-  shard_.Pull(options, [&](absl::StatusOr<ParameterShard::PullReply> r) {
-    reply = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  RETURN_IF_ERROR(reply.status());
-  const char* in = reinterpret_cast<const char*>(reply->snapshot->values.data());
+  // The local model is at the newest version already: Push applied it.
+  ASSIGN_OR_RETURN(const ParameterShard::PullReply reply, shard_.Read(moving_average));
+  if (reply.header.version() < min_version && !reply.header.training_done()) {
+    return absl::InternalError(absl::StrCat("allreduce: the local model is at version ",
+                                            reply.header.version(), ", below the ",
+                                            min_version, " asked for"));
+  }
+  const char* in = reinterpret_cast<const char*>(reply.snapshot->values.data());
   for (const VariableSlice& slice : placement_.slices) {
     std::memcpy(reinterpret_cast<char*>((*params)[slice.variable].data()) + slice.byte_offset,
                 in, slice.num_bytes);
@@ -218,8 +209,8 @@ absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
     for (int group = 0; group < num_groups(); ++group) hooks->arrived(group);
   }
   PullResult result;
-  result.version = version_ = reply->header.version();
-  result.training_done = reply->header.training_done();
+  result.version = version_ = reply.header.version();
+  result.training_done = reply.header.training_done();
   return result;
 }
 
@@ -238,11 +229,8 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
   }
   Timeline::Span apply(options_.timeline, "apply", "allreduce", version_);
   kernels::Scale(1.0f / options_.collective->size(), flat_.flat());
-  push_header_.set_version(version_);
-  push_header_.set_step(push_header_.step() + 1);
-  SpanByteSource mean(
-      absl::Span<const char>(reinterpret_cast<const char*>(flat_.data()), flat_.num_bytes()));
-  ASSIGN_OR_RETURN(proto::PushResponse response, shard_.Push(push_header_, &mean));
+  // The mean goes straight into the optimizer: no push, no copy.
+  ASSIGN_OR_RETURN(const proto::PushResponse response, shard_.ApplyGradient(flat_.flat()));
   PushResult result;
   result.accepted = response.accepted();
   result.training_done = response.training_done();

@@ -9,9 +9,11 @@
 // servers' own: a checkpoint is a one-shard ps checkpoint
 // (model.ckpt-N.ps-0-of-1.safetensors), which export_checkpoint.sh reads and
 // a ps job could resume. A push sums the workers' gradients with the ring
-// (worker/collective.h), divides by the number of workers and applies the
-// mean to the local shard as its only replica (replicas_to_aggregate 1), so
-// every worker computes the same update from the same bits. The gradients
+// (worker/ring/collective.h), divides by the number of workers and applies
+// the mean straight to the local shard (ParameterShard::ApplyGradient: the
+// optimizer, moving averages and version, no copy), so every worker
+// computes the same update from the same bits; a pull reads the shard's
+// values back (ParameterShard::Read) without waiting. The gradients
 // are reduced in fusion groups (Options::fusion_bytes), so that the
 // trainer's overlap_comm reduces each group while the backward pass goes on
 // (Horovod's tensor fusion). The ParameterStore interface calls its parts
@@ -53,8 +55,6 @@ class AllreduceStore final : public ParameterStore {
     // This worker's rank is collective->rank(). REQUIRES: outlives the store.
     Collective* collective = nullptr;
     std::string checkpoint_dir;  // Empty: no checkpoints.
-    // How long a pull may wait for the local shard (it never waits long).
-    absl::Duration pull_timeout = absl::Seconds(60);
     // Tensor fusion: the gradients are reduced in groups of consecutive
     // variables of at most this many bytes (a larger variable alone), each
     // as soon as the backward pass has finished it (with the trainer's
@@ -108,7 +108,8 @@ class AllreduceStore final : public ParameterStore {
   ParameterShard shard_;
   Tensor flat_;  // Every variable back to back: pushes and broadcasts.
   std::vector<int64_t> group_start_;  // Fusion group k's first element in flat_.
-  proto::PushHeader push_header_;
+  // The shard's variables (the slices of placement_), for its Init.
+  google::protobuf::RepeatedPtrField<proto::VariableMeta> variable_metas_;
   int64_t version_ = 0;  // Last pulled.
 };
 
