@@ -174,8 +174,9 @@ class ParameterShard {
   // optimizer step (values, slots, moving averages, version), straight from
   // the caller's memory: no aggregation, no copy. A gradient whose update
   // would make a value or an optimizer slot NaN or Inf is refused
-  // (InvalidArgument naming the variable), nothing applied; after training
-  // has ended nothing is applied either (accepted false).
+  // (InvalidArgument naming the variable), nothing applied, the version
+  // unchanged; after training has ended nothing is applied either (accepted
+  // false). Aborted while a restored state waits for the chief's Init.
   // REQUIRES: gradient.size() is the shard's element count.
   absl::StatusOr<proto::PushResponse> ApplyGradient(absl::Span<const float> gradient);
   // The values (or their moving averages) and version now, as a pull that

@@ -185,8 +185,13 @@ absl::StatusOr<proto::PushResponse> ParameterShard::ApplyGradient(
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckNotRestoringLocked("apply"));
-    if (!initialized_ || !ready_) {
+    if (!initialized_) {
       return absl::FailedPreconditionError("apply: the local model is not initialized");
+    }
+    if (!ready_) {
+      return absl::AbortedError(absl::StrCat("apply: the local model restored checkpoint ",
+                                             restored_step_,
+                                             " and waits for the chief to confirm it"));
     }
     CHECK_EQ(static_cast<int64_t>(gradient.size()), total_elements_);
     response.set_incarnation(incarnation_);

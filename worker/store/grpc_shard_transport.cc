@@ -108,7 +108,12 @@ class GrpcAttempt final : public ShardAttempt {
     request_ = SerializeToByteBuffer(*request.meta);
     released_->Notify();
   }
-  void Finish(absl::Status status) { done_(std::move(status)); }
+  // Runs `done` from this thread's stack: it may wake the caller, which then
+  // destroys the attempt while `done` is still returning.
+  void Finish(absl::Status status) {
+    const ShardTransport::Done done = std::move(done_);
+    done(std::move(status));
+  }
 
   grpc::ClientContext& context() { return *context_; }
   grpc::ByteBuffer* request() { return &request_; }
@@ -120,7 +125,7 @@ class GrpcAttempt final : public ShardAttempt {
   grpc::ByteBuffer response_;
   // Shared with the frame's release, which may run on gRPC's thread.
   const std::shared_ptr<absl::Notification> released_ = std::make_shared<absl::Notification>();
-  const ShardTransport::Done done_;
+  ShardTransport::Done done_;
 };
 
 }  // namespace
@@ -148,8 +153,12 @@ std::unique_ptr<ShardAttempt> GrpcShardTransport::Start(int shard, PsMethod meth
       &a->context(), info.name, grpc::StubOptions(), a->request(), a->response(),
       [a, shard, &on_reply, reply_is_frame = info.reply_is_frame](grpc::Status status) {
         if (!status.ok()) return a->Finish(FromGrpcStatus(status));
-        GrpcReply reply(*a->response(), reply_is_frame);
-        a->Finish(on_reply(shard, reply));
+        absl::Status replied;
+        {
+          GrpcReply reply(*a->response(), reply_is_frame);
+          replied = on_reply(shard, reply);
+        }
+        a->Finish(std::move(replied));  // Last: the attempt may go now.
       });
   return attempt;
 }
