@@ -213,7 +213,7 @@ namespace {
 
 class DataPlaneAttempt final : public ShardAttempt {
  public:
-  DataPlaneAttempt(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  explicit DataPlaneAttempt(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
   void Cancel() override { cancel_(); }
 
  private:
