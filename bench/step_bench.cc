@@ -33,7 +33,8 @@ DEFINE_int32(batch_size, 100, "Examples per step.");
 DEFINE_int32(steps, 20, "Steps per timed run.");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
 DEFINE_string(device, "cpu", "cpu, or gpu (GPU 0).");
-DEFINE_string(gpu_math, "fp32", "fp32 or tf32: how GPU GEMMs round.");
+DEFINE_string(gpu_math, "fp32", "fp32 or tf32: how GPU GEMMs and convolutions round.");
+DEFINE_string(gpu_conv, "auto", "auto, cudnn or im2col: how GPU convolutions run.");
 DEFINE_int32(input_size, 28, "Input height and width (random images).");
 DEFINE_int32(input_channels, 1, "Input channels.");
 DEFINE_int32(num_classes, 10, "Classes.");
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
     auto math = psrt::kernels::ParseGpuMath(FLAGS_gpu_math);
     CHECK(math.ok()) << math.status();
     options.device.gpu_math = *math;
+    auto conv = psrt::kernels::ParseGpuConv(FLAGS_gpu_conv);
+    CHECK(conv.ok()) << conv.status();
+    options.device.gpu_conv = *conv;
   }
   auto model = psrt::NewModel(FLAGS_model, options);
   CHECK(model.ok()) << model.status();
@@ -97,10 +101,11 @@ int main(int argc, char** argv) {
     cpu_eps.push_back(examples * FLAGS_threads / cpu);
   }
   std::printf(
-      "step: model=%s device=%s gpu_math=%s threads=%d batch=%d "
+      "step: model=%s device=%s gpu_math=%s gpu_conv=%s threads=%d batch=%d "
       "wall_eps=%.1f cpu_eps=%.0f\n",
       FLAGS_model.c_str(), FLAGS_device.c_str(),
-      FLAGS_device == "gpu" ? FLAGS_gpu_math.c_str() : "-", FLAGS_threads,
+      FLAGS_device == "gpu" ? FLAGS_gpu_math.c_str() : "-",
+      FLAGS_device == "gpu" ? FLAGS_gpu_conv.c_str() : "-", FLAGS_threads,
       FLAGS_batch_size, Median(wall_eps), Median(cpu_eps));
   return 0;
 }

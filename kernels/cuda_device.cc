@@ -16,6 +16,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cuda_check.h"
+#include "kernels/cudnn_conv.h"
+#include "kernels/cudnn_library.h"
 #include "kernels/layers_cuda.h"
 #include "kernels/ops_cuda.h"
 // After the CUDA ops, which it calls.
@@ -195,14 +197,19 @@ struct SideStreams {
   }
 };
 
-class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
+class CudaDevice final : public DeviceOps<CudaContext, CudaConvolutions> {
  public:
   CudaDevice(std::unique_ptr<CudaContext> ctx,
-             std::unique_ptr<SideStreams> side, std::string gpu_name)
+             std::unique_ptr<SideStreams> side,
+             std::unique_ptr<CudaConvolutions> convolutions,
+             std::string gpu_name)
       : ctx_(std::move(ctx)),
         side_(std::move(side)),
         name_(absl::StrCat("gpu:", ctx_->device(), " (", gpu_name, ")")),
-        allocator_(*ctx_) {}
+        allocator_(*ctx_),
+        convolutions_(std::move(convolutions)) {
+    LOG(INFO) << name_ << ": convolutions through " << convolutions_->description();
+  }
 
   ~CudaDevice() override {
     Bind();
@@ -295,7 +302,7 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
 
  protected:
   const CudaContext& ctx() const override { return *ctx_; }
-  CudaWorkspace* conv_workspace() override { return &workspace_; }
+  CudaConvolutions* conv_workspace() override { return convolutions_.get(); }
 
  private:
   const std::unique_ptr<CudaContext> ctx_;
@@ -305,12 +312,13 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaWorkspace> {
   std::vector<cudaEvent_t> marks_;
   size_t next_mark_ = 0;
   CachingAllocator allocator_;
-  CudaWorkspace workspace_;
+  const std::unique_ptr<CudaConvolutions> convolutions_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math) {
+absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math,
+                                                     GpuConv conv) {
   int count = 0;
   const cudaError_t counted = cudaGetDeviceCount(&count);
   if (counted != cudaSuccess) {
@@ -331,8 +339,10 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math) {
                              cudaGetDeviceProperties(&prop, gpu)));
   auto side = std::make_unique<SideStreams>();
   RETURN_IF_ERROR(side->Create());
-  return std::unique_ptr<Device>(
-      new CudaDevice(std::move(ctx), std::move(side), prop.name));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaConvolutions> convolutions,
+                   CudaConvolutions::Create(*ctx, conv, math));
+  return std::unique_ptr<Device>(new CudaDevice(
+      std::move(ctx), std::move(side), std::move(convolutions), prop.name));
 }
 
 }  // namespace kernels
@@ -340,14 +350,25 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(int gpu, GpuMath math) {
 
 extern "C" int PsrtCudaDeviceCount() { return psrt::kernels::CudaDeviceCount(); }
 
-extern "C" psrt::kernels::Device* PsrtNewCudaDevice(int gpu, int math,
+extern "C" psrt::kernels::Device* PsrtNewCudaDevice(int gpu, int math, int conv,
                                                     absl::Status* status) {
   absl::StatusOr<std::unique_ptr<psrt::kernels::Device>> device =
-      psrt::kernels::NewCudaDevice(gpu, static_cast<psrt::kernels::GpuMath>(math));
+      psrt::kernels::NewCudaDevice(gpu, static_cast<psrt::kernels::GpuMath>(math),
+                                   static_cast<psrt::kernels::GpuConv>(conv));
   if (!device.ok()) {
     *status = device.status();
     return nullptr;
   }
   *status = absl::OkStatus();
   return device->release();
+}
+
+extern "C" bool PsrtCudnnVersion(std::string* version_or_error) {
+  absl::StatusOr<const psrt::kernels::CudnnLibrary*> cudnn = psrt::kernels::LoadCudnn();
+  if (!cudnn.ok()) {
+    *version_or_error = std::string(cudnn.status().message());
+    return false;
+  }
+  *version_or_error = psrt::kernels::CudnnVersionString((*cudnn)->version);
+  return true;
 }

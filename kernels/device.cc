@@ -109,7 +109,8 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
 // once, with dlopen's reason).
 struct CudaLibrary {
   int (*device_count)() = nullptr;
-  Device* (*new_device)(int, int, absl::Status*) = nullptr;
+  Device* (*new_device)(int, int, int, absl::Status*) = nullptr;
+  bool (*cudnn_version)(std::string*) = nullptr;
   std::string error;
 };
 
@@ -130,12 +131,16 @@ const CudaLibrary& LoadCudaLibrary() {
     } else {
       lib->device_count =
           reinterpret_cast<int (*)()>(dlsym(handle, "PsrtCudaDeviceCount"));
-      lib->new_device = reinterpret_cast<Device* (*)(int, int, absl::Status*)>(
+      lib->new_device = reinterpret_cast<Device* (*)(int, int, int, absl::Status*)>(
           dlsym(handle, "PsrtNewCudaDevice"));
-      if (lib->device_count == nullptr || lib->new_device == nullptr) {
+      lib->cudnn_version =
+          reinterpret_cast<bool (*)(std::string*)>(dlsym(handle, "PsrtCudnnVersion"));
+      if (lib->device_count == nullptr || lib->new_device == nullptr ||
+          lib->cudnn_version == nullptr) {
         lib->error = absl::StrCat(path, " lacks psrt's entry points");
         lib->device_count = nullptr;
         lib->new_device = nullptr;
+        lib->cudnn_version = nullptr;
       }
     }
     LOG_IF(WARNING, !lib->error.empty()) << lib->error;
@@ -177,6 +182,14 @@ absl::StatusOr<GpuMath> ParseGpuMath(const std::string& name) {
       absl::StrCat("--gpu_math=", name, ": want fp32 or tf32"));
 }
 
+absl::StatusOr<GpuConv> ParseGpuConv(const std::string& name) {
+  if (name == "auto") return GpuConv::kAuto;
+  if (name == "cudnn") return GpuConv::kCudnn;
+  if (name == "im2col") return GpuConv::kIm2col;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--gpu_conv=", name, ": want auto, cudnn or im2col"));
+}
+
 int VisibleGpuCount() {
 #if PSRT_WITH_CUDA
   return DriverGpuCount();
@@ -198,6 +211,23 @@ absl::StatusOr<int> LoadCudaKernels() {
 #endif
 }
 
+absl::StatusOr<std::string> CudnnVersion() {
+#if PSRT_WITH_CUDA
+  const CudaLibrary& cuda = LoadCudaLibrary();
+  if (cuda.cudnn_version == nullptr) {
+    return absl::FailedPreconditionError(cuda.error);
+  }
+  std::string version_or_error;
+  if (!cuda.cudnn_version(&version_or_error)) {
+    return absl::FailedPreconditionError(version_or_error);
+  }
+  return version_or_error;
+#else
+  return absl::FailedPreconditionError(
+      "this psrt was built without CUDA (no nvcc when it was configured)");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec) {
   if (spec.type == DeviceType::kCpu) {
     return std::unique_ptr<Device>(new CpuDevice(spec.cpu_threads));
@@ -210,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Device>> NewDevice(const DeviceSpec& spec) {
   }
   absl::Status status;
   std::unique_ptr<Device> device(cuda.new_device(
-      spec.gpu, static_cast<int>(spec.gpu_math), &status));
+      spec.gpu, static_cast<int>(spec.gpu_math), static_cast<int>(spec.gpu_conv), &status));
   if (device == nullptr) return status;
   return device;
 #else

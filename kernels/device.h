@@ -56,16 +56,27 @@ namespace kernels {
 
 enum class DeviceType { kCpu, kGpu };
 
+// How a GPU runs its convolutions: kAuto through cuDNN where it loads, else
+// im2col + cuBLAS (with a warning); kCudnn through cuDNN, a device without
+// it being an error; kIm2col never through cuDNN (the fallback, and the
+// path its tests compare with). A shape cuDNN finds no algorithm for takes
+// im2col in either cuDNN mode.
+enum class GpuConv { kAuto, kCudnn, kIm2col };
+
 struct DeviceSpec {
   DeviceType type = DeviceType::kCpu;
   int gpu = 0;          // kGpu: the CUDA device ordinal (of the visible ones).
   int cpu_threads = 0;  // kCpu: intra-op threads; 0 is one per core.
   GpuMath gpu_math = GpuMath::kFp32;  // kGpu only (ops.h).
+  GpuConv gpu_conv = GpuConv::kAuto;  // kGpu only.
 };
 
 // "fp32" or "tf32" (the --gpu_math flag); InvalidArgument naming the value
 // otherwise.
 absl::StatusOr<GpuMath> ParseGpuMath(const std::string& name);
+// "auto", "cudnn" or "im2col" (the --gpu_conv flag); InvalidArgument naming
+// the value otherwise.
+absl::StatusOr<GpuConv> ParseGpuConv(const std::string& name);
 
 // Counters of a device's allocator, for tests and memory reports.
 struct DeviceMemoryStats {
@@ -219,6 +230,11 @@ bool BuiltWithCuda();
 // in a build without CUDA. NewDevice does the same load; this is for
 // checks that must tell "no GPU" from "cannot load" (psrtctl devices, tests).
 absl::StatusOr<int> LoadCudaKernels();
+
+// cuDNN's version ("9.19.0"), loaded as a GPU device would load it
+// (cudnn_library.h: no GPU needed), or FailedPrecondition saying why it
+// cannot be: the CUDA kernels do not load, or cuDNN does not.
+absl::StatusOr<std::string> CudnnVersion();
 
 // The device of `spec`. FailedPrecondition naming the GPU where there is no
 // such GPU, no driver, or no CUDA build.

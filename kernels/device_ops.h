@@ -1,7 +1,7 @@
 // DeviceOps: the ops of Device (device.h) written once for both devices, as
 // forwards to the free functions of the same name that take the device's
-// context (CpuContext or CudaContext) and convolution workspace (Workspace
-// or CudaWorkspace). CpuDevice and CudaDevice derive from it and add memory.
+// context (CpuContext or CudaContext) and convolution state (Workspace, or
+// CudaConvolutions: cudnn_conv.h). CpuDevice and CudaDevice derive from it and add memory.
 // Internal to kernels/.
 //
 // REQUIRES: the includer declares the ops of Context before it includes this

@@ -3,8 +3,10 @@
 // and the same contracts (overwrite or add, aliasing, null outputs). The
 // CPU ops are their oracle (tests/kernels/cuda).
 //
-// Convolution is an im2col kernel + cuBLAS GEMM over a chunk of the batch at
-// a time, and a gathering col2im for the input gradient; pools, batch norm,
+// Convolution here is an im2col kernel + cuBLAS GEMM over a chunk of the
+// batch at a time, and a gathering col2im for the input gradient: the
+// fallback of a GPU device's convolutions (cudnn_conv.h) and their oracle
+// on the GPU; pools, batch norm,
 // concat and dropout run the functors of layer_functors.h, the code the CPU
 // tests check, in grid-stride kernels. Per-channel sums (batch norm) and
 // L2 loss reduce in shared memory and add with atomics, so they may differ
@@ -54,6 +56,15 @@ void Conv2DForward(const CudaContext& ctx, const Conv2DShape& shape,
 void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& shape,
                     const float* x, const float* filter, const float* dy,
                     float* dx, float* dfilter, CudaWorkspace* workspace);
+
+// Copies a window of NHWC images: dst [batch, dst_height, dst_width,
+// channels] gets dst[n, h, w, c] = src[n, h - offset_height,
+// w - offset_width, c], 0 outside src. Positive offsets pad, negative ones
+// crop (the explicit padding of cuDNN convolutions, cudnn_conv.h).
+void CopyImageWindow(const CudaContext& ctx, const float* src, int64_t batch,
+                     int64_t src_height, int64_t src_width, int64_t channels,
+                     int64_t dst_height, int64_t dst_width,
+                     int64_t offset_height, int64_t offset_width, float* dst);
 
 // ---- pool.h ----
 void MaxPoolForward(const CudaContext& ctx, const Pool2DShape& shape,

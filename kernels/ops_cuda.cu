@@ -106,18 +106,17 @@ absl::Status CudaContext::Synchronize() const {
 
 bool CudaContext::Record(const char* what, cudaError_t err) const {
   if (err == cudaSuccess) return true;
-  if (status_.ok()) {
-    status_ = DeviceFault(absl::StrCat("gpu:", device_, ": ", what, ": ",
-                                       cudaGetErrorString(err)));
-  }
-  return false;
+  return RecordFailure(what, cudaGetErrorString(err));
 }
 
 bool CudaContext::Record(const char* what, cublasStatus_t status) const {
   if (status == CUBLAS_STATUS_SUCCESS) return true;
+  return RecordFailure(what, cublasGetStatusString(status));
+}
+
+bool CudaContext::RecordFailure(const char* what, const char* message) const {
   if (status_.ok()) {
-    status_ = DeviceFault(absl::StrCat("gpu:", device_, ": ", what, ": ",
-                                       cublasGetStatusString(status)));
+    status_ = DeviceFault(absl::StrCat("gpu:", device_, ": ", what, ": ", message));
   }
   return false;
 }

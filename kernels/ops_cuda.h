@@ -60,6 +60,9 @@ class CudaContext {
   // counts); returns whether it succeeded. Const: ops take a const context.
   bool Record(const char* what, cudaError_t err) const;
   bool Record(const char* what, cublasStatus_t status) const;
+  // Records `what` as failed with `message` (a library's own error text,
+  // cuDNN's say), as Record does; returns false.
+  bool RecordFailure(const char* what, const char* message) const;
 
  private:
   CudaContext(int device, cudaStream_t stream, cublasHandle_t cublas)

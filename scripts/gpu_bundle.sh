@@ -40,7 +40,7 @@ if [ "$train" = 1 ]; then
 else
   out=${out:-.gpu_bundle} max_mib=${max_mib:-48}
   targets=(psrt_ps psrt_worker psrtctl step_bench pushpull_bench device_test
-           gpu_model_test towers_test ops_cuda_test layers_cuda_test)
+           gpu_model_test towers_test ops_cuda_test layers_cuda_test cudnn_conv_test)
 fi
 scripts/setup.sh >/dev/null  # The packages and the build in build/.
 if ! command -v patchelf >/dev/null; then

@@ -42,6 +42,7 @@ struct WorkerConfig {
   std::string device = "auto";  // auto, cpu or gpu.
   int num_gpus = 1;             // Towers (the evaluator runs one).
   kernels::GpuMath gpu_math = kernels::GpuMath::kFp32;
+  kernels::GpuConv gpu_conv = kernels::GpuConv::kAuto;
   bool describe_model = false;  // Print the variables and stop.
 
   InputOptions input;

@@ -96,6 +96,10 @@ DEFINE_string(gpu_math, "fp32",
               "single precision, as on the CPU) or tf32 (the tensor cores' "
               "TF32 inputs with FP32 sums, PyTorch's default for "
               "convolutions: faster, about 3 decimal digits per input).");
+DEFINE_string(gpu_conv, "auto",
+              "How a GPU runs convolutions: auto (cuDNN where libcudnn.so.9 "
+              "loads, else im2col + cuBLAS, with a warning), cudnn (an error "
+              "without it) or im2col.");
 DEFINE_int32(num_gpus, 1,
              "Towers per worker (in-graph replication), one per GPU: each "
              "batch is split over GPUs 0..N-1 and their gradients are "
@@ -360,6 +364,7 @@ absl::Status ReadModelFlags(WorkerConfig* config) {
   config->device = FLAGS_device;
   config->num_gpus = FLAGS_num_gpus;
   ASSIGN_OR_RETURN(config->gpu_math, kernels::ParseGpuMath(FLAGS_gpu_math));
+  ASSIGN_OR_RETURN(config->gpu_conv, kernels::ParseGpuConv(FLAGS_gpu_conv));
   if (FLAGS_batch_size <= 0) {
     return absl::InvalidArgumentError("--batch_size must be positive");
   }

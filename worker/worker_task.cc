@@ -106,6 +106,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfi
   for (const kernels::DeviceSpec& device : devices) {
     options.device = device;
     options.device.gpu_math = config.gpu_math;
+    options.device.gpu_conv = config.gpu_conv;
     ASSIGN_OR_RETURN(std::unique_ptr<Model> tower, NewModel(config.model, options));
     LOG(INFO) << "tower " << towers.size() << " of " << config.model << " on "
               << tower->device_name() << " (--device=" << config.device << ", "

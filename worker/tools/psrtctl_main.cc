@@ -322,7 +322,9 @@ absl::Status Health() {
 }
 
 // One line: devices: cuda_build=yes|no driver_gpus=N cuda_kernels=loaded
-// runtime_gpus=N, or cuda_kernels=not_loaded (reason) and an error.
+// runtime_gpus=N cudnn=VERSION (or cudnn=not_loaded, with the reason on a
+// second line: GPUs then convolve through im2col), or
+// cuda_kernels=not_loaded (reason) and an error.
 absl::Status Devices() {
   const bool cuda = psrt::kernels::BuiltWithCuda();
   std::printf("devices: cuda_build=%s driver_gpus=%d", cuda ? "yes" : "no",
@@ -336,7 +338,13 @@ absl::Status Devices() {
     std::printf(" cuda_kernels=not_loaded\n");
     return runtime_gpus.status();
   }
-  std::printf(" cuda_kernels=loaded runtime_gpus=%d\n", *runtime_gpus);
+  std::printf(" cuda_kernels=loaded runtime_gpus=%d", *runtime_gpus);
+  absl::StatusOr<std::string> cudnn = psrt::kernels::CudnnVersion();
+  if (cudnn.ok()) {
+    std::printf(" cudnn=%s\n", cudnn->c_str());
+  } else {
+    std::printf(" cudnn=not_loaded\ncudnn: %s\n", std::string(cudnn.status().message()).c_str());
+  }
   return absl::OkStatus();
 }
 
