@@ -73,6 +73,9 @@ class Model {
   virtual std::string device_name() const = 0;
   // Its device allocator's counters (device.h), for tests and reports.
   virtual kernels::DeviceMemoryStats device_memory() const = 0;
+  // Where a batch's images are best kept: page-locked memory on a GPU (its
+  // upload is then a DMA with no staging copy), null (the heap) otherwise.
+  virtual HostAllocator* input_allocator() const { return nullptr; }
   // The first fault of its device (kernels/device_fault.h: a failed CUDA
   // call, launch or copy), sticky; OK on the CPU. Once it is not OK, the
   // results of ComputeGradients and Evaluate are meaningless (the step

@@ -80,6 +80,7 @@ class NetModel : public Model {
 
   const std::vector<VariableDef>& variables() const override { return graph_.variables; }
   std::string device_name() const override { return device_->name(); }
+  HostAllocator* input_allocator() const override { return device_->host_allocator(); }
   kernels::DeviceMemoryStats device_memory() const override { return device_->memory_stats(); }
   absl::Status status() const override { return device_->status(); }
 

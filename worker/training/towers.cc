@@ -52,6 +52,10 @@ Towers::Towers(std::vector<std::unique_ptr<Model>> towers)
   CHECK(!towers_.empty());
 }
 
+HostAllocator* Towers::input_allocator() const {
+  return towers_.size() == 1 ? towers_[0]->input_allocator() : nullptr;
+}
+
 float Towers::ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
                                absl::Span<const int32_t> labels,
                                std::vector<Tensor>* grads, const StepHooks& hooks) {

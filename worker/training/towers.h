@@ -47,6 +47,10 @@ class Towers {
   // REQUIRES: images has at least size() rows.
   // After a device fault (status()) the result is meaningless and the
   // hooks announce nothing more.
+  // Where the batches fed to ComputeGradients are best kept: the one
+  // tower's input_allocator (models/model.h); null with several towers,
+  // which copy their slices anyway.
+  HostAllocator* input_allocator() const;
   float ComputeGradients(const std::vector<Tensor>& params, const Tensor& images,
                          absl::Span<const int32_t> labels, std::vector<Tensor>* grads,
                          const StepHooks& hooks = StepHooks());

@@ -11,6 +11,7 @@
 #include "common/timeline.h"
 #include "glog/logging.h"
 #include "kernels/elementwise.h"
+#include "worker/input/prefetching_batch_source.h"
 
 namespace psrt {
 namespace {
@@ -53,10 +54,14 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
                  const Dataset* train, const Dataset* test)
     : Trainer(options, towers, client, nullptr, nullptr, test != nullptr ? test->size() : 0) {
   train_ = train;
+  // Batches made while the step before computes, where the device reads
+  // them fastest.
   train_source_ = [this]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
-    return std::make_unique<DatasetBatchSource>(train_, options_.replica,
-                                                options_.num_replicas, options_.shuffle,
-                                                options_.seed + 1000 * options_.replica);
+    return std::make_unique<PrefetchingBatchSource>(
+        std::make_unique<DatasetBatchSource>(train_, options_.replica, options_.num_replicas,
+                                             options_.shuffle,
+                                             options_.seed + 1000 * options_.replica),
+        towers_->input_allocator());
   };
   // The test set in order, streamed like any other.
   test_source_ = [test]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
