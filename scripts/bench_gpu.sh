@@ -3,12 +3,13 @@
 # the same GPU, in the same run, on synthetic data, with like-for-like math
 # (both fp32, then both tf32). Per model, math and psrt convolution path:
 #   gpu_train: model=M batch=B gpu_math=fp32|tf32 conv=cudnn|im2col psrt_eps=X torch_eps=Y ratio=R
-# then per model (--job_models), in the first --math and first --conv given,
-# a real job on 127.0.0.1 (psrt_ps and psrt_worker --device=gpu
+# then per model (--job_models), in the first --math given and the first
+# --conv that step_bench ran (cudnn fails where libcudnn.so.9 does not
+# load), a real job on 127.0.0.1 (psrt_ps and psrt_worker --device=gpu
 # --synthetic_data --sync_replicas through scripts/launch.sh) in three
 # layouts: 1 ps + 1 worker, 2 ps + 1 worker, and 1 ps + 2 workers sharing
 # the one GPU:
-#   gpu_job: model=M batch=B gpu_math=X conv=C layout=1ps1w|2ps1w|1ps2w job_eps=J single_eps=S ratio=R compute_ms=C push_ms=P pull_ms=Q exposed_comm_ms=E
+#   gpu_job: model=M batch=B gpu_math=X conv=C layout=1ps1w|2ps1w|1ps2w job_eps=J single_eps=S ratio=R compute_ms=T push_ms=P pull_ms=Q exposed_comm_ms=E
 # J is the examples/sec of all the job's workers together, S step_bench's
 # for the same model, math and conv measured above (no ps: the
 # single-process rate), R = J / S. With one GPU, 2 workers share it, so
@@ -42,10 +43,11 @@
 # elapsed seconds.
 #
 #   scripts/bench_gpu.sh [--models "lenet inception_mini resnet50 inception_v3"]
-#                        [--math "fp32 tf32"] [--conv "cudnn"] [--runs 5]
-#                        [--no_jobs] [--job_models "MODELS"] [--log_dir DIR]
-# (--job_models: the models of --models that get jobs, default all of them;
-# --no_jobs: none.)
+#                        [--math "fp32 tf32"] [--conv "cudnn im2col"] [--runs 5]
+#                        [--jobs | --no_jobs] [--job_models "MODELS"] [--log_dir DIR]
+# (--conv: default cudnn; each is passed on as --gpu_conv, auto too;
+# --jobs, the default: jobs for the models of --job_models, default all of
+# --models; --no_jobs: none.)
 #
 # PSRT_BIN_DIR=DIR takes the binaries from DIR (a GPU machine that has none
 # of the build's Debian packages: scripts/gpu_bundle.sh); otherwise
@@ -94,13 +96,14 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 mkdir -p "$log_dir"
 failed=0
 read -r job_math _ <<<"$maths"
-read -r job_conv _ <<<"$convs"
 
 # Why a log's program failed, for a FAILED line: its first glog error or
-# fatal line, else its last non-empty line.
+# fatal line, else its last non-empty line, else that it wrote nothing.
 reason() {
-  { grep -m 1 -E '^[EF][0-9]{8} ' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } |
-    cut -c1-300
+  local why
+  why=$({ grep -m 1 -E '^[EF][0-9]{8} ' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } |
+          cut -c1-300)
+  echo "${why:-no output in $(basename "$1")}"
 }
 
 # run_job LAYOUT: one job of $model on 127.0.0.1, one gpu_job: line.
@@ -163,7 +166,7 @@ for model in $models; do
     resnet50) shape=(224 3 1000) batch=64 steps=10 job_steps=40 job_every=5 job_limit=150 ;;
     *) shape=(28 1 10) batch=100 steps=50 job_steps=300 job_every=50 job_limit=90 ;;
   esac
-  single_eps=""
+  single_eps="" job_conv=""
   for math in $maths; do
     tag="$model-$math"
     torch_eps=$("$python" scripts/peers/torch_train.py --model "$model" --device cuda \
@@ -186,7 +189,9 @@ for model in $models; do
         failed=1
         continue
       fi
-      [ "$math" = "$job_math" ] && [ "$conv" = "$job_conv" ] && single_eps=$psrt_eps
+      if [ "$math" = "$job_math" ] && [ -z "$single_eps" ]; then
+        single_eps=$psrt_eps job_conv=$conv
+      fi
       if [ -z "$torch_eps" ]; then
         echo "gpu_train: model=$model gpu_math=$math conv=$conv_shown psrt_eps=$psrt_eps FAILED: torch: $(reason "$log_dir/torch-$tag.log")"
         failed=1
@@ -202,7 +207,7 @@ for model in $models; do
   [ "$device" = gpu ] || conv_shown=-
   for layout in 1ps1w 2ps1w 1ps2w; do
     if [ -z "$single_eps" ]; then
-      echo "gpu_job: model=$model layout=$layout FAILED: no single-process rate (step_bench failed for gpu_math=$job_math conv=$job_conv)"
+      echo "gpu_job: model=$model layout=$layout FAILED: no single-process rate (step_bench failed in gpu_math=$job_math for every conv)"
       failed=1
       continue
     fi
