@@ -40,7 +40,7 @@ done
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_bench_step.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+. scripts/lib/step_log.sh  # median, step_log_field, step_log_job_eps
 case "$transport" in
   tcp) ps_flags="" unix=false ;;
   unix) ps_flags="--unix_socket" unix=true ;;
@@ -58,13 +58,11 @@ for model in $models; do
     --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
     --progress=log --learning_rate=0.01 >/dev/null
   log="$work/$model/worker-0.log"
-  field() { grep -o " timing: .*" "$log" | awk 'NR > 1' | grep -o "$1=[0-9.]*" | cut -d= -f2 | median; }
   printf "step: model=%s workers=%s transport=%s tensors=%s stripes=%s wire=%s overlap=%s placement=%s compute_ms=%.2f exposed_comm_ms=%.2f wait_ms=%.2f\n" \
-    "$model" "$workers" "$transport" "$tensors" "$stripes" "$wire" "$overlap" "$placement" "$(field compute_ms)" \
-    "$(field exposed_comm_ms)" "$(field wait_ms)"
-  # The workers run in lockstep: the job's rate is W times the chief's.
-  job_eps=$(grep -o '([0-9.]* examples/sec' "$log" | tr -d '(' |
-              awk -v w="$workers" 'NR > 1 {print $1 * w}' | median)
+    "$model" "$workers" "$transport" "$tensors" "$stripes" "$wire" "$overlap" "$placement" \
+    "$(step_log_field "$log" compute_ms)" "$(step_log_field "$log" exposed_comm_ms)" \
+    "$(step_log_field "$log" wait_ms)"
+  job_eps=$(step_log_job_eps "$log" "$workers")
   bound_eps=$(build/bin/step_bench --model="$model" --threads="$threads" \
                 --batch_size="$batch" 2>/dev/null | sed -n 's/.*wall_eps=\([0-9.]*\).*/\1/p')
   awk -v m="$model" -v j="$job_eps" -v b="$bound_eps" -v w="$workers" 'BEGIN {

@@ -10,27 +10,49 @@
 #
 # Stages (the default, with .gpu_bundle):
 #   env        the GPUs (nvidia-smi), the machine's CUDA 13 cudart and cuBLAS
-#              (ldconfig -p, else a search), psrtctl devices
+#              and cuDNN 9 (ldconfig -p, else a search of the usual places
+#              and of Python's nvidia-* wheels, e.g. nvidia/cudnn/lib), their
+#              folders put on LD_LIBRARY_PATH, psrtctl devices. No cuDNN is
+#              said on the env line but fails nothing (psrt's convolutions
+#              then fall back to im2col).
 #   tests      the GPU tests with PSRT_REQUIRE_GPU=1 (a skip is a failure)
 #   train      psrt_worker --device=gpu end to end: 1 ps + 2 workers, LeNet,
 #              sync, synthetic data, through scripts/launch.sh; its final: line
-#   bench      scripts/bench_gpu.sh: lenet (batch 100) and inception_v3
-#              (299x299, batch 32), fp32 and tf32, beside PyTorch on the GPU
+#   bench      scripts/bench_gpu.sh: lenet (batch 100), resnet50 (224x224,
+#              batch 64) and inception_v3 (299x299, batch 32), fp32 and
+#              tf32, psrt's convolutions through cuDNN and through im2col,
+#              beside PyTorch on the GPU (gpu_train: lines); resnet50 also as
+#              jobs on 127.0.0.1, 1 ps + 1 worker, 2 ps + 1 worker and 2
+#              workers sharing the GPU (gpu_job: lines); push + pull
 #   sanitizer  compute-sanitizer memcheck on the CUDA op and model tests
+#              (--no_sanitizer: not run, said as SKIPPED)
+# env, tests (100 s a binary) and train (100 s) come first; the bench
+# stage's limit (300 s, 420 s with --no_sanitizer) and each sanitizer
+# test's (100 s) are cut to what is left of --budget (default 540 s), so
+# that the whole stays inside the device tool's 10 minutes; one with too
+# little left is not started and fails, saying so.
 # With --train (.gpu_train: the two task binaries and Fashion-MNIST): env,
 # then train: LeNet on GPU workers through a real ps (1 ps + 2 workers,
 # sync, the tuned recipe) to its test accuracy.
 #
 # Writes under $OUT (the device tool's folder; else --out DIR, default
-# /tmp/gpu_first_run): summary.txt (a line per stage), and env.txt,
-# tests.txt, train.txt, bench.txt, sanitizer.txt with each stage's output.
-# Exit status: 0 when every stage passed, 1 otherwise.
+# /tmp/gpu_first_run): summary.txt (a line per stage, and bench_gpu.sh's
+# gpu_train:, gpu_job: and pushpull: lines), and env.txt, tests.txt,
+# train.txt, bench.txt, sanitizer.txt with each stage's output.
+# Exit status: 0 when every stage passed (or was SKIPPED), 1 otherwise.
+#
+#   scripts/gpu_first_run.sh [--train] [--no_sanitizer] [--budget 540] [--out DIR]
+# PYTHON (default python3): the Python of PyTorch, also asked where its
+# nvidia-* wheels are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-mode=first out="${OUT:-/tmp/gpu_first_run}"
+mode=first out="${OUT:-/tmp/gpu_first_run}" sanitize=1 budget=540
+python="${PYTHON:-python3}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --train) mode=train; shift ;;
+    --no_sanitizer) sanitize=0; shift ;;
+    --budget) budget="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     *) echo "gpu_first_run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -51,7 +73,14 @@ stage() {
   local line
   line=$(printf 'stage %-9s %-7s %s%s (%ds)' "$1" "$2" "$3" "$no_gpu_note" $(($(date +%s) - start)))
   echo "$line" | tee -a "$summary"
-  [ "$2" = OK ] || failed=1
+  [ "$2" = OK ] || [ "$2" = SKIPPED ] || failed=1
+}
+
+# limit SECONDS: a time limit of SECONDS, or what is left of the budget
+# (less 10 s for the summary), whichever is less.
+limit() {
+  local left=$((budget - 10 - ($(date +%s) - start)))
+  echo $((left < $1 ? left : $1))
 }
 
 # ---- env ----
@@ -65,22 +94,46 @@ if [ ! -x "$bundle/bin/psrtctl" ]; then
   stage env FAILED "no bundle at $bundle: run scripts/gpu_bundle.sh$([ "$mode" = train ] && echo ' --train') and carry it"
   exit 1
 fi
-# CUDA 13's cudart and cuBLAS: ldconfig first, then the usual places
-# (the toolkit, Python's nvidia-* wheels).
-cuda_dirs=""
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
-  path=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}')
+# find_lib LIB: where LIB is, ldconfig first, then the usual places (the
+# toolkit, and Python's nvidia-* wheels wherever that Python keeps them:
+# nvidia/cudnn/lib, nvidia/cu13/lib, ...); nothing when not found.
+py_nvidia=$("$python" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null)
+echo "== $python's nvidia-* wheels: ${py_nvidia:-none}" >>"$out/env.txt"
+find_lib() {
+  local path
+  path=$(ldconfig -p 2>/dev/null | awk -v l="$1" '$1 == l {print $NF; exit}')
   if [ -z "$path" ]; then
-    path=$(find /usr/local /usr/lib /opt /root -maxdepth 9 -name "$lib*" \
+    # shellcheck disable=SC2086  # py_nvidia: one folder a line.
+    path=$(find /usr/local /usr/lib /opt /root $py_nvidia -maxdepth 9 -name "$1*" \
              -not -path '*/proc/*' 2>/dev/null | head -n 1)
   fi
+  echo "$path"
+}
+# add_dir VAR PATH: PATH's folder appended to the :-list VAR, once.
+add_dir() {
+  local dir
+  dir=$(dirname "$2")
+  case ":${!1}:" in *":$dir:"*) ;; *) printf -v "$1" '%s' "${!1:+${!1}:}$dir" ;; esac
+}
+# CUDA 13's cudart and cuBLAS.
+cuda_dirs=""
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  path=$(find_lib "$lib")
   echo "== $lib: ${path:-not found}" >>"$out/env.txt"
-  if [ -n "$path" ]; then
-    dir=$(dirname "$path")
-    case ":$cuda_dirs:" in *":$dir:"*) ;; *) cuda_dirs="${cuda_dirs:+$cuda_dirs:}$dir" ;; esac
-  fi
+  [ -z "$path" ] || add_dir cuda_dirs "$path"
 done
-export LD_LIBRARY_PATH="${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN 9: psrt's --gpu_conv=cudnn; without it psrt's convolutions fall back
+# to im2col, so its absence is said but fails nothing.
+cudnn=$(find_lib libcudnn.so.9)
+echo "== libcudnn.so.9: ${cudnn:-not found}" >>"$out/env.txt"
+lib_dirs=$cuda_dirs
+if [ -n "$cudnn" ]; then
+  add_dir lib_dirs "$cudnn"
+  cudnn_note="; cuDNN 9 in $(dirname "$cudnn")"
+else
+  cudnn_note="; cuDNN 9 not found (psrt's convolutions fall back to im2col)"
+fi
+export LD_LIBRARY_PATH="${lib_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >>"$out/env.txt"
 devices=$("$bundle/bin/psrtctl" devices 2>&1)
 devices_rc=$?
@@ -91,9 +144,9 @@ if [ "${driver_gpus:-0}" -eq 0 ]; then
   no_gpu_note=" [no GPU seen: the driver reports ${driver_gpus:-no count}]"
 fi
 if [ $devices_rc -eq 0 ] && [ -n "$cuda_dirs" ]; then
-  stage env OK "$(echo "$devices" | grep '^devices:' | head -n 1)"
+  stage env OK "$(echo "$devices" | grep '^devices:' | head -n 1)$cudnn_note"
 else
-  stage env FAILED "$(echo "$devices" | tail -n 1) (CUDA 13 libraries: ${cuda_dirs:-none found})"
+  stage env FAILED "$(echo "$devices" | tail -n 1) (CUDA 13 libraries: ${cuda_dirs:-none found})$cudnn_note"
 fi
 
 # ---- train: a cluster on 127.0.0.1, GPU workers ----
@@ -158,32 +211,48 @@ fi
 train_job 100 --synthetic_data --train_steps=300 --log_every_steps=100
 
 # ---- bench ----
-PSRT_BIN_DIR="$bundle/bin" timeout 200 scripts/bench_gpu.sh --models "lenet inception_v3" \
-  --math "fp32 tf32" --runs 3 --log_dir "$work/bench" >"$work/bench.out" 2>&1
-rc=$?
-{ cat "$work/bench.out"; for f in "$work"/bench/*.log; do
-    [ -f "$f" ] && { echo "== $(basename "$f") (last 20 lines)"; tail -n 20 "$f"; }
-  done; } >"$out/bench.txt"
-grep -E '^(gpu_train|pushpull):' "$work/bench.out" | sed 's/^/  /' | tee -a "$summary"
-if [ $rc -eq 0 ]; then
-  stage bench OK "$(grep -c '^gpu_train:' "$work/bench.out") gpu_train lines"
+# 12 step_bench runs (3 models, 2 maths, 2 convs), 6 of PyTorch, 3 resnet50
+# jobs and push + pull: about 150 s on an H200 (an estimate, not measured).
+bench_limit=$(limit $((sanitize ? 300 : 420)))
+if [ "$bench_limit" -lt 60 ]; then
+  stage bench FAILED "not run: ${bench_limit}s left of the ${budget}s budget"
 else
-  stage bench FAILED "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(grep -c FAILED "$work/bench.out") FAILED lines"
+  PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
+    --models "lenet resnet50 inception_v3" --math "fp32 tf32" --conv "cudnn im2col" \
+    --job_models resnet50 --runs 3 --log_dir "$work/bench" >"$work/bench.out" 2>&1
+  rc=$?
+  { cat "$work/bench.out"; for f in "$work"/bench/*.log; do
+      [ -f "$f" ] && { echo "== $(basename "$f") (last 20 lines)"; tail -n 20 "$f"; }
+    done; } >"$out/bench.txt"
+  grep -E '^(gpu_train|gpu_job|pushpull):' "$work/bench.out" | sed 's/^/  /' | tee -a "$summary"
+  if [ $rc -eq 0 ]; then
+    stage bench OK "$(grep -c '^gpu_train:' "$work/bench.out") gpu_train lines, $(grep -c '^gpu_job:' "$work/bench.out") gpu_job lines"
+  else
+    stage bench FAILED "exit $rc$([ $rc -eq 124 ] && echo " (timed out after ${bench_limit}s)"): $(grep -c FAILED "$work/bench.out") FAILED lines"
+  fi
 fi
 
 # ---- sanitizer ----
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
-if [ -z "$sanitizer" ]; then
+if [ $sanitize -eq 0 ]; then
+  stage sanitizer SKIPPED "--no_sanitizer"
+elif [ -z "$sanitizer" ]; then
   stage sanitizer FAILED "compute-sanitizer not found"
 else
   errors=0
   for t in ops_cuda_test layers_cuda_test gpu_model_test; do
     echo "== memcheck $t" >>"$out/sanitizer.txt"
-    PSRT_REQUIRE_GPU=1 timeout 100 "$sanitizer" --tool memcheck --error-exitcode 99 \
+    san_limit=$(limit 100)
+    if [ "$san_limit" -lt 20 ]; then
+      errors=$((errors + 1))
+      echo "$t: not run, ${san_limit}s left of the ${budget}s budget" | tee -a "$out/sanitizer.txt" >>"$work/san_failed"
+      continue
+    fi
+    PSRT_REQUIRE_GPU=1 timeout "$san_limit" "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bundle/bin/$t" >"$work/san-$t.log" 2>&1
     rc=$?
     grep -E 'ERROR SUMMARY|FAILED|Invalid|========= ' "$work/san-$t.log" | head -n 60 >>"$out/sanitizer.txt"
-    [ $rc -eq 0 ] || { errors=$((errors + 1)); echo "$t: exit $rc" >>"$work/san_failed"; }
+    [ $rc -eq 0 ] || { errors=$((errors + 1)); echo "$t: exit $rc$([ $rc -eq 124 ] && echo " (timed out after ${san_limit}s)")" >>"$work/san_failed"; }
   done
   if [ $errors -eq 0 ]; then
     stage sanitizer OK "memcheck clean on ops_cuda_test, layers_cuda_test, gpu_model_test"
