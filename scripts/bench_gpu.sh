@@ -6,10 +6,14 @@
 # then per model (--job_models), in the first --math given and the first
 # --conv that step_bench ran (cudnn fails where libcudnn.so.9 does not
 # load), a real job on 127.0.0.1 (psrt_ps and psrt_worker --device=gpu
-# --synthetic_data --sync_replicas through scripts/launch.sh) in three
-# layouts: 1 ps + 1 worker, 2 ps + 1 worker, and 1 ps + 2 workers sharing
-# the one GPU:
-#   gpu_job: model=M batch=B gpu_math=X conv=C layout=1ps1w|2ps1w|1ps2w job_eps=J single_eps=S ratio=R compute_ms=T push_ms=P pull_ms=Q exposed_comm_ms=E
+# --synthetic_data --sync_replicas through scripts/launch.sh) in each of
+# --job_layouts: 1ps1w (1 ps + 1 worker), 2ps1w (2 ps + 1 worker), 1ps2w
+# (1 ps + 2 workers sharing the one GPU), 1ps1w_s8 (1 ps + 1 worker, every
+# task with --ps_stripes=8: the model in 8 contiguous shards, so that pushes
+# and pulls overlap the passes at a finer grain than the default 2), ar2w
+# (2 workers sharing the GPU in --mode=allreduce, no ps: gradients from the
+# device through page-locked memory into the ring):
+#   gpu_job: model=M batch=B gpu_math=X conv=C layout=L job_eps=J single_eps=S ratio=R compute_ms=T push_ms=P pull_ms=Q exposed_comm_ms=E
 # J is the examples/sec of all the job's workers together, S step_bench's
 # for the same model, math and conv measured above (no ps: the
 # single-process rate), R = J / S. With one GPU, 2 workers share it, so
@@ -44,7 +48,8 @@
 #
 #   scripts/bench_gpu.sh [--models "lenet inception_mini resnet50 inception_v3"]
 #                        [--math "fp32 tf32"] [--conv "cudnn im2col"] [--runs 5]
-#                        [--jobs | --no_jobs] [--job_models "MODELS"] [--log_dir DIR]
+#                        [--jobs | --no_jobs] [--job_models "MODELS"]
+#                        [--job_layouts "1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"] [--log_dir DIR]
 # (--conv: default cudnn; each is passed on as --gpu_conv, auto too;
 # --jobs, the default: jobs for the models of --job_models, default all of
 # --models; --no_jobs: none.)
@@ -61,7 +66,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/step_log.sh  # step_log_field, step_log_job_eps
 models="lenet inception_mini resnet50 inception_v3" maths="fp32 tf32" convs="cudnn"
-runs=5 log_dir="" run_jobs=1 job_models=""
+runs=5 log_dir="" run_jobs=1 job_models="" job_layouts="1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --jobs) run_jobs=1; shift ;;
     --no_jobs) run_jobs=0; shift ;;
     --job_models) job_models="$2"; shift 2 ;;
+    --job_layouts) job_layouts="$2"; shift 2 ;;
     --log_dir) log_dir="$2"; shift 2 ;;
     *) echo "bench_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -109,11 +115,14 @@ reason() {
 # run_job LAYOUT: one job of $model on 127.0.0.1, one gpu_job: line.
 # Needs model, batch, shape, job_steps, job_every, job_limit, single_eps.
 run_job() {
-  local layout=$1 nps nworkers
+  local layout=$1 nps nworkers ps_flags="" task_flags=()
   case "$layout" in
     1ps1w) nps=1 nworkers=1 ;;
     2ps1w) nps=2 nworkers=1 ;;
     1ps2w) nps=1 nworkers=2 ;;
+    1ps1w_s8) nps=1 nworkers=1 ps_flags="--ps_stripes=8" task_flags=(--ps_stripes=8) ;;
+    ar2w) nps=0 nworkers=2 task_flags=(--mode=allreduce) ;;
+    *) echo "gpu_job: model=$model layout=$layout FAILED: unknown layout"; failed=1; return ;;
   esac
   local head="gpu_job: model=$model layout=$layout"
   local dir="$log_dir/job-$model-$layout" log="$log_dir/job-$model-$layout.log"
@@ -127,8 +136,9 @@ run_job() {
   local start=$SECONDS rc
   conv_args "$job_conv"
   PSRT_BIN_DIR="$bin" timeout "$job_limit" scripts/launch.sh \
-    --cluster_spec "$dir/cluster.json" --logdir "$dir" -- \
+    --cluster_spec "$dir/cluster.json" --logdir "$dir" --ps_flags "$ps_flags" -- \
     --model="$model" --device="$device" --gpu_math="$job_math" "${conv_flag[@]}" \
+    "${task_flags[@]}" \
     "${worker_threads[@]}" --synthetic_data --sync_replicas --batch_size="$batch" \
     --input_height="${shape[0]}" --input_width="${shape[0]}" \
     --input_channels="${shape[1]}" --num_classes="${shape[2]}" \
@@ -205,7 +215,7 @@ for model in $models; do
   if [ "$run_jobs" = 0 ] || [[ " $job_models " != *" $model "* ]]; then continue; fi
   conv_shown=$job_conv
   [ "$device" = gpu ] || conv_shown=-
-  for layout in 1ps1w 2ps1w 1ps2w; do
+  for layout in $job_layouts; do
     if [ -z "$single_eps" ]; then
       echo "gpu_job: model=$model layout=$layout FAILED: no single-process rate (step_bench failed in gpu_math=$job_math for every conv)"
       failed=1

@@ -18,12 +18,13 @@
 #   tests      the GPU tests with PSRT_REQUIRE_GPU=1 (a skip is a failure)
 #   train      psrt_worker --device=gpu end to end: 1 ps + 2 workers, LeNet,
 #              sync, synthetic data, through scripts/launch.sh; its final: line
-#   bench      scripts/bench_gpu.sh: lenet (batch 100), resnet50 (224x224,
-#              batch 64) and inception_v3 (299x299, batch 32), fp32 and
+#   bench      scripts/bench_gpu.sh: resnet50 (224x224, batch 64),
+#              inception_v3 (299x299, batch 32) and lenet (batch 100), fp32 and
 #              tf32, psrt's convolutions through cuDNN and through im2col,
 #              beside PyTorch on the GPU (gpu_train: lines); resnet50 also as
-#              jobs on 127.0.0.1, 1 ps + 1 worker, 2 ps + 1 worker and 2
-#              workers sharing the GPU (gpu_job: lines); push + pull
+#              jobs on 127.0.0.1 in bench_gpu.sh's layouts (1 or 2 ps and 1
+#              worker, 2 workers sharing the GPU, 8 stripes, allreduce:
+#              gpu_job: lines); push + pull
 #   sanitizer  compute-sanitizer memcheck on the CUDA op and model tests
 #              (--no_sanitizer: not run, said as SKIPPED)
 # env, tests (100 s a binary) and train (100 s) come first; the bench
@@ -190,7 +191,7 @@ fi
 
 # ---- tests: a skip is a failure ----
 tests_ok=0 tests_failed=0
-for t in device_test ops_cuda_test layers_cuda_test gpu_model_test towers_test; do
+for t in device_test ops_cuda_test layers_cuda_test cudnn_conv_test gpu_model_test towers_test; do
   echo "== $t" >>"$out/tests.txt"
   PSRT_REQUIRE_GPU=1 timeout 100 "$bundle/bin/$t" >"$work/$t.log" 2>&1
   rc=$?
@@ -218,12 +219,13 @@ if [ "$bench_limit" -lt 60 ]; then
   stage bench FAILED "not run: ${bench_limit}s left of the ${budget}s budget"
 else
   PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
-    --models "lenet resnet50 inception_v3" --math "fp32 tf32" --conv "cudnn im2col" \
-    --job_models resnet50 --runs 3 --log_dir "$work/bench" >"$work/bench.out" 2>&1
+    --models "resnet50 inception_v3 lenet" --math "fp32 tf32" --conv "cudnn im2col" \
+    --job_models resnet50 --runs 3 --log_dir "$work/bench" 2>&1 | tee "$work/bench.out" \
+    >"$out/bench.txt"  # Line by line: what a cut-off run measured still comes back.
   rc=$?
-  { cat "$work/bench.out"; for f in "$work"/bench/*.log; do
-      [ -f "$f" ] && { echo "== $(basename "$f") (last 20 lines)"; tail -n 20 "$f"; }
-    done; } >"$out/bench.txt"
+  for f in "$work"/bench/*.log; do
+    [ -f "$f" ] && { echo "== $(basename "$f") (last 20 lines)"; tail -n 20 "$f"; }
+  done >>"$out/bench.txt"
   grep -E '^(gpu_train|gpu_job|pushpull):' "$work/bench.out" | sed 's/^/  /' | tee -a "$summary"
   if [ $rc -eq 0 ]; then
     stage bench OK "$(grep -c '^gpu_train:' "$work/bench.out") gpu_train lines, $(grep -c '^gpu_job:' "$work/bench.out") gpu_job lines"
