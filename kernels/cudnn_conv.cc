@@ -1,6 +1,7 @@
 #include "kernels/cudnn_conv.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -57,34 +58,26 @@ struct ConvAlgorithm {
   size_t scratch_bytes = 0;
 };
 
-// Measures one direction's algorithms on first use: `find(count, &found,
-// perf)` is that direction's cudnnFind*Algorithm, whose results come
-// fastest first; the fastest that succeeded, fits kMaxScratchBytes and
-// honours the math mode wins. None: im2col, said in the log.
+// cuDNN's fastest algorithm for one direction into *a: `find(count,
+// &found, perf)` is that direction's cudnnFind*Algorithm, whose results
+// come fastest first; the fastest that succeeded, fits kMaxScratchBytes and
+// honours the math mode wins. False where none does (said in the log).
 template <class Perf, int kCount, class Find>
-bool Measure(const CudaContext& ctx, const CudnnLibrary& cudnn, cudnnConvolutionDescriptor_t conv,
-             GpuMath math, const char* direction, const Conv2DShape& s, ConvAlgorithm* a,
-             const Find& find) {
-  if (a->state != ConvAlgorithm::State::kUnmeasured) {
-    return a->state == ConvAlgorithm::State::kCudnn;
-  }
+bool FindFastest(const CudaContext& ctx, const CudnnLibrary& cudnn,
+                 cudnnConvolutionDescriptor_t conv, GpuMath math, const char* direction,
+                 const Conv2DShape& s, ConvAlgorithm* a, const Find& find) {
   // Measured alone: the work queued before would stretch the timings.
   PSRT_CUDA_RECORD(ctx, cudaStreamSynchronize(ctx.stream()));
   Perf perf[kCount];
   int found = 0;
   cudnnStatus_t st = cudnn.SetConvolutionMathType(conv, RequestedMath(math));
   if (st == CUDNN_STATUS_SUCCESS) st = find(kCount, &found, perf);
-  a->state = ConvAlgorithm::State::kIm2col;
   for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; ++i) {
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxScratchBytes &&
         MathAllowed(math, perf[i].mathType)) {
-      a->state = ConvAlgorithm::State::kCudnn;
       a->algo = static_cast<int>(perf[i].algo);
       a->math = perf[i].mathType;
       a->scratch_bytes = perf[i].memory;
-      VLOG(1) << direction << " " << ShapeName(s) << ": cuDNN algorithm " << a->algo << " (math "
-              << a->math << ", " << perf[i].time << " ms, " << a->scratch_bytes
-              << " bytes of scratch)";
       return true;
     }
   }
@@ -93,6 +86,50 @@ bool Measure(const CudaContext& ctx, const CudnnLibrary& cudnn, cudnnConvolution
                                               : absl::StrCat(" (", cudnn.GetErrorString(st), ")"))
                << "; im2col runs it";
   return false;
+}
+
+// Milliseconds of the work `run` queues on ctx's stream, by CUDA events, on
+// its second run (the first grows buffers and loads code); infinity on a
+// fault (recorded in ctx).
+float Milliseconds(const CudaContext& ctx, const std::function<void()>& run) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  float ms = std::numeric_limits<float>::infinity();
+  if (PSRT_CUDA_RECORD(ctx, cudaEventCreate(&start)) &&
+      PSRT_CUDA_RECORD(ctx, cudaEventCreate(&stop))) {
+    run();
+    PSRT_CUDA_RECORD(ctx, cudaEventRecord(start, ctx.stream()));
+    run();
+    PSRT_CUDA_RECORD(ctx, cudaEventRecord(stop, ctx.stream()));
+    if (!PSRT_CUDA_RECORD(ctx, cudaEventSynchronize(stop)) ||
+        !PSRT_CUDA_RECORD(ctx, cudaEventElapsedTime(&ms, start, stop))) {
+      ms = std::numeric_limits<float>::infinity();
+    }
+  }
+  if (stop != nullptr) cudaEventDestroy(stop);
+  if (start != nullptr) cudaEventDestroy(start);
+  return ms;
+}
+
+// Decides a direction's path on its first call: im2col where cuDNN has no
+// algorithm (found false); cuDNN's in kCudnn mode; in kAuto the faster of
+// the two, each whole path (transposes and padding copies included) timed
+// on the call's own buffers (the chosen path then overwrites the outputs).
+void Decide(const CudaContext& ctx, const Conv2DShape& s, GpuConv mode, const char* direction,
+            bool found, ConvAlgorithm* a, const std::function<void()>& run_cudnn,
+            const std::function<void()>& run_im2col) {
+  if (!found) {
+    a->state = ConvAlgorithm::State::kIm2col;
+  } else if (mode == GpuConv::kCudnn) {
+    a->state = ConvAlgorithm::State::kCudnn;
+  } else {
+    const float cudnn_ms = Milliseconds(ctx, run_cudnn);
+    const float im2col_ms = Milliseconds(ctx, run_im2col);
+    a->state = cudnn_ms <= im2col_ms ? ConvAlgorithm::State::kCudnn
+                                     : ConvAlgorithm::State::kIm2col;
+    VLOG(1) << direction << " " << ShapeName(s) << ": cuDNN algorithm " << a->algo << " (math "
+            << a->math << ", " << a->scratch_bytes << " bytes of scratch) " << cudnn_ms
+            << " ms, im2col " << im2col_ms << " ms";
+  }
 }
 
 }  // namespace
@@ -121,7 +158,7 @@ absl::StatusOr<std::unique_ptr<CudaConvolutions>> CudaConvolutions::Create(
     const CudaContext& ctx, GpuConv mode, GpuMath math) {
   if (mode == GpuConv::kIm2col) {
     return std::unique_ptr<CudaConvolutions>(
-        new CudaConvolutions(nullptr, nullptr, math, "im2col (--gpu_conv=im2col)"));
+        new CudaConvolutions(nullptr, nullptr, mode, math, "im2col (--gpu_conv=im2col)"));
   }
   std::string why;
   absl::StatusOr<const CudnnLibrary*> cudnn = LoadCudnn();
@@ -146,15 +183,21 @@ absl::StatusOr<std::unique_ptr<CudaConvolutions>> CudaConvolutions::Create(
     LOG(WARNING) << "gpu:" << ctx.device() << ": convolutions through im2col + cuBLAS (slower): "
                  << why;
     return std::unique_ptr<CudaConvolutions>(
-        new CudaConvolutions(nullptr, nullptr, math, absl::StrCat("im2col (cuDNN: ", why, ")")));
+        new CudaConvolutions(nullptr, nullptr, mode, math, absl::StrCat("im2col (cuDNN: ", why, ")")));
   }
   return std::unique_ptr<CudaConvolutions>(new CudaConvolutions(
-      *cudnn, handle, math, absl::StrCat("cuDNN ", CudnnVersionString((*cudnn)->version))));
+      *cudnn, handle, mode, math,
+      absl::StrCat(mode == GpuConv::kCudnn ? "cuDNN " : "the faster of cuDNN and im2col, cuDNN ",
+                   CudnnVersionString((*cudnn)->version))));
 }
 
 CudaConvolutions::CudaConvolutions(const CudnnLibrary* cudnn, cudnnContext* handle,
-                                   GpuMath math, std::string description)
-    : cudnn_(cudnn), handle_(handle), math_(math), description_(std::move(description)) {}
+                                   GpuConv mode, GpuMath math, std::string description)
+    : cudnn_(cudnn),
+      handle_(handle),
+      mode_(mode),
+      math_(math),
+      description_(std::move(description)) {}
 
 CudaConvolutions::~CudaConvolutions() {
   plans_.clear();
@@ -257,34 +300,62 @@ CudaConvolutions::Plan* CudaConvolutions::PlanFor(const Conv2DShape& s) {
   return it->second.get();
 }
 
-bool CudaConvolutions::FindForward(const CudaContext& ctx, const Conv2DShape& s, Plan* plan) {
-  return Measure<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-      ctx, *cudnn_, plan->conv, math_, "forward", s, &plan->forward,
-      [&](int count, int* found, cudnnConvolutionFwdAlgoPerf_t* perf) {
-        return cudnn_->FindConvolutionForwardAlgorithm(handle_, plan->x, plan->w, plan->conv,
-                                                       plan->y, count, found, perf);
-      });
+bool CudaConvolutions::CudnnForward(const CudaContext& ctx, const Conv2DShape& s, Plan* plan,
+                                    const float* x, const float* filter, float* y) {
+  ConvAlgorithm& a = plan->forward;
+  if (a.state == ConvAlgorithm::State::kUnmeasured) {
+    const bool found =
+        FindFastest<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+            ctx, *cudnn_, plan->conv, math_, "forward", s, &a,
+            [&](int count, int* n, cudnnConvolutionFwdAlgoPerf_t* perf) {
+              return cudnn_->FindConvolutionForwardAlgorithm(handle_, plan->x, plan->w,
+                                                             plan->conv, plan->y, count, n, perf);
+            });
+    Decide(
+        ctx, s, mode_, "forward", found, &a, [&] { RunForward(ctx, s, *plan, x, filter, y); },
+        [&] { kernels::Conv2DForward(ctx, s, x, filter, y, &scratch_); });
+  }
+  return a.state == ConvAlgorithm::State::kCudnn;
 }
 
-bool CudaConvolutions::FindBackwardData(const CudaContext& ctx, const Conv2DShape& s,
-                                        Plan* plan) {
-  return Measure<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-      ctx, *cudnn_, plan->conv, math_, "backward data", s, &plan->backward_data,
-      [&](int count, int* found, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-        return cudnn_->FindConvolutionBackwardDataAlgorithm(handle_, plan->w, plan->y, plan->conv,
-                                                            plan->x, count, found, perf);
-      });
+bool CudaConvolutions::CudnnBackwardData(const CudaContext& ctx, const Conv2DShape& s,
+                                         Plan* plan, const float* x, const float* filter,
+                                         const float* dy, float* dx) {
+  ConvAlgorithm& a = plan->backward_data;
+  if (a.state == ConvAlgorithm::State::kUnmeasured) {
+    const bool found =
+        FindFastest<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+            ctx, *cudnn_, plan->conv, math_, "backward data", s, &a,
+            [&](int count, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+              return cudnn_->FindConvolutionBackwardDataAlgorithm(
+                  handle_, plan->w, plan->y, plan->conv, plan->x, count, n, perf);
+            });
+    Decide(
+        ctx, s, mode_, "backward data", found, &a,
+        [&] { RunBackwardData(ctx, s, *plan, filter, dy, dx); },
+        [&] { kernels::Conv2DBackward(ctx, s, x, filter, dy, dx, nullptr, &scratch_); });
+  }
+  return a.state == ConvAlgorithm::State::kCudnn;
 }
 
-bool CudaConvolutions::FindBackwardFilter(const CudaContext& ctx, const Conv2DShape& s,
-                                          Plan* plan) {
-  return Measure<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-      ctx, *cudnn_, plan->conv, math_, "backward filter", s, &plan->backward_filter,
-      [&](int count, int* found, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-        return cudnn_->FindConvolutionBackwardFilterAlgorithm(handle_, plan->x, plan->y,
-                                                              plan->conv, plan->w, count, found,
-                                                              perf);
-      });
+bool CudaConvolutions::CudnnBackwardFilter(const CudaContext& ctx, const Conv2DShape& s,
+                                           Plan* plan, const float* x, const float* filter,
+                                           const float* dy, float* dfilter) {
+  ConvAlgorithm& a = plan->backward_filter;
+  if (a.state == ConvAlgorithm::State::kUnmeasured) {
+    const bool found = FindFastest<cudnnConvolutionBwdFilterAlgoPerf_t,
+                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+        ctx, *cudnn_, plan->conv, math_, "backward filter", s, &a,
+        [&](int count, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+          return cudnn_->FindConvolutionBackwardFilterAlgorithm(
+              handle_, plan->x, plan->y, plan->conv, plan->w, count, n, perf);
+        });
+    Decide(
+        ctx, s, mode_, "backward filter", found, &a,
+        [&] { RunBackwardFilter(ctx, s, *plan, x, dy, dfilter); },
+        [&] { kernels::Conv2DBackward(ctx, s, x, filter, dy, nullptr, dfilter, &scratch_); });
+  }
+  return a.state == ConvAlgorithm::State::kCudnn;
 }
 
 void* CudaConvolutions::Scratch(const CudaContext& ctx, size_t bytes) {
@@ -302,90 +373,101 @@ const float* CudaConvolutions::CudnnInput(const CudaContext& ctx, const Conv2DSh
   return padded;
 }
 
+void CudaConvolutions::RunForward(const CudaContext& ctx, const Conv2DShape& s, const Plan& plan,
+                                  const float* x, const float* filter, float* y) {
+  const ConvAlgorithm& a = plan.forward;
+  float* krsc = filter_.Get(ctx, s.filter_size());
+  const float* input = CudnnInput(ctx, s, plan, x);
+  void* scratch = Scratch(ctx, a.scratch_bytes);
+  if (krsc == nullptr || input == nullptr || (scratch == nullptr && a.scratch_bytes > 0)) {
+    return;  // Recorded in ctx.
+  }
+  Transpose(ctx, filter, s.filter_height * s.filter_width * s.in_channels, s.out_channels, krsc);
+  const float one = 1.0f, zero = 0.0f;
+  if (Check(ctx, "cudnnSetConvolutionMathType",
+            cudnn_->SetConvolutionMathType(plan.conv, a.math))) {
+    Check(ctx, "cudnnConvolutionForward",
+          cudnn_->ConvolutionForward(handle_, &one, plan.x, input, plan.w, krsc, plan.conv,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), scratch,
+                                     a.scratch_bytes, &zero, plan.y, y));
+  }
+}
+
+void CudaConvolutions::RunBackwardData(const CudaContext& ctx, const Conv2DShape& s,
+                                       const Plan& plan, const float* filter, const float* dy,
+                                       float* dx) {
+  const ConvAlgorithm& a = plan.backward_data;
+  float* krsc = filter_.Get(ctx, s.filter_size());
+  float* out = dx;
+  if (plan.explicit_padding) {
+    out = padded_dinput_.Get(ctx, s.batch * plan.input_height * plan.input_width * s.in_channels);
+  }
+  void* scratch = Scratch(ctx, a.scratch_bytes);
+  if (krsc == nullptr || out == nullptr || (scratch == nullptr && a.scratch_bytes > 0)) return;
+  Transpose(ctx, filter, s.filter_height * s.filter_width * s.in_channels, s.out_channels, krsc);
+  const float one = 1.0f, zero = 0.0f;
+  if (!Check(ctx, "cudnnSetConvolutionMathType",
+             cudnn_->SetConvolutionMathType(plan.conv, a.math)) ||
+      !Check(ctx, "cudnnConvolutionBackwardData",
+             cudnn_->ConvolutionBackwardData(
+                 handle_, &one, plan.w, krsc, plan.y, dy, plan.conv,
+                 static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), scratch, a.scratch_bytes,
+                 &zero, plan.x, out))) {
+    return;
+  }
+  if (plan.explicit_padding) {  // The padding's gradient is dropped.
+    CopyImageWindow(ctx, out, s.batch, plan.input_height, plan.input_width, s.in_channels,
+                    s.in_height, s.in_width, -s.pad_top(), -s.pad_left(), dx);
+  }
+}
+
+void CudaConvolutions::RunBackwardFilter(const CudaContext& ctx, const Conv2DShape& s,
+                                         const Plan& plan, const float* x, const float* dy,
+                                         float* dfilter) {
+  const ConvAlgorithm& a = plan.backward_filter;
+  // The KRSC buffer may still hold the filter for a queued backward data:
+  // stream order runs that first.
+  float* krsc = filter_.Get(ctx, s.filter_size());
+  const float* input = CudnnInput(ctx, s, plan, x);
+  void* scratch = Scratch(ctx, a.scratch_bytes);
+  if (krsc == nullptr || input == nullptr || (scratch == nullptr && a.scratch_bytes > 0)) return;
+  const float one = 1.0f, zero = 0.0f;
+  if (!Check(ctx, "cudnnSetConvolutionMathType",
+             cudnn_->SetConvolutionMathType(plan.conv, a.math)) ||
+      !Check(ctx, "cudnnConvolutionBackwardFilter",
+             cudnn_->ConvolutionBackwardFilter(
+                 handle_, &one, plan.x, input, plan.y, dy, plan.conv,
+                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), scratch, a.scratch_bytes,
+                 &zero, plan.w, krsc))) {
+    return;
+  }
+  Transpose(ctx, krsc, s.out_channels, s.filter_height * s.filter_width * s.in_channels, dfilter);
+}
+
 void CudaConvolutions::Forward(const CudaContext& ctx, const Conv2DShape& s, const float* x,
                                const float* filter, float* y) {
   Plan* plan = PlanFor(s);
-  if (plan == nullptr || !FindForward(ctx, s, plan)) {
+  if (plan != nullptr && CudnnForward(ctx, s, plan, x, filter, y)) {
+    RunForward(ctx, s, *plan, x, filter, y);
+  } else {
     kernels::Conv2DForward(ctx, s, x, filter, y, &scratch_);
-    return;
   }
-  const int64_t patch = s.filter_height * s.filter_width * s.in_channels;
-  float* krsc = filter_.Get(ctx, s.filter_size());
-  const float* input = CudnnInput(ctx, s, *plan, x);
-  void* scratch = Scratch(ctx, plan->forward.scratch_bytes);
-  if (krsc == nullptr || input == nullptr ||
-      (scratch == nullptr && plan->forward.scratch_bytes > 0)) {
-    return;  // Recorded in ctx.
-  }
-  Transpose(ctx, filter, patch, s.out_channels, krsc);
-  const float one = 1.0f, zero = 0.0f;
-  if (!Check(ctx, "cudnnSetConvolutionMathType",
-             cudnn_->SetConvolutionMathType(plan->conv, plan->forward.math))) {
-    return;
-  }
-  Check(ctx, "cudnnConvolutionForward",
-        cudnn_->ConvolutionForward(handle_, &one, plan->x, input, plan->w, krsc, plan->conv,
-                                   static_cast<cudnnConvolutionFwdAlgo_t>(plan->forward.algo),
-                                   scratch, plan->forward.scratch_bytes, &zero, plan->y, y));
 }
 
 void CudaConvolutions::Backward(const CudaContext& ctx, const Conv2DShape& s, const float* x,
                                 const float* filter, const float* dy, float* dx,
                                 float* dfilter) {
   Plan* plan = PlanFor(s);
-  const bool cudnn_dx = dx != nullptr && plan != nullptr && FindBackwardData(ctx, s, plan);
-  const bool cudnn_dfilter =
-      dfilter != nullptr && plan != nullptr && FindBackwardFilter(ctx, s, plan);
+  const bool cudnn_dx =
+      dx != nullptr && plan != nullptr && CudnnBackwardData(ctx, s, plan, x, filter, dy, dx);
+  const bool cudnn_dfilter = dfilter != nullptr && plan != nullptr &&
+                             CudnnBackwardFilter(ctx, s, plan, x, filter, dy, dfilter);
   if ((dx != nullptr && !cudnn_dx) || (dfilter != nullptr && !cudnn_dfilter)) {
     kernels::Conv2DBackward(ctx, s, x, filter, dy, cudnn_dx ? nullptr : dx,
                             cudnn_dfilter ? nullptr : dfilter, &scratch_);
   }
-  if (!cudnn_dx && !cudnn_dfilter) return;
-  const int64_t patch = s.filter_height * s.filter_width * s.in_channels;
-  const float one = 1.0f, zero = 0.0f;
-  // One KRSC buffer: the filter for dx, then (in stream order) dfilter.
-  float* krsc = filter_.Get(ctx, s.filter_size());
-  if (krsc == nullptr) return;  // Recorded in ctx.
-  if (cudnn_dx) {
-    const ConvAlgorithm& a = plan->backward_data;
-    float* out = dx;
-    if (plan->explicit_padding) {
-      out = padded_dinput_.Get(ctx,
-                               s.batch * plan->input_height * plan->input_width * s.in_channels);
-    }
-    void* scratch = Scratch(ctx, a.scratch_bytes);
-    if (out == nullptr || (scratch == nullptr && a.scratch_bytes > 0)) return;
-    Transpose(ctx, filter, patch, s.out_channels, krsc);
-    if (!Check(ctx, "cudnnSetConvolutionMathType",
-               cudnn_->SetConvolutionMathType(plan->conv, a.math)) ||
-        !Check(ctx, "cudnnConvolutionBackwardData",
-               cudnn_->ConvolutionBackwardData(
-                   handle_, &one, plan->w, krsc, plan->y, dy, plan->conv,
-                   static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), scratch, a.scratch_bytes,
-                   &zero, plan->x, out))) {
-      return;
-    }
-    if (plan->explicit_padding) {  // The padding's gradient is dropped.
-      CopyImageWindow(ctx, out, s.batch, plan->input_height, plan->input_width, s.in_channels,
-                      s.in_height, s.in_width, -s.pad_top(), -s.pad_left(), dx);
-    }
-  }
-  if (cudnn_dfilter) {
-    const ConvAlgorithm& a = plan->backward_filter;
-    const float* input = CudnnInput(ctx, s, *plan, x);
-    void* scratch = Scratch(ctx, a.scratch_bytes);
-    if (input == nullptr || (scratch == nullptr && a.scratch_bytes > 0)) return;
-    if (!Check(ctx, "cudnnSetConvolutionMathType",
-               cudnn_->SetConvolutionMathType(plan->conv, a.math)) ||
-        !Check(ctx, "cudnnConvolutionBackwardFilter",
-               cudnn_->ConvolutionBackwardFilter(
-                   handle_, &one, plan->x, input, plan->y, dy, plan->conv,
-                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), scratch,
-                   a.scratch_bytes, &zero, plan->w, krsc))) {
-      return;
-    }
-    Transpose(ctx, krsc, s.out_channels, patch, dfilter);
-  }
+  if (cudnn_dx) RunBackwardData(ctx, s, *plan, filter, dy, dx);
+  if (cudnn_dfilter) RunBackwardFilter(ctx, s, *plan, x, dy, dfilter);
 }
 
 void Conv2DForward(const CudaContext& ctx, const Conv2DShape& shape, const float* x,

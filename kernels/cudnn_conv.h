@@ -4,12 +4,14 @@
 // (layers_cuda.h).
 //
 // Per shape (batch included) it makes a plan once: cuDNN's descriptors, and
-// for each direction (forward, backward data, backward filter) the fastest
-// algorithm cuDNN measures on the first call that needs it
-// (cudnnFind*Algorithm: the stream is synchronized, and the first step of a
-// model takes a few more milliseconds per layer), in the device's math mode
-// (fp32: FMA kernels only; tf32: tensor cores allowed, never fp16), within a
-// workspace of at most 1 GiB. cuDNN's filters are KRSC, so filters and their
+// for each direction (forward, backward data, backward filter) the path
+// measured fastest on the first call that needs it: cuDNN's fastest
+// algorithm (cudnnFind*Algorithm) in the device's math mode (fp32: FMA
+// kernels only; tf32: tensor cores allowed, never fp16) within 1 GiB of
+// scratch, against im2col, each timed on the stream with the call's own
+// buffers (GpuConv::kAuto; kCudnn takes cuDNN's wherever it has one). The
+// stream is synchronized for that, so the first step of a model takes some
+// milliseconds more per layer. cuDNN's filters are KRSC, so filters and their
 // gradients are transposed on the GPU; cuDNN pads both sides alike, so a
 // SAME convolution with more padding after than before (stride 2 on an even
 // size) copies the input into a zero-padded buffer first (and crops its
@@ -25,6 +27,7 @@
 #define PSRT_KERNELS_CUDNN_CONV_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,21 +46,23 @@ struct CudnnLibrary;
 
 class CudaConvolutions {
  public:
-  // For `ctx`'s device, in `math`'s mode. kIm2col: never cuDNN. kAuto:
-  // cuDNN when it loads and makes a handle, else im2col (logged once with
-  // why). kCudnn: FailedPrecondition saying why cuDNN cannot serve.
+  // For `ctx`'s device, in `math`'s mode. kIm2col: never cuDNN. kAuto: the
+  // faster path per shape where cuDNN loads and makes a handle, else im2col
+  // (logged once with why). kCudnn: cuDNN wherever it has an algorithm, and
+  // FailedPrecondition saying why where it cannot serve.
   static absl::StatusOr<std::unique_ptr<CudaConvolutions>> Create(
       const CudaContext& ctx, GpuConv mode, GpuMath math);
   ~CudaConvolutions();
   CudaConvolutions(const CudaConvolutions&) = delete;
   CudaConvolutions& operator=(const CudaConvolutions&) = delete;
 
-  // "cuDNN 9.19.0" or "im2col" (with why, where cuDNN was wanted), for logs.
+  // "cuDNN 9.19.0", "the faster of cuDNN and im2col, cuDNN 9.19.0" or
+  // "im2col" (with why, where cuDNN was wanted), for logs.
   const std::string& description() const { return description_; }
   bool uses_cudnn() const { return cudnn_ != nullptr; }
   // How many of the shape's directions (forward, backward data, backward
-  // filter) cuDNN has run so far: 0 before its first call, for 1x1 stride-1
-  // shapes (one GEMM) and for those im2col serves. For tests and logs.
+  // filter) run through cuDNN: 0 before their first call, for 1x1 stride-1
+  // shapes (one GEMM) and where im2col serves. For tests and logs.
   int CudnnDirections(const Conv2DShape& shape) const;
 
   // conv.h's Conv2DForward and Conv2DBackward, queued on ctx's stream.
@@ -72,14 +77,26 @@ class CudaConvolutions {
   using ShapeKey = std::array<int64_t, 10>;
   static ShapeKey KeyOf(const Conv2DShape& shape);
 
-  CudaConvolutions(const CudnnLibrary* cudnn, cudnnContext* handle, GpuMath math,
-                   std::string description);
+  CudaConvolutions(const CudnnLibrary* cudnn, cudnnContext* handle, GpuConv mode,
+                   GpuMath math, std::string description);
   // The shape's plan, made on first use; null where cuDNN does not serve it.
   Plan* PlanFor(const Conv2DShape& shape);
-  // Whether cuDNN runs the direction, measuring its algorithm on first use.
-  bool FindForward(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan);
-  bool FindBackwardData(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan);
-  bool FindBackwardFilter(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan);
+  // Whether cuDNN runs the direction, decided on its first call (which may
+  // run both paths into the call's outputs, to time them).
+  bool CudnnForward(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan,
+                    const float* x, const float* filter, float* y);
+  bool CudnnBackwardData(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan,
+                         const float* x, const float* filter, const float* dy, float* dx);
+  bool CudnnBackwardFilter(const CudaContext& ctx, const Conv2DShape& shape, Plan* plan,
+                           const float* x, const float* filter, const float* dy,
+                           float* dfilter);
+  // The cuDNN paths with the plan's algorithms.
+  void RunForward(const CudaContext& ctx, const Conv2DShape& shape, const Plan& plan,
+                  const float* x, const float* filter, float* y);
+  void RunBackwardData(const CudaContext& ctx, const Conv2DShape& shape, const Plan& plan,
+                       const float* filter, const float* dy, float* dx);
+  void RunBackwardFilter(const CudaContext& ctx, const Conv2DShape& shape, const Plan& plan,
+                         const float* x, const float* dy, float* dfilter);
   // The input cuDNN reads: x, or x copied into the zero-padded buffer.
   const float* CudnnInput(const CudaContext& ctx, const Conv2DShape& shape, const Plan& plan,
                           const float* x);
@@ -90,6 +107,7 @@ class CudaConvolutions {
 
   const CudnnLibrary* const cudnn_;  // Null: im2col only.
   cudnnContext* const handle_;
+  const GpuConv mode_;
   const GpuMath math_;
   const std::string description_;
   std::map<ShapeKey, std::unique_ptr<Plan>> plans_;

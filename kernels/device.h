@@ -56,11 +56,12 @@ namespace kernels {
 
 enum class DeviceType { kCpu, kGpu };
 
-// How a GPU runs its convolutions: kAuto through cuDNN where it loads, else
-// im2col + cuBLAS (with a warning); kCudnn through cuDNN, a device without
-// it being an error; kIm2col never through cuDNN (the fallback, and the
-// path its tests compare with). A shape cuDNN finds no algorithm for takes
-// im2col in either cuDNN mode.
+// How a GPU runs its convolutions (kernels/cudnn_conv.h): kAuto, per shape
+// and direction, the faster of cuDNN and im2col + cuBLAS, measured on first
+// use (im2col alone, with a warning, where cuDNN does not load); kCudnn
+// through cuDNN wherever it has an algorithm, a device without cuDNN being
+// an error; kIm2col never through cuDNN (the fallback, and the path its
+// tests compare with).
 enum class GpuConv { kAuto, kCudnn, kIm2col };
 
 struct DeviceSpec {

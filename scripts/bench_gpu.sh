@@ -36,9 +36,10 @@
 # runs on the ps). PyTorch's (scripts/peers/torch_train.py --device cuda
 # --synthetic) is forward, backward and an SGD step with the parameters
 # resident on the GPU. Both are medians of --runs timed runs. PyTorch runs
-# its convolutions through cuDNN; psrt through cuDNN (--gpu_conv=cudnn) or
-# its own im2col and cuBLAS (--gpu_conv=im2col), as --conv says (PyTorch
-# runs once per model and math, its figure beside each conv).
+# its convolutions through cuDNN; psrt through the faster of cuDNN and its
+# own im2col + cuBLAS per layer (--gpu_conv=auto), through cuDNN alone
+# (cudnn) or im2col alone (im2col), as --conv says (PyTorch runs once per
+# model and math, its figure beside each conv).
 # Models: lenet (28x28x1, batch 100), inception_mini (28x28x1, batch 100),
 # resnet50 (224x224x3, 1000 classes, batch 64), inception_v3 (299x299x3,
 # 1000 classes, batch 32). A job trains 300 steps of lenet or
@@ -47,10 +48,10 @@
 # elapsed seconds.
 #
 #   scripts/bench_gpu.sh [--models "lenet inception_mini resnet50 inception_v3"]
-#                        [--math "fp32 tf32"] [--conv "cudnn im2col"] [--runs 5]
+#                        [--math "fp32 tf32"] [--conv "auto cudnn im2col"] [--runs 5]
 #                        [--jobs | --no_jobs] [--job_models "MODELS"]
 #                        [--job_layouts "1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"] [--log_dir DIR]
-# (--conv: default cudnn; each is passed on as --gpu_conv, auto too;
+# (--conv: default auto, psrt's own default; each is passed on as --gpu_conv;
 # --jobs, the default: jobs for the models of --job_models, default all of
 # --models; --no_jobs: none.)
 #
@@ -65,7 +66,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/step_log.sh  # step_log_field, step_log_job_eps
-models="lenet inception_mini resnet50 inception_v3" maths="fp32 tf32" convs="cudnn"
+models="lenet inception_mini resnet50 inception_v3" maths="fp32 tf32" convs="auto"
 runs=5 log_dir="" run_jobs=1 job_models="" job_layouts="1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -219,7 +219,7 @@ if [ "$bench_limit" -lt 60 ]; then
   stage bench FAILED "not run: ${bench_limit}s left of the ${budget}s budget"
 else
   PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
-    --models "resnet50 inception_v3 lenet" --math "fp32 tf32" --conv "cudnn im2col" \
+    --models "resnet50 inception_v3 lenet" --math "fp32 tf32" --conv "auto cudnn im2col" \
     --job_models resnet50 --runs 3 --log_dir "$work/bench" 2>&1 | tee "$work/bench.out" \
     >"$out/bench.txt"  # Line by line: what a cut-off run measured still comes back.
   rc=$?

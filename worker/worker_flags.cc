@@ -97,8 +97,10 @@ DEFINE_string(gpu_math, "fp32",
               "TF32 inputs with FP32 sums, PyTorch's default for "
               "convolutions: faster, about 3 decimal digits per input).");
 DEFINE_string(gpu_conv, "auto",
-              "How a GPU runs convolutions: auto (cuDNN where libcudnn.so.9 "
-              "loads, else im2col + cuBLAS, with a warning), cudnn (an error "
+              "How a GPU runs convolutions: auto (per layer shape, the faster "
+              "of cuDNN and im2col + cuBLAS, measured in the first step; "
+              "im2col alone, with a warning, where libcudnn.so.9 does not "
+              "load), cudnn (cuDNN wherever it has an algorithm; an error "
               "without it) or im2col.");
 DEFINE_int32(num_gpus, 1,
              "Towers per worker (in-graph replication), one per GPU: each "

@@ -1,5 +1,6 @@
 // cuDNN's convolutions (cudnn_conv.h) against the CPU's (the oracle) and
-// the GPU's im2col path, in fp32 and tf32, on the shapes that take each of
+// the GPU's im2col path, in fp32 and tf32, alone (kCudnn) and as measured
+// against im2col per shape (kAuto), on the shapes that take each of
 // its branches: padding cuDNN can express, SAME padding it cannot (more
 // after than before: copied into zeros), VALID windows that leave rows
 // unread, strided 1x1 and 7x7 first layers, and 1x1 stride 1 (one GEMM).
@@ -7,6 +8,8 @@
 // built (CI), as psrtctl devices says. The rest skips without a GPU (fails
 // under PSRT_REQUIRE_GPU=1).
 #include "kernels/cudnn_conv.h"
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -34,8 +37,15 @@ TEST(CudnnLibraryTest, LoadsWithoutAGpu) {
   EXPECT_EQ(CudnnVersionString(91900), "9.19.0");
   EXPECT_EQ(CudnnVersionString((*cudnn)->version).substr(0, 2), "9.");
 
-  // What users see: psrtctl devices names the version.
-  FILE* pipe = popen(PSRT_BIN_DIR "/psrtctl devices 2>&1", "r");
+  // What users see: psrtctl devices (beside this test, in a build or a GPU
+  // bundle) names the version.
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  ASSERT_GT(n, 0);
+  std::string psrtctl(exe, n);
+  psrtctl.resize(psrtctl.rfind('/') + 1);
+  psrtctl += "psrtctl devices 2>&1";
+  FILE* pipe = popen(psrtctl.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;
   char buf[256];
@@ -87,8 +97,9 @@ TEST_P(CudnnConvTest, MatchesTheCpuAndIm2col) {
   }
   const double tolerance = GetParam() == GpuMath::kTf32 ? kTf32Tolerance : kFp32Tolerance;
   std::unique_ptr<CudaConvolutions> cudnn = Make(GpuConv::kCudnn);
+  std::unique_ptr<CudaConvolutions> fastest = Make(GpuConv::kAuto);
   std::unique_ptr<CudaConvolutions> im2col = Make(GpuConv::kIm2col);
-  ASSERT_TRUE(cudnn != nullptr && im2col != nullptr);
+  ASSERT_TRUE(cudnn != nullptr && fastest != nullptr && im2col != nullptr);
   EXPECT_TRUE(cudnn->uses_cudnn());
   EXPECT_EQ(cudnn->description().rfind("cuDNN 9.", 0), 0u) << cudnn->description();
   EXPECT_FALSE(im2col->uses_cudnn());
@@ -104,7 +115,7 @@ TEST_P(CudnnConvTest, MatchesTheCpuAndIm2col) {
     Conv2DForward(cpu_, s, x.data(), f.data(), y.data(), &ws);
     Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), &ws);
 
-    for (CudaConvolutions* convolutions : {cudnn.get(), im2col.get()}) {
+    for (CudaConvolutions* convolutions : {cudnn.get(), fastest.get(), im2col.get()}) {
       // Twice: the second call runs the plan the first one measured.
       for (int call = 0; call < 2; ++call) {
         DeviceArray<float> gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()), gdf(f.size());
@@ -118,6 +129,8 @@ TEST_P(CudnnConvTest, MatchesTheCpuAndIm2col) {
       }
     }
     EXPECT_EQ(cudnn->CudnnDirections(s), c.cudnn_directions);
+    // Measured: any mix, but only where cuDNN can.
+    EXPECT_LE(fastest->CudnnDirections(s), c.cudnn_directions);
     EXPECT_EQ(im2col->CudnnDirections(s), 0);
     ++i;
   }
