@@ -6,11 +6,12 @@
 // Convolution here is an im2col kernel + cuBLAS GEMM over a chunk of the
 // batch at a time, and a gathering col2im for the input gradient: the
 // fallback of a GPU device's convolutions (cudnn_conv.h) and their oracle
-// on the GPU; pools, batch norm,
-// concat and dropout run the functors of layer_functors.h, the code the CPU
-// tests check, in grid-stride kernels. Per-channel sums (batch norm) and
-// L2 loss reduce in shared memory and add with atomics, so they may differ
-// from the CPU in the last bits and from run to run.
+// on the GPU. Pools, batch norm, concat and dropout run the functors of
+// layer_functors.h, the code the CPU tests check, in grid-stride kernels,
+// but for max pooling's backward, which scatters each window's gradient to
+// its max with atomics. Those, per-channel sums (batch norm) and L2 loss
+// (which reduce in shared memory and add with atomics) may differ from the
+// CPU in the last bits and from run to run.
 //
 // Everything is queued on the context's stream; nothing copies between host
 // and device. This header compiles with the host compiler.
