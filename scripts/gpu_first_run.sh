@@ -19,12 +19,13 @@
 #   train      psrt_worker --device=gpu end to end: 1 ps + 2 workers, LeNet,
 #              sync, synthetic data, through scripts/launch.sh; its final: line
 #   bench      scripts/bench_gpu.sh: resnet50 (224x224, batch 64),
-#              inception_v3 (299x299, batch 32) and lenet (batch 100), fp32 and
-#              tf32, psrt's convolutions through cuDNN and through im2col,
-#              beside PyTorch on the GPU (gpu_train: lines); resnet50 also as
-#              jobs on 127.0.0.1 in bench_gpu.sh's layouts (1 or 2 ps and 1
-#              worker, 2 workers sharing the GPU, 8 stripes, allreduce:
-#              gpu_job: lines); push + pull
+#              inception_v3 (299x299, batch 32) and lenet (batch 100), tf32
+#              and fp32, psrt's convolutions as measured fastest per layer
+#              (auto), through cuDNN alone and through im2col alone, beside
+#              PyTorch on the GPU (gpu_train: lines); resnet50 also as tf32
+#              jobs on 127.0.0.1 (gpu_job: lines): 1 ps + 1 worker with 2, 8
+#              and 16 stripes and with bf16 on the wire, 2 ps, 2 workers
+#              sharing the GPU, and allreduce; push + pull
 #   sanitizer  compute-sanitizer memcheck on the CUDA op and model tests
 #              (--no_sanitizer: not run, said as SKIPPED)
 # env, tests (100 s a binary) and train (100 s) come first; the bench
@@ -219,8 +220,10 @@ if [ "$bench_limit" -lt 60 ]; then
   stage bench FAILED "not run: ${bench_limit}s left of the ${budget}s budget"
 else
   PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
-    --models "resnet50 inception_v3 lenet" --math "fp32 tf32" --conv "auto cudnn im2col" \
-    --job_models resnet50 --runs 3 --log_dir "$work/bench" 2>&1 | tee "$work/bench.out" \
+    --models "resnet50 inception_v3 lenet" --math "tf32 fp32" --conv "auto cudnn im2col" \
+    --job_models resnet50 --runs 3 --log_dir "$work/bench" \
+    --job_layouts "1ps1w 1ps1w_s8 1ps1w_s16 1ps1w_s8_bf16 2ps1w_s8 1ps2w_s8 ar2w" \
+    2>&1 | tee "$work/bench.out" \
     >"$out/bench.txt"  # Line by line: what a cut-off run measured still comes back.
   rc=$?
   for f in "$work"/bench/*.log; do
