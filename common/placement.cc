@@ -11,8 +11,10 @@ absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name)
   if (name == "round_robin") return PlacementStrategy::kRoundRobin;
   if (name == "greedy") return PlacementStrategy::kGreedyByBytes;
   if (name == "contiguous") return PlacementStrategy::kContiguous;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown placement strategy \"", name, "\" (known: round_robin, greedy, contiguous)"));
+  if (name == "prioritized") return PlacementStrategy::kPrioritized;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown placement strategy \"", name,
+                   "\" (known: round_robin, greedy, contiguous, prioritized)"));
 }
 
 absl::StatusOr<Placement> ComputePlacement(
@@ -79,7 +81,12 @@ absl::StatusOr<Placement> ComputePlacement(
   std::vector<int64_t> shard_bytes(num_shards, 0);
   std::vector<bool> used(num_shards, false);  // By the current variable.
   int next_round_robin = 0;
-  int64_t bytes_before = 0;  // kContiguous: of the slices placed so far.
+  int64_t bytes_before = 0;  // kContiguous, kPrioritized: of the slices placed so far.
+  // kPrioritized: where each shard's run ends, as a fraction of the bytes.
+  std::vector<double> run_ends(num_shards);
+  double weights = 0;
+  for (int k = 0; k < num_shards; ++k) run_ends[k] = weights += 1 << std::min(k, 3);
+  for (double& end : run_ends) end /= weights;
   for (int i = 0; i < n; ++i) {
     VariableSlice& slice = placement.slices[i];
     if (i == 0 || slice.variable != placement.slices[i - 1].variable) {
@@ -89,16 +96,24 @@ absl::StatusOr<Placement> ComputePlacement(
     if (options.strategy == PlacementStrategy::kRoundRobin) {
       shard = next_round_robin;
       next_round_robin = (next_round_robin + 1) % num_shards;
-    } else if (options.strategy == PlacementStrategy::kContiguous) {
+    } else if (options.strategy == PlacementStrategy::kContiguous ||
+               options.strategy == PlacementStrategy::kPrioritized) {
       // The shard its middle byte falls in, but never behind the previous
       // slice's or more than one past it, and never so far back that the
       // slices left could not give every later shard one: no shard is left
       // empty while there are slices enough.
       const int previous = i == 0 ? -1 : placement.slices[i - 1].shard;
       const int64_t middle = bytes_before + slice.num_bytes / 2;
-      shard = total_bytes == 0 ? 0
-                               : static_cast<int>(static_cast<double>(middle) * num_shards /
-                                                  static_cast<double>(total_bytes));
+      if (total_bytes == 0) {
+        shard = 0;
+      } else if (options.strategy == PlacementStrategy::kContiguous) {
+        shard = static_cast<int>(static_cast<double>(middle) * num_shards /
+                                 static_cast<double>(total_bytes));
+      } else {
+        const double at = static_cast<double>(middle) / static_cast<double>(total_bytes);
+        shard = static_cast<int>(std::upper_bound(run_ends.begin(), run_ends.end(), at) -
+                                 run_ends.begin());
+      }
       shard = std::min(shard, previous + 1);
       shard = std::max(shard, previous);
       if (n >= num_shards) shard = std::max(shard, num_shards - (n - i));

@@ -23,7 +23,12 @@
 // complete early in the forward pass and the last layers' early in the
 // backward pass, which lets a worker overlap their transfer with compute
 // (worker/training/step_pipeline.h). Under kContiguous two slices of one variable
-// may share a shard.
+// may share a shard. kPrioritized is kContiguous with runs that grow from
+// the first layers: shard k's share of the bytes is in proportion to
+// 2^min(k, 3) (1, 2, 4, then 8), as P3 prioritizes the first layers: their
+// shard is pushed last in the backward pass and needed first in the
+// forward pass, so its push, update and pull are the part of a step's
+// communication that no compute hides; the smaller it is, the less shows.
 #ifndef PSRT_COMMON_PLACEMENT_H_
 #define PSRT_COMMON_PLACEMENT_H_
 
@@ -37,10 +42,10 @@
 
 namespace psrt {
 
-enum class PlacementStrategy { kRoundRobin, kGreedyByBytes, kContiguous };
+enum class PlacementStrategy { kRoundRobin, kGreedyByBytes, kContiguous, kPrioritized };
 
-// "round_robin", "greedy" or "contiguous"; an unknown name is
-// InvalidArgument.
+// "round_robin", "greedy", "contiguous" or "prioritized"; an unknown name
+// is InvalidArgument.
 absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name);
 
 struct PlacementOptions {

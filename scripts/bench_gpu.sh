@@ -7,11 +7,12 @@
 # --conv that step_bench ran (cudnn fails where libcudnn.so.9 does not
 # load), a real job on 127.0.0.1 (psrt_ps and psrt_worker --device=gpu
 # --synthetic_data --sync_replicas through scripts/launch.sh) in each of
-# --job_layouts, each PpsWw[_sN][_bf16] (P ps tasks and W workers, the
+# --job_layouts, each PpsWw[_sN][_bf16][_p] (P ps tasks and W workers, the
 # workers sharing the one GPU; _sN: every task with --ps_stripes=N, the
 # model in P x N contiguous shards, so that pushes and pulls overlap the
 # passes at a finer grain than the default 2; _bf16: the workers'
-# --wire_dtype=bf16, half the bytes on the wire) or arWw (W workers sharing the GPU in
+# --wire_dtype=bf16, half the bytes on the wire; _p: the workers'
+# --placement=prioritized, the first layers' shards smallest) or arWw (W workers sharing the GPU in
 # --mode=allreduce, no ps: gradients from the device through page-locked
 # memory into the ring). Default: 1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w.
 #   gpu_job: model=M batch=B gpu_math=X conv=C layout=L job_eps=J single_eps=S ratio=R compute_ms=T push_ms=P pull_ms=Q exposed_comm_ms=E
@@ -118,16 +119,17 @@ reason() {
 # Needs model, batch, shape, job_steps, job_every, job_limit, single_eps.
 run_job() {
   local layout=$1 nps nworkers ps_flags="" task_flags=()
-  if [[ "$layout" =~ ^([0-9]+)ps([0-9]+)w(_s([0-9]+))?(_bf16)?$ ]]; then
+  if [[ "$layout" =~ ^([0-9]+)ps([0-9]+)w(_s([0-9]+))?(_bf16)?(_p)?$ ]]; then
     nps=${BASH_REMATCH[1]} nworkers=${BASH_REMATCH[2]}
     if [ -n "${BASH_REMATCH[4]}" ]; then
       ps_flags="--ps_stripes=${BASH_REMATCH[4]}" task_flags=(--ps_stripes="${BASH_REMATCH[4]}")
     fi
     [ -z "${BASH_REMATCH[5]}" ] || task_flags+=(--wire_dtype=bf16)
+    [ -z "${BASH_REMATCH[6]}" ] || task_flags+=(--placement=prioritized)
   elif [[ "$layout" =~ ^ar([0-9]+)w$ ]]; then
     nps=0 nworkers=${BASH_REMATCH[1]} task_flags=(--mode=allreduce)
   else
-    echo "gpu_job: model=$model layout=$layout FAILED: not PpsWw[_sN][_bf16] or arWw"
+    echo "gpu_job: model=$model layout=$layout FAILED: not PpsWw[_sN][_bf16][_p] or arWw"
     failed=1
     return
   fi

@@ -163,7 +163,9 @@ DEFINE_string(progress, "auto",
               "(bar when stderr is a terminal).");
 DEFINE_string(placement, "contiguous",
               "Variable placement on parameter servers: contiguous (neighbouring layers "
-              "together, which --overlap_comm needs), round_robin or greedy.");
+              "together, which --overlap_comm needs), prioritized (contiguous, with "
+              "the first layers' shards smallest: less of each step's communication "
+              "shows), round_robin or greedy.");
 DEFINE_int64(partition_threshold_bytes, 1 << 20,
              "Variables larger than this are split across parameter servers.");
 DEFINE_bool(shuffle, true, "Shuffle this worker's shard of the data each epoch.");

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -128,6 +129,31 @@ TEST(PlacementTest, ContiguousKeepsNeighbouringLayersTogetherInBalancedRuns) {
   auto sparse = ComputePlacement({{"a", {4}}, {"b", {4}}}, 5, options);
   ASSERT_TRUE(sparse.ok());
   EXPECT_LE(sparse->slices[0].shard, sparse->slices[1].shard);
+}
+
+TEST(PlacementTest, PrioritizedRunsGrowFromTheFirstLayers) {
+  // 64 layers of 256 KiB each (16 MiB), on 8 shards: runs of 1, 2, 4, then
+  // 8 parts in 47 (1/47 of the bytes, about 1.4 layers, on shard 0).
+  std::vector<VariableDef> layers;
+  for (int i = 0; i < 64; ++i) layers.push_back({absl::StrCat("layer", i), {256, 256}});
+  auto strategy = ParsePlacementStrategy("prioritized");
+  ASSERT_TRUE(strategy.ok());
+  PlacementOptions options;
+  options.strategy = *strategy;
+  auto placement = ComputePlacement(layers, 8, options);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::vector<int> count(8, 0);
+  for (size_t i = 0; i < placement->slices.size(); ++i) {
+    if (i > 0) EXPECT_GE(placement->slices[i].shard, placement->slices[i - 1].shard);
+    ++count[placement->slices[i].shard];
+  }
+  // Layer i's middle, (i + 0.5) / 64, against the run ends 1/47, 3/47,
+  // 7/47, 15/47, 23/47, ...
+  EXPECT_EQ(count, std::vector<int>({1, 3, 6, 10, 11, 11, 11, 11}));
+  // Fewer slices than shards: none empty while there are enough.
+  auto few = ComputePlacement({{"a", {4}}, {"b", {4}}, {"c", {4}}}, 3, options);
+  ASSERT_TRUE(few.ok());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(few->slices[k].shard, k);
 }
 
 TEST(PlacementTest, ContiguousLeavesNoShardEmptyWhileThereAreSlicesEnough) {
