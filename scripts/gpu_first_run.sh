@@ -23,9 +23,9 @@
 #              and fp32, psrt's convolutions as measured fastest per layer
 #              (auto), through cuDNN alone and through im2col alone, beside
 #              PyTorch on the GPU (gpu_train: lines); resnet50 also as tf32
-#              jobs on 127.0.0.1 (gpu_job: lines): 1 ps + 1 worker with 2, 8
-#              and 16 stripes and with bf16 on the wire, 2 ps, 2 workers
-#              sharing the GPU, and allreduce; push + pull
+#              jobs on 127.0.0.1 (gpu_job: lines): 1 ps + 1 worker with 2
+#              and 8 stripes, and with 8 and 16 stripes placed prioritized,
+#              2 ps, 2 workers sharing the GPU, and allreduce; push + pull
 #   sanitizer  compute-sanitizer memcheck on the CUDA op and model tests
 #              (--no_sanitizer: not run, said as SKIPPED)
 # env, tests (100 s a binary) and train (100 s) come first; the bench
@@ -222,7 +222,7 @@ else
   PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
     --models "resnet50 inception_v3 lenet" --math "tf32 fp32" --conv "auto cudnn im2col" \
     --job_models resnet50 --runs 3 --log_dir "$work/bench" \
-    --job_layouts "1ps1w 1ps1w_s8 1ps1w_s16 1ps1w_s8_bf16 2ps1w_s8 1ps2w_s8 ar2w" \
+    --job_layouts "1ps1w 1ps1w_s8 1ps1w_s8_p 1ps1w_s16_p 2ps1w_s8_p 1ps2w_s8_p ar2w" \
     2>&1 | tee "$work/bench.out" \
     >"$out/bench.txt"  # Line by line: what a cut-off run measured still comes back.
   rc=$?
