@@ -64,8 +64,7 @@ class AdagradOptimizer : public Optimizer {
  public:
   AdagradOptimizer(const proto::TrainingConfig& config, int64_t n)
       : config_(config), accum_({n}) {
-    std::fill_n(accum_.data(), n, config.initial_accumulator_value());
-    AddSlot("Adagrad", &accum_);
+    AddSlot("Adagrad", &accum_, config.initial_accumulator_value());
   }
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
   void ApplyTo(absl::Span<const float> grad, float* values,
@@ -83,8 +82,7 @@ class RmsPropOptimizer : public Optimizer {
  public:
   RmsPropOptimizer(const proto::TrainingConfig& config, int64_t n)
       : config_(config), ms_({n}), mom_({n}) {
-    std::fill_n(ms_.data(), n, 1.0f);  // TensorFlow starts "rms" at one.
-    AddSlot("RMSProp", &ms_);
+    AddSlot("RMSProp", &ms_, 1.0f);  // TensorFlow starts "rms" at one.
     AddSlot("RMSProp_1", &mom_);
   }
   void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
@@ -131,6 +129,21 @@ class AdamOptimizer : public Optimizer {
 };
 
 }  // namespace
+
+void Optimizer::AddSlot(std::string name, Tensor* slot, float initial_value) {
+  CHECK_LT(slots_.size(), static_cast<size_t>(kMaxSlots));
+  if (initial_value != 0.0f) std::fill_n(slot->data(), slot->num_elements(), initial_value);
+  slots_.emplace_back(std::move(name), slot);
+  slot_initial_values_.push_back(initial_value);
+}
+
+void Optimizer::ApplyRow(absl::Span<const float> grad, float* values,
+                         absl::Span<float* const> slots) const {
+  CHECK_EQ(slots.size(), slots_.size());
+  SlotPointers at{};
+  std::copy(slots.begin(), slots.end(), at.begin());
+  ApplyTo(grad, values, at);
+}
 
 void Optimizer::Apply(int64_t begin, absl::Span<const float> grad,
                       absl::Span<float> values) {

@@ -63,13 +63,25 @@ class Optimizer {
   // The slots, named like TensorFlow's ("Momentum", "Adam", "Adam_1", ...),
   // each of the shard's size: checkpoints save and restore them.
   const std::vector<std::pair<std::string, Tensor*>>& slots() const { return slots_; }
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  // What slot i holds before the first update (Adagrad's accumulator 0.1,
+  // RMSProp's mean square 1, others 0).
+  float slot_initial_value(int i) const { return slot_initial_values_[i]; }
+
+  // The rule on memory of the caller's (an embedding table's rows, which
+  // hold their own slots): `values` and slots[i] each point at grad.size()
+  // elements, updated in place as Apply would. The optimizer's own slots
+  // are not used, so one made for 0 elements serves. Between BeginStep and
+  // the next, like Apply. REQUIRES: slots.size() == num_slots().
+  void ApplyRow(absl::Span<const float> grad, float* values, absl::Span<float* const> slots) const;
 
  protected:
   static constexpr int kMaxSlots = 2;
   using SlotPointers = std::array<float*, kMaxSlots>;
-  // Constructors name their slots, in the order ApplyTo takes them.
+  // Constructors name their slots, in the order ApplyTo takes them, and
+  // fill them with their initial value.
   // REQUIRES: `slot` is a member of the optimizer; at most kMaxSlots.
-  void AddSlot(std::string name, Tensor* slot) { slots_.emplace_back(std::move(name), slot); }
+  void AddSlot(std::string name, Tensor* slot, float initial_value = 0.0f);
   // The rule on one range: `values` and slots[i] (for each of slots()) point
   // at grad.size() elements, in place.
   virtual void ApplyTo(absl::Span<const float> grad, float* values,
@@ -77,6 +89,7 @@ class Optimizer {
 
  private:
   std::vector<std::pair<std::string, Tensor*>> slots_;
+  std::vector<float> slot_initial_values_;
 };
 
 // Errors: those of ValidateTrainingConfig (common/training_config.h).
