@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -146,6 +147,8 @@ TEST(EmbeddingTableTest, MemoryStaysCloseToThePayload) {
   EXPECT_EQ(table->rows(), n);
   EXPECT_EQ(table->payload_bytes_per_row(), 128);
   const double per_row = static_cast<double>(table->bytes()) / n;
+  std::printf("embedding table: %lld rows of dim 16 with Adagrad, %.1f bytes a row (payload 128)\n",
+              static_cast<long long>(n), per_row);
   EXPECT_GE(per_row, 128);
   EXPECT_LE(per_row, 128 + 64) << per_row;
 }
