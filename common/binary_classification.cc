@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -12,15 +13,21 @@ namespace psrt {
 double RocAuc(absl::Span<const float> scores, absl::Span<const int32_t> labels) {
   CHECK_EQ(scores.size(), labels.size());
   const size_t n = scores.size();
+  // A NaN score (a diverged model) ranks lowest, tied with the other NaNs:
+  // it orders nothing, and the sort keeps a strict weak order.
+  std::vector<float> key(scores.begin(), scores.end());
+  for (float& k : key) {
+    if (std::isnan(k)) k = -std::numeric_limits<float>::infinity();
+  }
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
   // Sum of the positives' ranks (1-based, ties sharing their mean rank).
   double positive_ranks = 0;
   int64_t positives = 0;
   for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && scores[order[j]] == scores[order[i]]) ++j;
+    size_t j = i + 1;
+    while (j < n && key[order[j]] == key[order[i]]) ++j;
     const double mean_rank = (i + 1 + j) / 2.0;  // Ranks i+1 .. j.
     for (size_t k = i; k < j; ++k) {
       if (labels[order[k]] != 0) {

@@ -11,6 +11,7 @@ namespace psrt {
 
 // The probability that a random positive scores above a random negative
 // (ties count half), by ranks: O(n log n). 0.5 when either class is absent.
+// A NaN score ranks below every other (a diverged model scores badly).
 // REQUIRES: scores.size() == labels.size(); labels 0 or 1.
 double RocAuc(absl::Span<const float> scores, absl::Span<const int32_t> labels);
 

@@ -122,10 +122,13 @@ void Decide(const CudaContext& ctx, const Conv2DShape& s, GpuConv mode, const ch
   } else if (mode == GpuConv::kCudnn) {
     a->state = ConvAlgorithm::State::kCudnn;
   } else {
-    const float cudnn_ms = Milliseconds(ctx, run_cudnn);
+    // A path whose run faulted (recorded in ctx, and sticky: the step fails)
+    // is never chosen; a tie goes to im2col.
+    float cudnn_ms = Milliseconds(ctx, run_cudnn);
+    if (!ctx.status().ok()) cudnn_ms = std::numeric_limits<float>::infinity();
     const float im2col_ms = Milliseconds(ctx, run_im2col);
-    a->state = cudnn_ms <= im2col_ms ? ConvAlgorithm::State::kCudnn
-                                     : ConvAlgorithm::State::kIm2col;
+    a->state = cudnn_ms < im2col_ms ? ConvAlgorithm::State::kCudnn
+                                    : ConvAlgorithm::State::kIm2col;
     VLOG(1) << direction << " " << ShapeName(s) << ": cuDNN algorithm " << a->algo << " (math "
             << a->math << ", " << a->scratch_bytes << " bytes of scratch) " << cudnn_ms
             << " ms, im2col " << im2col_ms << " ms";
@@ -293,9 +296,11 @@ CudaConvolutions::Plan* CudaConvolutions::PlanFor(const Conv2DShape& s) {
                  << "); im2col runs it";
     return nullptr;
   }
-  CHECK(n == s.batch && c == s.out_channels && h == out_height && w == out_width)
-      << ShapeName(s) << ": cuDNN's output " << n << "x" << h << "x" << w << "x" << c
-      << " is not the window's";
+  if (n != s.batch || c != s.out_channels || h != out_height || w != out_width) {
+    LOG(WARNING) << ShapeName(s) << ": cuDNN's output " << n << "x" << h << "x" << w << "x" << c
+                 << " is not the window's; im2col runs it";
+    return nullptr;
+  }
   it->second = std::move(plan);
   return it->second.get();
 }

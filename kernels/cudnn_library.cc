@@ -47,43 +47,58 @@ absl::Status Bind(void* handle, CudnnLibrary* lib) {
   return status;
 }
 
-absl::StatusOr<const CudnnLibrary*> Load() {
+// The library at `path`, bound and checked; the handle is closed again on
+// failure.
+absl::StatusOr<const CudnnLibrary*> LoadFrom(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot load cuDNN: ", dlerror()));
+  }
   auto lib = std::make_unique<CudnnLibrary>();
-  lib->path = "libcudnn.so.9";
-  void* handle = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  std::string first_error;
-  if (handle == nullptr) {
-    first_error = dlerror();
-#ifdef PSRT_CUDNN_BUILD_PATH
-    lib->path = PSRT_CUDNN_BUILD_PATH;
-    handle = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
+  lib->path = path;
+  absl::Status status = Bind(handle, lib.get());
+  if (status.ok()) {
+    lib->version = lib->GetVersion();
+    if (lib->version < 90000) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          path, " is cuDNN ", lib->version, ": psrt needs cuDNN 9 or later"));
+    }
   }
-  if (handle == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot load cuDNN: ", first_error));
+  if (status.ok()) {
+    // The convolution calls live in libcudnn_cnn, which libcudnn.so.9 loads
+    // on first use: make that happen now, so that a broken install is said
+    // here.
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    cudnnStatus_t st = lib->CreateConvolutionDescriptor(&conv);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      st = lib->SetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                           CUDNN_DATA_FLOAT);
+      lib->DestroyConvolutionDescriptor(conv);
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          path, " (cuDNN ", CudnnVersionString(lib->version),
+          ") cannot make a convolution descriptor: ", lib->GetErrorString(st)));
+    }
   }
-  absl::Status bound = Bind(handle, lib.get());
-  if (!bound.ok()) return bound;
-  lib->version = lib->GetVersion();
-  if (lib->version < 90000) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        lib->path, " is cuDNN ", lib->version, ": psrt needs cuDNN 9 or later"));
-  }
-  // The convolution calls live in libcudnn_cnn, which libcudnn.so.9 loads on
-  // first use: make that happen now, so that a broken install is said here.
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnStatus_t st = lib->CreateConvolutionDescriptor(&conv);
-  if (st == CUDNN_STATUS_SUCCESS) {
-    st = lib->SetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
-                                         CUDNN_DATA_FLOAT);
-    lib->DestroyConvolutionDescriptor(conv);
-  }
-  if (st != CUDNN_STATUS_SUCCESS) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        lib->path, " (cuDNN ", CudnnVersionString(lib->version),
-        ") cannot make a convolution descriptor: ", lib->GetErrorString(st)));
+  if (!status.ok()) {
+    dlclose(handle);
+    return status;
   }
   return lib.release();  // Lives as long as the process, like the mapping.
+}
+
+// libcudnn.so.9 by the loader's rules, then the toolkit's copy; the first
+// failure is the one said.
+absl::StatusOr<const CudnnLibrary*> Load() {
+  absl::StatusOr<const CudnnLibrary*> loaded = LoadFrom("libcudnn.so.9");
+#ifdef PSRT_CUDNN_BUILD_PATH
+  if (!loaded.ok()) {
+    absl::StatusOr<const CudnnLibrary*> fallback = LoadFrom(PSRT_CUDNN_BUILD_PATH);
+    if (fallback.ok()) return fallback;
+  }
+#endif
+  return loaded;
 }
 
 }  // namespace

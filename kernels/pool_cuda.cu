@@ -18,33 +18,32 @@ void CheckShape(const Pool2DShape& s) {
 }
 
 // Max pooling's backward, one thread per (output pixel, channel): dy goes
-// to the first cell (row-major) of the window holding its max, the rule of
-// functor::MaxPoolGrad, added atomically where windows overlap (so sums of
-// a few terms in any order). The gather of functor::MaxPoolGrad, one
-// thread per input cell, rescans a window for every tie, and ReLU's zeros
-// make ties common: it ran ResNet-50's pool about ten times slower.
-// REQUIRES: dx zeroed.
+// to the first cell (row-major) of the window equal to the forward's max y,
+// the rule of functor::MaxPoolGrad (nowhere when y is NaN), added
+// atomically where windows overlap (so sums of a few terms in any order).
+// The gather of functor::MaxPoolGrad, one thread per input cell, rescans a
+// window for every tie, and ReLU's zeros make ties common: it ran
+// ResNet-50's pool about five times slower. REQUIRES: dx zeroed.
 struct MaxPoolGradScatter {
   functor::PoolGeometry g;
   const float* x;
+  const float* y;
   const float* dy;
   float* dx;
   __device__ void operator()(int64_t p, int64_t c, int64_t /*c_end*/) const {
     const functor::Window win(g, p);
     const int64_t C = g.channels;
     const int64_t image = win.n * g.in_height * g.in_width;
-    int64_t best = win.h_begin * g.in_width + win.w_begin;
-    float max = x[(image + best) * C + c];
+    const float max = y[p * C + c];
     for (int64_t h = win.h_begin; h < win.h_end; ++h) {
       for (int64_t w = win.w_begin; w < win.w_end; ++w) {
-        const float v = x[(image + h * g.in_width + w) * C + c];
-        if (v > max) {
-          max = v;
-          best = h * g.in_width + w;
+        const int64_t cell = (image + h * g.in_width + w) * C + c;
+        if (x[cell] == max) {
+          atomicAdd(dx + cell, dy[p * C + c]);
+          return;
         }
       }
     }
-    atomicAdd(dx + (image + best) * C + c, dy[p * C + c]);
   }
 };
 
@@ -69,10 +68,9 @@ void MaxPoolBackward(const CudaContext& ctx, const Pool2DShape& s,
                      const float* x, const float* y, const float* dy,
                      float* dx) {
   CheckShape(s);
-  (void)y;  // The scatter finds each window's max again.
   PSRT_CUDA_RECORD(ctx, cudaMemsetAsync(dx, 0, s.input_size() * sizeof(float), ctx.stream()));
   cuda::LaunchForEachPixelChannel(ctx, OutPixels(s), s.channels,
-                                  MaxPoolGradScatter{functor::PoolGeometry(s), x, dy, dx});
+                                  MaxPoolGradScatter{functor::PoolGeometry(s), x, y, dy, dx});
 }
 
 void AvgPoolForward(const CudaContext& ctx, const Pool2DShape& s,

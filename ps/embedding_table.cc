@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/splitmix.h"
 #include "common/status_macros.h"
 #include "kernels/elementwise.h"
 
@@ -14,20 +15,10 @@ namespace {
 
 constexpr int64_t kChunkRows = 4096;
 
-uint64_t Mix(uint64_t x) {  // SplitMix64's finalizer.
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in (0, 1) from 53 bits of h.
-double Uniform(uint64_t h) { return ((h >> 11) + 0.5) * 0x1.0p-53; }
-
 }  // namespace
 
 int TableShardOf(uint64_t id, int num_shards) {
-  return static_cast<int>(Mix(id) % static_cast<uint64_t>(num_shards));
+  return static_cast<int>(SplitMix64(id) % static_cast<uint64_t>(num_shards));
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
@@ -55,21 +46,31 @@ float* EmbeddingTable::RowAt(int64_t row) const {
 }
 
 float* EmbeddingTable::RowLocked(uint64_t id) {
-  auto [it, made] = index_.try_emplace(id, static_cast<int64_t>(ids_.size()));
-  if (!made) return RowAt(it->second);
-  const int64_t row = it->second;
+  auto found = index_.find(id);
+  if (found != index_.end()) return RowAt(found->second);
+  float* row = NewRowLocked(id);
+  InitRow(id, row);
+  return row;
+}
+
+float* EmbeddingTable::NewRowLocked(uint64_t id) {
+  const int64_t row = static_cast<int64_t>(ids_.size());
+  index_.emplace(id, row);
   if (row % kChunkRows == 0) {
     chunks_.push_back(std::make_unique<float[]>(kChunkRows * row_floats_));
   }
   ids_.push_back(id);
-  float* values = RowAt(row);
+  return RowAt(row);
+}
+
+void EmbeddingTable::InitRow(uint64_t id, float* values) const {
   // A normal truncated at two standard deviations: redrawn beyond.
   const double stddev = 1 / std::sqrt(static_cast<double>(dim_));
   for (int j = 0; j < dim_; ++j) {
-    uint64_t h = Mix(Mix(seed_ ^ Mix(id)) + static_cast<uint64_t>(j));
+    uint64_t h = SplitMix64(SplitMix64(seed_ ^ SplitMix64(id)) + static_cast<uint64_t>(j));
     double z;
     do {
-      const double u1 = Uniform(h = Mix(h)), u2 = Uniform(h = Mix(h));
+      const double u1 = UnitInterval(h = SplitMix64(h)), u2 = UnitInterval(h = SplitMix64(h));
       z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
     } while (std::abs(z) > 2);
     values[j] = static_cast<float>(z * stddev);
@@ -77,7 +78,6 @@ float* EmbeddingTable::RowLocked(uint64_t id) {
   for (int s = 0; s < optimizer_->num_slots(); ++s) {
     std::fill_n(values + (1 + s) * dim_, dim_, optimizer_->slot_initial_value(s));
   }
-  return values;
 }
 
 absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<float> out) {
@@ -110,17 +110,23 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
     }
   }
   absl::MutexLock lock(&mu_);
-  // The update runs on copies of the rows, which replace them only when
-  // every value and slot stays finite.
-  std::vector<float*> rows(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) rows[i] = RowLocked(ids[i]);
+  // The update runs on copies of the rows (a new row's made there), which
+  // replace them, or become new rows, only when every value and slot stays
+  // finite.
+  std::vector<float*> rows(ids.size(), nullptr);  // Null: a new row.
   scratch_.resize(ids.size() * row_floats_);
   optimizer_->BeginStep(step);
   const int num_slots = optimizer_->num_slots();
   std::vector<float*> slots(num_slots);
   for (size_t i = 0; i < ids.size(); ++i) {
     float* copy = scratch_.data() + i * row_floats_;
-    std::memcpy(copy, rows[i], row_floats_ * sizeof(float));
+    auto found = index_.find(ids[i]);
+    if (found != index_.end()) {
+      rows[i] = RowAt(found->second);
+      std::memcpy(copy, rows[i], row_floats_ * sizeof(float));
+    } else {
+      InitRow(ids[i], copy);
+    }
     for (int s = 0; s < num_slots; ++s) slots[s] = copy + (1 + s) * dim_;
     optimizer_->ApplyRow(grads.subspan(i * dim_, dim_), copy, slots);
   }
@@ -130,7 +136,8 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
         " would make a value or slot NaN or infinite; nothing applied"));
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(rows[i], scratch_.data() + i * row_floats_, row_floats_ * sizeof(float));
+    float* row = rows[i] != nullptr ? rows[i] : NewRowLocked(ids[i]);
+    std::memcpy(row, scratch_.data() + i * row_floats_, row_floats_ * sizeof(float));
   }
   return absl::OkStatus();
 }

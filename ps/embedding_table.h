@@ -81,6 +81,10 @@ class EmbeddingTable {
   EmbeddingTable(std::string name, int dim, uint64_t seed, std::unique_ptr<Optimizer> optimizer);
   // The row of `id`, made if missing.
   float* RowLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new row for `id`, its contents unset. REQUIRES: `id` has none.
+  float* NewRowLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new row's initial values and slots into `row`.
+  void InitRow(uint64_t id, float* row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   float* RowAt(int64_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::string name_;

@@ -18,6 +18,10 @@ TEST(RocAucTest, CountsOrderedPairsAndHalfTies) {
   EXPECT_DOUBLE_EQ(RocAuc({0.1f, 0.2f, 0.3f}, {0, 1, 1}), 1.0);
   EXPECT_DOUBLE_EQ(RocAuc({0.1f, 0.2f, 0.3f}, {1, 0, 0}), 0.0);
   EXPECT_DOUBLE_EQ(RocAuc({0.1f, 0.2f}, {1, 1}), 0.5);  // One class only.
+  // NaNs rank lowest, tied: the positive NaN loses to 0.2, ties the other
+  // NaN; the positive 0.3 beats both negatives: (0 + 0.5 + 1 + 1) / 4.
+  const float nan = std::nanf("");
+  EXPECT_DOUBLE_EQ(RocAuc({nan, 0.2f, nan, 0.3f}, {1, 0, 0, 1}), 0.625);
 }
 
 TEST(LogLossTest, MeanOfTheLabelsLogProbabilities) {

@@ -150,7 +150,7 @@ TEST(PlacementTest, PrioritizedRunsGrowFromTheFirstLayers) {
   // Layer i's middle, (i + 0.5) / 64, against the run ends 1/47, 3/47,
   // 7/47, 15/47, 23/47, ...
   EXPECT_EQ(count, std::vector<int>({1, 3, 6, 10, 11, 11, 11, 11}));
-  // Fewer slices than shards: none empty while there are enough.
+  // As many slices as shards: each gets one, none stays empty.
   auto few = ComputePlacement({{"a", {4}}, {"b", {4}}, {"c", {4}}}, 3, options);
   ASSERT_TRUE(few.ok());
   for (int k = 0; k < 3; ++k) EXPECT_EQ(few->slices[k].shard, k);

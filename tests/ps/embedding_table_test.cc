@@ -132,7 +132,16 @@ TEST(EmbeddingTableTest, ARefusedUpdateChangesNothing) {
   EXPECT_EQ(table->rows(), 2);
   // A refused update with new ids makes no rows either.
   EXPECT_FALSE(table->Apply(0, {3, 3}, {1, 1, 1, 1}).ok());
+  EXPECT_FALSE(table->Apply(0, {3, 1}, {1e30f, 1, 1, 1}).ok());
   EXPECT_EQ(table->rows(), 2);
+  // An accepted one with a new id makes its row: first made, then updated.
+  auto twin = Table(proto::ADAGRAD, 2);
+  std::vector<float> fresh = Rows(*twin, {3});
+  ASSERT_TRUE(twin->Apply(0, {3}, {0.5f, -0.5f}).ok());
+  ASSERT_TRUE(table->Apply(0, {3}, {0.5f, -0.5f}).ok());
+  EXPECT_EQ(table->rows(), 3);
+  EXPECT_EQ(Rows(*table, {3}), Rows(*twin, {3}));
+  EXPECT_NE(Rows(*table, {3}), fresh);
   EXPECT_EQ(table->slot_names(), std::vector<std::string>({"Adagrad"}));
 }
 

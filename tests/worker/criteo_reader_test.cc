@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -154,6 +155,26 @@ TEST(CriteoReaderTest, AMalformedLineIsNamedOrCountedAndSkipped) {
     EXPECT_EQ(batch.size(), 3) << why;
     EXPECT_EQ((*skipping)->malformed_lines(), 1) << why;
   }
+  // A gzip file cut short is lost data, not an early end.
+  std::string lines;
+  for (int i = 0; i < 2000; ++i) lines += Line("1", std::to_string(i), "68fd1e64", "");
+  WriteGzip(TempPath("whole.gz"), lines);
+  std::string bytes;
+  {
+    std::ifstream in(TempPath("whole.gz"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  WritePlain(TempPath("cut.gz"), bytes.substr(0, bytes.size() / 2));
+  auto cut = Open({TempPath("cut.gz")});
+  ASSERT_TRUE(cut.ok());
+  CtrBatch batch;
+  absl::Status read;
+  do {
+    read = (*cut)->Read(100, &batch);
+  } while (read.ok() && batch.size() > 0);
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  EXPECT_NE(read.message().find("cut.gz"), std::string::npos) << read;
+
   auto missing = Open({TempPath("no_such_file.gz")});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("no_such_file.gz"), std::string::npos);

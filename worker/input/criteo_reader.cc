@@ -135,6 +135,7 @@ absl::Status CriteoReader::OpenFile(size_t index) {
   const std::string& path = options_.files[index];
   file_->gz = gzopen(path.c_str(), "rb");
   if (file_->gz == nullptr) {
+    file_.reset();  // Read then returns the end, not a read of nothing.
     return absl::NotFoundError(absl::StrCat("cannot open Criteo file ", path, ": ",
                                             std::strerror(errno)));
   }
@@ -174,11 +175,14 @@ absl::StatusOr<bool> CriteoReader::NextLine() {
     const size_t kept = f.buffer.size();
     f.buffer.resize(kept + (1 << 16));
     const int n = gzread(f.gz, f.buffer.data() + kept, 1 << 16);
-    if (n < 0) {
-      int errnum = 0;
-      const char* message = gzerror(f.gz, &errnum);
+    int errnum = Z_OK;
+    const char* message = gzerror(f.gz, &errnum);
+    // A gzip stream cut short reads as an end with Z_BUF_ERROR.
+    if (n < 0 || (n == 0 && errnum == Z_BUF_ERROR)) {
       return absl::DataLossError(absl::StrCat("Criteo file ", options_.files[file_index_],
-                                              " after line ", line_in_file_, ": ", message));
+                                              " after line ", line_in_file_, ": ",
+                                              n == 0 ? "truncated (the gzip stream ends early)"
+                                                     : message));
     }
     f.buffer.resize(kept + n);
     if (n == 0) f.eof = true;

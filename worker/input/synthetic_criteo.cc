@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/binary_classification.h"
+#include "common/splitmix.h"
 #include "worker/input/criteo_reader.h"
 
 namespace psrt {
@@ -24,23 +25,19 @@ constexpr double kCategoryWeight = 0.3;  // Standard deviation of an id's weight
 constexpr double kCountWeight = 0.3;
 constexpr double kBias = -1.3;           // About a quarter of the lines click.
 
-uint64_t Mix(uint64_t x) {  // SplitMix64's finalizer.
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+uint64_t Hash(uint64_t a, uint64_t b, uint64_t c) {
+  return SplitMix64(SplitMix64(SplitMix64(a) ^ b) ^ c);
 }
-uint64_t Hash(uint64_t a, uint64_t b, uint64_t c) { return Mix(Mix(Mix(a) ^ b) ^ c); }
-double Uniform(uint64_t h) { return ((h >> 11) + 0.5) * 0x1.0p-53; }  // In (0, 1).
+double Uniform(uint64_t h) { return UnitInterval(h); }
 double Gaussian(uint64_t h) {
-  return std::sqrt(-2 * std::log(Uniform(h))) * std::cos(2 * M_PI * Uniform(Mix(h)));
+  return std::sqrt(-2 * std::log(Uniform(h))) * std::cos(2 * M_PI * Uniform(SplitMix64(h)));
 }
 
 // The rows' random stream.
 class Stream {
  public:
-  explicit Stream(uint64_t seed) : state_(Mix(seed)) {}
-  double Next() { return Uniform(state_ = Mix(state_)); }
+  explicit Stream(uint64_t seed) : state_(SplitMix64(seed)) {}
+  double Next() { return Uniform(state_ = SplitMix64(state_)); }
 
  private:
   uint64_t state_;
@@ -69,7 +66,7 @@ absl::StatusOr<SyntheticCriteoSummary> WriteSyntheticCriteo(
     double sum = 0, weighted = 0;
     for (int64_t r = 0; r < vocabulary; ++r) {
       const double p = std::pow(r + 1.0, -kZipfExponent);
-      weight[f][r] = kCategoryWeight * Gaussian(Mix(Hash(model, f, r)));
+      weight[f][r] = kCategoryWeight * Gaussian(SplitMix64(Hash(model, f, r)));
       cdf[f][r] = sum += p;
       weighted += p * weight[f][r];
     }

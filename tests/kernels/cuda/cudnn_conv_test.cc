@@ -145,16 +145,17 @@ TEST_P(CudnnConvTest, OneGradientAlone) {
   std::vector<float> dx(x.size()), df(f.size());
   Workspace ws;
   Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), &ws);
+  const double tolerance = GetParam() == GpuMath::kTf32 ? kTf32Tolerance : kFp32Tolerance;
   std::unique_ptr<CudaConvolutions> cudnn = Make(GpuConv::kCudnn);
   ASSERT_NE(cudnn, nullptr);
   DeviceArray<float> gx(x), gf(f), gdy(dy), gdx(x.size()), gdf(f.size());
   Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), nullptr, gdf.get(), cudnn.get());
   Sync();
-  EXPECT_TRUE(NearInNorm(gdf.ToHost(), df, kTf32Tolerance));
+  EXPECT_TRUE(NearInNorm(gdf.ToHost(), df, tolerance));
   EXPECT_EQ(cudnn->CudnnDirections(s), 1);
   Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(), nullptr, cudnn.get());
   Sync();
-  EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kTf32Tolerance));
+  EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, tolerance));
   EXPECT_EQ(cudnn->CudnnDirections(s), 2);
 }
 
