@@ -100,6 +100,7 @@ void SetOptimizerDefaults(proto::TrainingConfig* config) {
       if (config->epsilon() == 0) config->set_epsilon(1e-10f);
       break;
     case proto::ADAGRAD:
+    case proto::FTRL:
       if (config->initial_accumulator_value() == 0) {
         config->set_initial_accumulator_value(0.1f);
       }
@@ -154,6 +155,19 @@ absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config) {
         return absl::InvalidArgumentError("rmsprop: epsilon must be positive");
       }
       return absl::OkStatus();
+    case proto::FTRL:
+      if (!(config.initial_accumulator_value() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ftrl: initial_accumulator_value must be positive, got ",
+            config.initial_accumulator_value()));
+      }
+      if (!(config.l1_regularization_strength() >= 0) ||
+          !(config.l2_regularization_strength() >= 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ftrl: l1 and l2 regularization strengths must be >= 0, got ",
+            config.l1_regularization_strength(), " and ", config.l2_regularization_strength()));
+      }
+      return absl::OkStatus();
     case proto::ADAM:
       RETURN_IF_ERROR(CheckRange("adam beta1", config.beta1(), 0, 1));
       RETURN_IF_ERROR(CheckRange("adam beta2", config.beta2(), 0, 1));
@@ -164,7 +178,7 @@ absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config) {
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown optimizer ", proto::OptimizerType_Name(config.optimizer()),
-          " (known: SGD, MOMENTUM, ADAGRAD, RMSPROP, ADAM)"));
+          " (known: SGD, MOMENTUM, ADAGRAD, RMSPROP, ADAM, FTRL)"));
   }
 }
 

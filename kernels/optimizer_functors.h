@@ -77,6 +77,34 @@ struct AdamUpdate {
   }
 };
 
+// ApplyFtrl (FTRL-proximal, McMahan et al. 2013) with learning_rate_power
+// -0.5, TensorFlow's default:
+//   accum_new = accum + grad^2
+//   linear += grad - (sqrt(accum_new) - sqrt(accum)) / lr * var
+//   quadratic = sqrt(accum_new) / lr + 2 * l2
+//   var = |linear| > l1 ? (sign(linear) * l1 - linear) / quadratic : 0
+//   accum = accum_new
+struct FtrlUpdate {
+  float lr;
+  float l1;
+  float l2;
+  const float* grad;
+  float* accum;
+  float* linear;
+  float* var;
+  PSRT_HOST_DEVICE void operator()(int64_t i) const {
+    const float g = grad[i];
+    const float a = accum[i];
+    const float a_new = a + g * g;
+    const float root_new = SqrtF(a_new);
+    const float l = linear[i] + g - (root_new - SqrtF(a)) / lr * var[i];
+    linear[i] = l;
+    const float quadratic = root_new / lr + 2.0f * l2;
+    var[i] = l > l1 ? (l1 - l) / quadratic : (l < -l1 ? (-l1 - l) / quadratic : 0.0f);
+    accum[i] = a_new;
+  }
+};
+
 // ExponentialMovingAverage: average -= (1 - decay) * (average - value).
 struct MovingAverageUpdate {
   float decay;

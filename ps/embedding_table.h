@@ -7,9 +7,10 @@
 // reproducible whichever shard holds the row and whenever it is first
 // touched; its optimizer slots start at the rule's initial values
 // (Adagrad's accumulator at 0.1). Apply runs the dense optimizer's rule
-// (ps/optimizer.h, TensorFlow's semantics) on the rows it names and on no
-// other: lazy, as TensorFlow's SparseApply* and LazyAdam are (Adam's bias
-// correction follows the global step).
+// (ps/optimizer.h, TensorFlow's semantics: SGD, Momentum, Adagrad, RMSProp,
+// Adam, FTRL-proximal) on the rows it names and on no other: lazy, as
+// TensorFlow's SparseApply* and LazyAdam are (Adam's bias correction
+// follows the global step).
 //
 // Memory: a row is dim floats of values and dim per slot, kept in chunks of
 // 4096 rows that never move as the table grows; an open-addressing map

@@ -78,6 +78,28 @@ class AdagradOptimizer : public Optimizer {
   float lr_ = 0;
 };
 
+class FtrlOptimizer : public Optimizer {
+ public:
+  FtrlOptimizer(const proto::TrainingConfig& config, int64_t n)
+      : config_(config), accum_({n}), linear_({n}) {
+    AddSlot("Ftrl", &accum_, config.initial_accumulator_value());
+    AddSlot("Ftrl_1", &linear_);
+  }
+  void BeginStep(int64_t step) override { lr_ = LearningRateAt(config_, step); }
+  void ApplyTo(absl::Span<const float> grad, float* values,
+               const SlotPointers& slots) const override {
+    Run(grad.size(), functor::FtrlUpdate{lr_, config_.l1_regularization_strength(),
+                                         config_.l2_regularization_strength(), grad.data(),
+                                         slots[0], slots[1], values});
+  }
+
+ private:
+  const proto::TrainingConfig config_;
+  Tensor accum_;
+  Tensor linear_;
+  float lr_ = 0;
+};
+
 class RmsPropOptimizer : public Optimizer {
  public:
   RmsPropOptimizer(const proto::TrainingConfig& config, int64_t n)
@@ -190,6 +212,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> NewOptimizer(
       return std::make_unique<RmsPropOptimizer>(config, num_elements);
     case proto::ADAM:
       return std::make_unique<AdamOptimizer>(config, num_elements);
+    case proto::FTRL:
+      return std::make_unique<FtrlOptimizer>(config, num_elements);
     default:  // ValidateTrainingConfig refuses the others.
       LOG(FATAL) << "unreachable";
   }

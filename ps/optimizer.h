@@ -8,6 +8,8 @@
 //   RMSPROP   ms = rho * ms + (1 - rho) g^2; mom = m * mom + lr g / sqrt(ms + eps);
 //             var -= mom                    rho 0.9, m 0, eps 1e-10, ms starts at 1
 //   ADAM      TensorFlow's Adam, beta1 0.9, beta2 0.999, eps 1e-8
+//   FTRL      TensorFlow's FtrlOptimizer (FTRL-proximal, learning_rate_power
+//             -0.5), accum starts at 0.1, l1 and l2 default 0
 //
 // lr follows the config's LearningRateSchedule of the global step.
 //

@@ -118,7 +118,7 @@ DEFINE_int32(replicas_to_aggregate, 0,
              "Sync mode: gradients averaged per step; the other workers are "
              "backups. 0: all workers.");
 DEFINE_string(optimizer, "sgd",
-              "sgd, momentum, adagrad, rmsprop or adam, applied on the parameter "
+              "sgd, momentum, adagrad, rmsprop, adam or ftrl, applied on the parameter "
               "servers with TensorFlow's rules and defaults.");
 DEFINE_double(learning_rate, 0.1, "(Initial) learning rate.");
 DEFINE_double(momentum, 0.9, "Momentum, for momentum (and rmsprop, default 0 there).");
@@ -127,7 +127,10 @@ DEFINE_double(adam_beta1, 0.9, "Adam's beta1.");
 DEFINE_double(adam_beta2, 0.999, "Adam's beta2.");
 DEFINE_double(epsilon, 0, "Adam's or RMSProp's epsilon; 0: TensorFlow's default.");
 DEFINE_double(rmsprop_decay, 0.9, "RMSProp's decay (rho).");
-DEFINE_double(adagrad_initial_accumulator, 0.1, "Adagrad's initial accumulator value.");
+DEFINE_double(adagrad_initial_accumulator, 0.1,
+              "Adagrad's (and FTRL's) initial accumulator value.");
+DEFINE_double(l1_regularization_strength, 0, "FTRL's L1 regularization strength.");
+DEFINE_double(l2_regularization_strength, 0, "FTRL's L2 regularization strength.");
 DEFINE_string(learning_rate_decay, "none",
               "Schedule: none, exponential (tf.train.exponential_decay) or "
               "piecewise (tf.train.piecewise_constant).");
@@ -259,11 +262,11 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
   static const std::map<std::string, proto::OptimizerType> kOptimizers = {
       {"sgd", proto::SGD},         {"momentum", proto::MOMENTUM},
       {"adagrad", proto::ADAGRAD}, {"rmsprop", proto::RMSPROP},
-      {"adam", proto::ADAM}};
+      {"adam", proto::ADAM},       {"ftrl", proto::FTRL}};
   auto optimizer = kOptimizers.find(FLAGS_optimizer);
   if (optimizer == kOptimizers.end()) {
     return absl::InvalidArgumentError("--optimizer: unknown optimizer \"" + FLAGS_optimizer +
-                                      "\" (known: adagrad, adam, momentum, rmsprop, sgd)");
+                                      "\" (known: adagrad, adam, ftrl, momentum, rmsprop, sgd)");
   }
   config.set_optimizer(optimizer->second);
   config.set_learning_rate(FLAGS_learning_rate);
@@ -276,6 +279,8 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
   config.set_epsilon(FLAGS_epsilon);
   config.set_rho(FLAGS_rmsprop_decay);
   config.set_initial_accumulator_value(FLAGS_adagrad_initial_accumulator);
+  config.set_l1_regularization_strength(FLAGS_l1_regularization_strength);
+  config.set_l2_regularization_strength(FLAGS_l2_regularization_strength);
   SetOptimizerDefaults(&config);
   config.set_moving_average_decay(FLAGS_moving_average_decay);
 

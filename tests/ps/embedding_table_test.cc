@@ -116,6 +116,7 @@ TEST(EmbeddingTableTest, UpdatesTouchedRowsAsTheDenseRuleDoes) {
   ExpectLikeTheDenseRule(proto::ADAGRAD);
   ExpectLikeTheDenseRule(proto::ADAM);  // Lazy Adam: the global step's bias correction.
   ExpectLikeTheDenseRule(proto::MOMENTUM);
+  ExpectLikeTheDenseRule(proto::FTRL);
 }
 
 TEST(EmbeddingTableTest, ARefusedUpdateChangesNothing) {

@@ -74,6 +74,22 @@ TEST(OptimizerTest, AdamWithBiasCorrection) {
   ExpectNear(TwoSteps(Config(proto::ADAM)), {0.808222296, -1.85305341});
 }
 
+TEST(OptimizerTest, FtrlProximal) {
+  // TensorFlow's ApplyFtrl from var [1, -2]: the first update sets var
+  // from the linear term alone, as FTRL does.
+  ExpectNear(TwoSteps(Config(proto::FTRL)), {-0.050695763028362276, -0.2694845657311325});
+  proto::TrainingConfig regularized = Config(proto::FTRL);
+  regularized.set_l1_regularization_strength(0.05f);
+  regularized.set_l2_regularization_strength(0.01f);
+  ExpectNear(TwoSteps(regularized), {-0.043219397423862646, -0.2547603726701341});
+  ExpectNear(TwoSteps(regularized, /*split=*/2), {-0.043219397423862646, -0.2547603726701341});
+  regularized.set_l1_regularization_strength(2.0f);  // Every |linear| below l1: zeros.
+  ExpectNear(TwoSteps(regularized), {0.0, 0.0});
+  regularized.set_l1_regularization_strength(-1.0f);
+  regularized.set_learning_rate(0.1f);
+  EXPECT_FALSE(NewOptimizer(regularized, 2).ok());
+}
+
 TEST(OptimizerTest, SlotsAreNamedForCheckpoints) {
   proto::TrainingConfig config = Config(proto::ADAM);
   config.set_learning_rate(0.1f);
