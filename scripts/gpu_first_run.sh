@@ -26,7 +26,7 @@
 #              jobs on 127.0.0.1 (gpu_job: lines): 1 ps + 1 worker with 2
 #              and 8 stripes, and with 8 and 16 stripes placed prioritized,
 #              2 ps, 2 workers sharing the GPU, and allreduce; push + pull
-#   sanitizer  compute-sanitizer memcheck on the CUDA op and model tests
+#   sanitizer  compute-sanitizer memcheck on the CUDA op, cuDNN and model tests
 #              (--no_sanitizer: not run, said as SKIPPED)
 # env, tests (100 s a binary) and train (100 s) come first; the bench
 # stage's limit (300 s, 420 s with --no_sanitizer) and each sanitizer
@@ -248,7 +248,7 @@ elif [ -z "$sanitizer" ]; then
   stage sanitizer FAILED "compute-sanitizer not found"
 else
   errors=0
-  for t in ops_cuda_test layers_cuda_test gpu_model_test; do
+  for t in ops_cuda_test layers_cuda_test cudnn_conv_test gpu_model_test; do
     echo "== memcheck $t" >>"$out/sanitizer.txt"
     san_limit=$(limit 100)
     if [ "$san_limit" -lt 20 ]; then
@@ -263,7 +263,7 @@ else
     [ $rc -eq 0 ] || { errors=$((errors + 1)); echo "$t: exit $rc$([ $rc -eq 124 ] && echo " (timed out after ${san_limit}s)")" >>"$work/san_failed"; }
   done
   if [ $errors -eq 0 ]; then
-    stage sanitizer OK "memcheck clean on ops_cuda_test, layers_cuda_test, gpu_model_test"
+    stage sanitizer OK "memcheck clean on ops_cuda_test, layers_cuda_test, cudnn_conv_test, gpu_model_test"
   else
     stage sanitizer FAILED "$(tr '\n' ';' <"$work/san_failed")"
   fi
