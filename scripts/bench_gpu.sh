@@ -188,11 +188,17 @@ for model in $models; do
   single_eps="" job_conv=""
   for math in $maths; do
     tag="$model-$math"
-    torch_eps=$("$python" scripts/peers/torch_train.py --model "$model" --device cuda \
-                  --synthetic --gpu_math "$math" --image_size "${shape[0]}" \
-                  --channels "${shape[1]}" --classes "${shape[2]}" \
-                  --batch_size "$batch" --steps "$steps" --runs "$runs" \
-                  2>"$log_dir/torch-$tag.log" | sed -n 's/.*examples_per_sec=//p')
+    torch_line=$("$python" scripts/peers/torch_train.py --model "$model" --device cuda \
+                   --synthetic --gpu_math "$math" --image_size "${shape[0]}" \
+                   --channels "${shape[1]}" --classes "${shape[2]}" \
+                   --batch_size "$batch" --steps "$steps" --runs "$runs" \
+                   2>"$log_dir/torch-$tag.log")
+    torch_eps=$(sed -n 's/.*examples_per_sec=//p' <<<"$torch_line")
+    # The peer's versions, once: what the ratios were measured against.
+    if [ -z "${peer_said:-}" ] && [ -n "$torch_eps" ]; then
+      echo "peer: $(grep -o 'torch=[^ ]* cudnn=[^ ]*' <<<"$torch_line")"
+      peer_said=1
+    fi
     for conv in $convs; do
       conv_shown=$conv
       [ "$device" = gpu ] || conv_shown=-

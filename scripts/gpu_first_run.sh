@@ -91,6 +91,8 @@ limit() {
   echo "== nvidia-smi"
   nvidia-smi -L 2>&1 || echo "nvidia-smi: not found or failed"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
+  echo "== host CPU"
+  lscpu 2>&1 | grep -E '^(Model name|CPU\(s\)|Flags)' | cut -c1-200
 } >"$out/env.txt"
 if [ ! -x "$bundle/bin/psrtctl" ]; then
   stage env FAILED "no bundle at $bundle: run scripts/gpu_bundle.sh$([ "$mode" = train ] && echo ' --train') and carry it"
@@ -232,7 +234,7 @@ else
   for f in "$work"/bench/*.log; do
     [ -f "$f" ] && { echo "== $(basename "$f") (last 20 lines)"; tail -n 20 "$f"; }
   done >>"$out/bench.txt"
-  grep -E '^(gpu_train|gpu_job|pushpull):' "$work/bench.out" | sed 's/^/  /' | tee -a "$summary"
+  grep -E '^(peer|gpu_train|gpu_job|pushpull):' "$work/bench.out" | sed 's/^/  /' | tee -a "$summary"
   if [ $rc -eq 0 ]; then
     stage bench OK "$(grep -c '^gpu_train:' "$work/bench.out") gpu_train lines, $(grep -c '^gpu_job:' "$work/bench.out") gpu_job lines"
   else

@@ -198,7 +198,8 @@ def main():
         sync()
         rates.append(args.steps * args.batch_size / (time.perf_counter() - start))
     print(f"torch: model={args.model} batch={args.batch_size} threads={args.threads} "
-          f"device={args.device} gpu_math={args.gpu_math} "
+          f"device={args.device} gpu_math={args.gpu_math} torch={torch.__version__} "
+          f"cudnn={torch.backends.cudnn.version()} "
           f"examples_per_sec={statistics.median(rates):.1f}")
 
 
