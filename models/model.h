@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "common/tensor.h"
 #include "kernels/device.h"
+#include "models/sparse_features.h"
 
 namespace psrt {
 
@@ -45,6 +46,16 @@ struct ModelOptions {
   // path, which errors name.
   std::string model_json;
   std::string model_file;
+  // Sparse (CTR) models ("wide_deep", "dlrm"): the dense features
+  // ([batch, num_dense_features] in place of the images), the categorical
+  // fields (one id each), the embedding rows' length, and the MLPs: DLRM's
+  // bottom MLP (its last layer is embedding_dim wide, added) and top MLP,
+  // Wide & Deep's deep MLP (hidden_units).
+  int num_dense_features = 13;
+  int num_sparse_fields = 26;
+  int embedding_dim = 16;
+  std::vector<int> bottom_mlp_units = {64};
+  std::vector<int> top_mlp_units = {64, 32};
 };
 
 // Lets a caller overlap a training step's communication with its compute
@@ -68,6 +79,14 @@ class Model {
   virtual ~Model() = default;
 
   virtual const std::vector<VariableDef>& variables() const = 0;
+  // The embedding tables a sparse (CTR) model reads, kept on the parameter
+  // servers (models/sparse_features.h); none for a dense model.
+  virtual const std::vector<TableDef>& tables() const;
+  // The categorical input and pulled rows the next ComputeGradients or
+  // Evaluate reads, and where ComputeGradients writes the rows' gradients.
+  // REQUIRES (a model with tables): set before each such call, `features`
+  // valid through it, its rows pulled for its ids. Ignored by dense models.
+  virtual void SetSparseFeatures(SparseFeatures* features) { (void)features; }
 
   // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
   virtual std::string device_name() const = 0;
@@ -112,6 +131,9 @@ class Model {
   struct Evaluation {
     int64_t correct = 0;
     float mean_loss = 0;
+    // Binary classifiers (the CTR models): each example's predicted
+    // probability of label 1, for AUC; empty for other models.
+    std::vector<float> probabilities;
   };
   virtual Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
                               absl::Span<const int32_t> labels) = 0;

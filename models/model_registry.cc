@@ -33,6 +33,11 @@ constexpr ModelFactory kModels[] = {
 
 }  // namespace
 
+const std::vector<TableDef>& Model::tables() const {
+  static const std::vector<TableDef>* const kNone = new std::vector<TableDef>();
+  return *kNone;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
                                                 const ModelOptions& options) {
   if (name == "keras") {
