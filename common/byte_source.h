@@ -41,6 +41,24 @@ class SpanByteSource : public ByteSource {
   absl::Span<const char> bytes_;
 };
 
+// The first `size` bytes of another ByteSource, which must outlive it.
+class PrefixByteSource : public ByteSource {
+ public:
+  // REQUIRES: size <= source.size().
+  PrefixByteSource(const ByteSource& source, size_t size) : source_(source), size_(size) {
+    CHECK_LE(size, source.size());
+  }
+  size_t size() const override { return size_; }
+  void ReadAt(size_t offset, absl::Span<char> dst) const override {
+    CHECK_LE(offset + dst.size(), size_);
+    source_.ReadAt(offset, dst);
+  }
+
+ private:
+  const ByteSource& source_;
+  size_t size_;
+};
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_BYTE_SOURCE_H_

@@ -188,12 +188,11 @@ absl::Status DataPlaneServer::Handle(FrameConnection* connection, const FrameHea
 
 absl::Status DataPlaneServer::Reply(FrameConnection* connection, const FrameHeader& header,
                                     const absl::Status& error, absl::string_view meta,
-                                    absl::Span<const char> data) {
+                                    absl::Span<const absl::Span<const char>> data) {
   FrameHeader reply = ReplyTo(header);
   reply.status = static_cast<uint32_t>(error.code());
   return connection->Send(reply, error.ok() ? meta : error.message(),
-                          data.empty() ? absl::Span<const absl::Span<const char>>()
-                                       : absl::MakeConstSpan(&data, 1),
+                          error.ok() ? data : absl::Span<const absl::Span<const char>>(),
                           absl::Now() + kTransferTimeout);
 }
 
@@ -218,13 +217,14 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
   // too large ends the connection before any memory is taken for it.
   const size_t size = static_cast<size_t>(header.data_size);
   if (buffer->size() < size) {
-    const size_t limit = (*shard)->value_bytes();
+    const size_t limit = (*shard)->max_push_bytes();
     if (size > limit) {
       return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
                                                               ", which holds no model yet"))
                         : absl::InvalidArgumentError(absl::StrCat(
                               "push to stripe ", header.stripe, " of ", size,
-                              " bytes, more than the stripe's ", limit, " bytes of values"));
+                              " bytes, more than the stripe's ", limit,
+                              " bytes of values and embedding rows"));
     }
     buffer->resize(size);
   }
@@ -280,9 +280,10 @@ absl::Status DataPlaneServer::HandlePull(FrameConnection* connection, const Fram
   if (!answer.reply.ok()) return Reply(connection, header, answer.reply.status());
   const RequestHandler::PullAnswer& pulled = *answer.reply;
   const std::string header_bytes = pulled.header.SerializeAsString();
-  RETURN_IF_ERROR(Reply(connection, header, absl::OkStatus(), header_bytes, pulled.values));
-  handler_.CountPull(pulled,
-                     dataplane::kFrameHeaderBytes + header_bytes.size() + pulled.values.size());
+  const absl::Span<const char> data[] = {pulled.values, pulled.rows};
+  RETURN_IF_ERROR(Reply(connection, header, absl::OkStatus(), header_bytes, data));
+  handler_.CountPull(pulled, dataplane::kFrameHeaderBytes + header_bytes.size() +
+                                 pulled.values.size() + pulled.rows.size());
   return absl::OkStatus();
 }
 

@@ -93,11 +93,11 @@ class DataPlaneServer {
   absl::Status HandlePull(dataplane::FrameConnection* connection,
                           const dataplane::FrameHeader& header, const std::string& meta,
                           ConnectionState* state);
-  // Sends the reply to request `header`: `meta` and `data`, or `error`'s code
-  // and text when it is not OK.
+  // Sends the reply to request `header`: `meta` and the concatenation of
+  // `data`, or `error`'s code and text when it is not OK.
   absl::Status Reply(dataplane::FrameConnection* connection, const dataplane::FrameHeader& header,
                      const absl::Status& error, absl::string_view meta = {},
-                     absl::Span<const char> data = {});
+                     absl::Span<const absl::Span<const char>> data = {});
 
   // A connection and the thread that serves it.
   struct Session {

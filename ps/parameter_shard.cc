@@ -134,10 +134,12 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   RETURN_IF_ERROR(CheckNotRestoringLocked("init"));
   RETURN_IF_ERROR(TakeRecoveryEpochLocked(header.recovery_epoch(), "init"));
   if (initialized_) {
-    if (!SameVariables(variables_, header.variables())) {
+    const bool same_tables = tables_ != nullptr ? tables_->Same(header.tables())
+                                                : header.tables().empty();
+    if (!SameVariables(variables_, header.variables()) || !same_tables) {
       return absl::FailedPreconditionError(
           "init: this parameter server already holds a different model "
-          "(variable names or shapes differ: another --model, layer sizes, "
+          "(variable names or shapes, or embedding tables, differ: another --model, layer sizes, "
           "--placement or --partition_threshold_bytes than the run it holds, "
           "or its checkpoint, used); restart it to train another");
     }
@@ -155,7 +157,12 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
         "init: the initial value of \"", MetaHolding(header.variables(), bad).name(),
         "\" holds NaN or Inf"));
   }
+  std::unique_ptr<ShardTables> tables;
+  if (!header.tables().empty()) {
+    ASSIGN_OR_RETURN(tables, ShardTables::Create(header.tables(), header.config()));
+  }
   ASSIGN_OR_RETURN(optimizer_, NewOptimizer(header.config(), total));
+  tables_ = std::move(tables);
   config_ = header.config();
   variables_.assign(header.variables().begin(), header.variables().end());
   current_ = std::move(initial);
@@ -269,9 +276,10 @@ int64_t ParameterShard::incarnation() const {
   return incarnation_;
 }
 
-size_t ParameterShard::value_bytes() const {
+size_t ParameterShard::max_push_bytes() const {
   absl::MutexLock lock(&mu_);
-  return current_ != nullptr ? current_->values.num_bytes() : 0;
+  if (current_ == nullptr) return 0;
+  return current_->values.num_bytes() + (tables_ != nullptr ? tables_->max_push_bytes() : 0);
 }
 
 proto::StatusResponse ParameterShard::GetStatus() const {
@@ -300,6 +308,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_recovery_epoch(recovery_epoch_);
   status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
   status.set_restoring(restoring_);
+  if (tables_ != nullptr) tables_->AddStatus(&status);
   return status;
 }
 

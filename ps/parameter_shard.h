@@ -37,6 +37,11 @@
 //    round's Restore and confirmation changes nothing. A shard that restored its checkpoint at
 //    start is likewise not ready. Pushes and pulls that name another
 //    incarnation than the shard's fail with Aborted at any time.
+//  - Embedding tables (InitHeader.tables; ps/shard_tables.h): a push's
+//    gradient rows are taken or dropped with its dense gradients, and
+//    applied with them (summed per id in sync mode); a pull's rows are read
+//    when it is answered. Save refuses a shard that holds tables (their
+//    checkpoints are not written yet), so no restore replaces a table.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -80,6 +85,7 @@
 #include "proto/psrt.pb.h"
 #include "ps/checkpoint.h"
 #include "ps/optimizer.h"
+#include "ps/shard_tables.h"
 
 namespace psrt {
 
@@ -115,9 +121,11 @@ class ParameterShard {
   struct PullReply {
     proto::PullHeader header;
     // The reply's bytes are the first num_bytes of snapshot->values: the
-    // values, or their bfloat16 encoding (PullOptions::wire_dtype).
+    // values, or their bfloat16 encoding (PullOptions::wire_dtype); then
+    // the embedding rows asked for, float32 (header.sparse), when any.
     std::shared_ptr<const Snapshot> snapshot;
     size_t num_bytes = 0;
+    std::shared_ptr<const std::vector<float>> rows;
     bool waited = false;  // The pull waited (Pull had returned its id).
   };
   using PullCallback = std::function<void(absl::StatusOr<PullReply>)>;
@@ -151,6 +159,10 @@ class ParameterShard {
     proto::DataType wire_dtype = proto::DT_FLOAT;
     // The caller's replica; the chief's (0) pulls count as word from it.
     int replica = -1;
+    // Embedding rows to send after the values (PullRequest.sparse); null:
+    // none. sparse_only: the rows alone (no dense values).
+    std::shared_ptr<const google::protobuf::RepeatedPtrField<proto::SparseIds>> sparse;
+    bool sparse_only = false;
     absl::Time deadline = absl::InfiniteFuture();
   };
   // What a PullRequest asks of this shard: its timeout (the shard's default
@@ -213,9 +225,9 @@ class ParameterShard {
 
   // Random, new for each process and each Restore; never 0.
   int64_t incarnation() const;
-  // The bytes of the shard's values as float32 (0 before Init): no push to
-  // it carries more.
-  size_t value_bytes() const;
+  // The most bytes a push to the shard may carry: its values as float32
+  // and the most embedding rows a push may name (0 before Init).
+  size_t max_push_bytes() const;
 
  private:
   struct Waiter {
@@ -240,8 +252,10 @@ class ParameterShard {
   // Refuses what Push must not apply: Aborted when the shard is not ready or
   // the push comes from a version it has not reached; InvalidArgument for a
   // malformed push. OK otherwise.
-  absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sets *dense_size to the bytes of the dense gradients (those before the
+  // embedding rows).
+  absl::Status CheckPushLocked(const proto::PushHeader& header, size_t data_size,
+                               size_t* dense_size) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The index of the first NaN or Inf element of `data`, or -1.
   int64_t FirstNonFinite(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index of the first element of a block whose update by `grad` (the
@@ -271,7 +285,7 @@ class ParameterShard {
   void ParallelFor(absl::FunctionRef<void(int64_t, int64_t)> fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the reply for the current state; REQUIRES initialized_.
-  absl::StatusOr<PullReply> MakeReplyLocked(bool moving_average)
+  absl::StatusOr<PullReply> MakeReplyLocked(const PullOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the waiters that can be answered now and pairs them with replies.
   void TakeReadyWaiters(std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>>* out)
@@ -312,6 +326,7 @@ class ParameterShard {
   std::shared_ptr<Snapshot> average_ ABSL_GUARDED_BY(mu_);
   float average_decay_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ShardTables> tables_ ABSL_GUARDED_BY(mu_);  // Null: none.
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Tensor sum_ ABSL_GUARDED_BY(mu_);  // Sync mode.
   std::set<int> pushed_ ABSL_GUARDED_BY(mu_);        // Sync mode.

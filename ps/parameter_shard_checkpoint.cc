@@ -33,6 +33,10 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
     if (!initialized_) {
       return absl::FailedPreconditionError("save: the shard holds no model yet");
     }
+    if (tables_ != nullptr) {
+      return absl::UnimplementedError(
+          "save: the shard holds embedding tables, whose checkpoints are not written yet");
+    }
     if (!ready_) {
       return absl::AbortedError(
           "save: the shard restored a checkpoint the chief has not confirmed");
@@ -81,6 +85,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
     *slots[i].second = std::move(state.slots[i].second);
   }
   optimizer_ = std::move(optimizer);
+  tables_.reset();  // No checkpoint holds tables (Save refuses them).
   config_ = state.config;
   variables_ = std::move(state.variables);
   total_elements_ = total;

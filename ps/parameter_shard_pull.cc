@@ -17,7 +17,9 @@
 
 namespace psrt {
 
-absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(bool moving_average) {
+absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
+    const PullOptions& options) {
+  const bool moving_average = options.moving_average;
   if (moving_average && average_ == nullptr) {
     return absl::FailedPreconditionError(
         "pull: this job keeps no moving averages (set --moving_average_decay)");
@@ -26,11 +28,22 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(bool m
   reply.header.set_version(version_);
   reply.header.set_training_done(training_done_);
   reply.header.set_incarnation(incarnation_);
-  for (const proto::VariableMeta& meta : variables_) {
-    *reply.header.add_variables() = meta;
-  }
   reply.snapshot = moving_average ? average_ : current_;
-  reply.num_bytes = reply.snapshot->values.num_bytes();
+  if (!options.sparse_only) {
+    for (const proto::VariableMeta& meta : variables_) {
+      *reply.header.add_variables() = meta;
+    }
+    reply.num_bytes = reply.snapshot->values.num_bytes();
+  }
+  if (options.sparse != nullptr && !options.sparse->empty()) {
+    if (tables_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "pull: asks for embedding rows, but this shard holds no embedding tables");
+    }
+    auto rows = std::make_shared<std::vector<float>>();
+    RETURN_IF_ERROR(tables_->Lookup(*options.sparse, &reply.header, rows.get()));
+    reply.rows = std::move(rows);
+  }
   return reply;
 }
 
@@ -39,7 +52,7 @@ void ParameterShard::TakeReadyWaiters(
   std::vector<Waiter> still_waiting;
   for (Waiter& w : waiters_) {
     if (ReadyLocked(w.options)) {
-      absl::StatusOr<PullReply> reply = MakeReplyLocked(w.options.moving_average);
+      absl::StatusOr<PullReply> reply = MakeReplyLocked(w.options);
       if (reply.ok()) reply->waited = true;
       out->emplace_back(std::move(w.done), std::move(reply));
     } else {
@@ -87,11 +100,11 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::Read(bool moving_avera
   PullOptions options;
   options.moving_average = moving_average;
   RETURN_IF_ERROR(CheckPullLocked(options));
-  return MakeReplyLocked(moving_average);
+  return MakeReplyLocked(options);
 }
 
 int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
-  if (options.wire_dtype != proto::DT_FLOAT) {
+  if (options.wire_dtype != proto::DT_FLOAT && !options.sparse_only) {
     // Encoded wherever the reply is made, outside the lock.
     done = [encodings = encodings_, dtype = options.wire_dtype,
             moving_average = options.moving_average,
@@ -107,7 +120,7 @@ int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
     if (absl::Status refused = CheckPullLocked(options); !refused.ok()) {
       reply = std::move(refused);
     } else if (ReadyLocked(options)) {
-      reply = MakeReplyLocked(options.moving_average);
+      reply = MakeReplyLocked(options);
     } else if (static_cast<int>(waiters_.size()) >= options_.max_waiting_pulls) {
       reply =
           absl::ResourceExhaustedError(absl::StrCat("pull: ", waiters_.size(),
@@ -191,6 +204,12 @@ absl::StatusOr<ParameterShard::PullOptions> ParameterShard::PullOptionsFor(
   options.replica = request.replica();
   options.wire_dtype = IsWireDtype(request.wire_dtype()) ? request.wire_dtype() : proto::DT_FLOAT;
   options.deadline = std::min(absl::Now() + timeout, latest);
+  if (!request.sparse().empty()) {
+    options.sparse =
+        std::make_shared<const google::protobuf::RepeatedPtrField<proto::SparseIds>>(
+            request.sparse());
+  }
+  options.sparse_only = request.sparse_only();
   return options;
 }
 

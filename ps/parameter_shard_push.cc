@@ -20,7 +20,7 @@
 namespace psrt {
 
 absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
-                                            size_t data_size) const {
+                                            size_t data_size, size_t* dense_size) const {
   RETURN_IF_ERROR(CheckNotRestoringLocked("push"));
   if (!initialized_) {
     return absl::FailedPreconditionError(
@@ -37,7 +37,21 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
         " of this parameter server, which is now incarnation ", incarnation_,
         " (it restarted or was rolled back); pull again"));
   }
-  RETURN_IF_ERROR(ValidateTensors(header.variables(), data_size, "push"));
+  uint64_t sparse_bytes = 0;
+  if (!header.sparse().empty()) {
+    if (tables_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "push: carries embedding rows, but this shard holds no embedding tables");
+    }
+    ASSIGN_OR_RETURN(sparse_bytes, tables_->PushBytes(header.sparse()));
+    if (sparse_bytes > data_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: tensor_data has ", data_size, " bytes, fewer than the ", sparse_bytes,
+          " its embedding rows need"));
+    }
+  }
+  *dense_size = data_size - sparse_bytes;
+  RETURN_IF_ERROR(ValidateTensors(header.variables(), *dense_size, "push"));
   if (header.replica() < 0 || header.replica() >= config_.num_replicas()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push: replica ", header.replica(), " is not in 0..",
@@ -61,7 +75,14 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   {
     absl::MutexLock lock(&mu_);
     if (header.replica() == 0) last_chief_contact_ = absl::Now();
-    RETURN_IF_ERROR(CheckPushLocked(header, data->size()));
+    size_t dense_size = 0;
+    RETURN_IF_ERROR(CheckPushLocked(header, data->size(), &dense_size));
+    // The embedding rows follow the dense gradients, which `data` now
+    // stands for.
+    const ByteSource& message = *data;
+    PrefixByteSource dense(message, dense_size);
+    data = &dense;
+    const bool sparse = !header.sparse().empty();
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
     const bool retry = header.worker_incarnation() != 0 &&
@@ -88,6 +109,15 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const int64_t unstable = takes_gradient && async ? FirstNonFiniteUpdate(*data) : -1;
     const int64_t nonfinite =
         takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
+    std::string nonfinite_table;  // Of the embedding rows.
+    if (takes_gradient && sparse) {
+      RETURN_IF_ERROR(tables_->Check(header.sparse(), message, dense_size, &nonfinite_table));
+    }
+    if (!nonfinite_table.empty() && !options_.skip_nonfinite_gradients) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: the gradient rows of embedding table \"", nonfinite_table, "\" from replica ",
+          replica, " hold NaN or Inf; nothing was applied"));
+    }
     if (nonfinite >= 0 && !options_.skip_nonfinite_gradients) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push: the gradient of \"", VariableAt(nonfinite).name(), "\" from replica ",
@@ -104,10 +134,19 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       response.set_accepted(true);  // Taken already; not applied twice.
     } else if (training_done_) {
       response.set_accepted(false);
-    } else if (nonfinite >= 0 || unstable >= 0) {
+    } else if (nonfinite >= 0 || unstable >= 0 || !nonfinite_table.empty()) {
       ++nonfinite_dropped_;
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
+      // The rows first: a table that refuses its update leaves the dense
+      // variables as they were.
+      if (sparse) {
+        const absl::Status applied = tables_->Apply(version_, header.sparse(), message, dense_size);
+        if (!applied.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("push from replica ", replica, ": ", applied.message()));
+        }
+      }
       BeginUpdate();
       ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
         UpdateRange(begin, grad);
@@ -133,6 +172,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           kernels::Accumulate(grad, {sum + begin, grad.size()});
         });
       }
+      if (sparse) tables_->Accumulate(header.sparse(), message, dense_size);
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
@@ -150,7 +190,18 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         const SpanByteSource mean(absl::Span<const char>(
             reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
         const int64_t overflow = FirstNonFiniteUpdate(mean);
-        if (overflow < 0) {
+        absl::Status rows_applied;
+        if (tables_ != nullptr) {
+          rows_applied = overflow < 0 ? tables_->ApplySums(version_, 1.0f / needed)
+                                      : (tables_->ClearSums(), absl::OkStatus());
+        }
+        if (!rows_applied.ok()) {
+          ++nonfinite_dropped_;
+          failure = absl::InvalidArgumentError(absl::StrCat(
+              "push: the mean gradient rows of version ", version_, ": ",
+              rows_applied.message(), "; the version was skipped"));
+          LOG(ERROR) << failure.message();
+        } else if (overflow < 0) {
           BeginUpdate();
           ParallelFor([&](int64_t begin, int64_t end) {
             UpdateRange(begin, {sum + begin, static_cast<size_t>(end - begin)});

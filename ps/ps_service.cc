@@ -178,10 +178,13 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
           reactor->Finish(ToGrpcStatus(answer.status()));
           return;
         }
-        // The frame references the snapshot until gRPC has sent it.
+        // The frame references the snapshot and rows until gRPC has sent them.
         *response = EncodeTensorFrame(
-            answer->header, {answer->values},
-            [snapshot = answer->snapshot]() mutable { snapshot.reset(); });
+            answer->header, {answer->values, answer->rows},
+            [snapshot = answer->snapshot, rows = answer->row_buffer]() mutable {
+              snapshot.reset();
+              rows.reset();
+            });
         handler_.CountPull(*answer, response->Length());
         reactor->Finish(grpc::Status::OK);
       }));

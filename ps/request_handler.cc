@@ -69,6 +69,11 @@ RequestHandler::WaitingPull RequestHandler::Pull(absl::string_view stripe,
     answer.values = {reinterpret_cast<const char*>(reply->snapshot->values.data()),
                      reply->num_bytes};
     answer.snapshot = std::move(reply->snapshot);
+    if (reply->rows != nullptr) {
+      answer.rows = {reinterpret_cast<const char*>(reply->rows->data()),
+                     reply->rows->size() * sizeof(float)};
+      answer.row_buffer = std::move(reply->rows);
+    }
     done(std::move(answer));
   };
   return {*shard, (*shard)->Pull(*options, std::move(answer))};

@@ -51,12 +51,15 @@ class RequestHandler {
                                            const proto::PushHeader& header, ByteSource* data,
                                            int64_t wire_bytes) const;
 
-  // What a pull is answered with: `header` (waited_us set), then `values`,
-  // which stay valid and unchanged while `snapshot` is held.
+  // What a pull is answered with: `header` (waited_us set), then `values`
+  // and the embedding `rows`, which stay valid and unchanged while
+  // `snapshot` and `row_buffer` are held.
   struct PullAnswer {
     proto::PullHeader header;
     absl::Span<const char> values;
+    absl::Span<const char> rows;
     std::shared_ptr<const ParameterShard::Snapshot> snapshot;
+    std::shared_ptr<const std::vector<float>> row_buffer;
     absl::Duration waited;
     bool did_wait = false;  // It waited for its version (or slower replicas).
   };

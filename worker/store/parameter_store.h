@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/placement.h"
 #include "common/tensor.h"
+#include "models/sparse_features.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
@@ -98,6 +99,21 @@ class ParameterStore {
   // Accept whatever incarnation each shard answers with next: after the
   // chief has brought the shards to one confirmed state.
   virtual void ForgetIncarnations() = 0;
+
+  // Sparse (CTR) models, whose embedding tables the store's shards hold.
+  // From now on every Pull also fetches the rows of `features`' ids
+  // (features->unique.unique) into features->rows, and every Push also
+  // sends their gradient rows (features->grads); null: no more. REQUIRES:
+  // the store was made with the model's tables; `features` outlives its
+  // use, its rows and grads one tensor per table.
+  virtual void SetSparseFeatures(SparseFeatures* features) { (void)features; }
+  // The rows of `features`' ids alone, as they are now (an evaluation's,
+  // or a batch's after a recovery). Unimplemented by a store without
+  // tables.
+  virtual absl::Status LookupRows(SparseFeatures* features) {
+    (void)features;
+    return absl::UnimplementedError("this parameter store holds no embedding tables");
+  }
 
   virtual const Placement& placement() const = 0;
   int num_shards() const { return placement().num_shards; }

@@ -17,6 +17,7 @@
 #include "common/wire_dtype.h"
 #include "dataplane/frame_connection.h"
 #include "glog/logging.h"
+#include "ps/embedding_table.h"
 #include "worker/store/dataplane_shard_transport.h"
 #include "worker/store/grpc_shard_transport.h"
 #include "worker/store/shard_calls.h"
@@ -70,6 +71,8 @@ PsClient::PsClient(Options options, Placement placement,
   versions_.assign(num_shards(), 0);
   incarnations_.assign(num_shards(), 0);
   worker_incarnation_ = NewIncarnation();
+  shard_ids_.resize(num_shards());
+  for (ShardIds& shard : shard_ids_) shard.grads.resize(options_.tables.size());
 }
 
 ShardTransport& PsClient::tensors() {
@@ -213,6 +216,7 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
   for (int k = 0; k < num_shards(); ++k) {
     *headers[k].mutable_config() = config;
     headers[k].set_recovery_epoch(recovery_epoch);
+    for (const proto::TableMeta& table : options_.tables) *headers[k].add_tables() = table;
     for (proto::VariableMeta& meta : codec_->Metas(k, proto::DT_FLOAT)) {
       *headers[k].add_variables() = std::move(meta);
     }
@@ -294,6 +298,96 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     pulls[k].set_min_clock(min_clock);
     pulls[k].set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
     pulls[k].set_incarnation(incarnations_[k]);
+  }
+  return CallPull(pulls, params, dtype, hooks, sparse_);
+}
+
+absl::Status PsClient::LookupRows(SparseFeatures* features) {
+  std::vector<proto::PullRequest> pulls(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    pulls[k].set_sparse_only(true);
+    pulls[k].set_replica(options_.replica);
+    pulls[k].set_incarnation(incarnations_[k]);
+    pulls[k].set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
+  }
+  return CallPull(pulls, nullptr, proto::DT_FLOAT, nullptr, features).status();
+}
+
+void PsClient::SplitIds(const SparseFeatures& features) {
+  CHECK_EQ(features.rows.size(), options_.tables.size());
+  for (ShardIds& shard : shard_ids_) {
+    shard.ids.clear();
+    shard.positions.clear();
+  }
+  const std::vector<uint64_t>& unique = features.unique.unique;
+  for (size_t u = 0; u < unique.size(); ++u) {
+    ShardIds& shard = shard_ids_[TableShardOf(unique[u], num_shards())];
+    shard.ids.push_back(unique[u]);
+    shard.positions.push_back(static_cast<int32_t>(u));
+  }
+}
+
+void PsClient::AddSparseIds(int k, proto::PullRequest* pull) const {
+  const std::vector<uint64_t>& ids = shard_ids_[k].ids;
+  if (ids.empty()) return;
+  for (const proto::TableMeta& table : options_.tables) {
+    proto::SparseIds* asked = pull->add_sparse();
+    asked->set_table(table.name());
+    asked->mutable_ids()->Add(ids.begin(), ids.end());
+  }
+}
+
+absl::Status PsClient::ReadRows(int k, const proto::PullHeader& header, uint64_t dense_bytes,
+                                ShardReply& reply, SparseFeatures* features) {
+  ShardIds& shard = shard_ids_[k];
+  const int64_t n = static_cast<int64_t>(shard.ids.size());
+  const int expected_segments = n == 0 ? 0 : static_cast<int>(options_.tables.size());
+  if (header.sparse_size() != expected_segments) {
+    return absl::InternalError(absl::StrCat("pull reply carries ", header.sparse_size(),
+                                            " tables' rows, want ", expected_segments));
+  }
+  uint64_t offset = dense_bytes;
+  for (int t = 0; t < expected_segments; ++t) {
+    const proto::TableMeta& table = options_.tables[t];
+    if (header.sparse(t).table() != table.name() || header.sparse(t).num_ids() != n) {
+      return absl::InternalError(absl::StrCat(
+          "pull reply carries ", header.sparse(t).num_ids(), " rows of table \"",
+          header.sparse(t).table(), "\", want ", n, " of \"", table.name(), "\""));
+    }
+    const size_t floats = static_cast<size_t>(n) * table.dim();
+    shard.rows.resize(floats);
+    const absl::Span<char> into(reinterpret_cast<char*>(shard.rows.data()),
+                                floats * sizeof(float));
+    if (const ByteSource* in_memory = reply.in_memory(); in_memory != nullptr) {
+      in_memory->ReadAt(offset, into);
+    } else {
+      RETURN_IF_ERROR(reply.ReadData(into));
+    }
+    offset += into.size();
+    Tensor& rows = features->rows[t];
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(shard.rows.data() + i * table.dim(), table.dim(),
+                  rows.data() + int64_t{shard.positions[i]} * table.dim());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullRequest>& pulls,
+                                                        std::vector<Tensor>* params,
+                                                        proto::DataType dtype,
+                                                        const ShardHooks* hooks,
+                                                        SparseFeatures* features) {
+  if (features != nullptr) {
+    SplitIds(*features);
+    const int64_t unique = static_cast<int64_t>(features->unique.unique.size());
+    for (size_t t = 0; t < options_.tables.size(); ++t) {
+      features->rows[t].Resize({unique, options_.tables[t].dim()});
+    }
+  }
+  std::vector<ShardRequest> requests(num_shards());
+  for (int k = 0; k < num_shards(); ++k) {
+    if (features != nullptr) AddSparseIds(k, &pulls[k]);
     requests[k].meta = &pulls[k];
   }
   std::vector<proto::PullHeader> headers(num_shards());
@@ -305,7 +399,30 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
       [&](int k, ShardReply& reply) -> absl::Status {
         RETURN_IF_ERROR(reply.ParseMeta(&headers[k]));
         bytes += reply.wire_bytes();
-        RETURN_IF_ERROR(codec_->Decode(k, dtype, headers[k].variables(), reply, params));
+        uint64_t row_bytes = 0;
+        for (const proto::SparseSegment& segment : headers[k].sparse()) {
+          for (const proto::TableMeta& table : options_.tables) {
+            if (table.name() == segment.table()) {
+              row_bytes += static_cast<uint64_t>(std::max<int64_t>(segment.num_ids(), 0)) *
+                           table.dim() * sizeof(float);
+            }
+          }
+        }
+        if (row_bytes > reply.data_size()) {
+          return absl::InternalError(absl::StrCat("pull reply of ", reply.data_size(),
+                                                  " bytes, fewer than its rows' ", row_bytes));
+        }
+        const uint64_t dense_bytes = reply.data_size() - row_bytes;
+        if (params != nullptr) {
+          RETURN_IF_ERROR(
+              codec_->Decode(k, dtype, headers[k].variables(), dense_bytes, reply, params));
+        } else if (dense_bytes != 0) {
+          return absl::InternalError(
+              absl::StrCat("a rows-only pull reply carries ", dense_bytes, " bytes of values"));
+        }
+        if (features != nullptr) {
+          RETURN_IF_ERROR(ReadRows(k, headers[k], dense_bytes, reply, features));
+        }
         if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
         return absl::OkStatus();
       },
@@ -335,6 +452,7 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
   ++push_step_;  // Retries resend the same (worker, step).
+  if (sparse_ != nullptr) SplitIds(*sparse_);
   std::vector<ShardRequest> requests(num_shards());
   ShardCalls::CallOptions call;
   call.retry_on = RetryOn::kUnavailableOrDeadline;
@@ -350,6 +468,8 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     header.set_step(push_step_);
     header.set_incarnation(incarnations_[k]);
     requests[k] = {&header, codec_->Encode(k, grads, options_.wire_dtype)};
+    header.clear_sparse();
+    if (sparse_ != nullptr) AddSparseGradients(k, *sparse_, &header, &requests[k].data);
     bytes += tensors().WireBytes(requests[k]);
     return absl::OkStatus();
   };
@@ -378,6 +498,31 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   for (const proto::PushResponse& r : responses) incarnations.push_back(r.incarnation());
   RETURN_IF_ERROR(CheckIncarnations(incarnations));
   return result;
+}
+
+void PsClient::AddSparseGradients(int k, const SparseFeatures& features,
+                                  proto::PushHeader* header,
+                                  std::vector<absl::Span<const char>>* pieces) {
+  ShardIds& shard = shard_ids_[k];
+  const int64_t n = static_cast<int64_t>(shard.ids.size());
+  if (n == 0) return;
+  for (size_t t = 0; t < options_.tables.size(); ++t) {
+    const int dim = options_.tables[t].dim();
+    CHECK_EQ(features.grads[t].num_elements(),
+             static_cast<int64_t>(features.unique.unique.size()) * dim)
+        << "table " << options_.tables[t].name() << ": gradient rows of another shape";
+    std::vector<float>& rows = shard.grads[t];
+    rows.resize(static_cast<size_t>(n) * dim);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(features.grads[t].data() + int64_t{shard.positions[i]} * dim, dim,
+                  rows.data() + i * dim);
+    }
+    proto::SparseSegment* segment = header->add_sparse();
+    segment->set_table(options_.tables[t].name());
+    segment->set_num_ids(n);
+    pieces->emplace_back(reinterpret_cast<const char*>(shard.ids.data()), n * sizeof(uint64_t));
+    pieces->emplace_back(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float));
+  }
 }
 
 absl::Status PsClient::Shutdown() {

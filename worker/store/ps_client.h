@@ -14,6 +14,12 @@
 // bytes straight into the caller's tensors: no per-step allocation of tensor
 // size on either path.
 //
+// Embedding tables (Options::tables): every shard holds the rows whose ids
+// TableShardOf gives it. With SetSparseFeatures, a pull asks each shard for
+// its share of the batch's distinct ids and scatters the rows it gets back
+// into place; a push sends each shard its ids' gradient rows after the
+// dense gradients, so that the shard takes or drops both together.
+//
 // Versions are tracked per shard: Pull records each shard's version, and the
 // next Push tags each shard's gradients with it. In sync mode the shards
 // move in lockstep, so all of them are equal.
@@ -92,6 +98,9 @@ class PsClient final : public ParameterStore {
     // kAuto: over the data plane when every ps task serves one, else gRPC;
     // kGrpc: gRPC. REQUIRES: kGrpc with TLS.
     TensorTransport tensor_transport = TensorTransport::kGrpc;
+    // The model's embedding tables (the chief's Init creates them on every
+    // shard); empty for a dense model.
+    std::vector<proto::TableMeta> tables;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
@@ -121,6 +130,8 @@ class PsClient final : public ParameterStore {
   absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
   absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
   void ForgetIncarnations() override;
+  void SetSparseFeatures(SparseFeatures* features) override { sparse_ = features; }
+  absl::Status LookupRows(SparseFeatures* features) override;
 
   const Placement& placement() const override { return placement_; }
   proto::DataType wire_dtype() const override { return options_.wire_dtype; }
@@ -145,6 +156,23 @@ class PsClient final : public ParameterStore {
                            const ShardTransport::OnReply& on_reply);
   // The transport of pushes and pulls: the data plane's, or gRPC's.
   ShardTransport& tensors();
+  // Splits `features`' distinct ids among the shards (shard_ids_).
+  void SplitIds(const SparseFeatures& features);
+  // Asks for shard k's rows of every table (its ids from SplitIds).
+  void AddSparseIds(int k, proto::PullRequest* pull) const;
+  // Reads shard k's rows, after `dense_bytes` of dense values, from
+  // `reply` into features->rows. Internal when the reply's segments are
+  // not what was asked.
+  absl::Status ReadRows(int k, const proto::PullHeader& header, uint64_t dense_bytes,
+                        ShardReply& reply, SparseFeatures* features);
+  // Shard k's gradient rows as request pieces and header segments.
+  void AddSparseGradients(int k, const SparseFeatures& features, proto::PushHeader* header,
+                          std::vector<absl::Span<const char>>* pieces);
+  // Sends `pulls` (one per shard) and reads the replies: the values into
+  // `params` (null: a rows-only pull), the rows into `features` (null: none).
+  absl::StatusOr<PullResult> CallPull(std::vector<proto::PullRequest>& pulls,
+                                      std::vector<Tensor>* params, proto::DataType dtype,
+                                      const ShardHooks* hooks, SparseFeatures* features);
 
   const Options options_;
   const kernels::CpuContext copier_;
@@ -161,6 +189,16 @@ class PsClient final : public ParameterStore {
   std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
   int64_t worker_incarnation_ = 0;     // Random id of this client.
   int64_t push_step_ = 0;              // Pushes sent so far.
+  SparseFeatures* sparse_ = nullptr;   // SetSparseFeatures'.
+  // Per shard, reused: its share of the batch's distinct ids, their
+  // positions in the batch's order, and (per table) their gradient rows.
+  struct ShardIds {
+    std::vector<uint64_t> ids;
+    std::vector<int32_t> positions;
+    std::vector<std::vector<float>> grads;
+    std::vector<float> rows;  // A reply's rows read in order.
+  };
+  std::vector<ShardIds> shard_ids_;
 };
 
 }  // namespace psrt

@@ -87,9 +87,9 @@ absl::Status SliceCodec::Check(
 
 absl::Status SliceCodec::Decode(
     int k, proto::DataType dtype,
-    const google::protobuf::RepeatedPtrField<proto::VariableMeta>& variables, ShardReply& reply,
-    std::vector<Tensor>* tensors) {
-  RETURN_IF_ERROR(Check(k, dtype, variables, reply.data_size()));
+    const google::protobuf::RepeatedPtrField<proto::VariableMeta>& variables, uint64_t data_bytes,
+    ShardReply& reply, std::vector<Tensor>* tensors) {
+  RETURN_IF_ERROR(Check(k, dtype, variables, data_bytes));
   const std::vector<int>& slices = placement_.shard_slices[k];
   const ByteSource* wire = reply.in_memory();
   std::optional<SpanByteSource> received;
@@ -102,9 +102,9 @@ absl::Status SliceCodec::Decode(
       return absl::OkStatus();
     }
     std::vector<char>& buffer = received_[k];
-    if (buffer.size() < reply.data_size()) buffer.resize(reply.data_size());  // Once.
-    RETURN_IF_ERROR(reply.ReadData({buffer.data(), size_t(reply.data_size())}));
-    wire = &received.emplace(absl::MakeConstSpan(buffer.data(), reply.data_size()));
+    if (buffer.size() < data_bytes) buffer.resize(data_bytes);  // Once.
+    RETURN_IF_ERROR(reply.ReadData({buffer.data(), size_t(data_bytes)}));
+    wire = &received.emplace(absl::MakeConstSpan(buffer.data(), data_bytes));
   }
   // The values as float32, whatever the wire carried.
   std::optional<WireAsFloatSource> decoded;

@@ -40,12 +40,13 @@ class SliceCodec {
   std::vector<absl::Span<const char>> Encode(int k, const std::vector<Tensor>& tensors,
                                              proto::DataType dtype);
 
-  // Reads shard k's values from a pull reply (`variables`: its header's)
-  // into `tensors` as float32. Internal, naming what was expected, when the
-  // reply does not carry shard k's slices as `dtype`.
+  // Reads shard k's values, the first `data_bytes` of a pull reply's data
+  // (`variables`: its header's; embedding rows may follow), into `tensors`
+  // as float32. Internal, naming what was expected, when the reply does not
+  // carry shard k's slices as `dtype`.
   absl::Status Decode(int k, proto::DataType dtype,
                       const google::protobuf::RepeatedPtrField<proto::VariableMeta>& variables,
-                      ShardReply& reply, std::vector<Tensor>* tensors);
+                      uint64_t data_bytes, ShardReply& reply, std::vector<Tensor>* tensors);
 
  private:
   // Internal when `variables` and `data_bytes` are not shard k's slices in `dtype`.
