@@ -90,7 +90,9 @@ ParameterShard::~ParameterShard() {
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                                           ByteSource* data) {
   RETURN_IF_ERROR(ValidateTrainingConfig(header.config()));
-  if (header.variables().empty()) {
+  // A model's small dense part may leave a shard of many with embedding
+  // rows only.
+  if (header.variables().empty() && header.tables().empty()) {
     return absl::InvalidArgumentError("init: no variables");
   }
   int64_t total = 0;
