@@ -139,8 +139,9 @@ class Model {
                               absl::Span<const int32_t> labels) = 0;
 };
 
-// The registry: {"mlp", "lenet", "inception_mini", "inception_v3"}. An unknown
-// name is InvalidArgument listing the known ones.
+// The registry: {"mlp", "lenet", "inception_mini", "inception_v3", "resnet50",
+// "resnet101", "vgg16", "alexnet", "wide_deep", "dlrm"} and "keras". An
+// unknown name is InvalidArgument listing the known ones.
 absl::StatusOr<std::unique_ptr<Model>> NewModel(const std::string& name,
                                                 const ModelOptions& options);
 

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "models/ctr_models.h"
 #include "models/inception.h"
 #include "models/keras_model.h"
 #include "models/lenet.h"
@@ -29,6 +30,8 @@ constexpr ModelFactory kModels[] = {
     {"resnet101", NewResnet101},
     {"vgg16", NewVgg16},
     {"alexnet", NewAlexnet},
+    {"wide_deep", NewWideDeep},
+    {"dlrm", NewDlrm},
 };
 
 }  // namespace

@@ -40,7 +40,7 @@ TEST(ModelRegistryTest, UnknownNameListsKnownModels) {
   EXPECT_THAT(std::string(model.status().message()), HasSubstr("unknown model \"resnet18\""));
   EXPECT_THAT(std::string(model.status().message()),
               HasSubstr("mlp, lenet, inception_mini, inception_v3, resnet50, resnet101, vgg16, "
-                        "alexnet"));
+                        "alexnet, wide_deep, dlrm"));
 }
 
 TEST(ModelRegistryTest, PassesOptionErrorsThrough) {

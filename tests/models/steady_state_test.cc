@@ -1,6 +1,6 @@
 // After the first step at a batch size, ComputeGradients allocates nothing
 // through operator new (activations, gradients, im2col buffers and pointer
-// lists are all reused), for every convolutional model.
+// lists are all reused), for every convolutional model and the CTR models.
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/embedding_bag.h"
 #include "models/model.h"
 #include "tests/models/model_test_util.h"
 
@@ -53,6 +54,41 @@ TEST_P(SteadyStateTest, SecondStepAllocatesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SteadyStateTest,
                          ::testing::Values("mlp", "lenet", "inception_mini"));
+
+class CtrSteadyStateTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CtrSteadyStateTest, SecondStepAllocatesNothing) {
+  ModelOptions options;
+  options.num_dense_features = 5;
+  options.num_sparse_fields = 6;
+  options.embedding_dim = 8;
+  options.hidden_units = {16};
+  options.intra_op_threads = 2;
+  absl::StatusOr<std::unique_ptr<Model>> model = NewModel(GetParam(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  constexpr int64_t kBatch = 8;
+  SparseFeatures features;
+  features.num_fields = options.num_sparse_fields;
+  for (int64_t i = 0; i < kBatch * features.num_fields; ++i) features.ids.push_back(i % 13);
+  kernels::Deduplicate(features.ids, &features.unique);
+  for (const TableDef& table : (*model)->tables()) {
+    features.rows.push_back(testing::RandomImages(13, table.dim, 3));
+  }
+  (*model)->SetSparseFeatures(&features);
+  std::vector<Tensor> params, grads;
+  (*model)->Initialize(1, &params);
+  const Tensor dense = testing::RandomImages(kBatch, options.num_dense_features, 2);
+  const std::vector<int32_t> labels = {0, 1, 0, 0, 1, 1, 0, 1};
+  (*model)->ComputeGradients(params, dense, labels, &grads);
+  allocations = 0;
+  counting = true;
+  (*model)->ComputeGradients(params, dense, labels, &grads);
+  (*model)->ComputeGradients(params, dense, labels, &grads);
+  counting = false;
+  EXPECT_EQ(allocations.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CtrSteadyStateTest, ::testing::Values("wide_deep", "dlrm"));
 
 }  // namespace
 }  // namespace psrt
