@@ -110,6 +110,26 @@ void SetOptimizerDefaults(proto::TrainingConfig* config) {
   }
 }
 
+absl::StatusOr<proto::TrainingConfig> SparseTrainingConfig(const proto::TrainingConfig& config) {
+  if (!proto::OptimizerType_IsValid(config.sparse_optimizer())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown sparse optimizer ", config.sparse_optimizer()));
+  }
+  if (!(config.sparse_learning_rate() >= 0) || !std::isfinite(config.sparse_learning_rate())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse_learning_rate must be a positive number or 0 (the dense one), got ",
+        config.sparse_learning_rate()));
+  }
+  proto::TrainingConfig rule = config;
+  if (config.sparse_optimizer() != proto::OPTIMIZER_UNSPECIFIED) {
+    rule.set_optimizer(config.sparse_optimizer());
+  }
+  if (config.sparse_learning_rate() > 0) rule.set_learning_rate(config.sparse_learning_rate());
+  SetOptimizerDefaults(&rule);
+  RETURN_IF_ERROR(ValidateTrainingConfig(rule));
+  return rule;
+}
+
 absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config) {
   if (config.mode() != proto::SYNC && config.mode() != proto::ASYNC) {
     return absl::InvalidArgumentError(absl::StrCat(

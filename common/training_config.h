@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
@@ -26,6 +27,11 @@ absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config);
 // hyperparameters: Adam's betas and epsilon, RMSProp's rho and epsilon,
 // Adagrad's initial accumulator.
 void SetOptimizerDefaults(proto::TrainingConfig* config);
+
+// The rule of the embedding tables: `config` with its sparse_optimizer and
+// sparse_learning_rate in place of the dense ones (where set), and that
+// optimizer's defaults; ValidateTrainingConfig's errors for it.
+absl::StatusOr<proto::TrainingConfig> SparseTrainingConfig(const proto::TrainingConfig& config);
 
 // The learning rate at global step `step` (0 before the first update).
 // REQUIRES: ValidateSchedule(config.schedule()).ok().

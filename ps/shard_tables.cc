@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/training_config.h"
 #include "kernels/elementwise.h"
 
 namespace psrt {
@@ -18,11 +19,7 @@ constexpr int kMaxDim = 1 << 16;
 
 absl::StatusOr<std::unique_ptr<ShardTables>> ShardTables::Create(
     const Metas& tables, const proto::TrainingConfig& config) {
-  proto::TrainingConfig rule = config;
-  if (config.sparse_optimizer() != proto::OPTIMIZER_UNSPECIFIED) {
-    rule.set_optimizer(config.sparse_optimizer());
-  }
-  if (config.sparse_learning_rate() > 0) rule.set_learning_rate(config.sparse_learning_rate());
+  ASSIGN_OR_RETURN(const proto::TrainingConfig rule, SparseTrainingConfig(config));
   auto held = std::unique_ptr<ShardTables>(new ShardTables());
   std::set<std::string> names;
   for (const proto::TableMeta& meta : tables) {

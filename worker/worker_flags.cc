@@ -22,6 +22,7 @@
 #include "common/wire_dtype.h"
 #include "gflags/gflags.h"
 #include "models/keras_model.h"
+#include "worker/input/criteo_reader.h"
 
 DEFINE_string(cluster_spec, "",
               "ClusterSpec JSON file (TensorFlow's format, or TF_CONFIG's). "
@@ -40,7 +41,17 @@ DEFINE_string(data_format, "auto",
               "read into memory), \"images\" (build_image_data.py records: JPEG/PNG in "
               "image/encoded, decoded and cropped on --input_threads threads to "
               "--input_height x --input_width x --input_channels), or \"auto\" (images when "
-              "the first record holds image/encoded).");
+              "the first record holds image/encoded), or \"criteo\" (Criteo click logs for "
+              "--model=wide_deep or dlrm: label, 13 counts, 26 hex categories per line, tab-"
+              "separated, plain or gzip; psrt_make_criteo writes such files).");
+DEFINE_string(malformed_lines, "stop",
+              "Criteo input: \"stop\" at a malformed line (the error names file and line) "
+              "or \"skip\" it (counted).");
+DEFINE_int32(embedding_dim, 16, "CTR models: the length of an embedding row.");
+DEFINE_string(bottom_mlp, "64",
+              "DLRM: the bottom MLP's hidden layer sizes over the dense features (a last "
+              "layer of --embedding_dim is added).");
+DEFINE_string(top_mlp, "64,32", "DLRM: the top MLP's hidden layer sizes (then one logit).");
 DEFINE_int32(num_classes, 10, "Classes the model tells apart (labels in [0, num_classes)).");
 DEFINE_int32(input_threads, 0, "Image records: decoder threads; 0: number of cores.");
 DEFINE_int32(input_prefetch_batches, 3,
@@ -75,7 +86,8 @@ DEFINE_bool(describe_model, false,
             "\"params_with_moving_statistics=N\" (as Keras's count_params(): with "
             "batch norm's moving means and variances) and \"params=N\" (the "
             "trainable ones), and exit (needs no cluster).");
-DEFINE_string(hidden_units, "512", "Comma-separated hidden layer sizes of the MLP.");
+DEFINE_string(hidden_units, "512",
+              "Comma-separated hidden layer sizes of the MLP (and of Wide & Deep's deep part).");
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
 DEFINE_bool(unix_socket, false,
             "Reach ps tasks on this host (a loopback address in the spec) "
@@ -121,6 +133,11 @@ DEFINE_string(optimizer, "sgd",
               "sgd, momentum, adagrad, rmsprop, adam or ftrl, applied on the parameter "
               "servers with TensorFlow's rules and defaults.");
 DEFINE_double(learning_rate, 0.1, "(Initial) learning rate.");
+DEFINE_string(sparse_optimizer, "",
+              "CTR models: the embedding tables' optimizer (as --optimizer, applied lazily to "
+              "the rows a batch touches); empty: --optimizer.");
+DEFINE_double(sparse_learning_rate, 0,
+              "CTR models: the embedding tables' learning rate; 0: --learning_rate.");
 DEFINE_double(momentum, 0.9, "Momentum, for momentum (and rmsprop, default 0 there).");
 DEFINE_bool(use_nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
 DEFINE_double(adam_beta1, 0.9, "Adam's beta1.");
@@ -270,6 +287,19 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
   }
   config.set_optimizer(optimizer->second);
   config.set_learning_rate(FLAGS_learning_rate);
+  if (!FLAGS_sparse_optimizer.empty()) {
+    auto sparse = kOptimizers.find(FLAGS_sparse_optimizer);
+    if (sparse == kOptimizers.end()) {
+      return absl::InvalidArgumentError(
+          "--sparse_optimizer: unknown optimizer \"" + FLAGS_sparse_optimizer +
+          "\" (known: adagrad, adam, ftrl, momentum, rmsprop, sgd)");
+    }
+    config.set_sparse_optimizer(sparse->second);
+  }
+  if (FLAGS_sparse_learning_rate < 0) {
+    return absl::InvalidArgumentError("--sparse_learning_rate must not be negative");
+  }
+  config.set_sparse_learning_rate(FLAGS_sparse_learning_rate);
   const bool rmsprop = optimizer->second == proto::RMSPROP;
   const bool momentum_set = !gflags::GetCommandLineFlagInfoOrDie("momentum").is_default;
   config.set_momentum(rmsprop && !momentum_set ? 0.0f : FLAGS_momentum);
@@ -312,16 +342,18 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
                                       "\" (known: none, exponential, piecewise)");
   }
   RETURN_IF_ERROR(ValidateTrainingConfig(config));
+  RETURN_IF_ERROR(SparseTrainingConfig(config).status());
   return config;
 }
 
-absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text) {
+absl::StatusOr<std::vector<int>> ParseHiddenUnits(const std::string& text,
+                                                  const std::string& flag) {
   std::vector<int> units;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n) || n <= 0) {
       return absl::InvalidArgumentError(
-          "--hidden_units: \"" + std::string(part) + "\" is not a positive integer");
+          "--" + flag + ": \"" + std::string(part) + "\" is not a positive integer");
     }
     units.push_back(n);
   }
@@ -363,7 +395,13 @@ absl::Status ReadModelFlags(WorkerConfig* config) {
   config->model = FLAGS_model;
   config->describe_model = FLAGS_describe_model;
   ModelOptions& options = config->model_options;
-  ASSIGN_OR_RETURN(options.hidden_units, ParseHiddenUnits(FLAGS_hidden_units));
+  ASSIGN_OR_RETURN(options.hidden_units, ParseHiddenUnits(FLAGS_hidden_units, "hidden_units"));
+  ASSIGN_OR_RETURN(options.bottom_mlp_units, ParseHiddenUnits(FLAGS_bottom_mlp, "bottom_mlp"));
+  ASSIGN_OR_RETURN(options.top_mlp_units, ParseHiddenUnits(FLAGS_top_mlp, "top_mlp"));
+  options.embedding_dim = FLAGS_embedding_dim;
+  // The CTR models read Criteo's fields.
+  options.num_dense_features = kCriteoDenseFields;
+  options.num_sparse_fields = kCriteoCategoricalFields;
   options.input_height = FLAGS_input_height;
   options.input_width = FLAGS_input_width;
   options.input_channels = FLAGS_input_channels;
@@ -404,6 +442,17 @@ absl::Status ReadInputFlags(WorkerConfig* config) {
   input.decoder_threads = FLAGS_input_threads;
   input.prefetch_batches = FLAGS_input_prefetch_batches;
   input.label_offset = FLAGS_label_offset;
+  if (FLAGS_malformed_lines != "stop" && FLAGS_malformed_lines != "skip") {
+    return absl::InvalidArgumentError("--malformed_lines: \"" + FLAGS_malformed_lines +
+                                      "\" is not stop or skip");
+  }
+  input.skip_malformed = FLAGS_malformed_lines == "skip";
+  const bool ctr_model = config->model == "wide_deep" || config->model == "dlrm";
+  if (ctr_model != (input.format == InputOptions::Format::kCriteo)) {
+    return absl::InvalidArgumentError(
+        ctr_model ? "--model=" + config->model + " reads Criteo logs: give --data_format=criteo"
+                  : "--data_format=criteo feeds the CTR models: give --model=wide_deep or dlrm");
+  }
   if (FLAGS_corrupt_images != "stop" && FLAGS_corrupt_images != "skip") {
     return absl::InvalidArgumentError("--corrupt_images: \"" + FLAGS_corrupt_images +
                                       "\" is not stop or skip");

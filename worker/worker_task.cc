@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
+#include "common/splitmix.h"
 #include "common/status_macros.h"
 #include "common/timeline.h"
 #include "common/training_config.h"
@@ -121,6 +122,11 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
                                                           Collective* ring, Timeline* timeline,
                                                           WorkerMetrics* metrics) {
   const std::string task = config.cluster.task.ToString();
+  if (config.allreduce && !model.tables().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", config.model, " keeps its embedding tables on parameter servers; allreduce "
+        "mode has none (give the cluster ps tasks)"));
+  }
   if (config.allreduce) {
     if (!config.checkpoint_dir.empty()) {
       std::error_code error;
@@ -146,6 +152,14 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
                                     config.placement));
   PsClient::Options options = config.ps_client;
   options.metrics = &metrics->transfers();
+  for (size_t t = 0; t < model.tables().size(); ++t) {
+    proto::TableMeta& table = options.tables.emplace_back();
+    table.set_name(model.tables()[t].name);
+    table.set_dim(model.tables()[t].dim);
+    // Rows from (seed, table, id) alone: the chief's seed, as for the
+    // dense variables.
+    table.set_seed(SplitMix64(config.trainer.seed + t));
+  }
   LOG(INFO) << task << " is "
             << (config.evaluator ? "the evaluator" : "replica " + std::to_string(config.replica))
             << " of " << config.num_replicas << " ("
@@ -230,7 +244,7 @@ absl::Status RunWorkerTask(WorkerConfig config) {
   options.metrics = &worker_metrics;
   options.timeline = timeline.get();
   std::unique_ptr<Trainer> trainer;
-  if (input.image_records) {
+  if (input.streamed) {
     trainer = std::make_unique<Trainer>(options, &towers, store.get(), input.train_source,
                                         input.test_source, input.test_examples);
   } else {

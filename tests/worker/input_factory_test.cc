@@ -25,7 +25,7 @@ TEST(InputFactoryTest, EachReplicaOpensWhatItReads) {
   // evaluator only evaluates.
   absl::StatusOr<WorkerInput> chief = OpenWorkerInput(Synthetic(), 0, 3);
   ASSERT_TRUE(chief.ok()) << chief.status();
-  EXPECT_FALSE(chief->image_records);
+  EXPECT_FALSE(chief->streamed);
   EXPECT_EQ(chief->train.size(), 10);
   EXPECT_EQ(chief->train_examples, 10);
   EXPECT_EQ(chief->test.size(), 10);

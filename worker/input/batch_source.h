@@ -35,6 +35,10 @@ class BatchSource {
   // Moves past `examples` examples exactly as NextBatch would.
   // REQUIRES: examples >= 0.
   virtual absl::Status Skip(int64_t examples) = 0;
+  // Sources of categorical input (Criteo's, for the CTR models): the ids of
+  // the batch the last NextBatch made, [batch, fields] row-major, valid
+  // until the next call; empty for image sources.
+  virtual absl::Span<const uint64_t> sparse_ids() const { return {}; }
 };
 
 // Makes a batch stream from its beginning (a trainer Skips to where a

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/input/criteo_batch_source.h"
 #include "worker/input/idx_dataset.h"
 #include "worker/input/image_pipeline.h"
 #include "worker/input/image_records.h"
@@ -20,6 +21,7 @@ namespace {
 absl::StatusOr<bool> ReadsImageRecords(const InputOptions& options) {
   switch (options.format) {
     case InputOptions::Format::kMnist:
+    case InputOptions::Format::kCriteo:
       return false;
     case InputOptions::Format::kImages:
       if (options.synthetic) {
@@ -102,7 +104,7 @@ absl::Status OpenImageRecords(const InputOptions& options, int replica, int num_
   pipeline.threads = options.decoder_threads;
   pipeline.prefetch_batches = std::max(1, options.prefetch_batches);
   pipeline.skip_corrupt = options.skip_corrupt;
-  input->image_records = true;
+  input->streamed = true;
   if (replica >= 0) {
     ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> train,
                      OpenImageShard(options, options.train_data, replica, num_replicas));
@@ -129,19 +131,73 @@ absl::Status OpenImageRecords(const InputOptions& options, int replica, int num_
   return absl::OkStatus();
 }
 
+// Criteo click logs: replica r's shard of --train_data (every replica reads
+// the files in order, keeping its lines), the whole of --test_data for the
+// chief and the evaluator.
+absl::Status OpenCriteo(const InputOptions& options, int replica, int num_replicas,
+                        WorkerInput* input) {
+  if (options.synthetic) {
+    return absl::InvalidArgumentError(
+        "--data_format=criteo reads files (psrt_make_criteo writes synthetic ones), not "
+        "--synthetic_data");
+  }
+  auto files_of = [](const std::string& flag,
+                     const std::string& spec) -> absl::StatusOr<CriteoReader::Options> {
+    if (spec.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data_format=criteo needs --", flag, " (Criteo-format files: plain or gzip, a "
+          "comma-separated list or a glob)"));
+    }
+    CriteoReader::Options reader;
+    ASSIGN_OR_RETURN(reader.files, ExpandDataFiles(spec));
+    return reader;
+  };
+  input->streamed = true;
+  if (replica >= 0) {
+    ASSIGN_OR_RETURN(CriteoReader::Options train, files_of("train_data", options.train_data));
+    train.shard = replica;
+    train.num_shards = num_replicas;
+    train.skip_malformed = options.skip_malformed;
+    // Opened now, so that a missing file fails the task at start.
+    RETURN_IF_ERROR(CriteoReader::Open(train).status());
+    input->train_source = [train]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<CriteoBatchSource> source, CriteoBatchSource::Open(train));
+      return std::unique_ptr<BatchSource>(std::move(source));
+    };
+    LOG(INFO) << "input: Criteo logs in " << train.files.size() << " file(s), shard " << replica
+              << " of " << num_replicas;
+  }
+  if (replica <= 0) {
+    ASSIGN_OR_RETURN(CriteoReader::Options test, files_of("test_data", options.test_data));
+    test.skip_malformed = options.skip_malformed;
+    ASSIGN_OR_RETURN(input->test_examples, CountCriteoExamples(test));
+    input->test_source = [test]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<CriteoBatchSource> source, CriteoBatchSource::Open(test));
+      return std::unique_ptr<BatchSource>(std::move(source));
+    };
+    LOG(INFO) << "input: " << input->test_examples << " Criteo test examples";
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<InputOptions::Format> ParseInputFormat(const std::string& name) {
   if (name == "auto") return InputOptions::Format::kAuto;
   if (name == "mnist") return InputOptions::Format::kMnist;
   if (name == "images") return InputOptions::Format::kImages;
+  if (name == "criteo") return InputOptions::Format::kCriteo;
   return absl::InvalidArgumentError("--data_format: \"" + name +
-                                    "\" is not auto, mnist or images");
+                                    "\" is not auto, mnist, images or criteo");
 }
 
 absl::StatusOr<WorkerInput> OpenWorkerInput(const InputOptions& options, int replica,
                                             int num_replicas) {
   WorkerInput input;
+  if (options.format == InputOptions::Format::kCriteo) {
+    RETURN_IF_ERROR(OpenCriteo(options, replica, num_replicas, &input));
+    return input;
+  }
   ASSIGN_OR_RETURN(const bool image_records, ReadsImageRecords(options));
   if (image_records) {
     RETURN_IF_ERROR(OpenImageRecords(options, replica, num_replicas, &input));

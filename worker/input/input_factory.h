@@ -28,7 +28,8 @@
 namespace psrt {
 
 struct InputOptions {
-  enum class Format { kAuto, kMnist, kImages };
+  // kCriteo: Criteo click logs (criteo_batch_source.h) for the CTR models.
+  enum class Format { kAuto, kMnist, kImages, kCriteo };
   Format format = Format::kAuto;
   std::string data_dir;    // IDX files (kMnist without train/test data).
   std::string train_data;  // TFRecord or image-record file pattern.
@@ -49,24 +50,28 @@ struct InputOptions {
   bool records_in_memory = true;  // Else offsets only, read back per image.
   bool skip_corrupt = false;
   int label_offset = 1;
+  // Criteo: count and skip malformed lines instead of failing.
+  bool skip_malformed = false;
 };
 
-// "auto", "mnist" or "images"; InvalidArgument naming --data_format else.
+// "auto", "mnist", "images" or "criteo"; InvalidArgument naming
+// --data_format else.
 absl::StatusOr<InputOptions::Format> ParseInputFormat(const std::string& name);
 
 // A replica's data. For IDX, TFRecord and synthetic data `train` and `test`
-// hold the examples (the trainer shards `train`); for image records
-// `train_source` and `test_source` make the replica's pipelines, and
-// `test_examples` is the test set's size. Empty where the replica has none.
+// hold the examples (the trainer shards `train`); for image records and
+// Criteo logs (`streamed`) `train_source` and `test_source` make the
+// replica's batch streams, and `test_examples` is the test set's size.
+// Empty where the replica has none.
 struct WorkerInput {
-  bool image_records = false;
+  bool streamed = false;
   Dataset train;
   Dataset test;
   BatchSourceFactory train_source;
   BatchSourceFactory test_source;
   int64_t test_examples = 0;
-  // The whole training set's size (about, for image records): what an
-  // epoch is.
+  // The whole training set's size (about, for image records; 0 for
+  // Criteo logs, which are not counted ahead): what an epoch is.
   int64_t train_examples = 0;
 };
 

@@ -258,10 +258,16 @@ absl::StatusOr<proto::TrainingConfig> PsClient::WaitForModelReady(
                  std::equal(held[i].shape().begin(), held[i].shape().end(),
                             mine[i].shape().begin(), mine[i].shape().end());
         }
+        const auto& tables = statuses[k].tables();
+        same = same && tables.size() == static_cast<int>(options_.tables.size());
+        for (int t = 0; same && t < tables.size(); ++t) {
+          same = tables[t].name() == options_.tables[t].name() &&
+                 tables[t].dim() == options_.tables[t].dim();
+        }
         if (!same) {
           return absl::FailedPreconditionError(absl::StrCat(
               ShardName(k), " holds a model other than this worker's (check that "
-              "every worker has the same --model, layer sizes, "
+              "every worker has the same --model, layer sizes, --embedding_dim, "
               "--placement and --partition_threshold_bytes)"));
         }
       }
@@ -314,7 +320,6 @@ absl::Status PsClient::LookupRows(SparseFeatures* features) {
 }
 
 void PsClient::SplitIds(const SparseFeatures& features) {
-  CHECK_EQ(features.rows.size(), options_.tables.size());
   for (ShardIds& shard : shard_ids_) {
     shard.ids.clear();
     shard.positions.clear();
@@ -381,6 +386,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
   if (features != nullptr) {
     SplitIds(*features);
     const int64_t unique = static_cast<int64_t>(features->unique.unique.size());
+    features->rows.resize(options_.tables.size());
     for (size_t t = 0; t < options_.tables.size(); ++t) {
       features->rows[t].Resize({unique, options_.tables[t].dim()});
     }
@@ -506,6 +512,7 @@ void PsClient::AddSparseGradients(int k, const SparseFeatures& features,
   ShardIds& shard = shard_ids_[k];
   const int64_t n = static_cast<int64_t>(shard.ids.size());
   if (n == 0) return;
+  CHECK_EQ(features.grads.size(), options_.tables.size()) << "one gradient tensor per table";
   for (size_t t = 0; t < options_.tables.size(); ++t) {
     const int dim = options_.tables[t].dim();
     CHECK_EQ(features.grads[t].num_elements(),

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/binary_classification.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/timeline.h"
@@ -35,6 +36,31 @@ CheckpointPolicy::Options PolicyOptions(const TrainerOptions& options) {
   policy.max_failed_saves = options.max_failed_saves;
   policy.sync = options.config.mode() == proto::SYNC;
   return policy;
+}
+
+// The categorical ids of the first `used` examples of the source's last
+// batch (of `made` examples) into `features`, deduplicated, with a rows and
+// a gradients tensor per table of `model`.
+absl::Status ReadIds(const BatchSource& source, int64_t made, int64_t used, const Model& model,
+                     SparseFeatures* features) {
+  const absl::Span<const uint64_t> ids = source.sparse_ids();
+  if (made <= 0 || ids.empty() || ids.size() % made != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the input gives ", ids.size(), " categorical ids for a batch of ", made,
+        " examples: a sparse model reads categorical input (--data_format=criteo)"));
+  }
+  features->num_fields = static_cast<int>(ids.size() / made);
+  features->ids.assign(ids.begin(), ids.begin() + used * features->num_fields);
+  kernels::Deduplicate(features->ids, &features->unique);
+  const std::vector<TableDef>& tables = model.tables();
+  features->rows.resize(tables.size());
+  features->grads.resize(tables.size());
+  const int64_t unique = static_cast<int64_t>(features->unique.unique.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    features->rows[t].Resize({unique, tables[t].dim});
+    features->grads[t].Resize({unique, tables[t].dim});
+  }
+  return absl::OkStatus();
 }
 
 Progress::Options ProgressOptions(const TrainerOptions& options) {
@@ -81,7 +107,8 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
       test_examples_(test_examples),
       recovery_(RecoveryOptions(options), client),
       checkpoints_(PolicyOptions(options), client),
-      progress_(ProgressOptions(options)) {}
+      progress_(ProgressOptions(options)),
+      sparse_(!model_->tables().empty()) {}
 
 float Trainer::WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
                            int begin, int end) const {
@@ -119,6 +146,8 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
   const int64_t n = test_examples_;
   int64_t correct = 0;
   double loss = 0;
+  std::vector<float> probabilities;  // Sparse (binary) models: for AUC.
+  std::vector<int32_t> all_labels;
   // Batches of the training size: a model keeps buffers for the largest
   // batch it has run (on a GPU, device memory), so a larger evaluation batch
   // would hold that much more for the rest of training. The last batch runs
@@ -133,6 +162,11 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
     for (int64_t begin = 0; begin < n; begin += eval_batch) {
       const int64_t size = std::min(eval_batch, n - begin);
       RETURN_IF_ERROR(source->NextBatch(static_cast<int>(eval_batch), &images, &labels));
+      if (sparse_) {
+        RETURN_IF_ERROR(ReadIds(*source, eval_batch, size, *model_, &eval_features_));
+        RETURN_IF_ERROR(client_->LookupRows(&eval_features_));
+        model_->SetSparseFeatures(&eval_features_);
+      }
       const Tensor* evaluated = &images;
       if (size < eval_batch) {
         const int64_t pixels = images.dim(1);
@@ -145,15 +179,27 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
       RETURN_IF_ERROR(model_->status());
       correct += evaluation.correct;
       loss += double{evaluation.mean_loss} * size;
+      if (sparse_) {
+        probabilities.insert(probabilities.end(), evaluation.probabilities.begin(),
+                             evaluation.probabilities.begin() + size);
+        all_labels.insert(all_labels.end(), labels.begin(), labels.begin() + size);
+      }
     }
   }
+  if (sparse_) model_->SetSparseFeatures(&features_);
   Evaluation result;
   result.accuracy = n == 0 ? 0 : static_cast<double>(correct) / n;
   result.loss = n == 0 ? 0 : loss / n;
-  LOG(INFO) << absl::StrFormat("eval: step %d, test_accuracy = %.4f, test_loss = %.4f%s",
-                               step, result.accuracy, result.loss,
+  if (sparse_) {
+    result.auc = RocAuc(probabilities, all_labels);
+    result.loss = LogLoss(probabilities, all_labels);
+  }
+  LOG(INFO) << absl::StrFormat("eval: step %d, %stest_accuracy = %.4f, test_loss = %.4f%s", step,
+                               sparse_ ? absl::StrFormat("test_auc = %.4f, ", result.auc) : "",
+                               result.accuracy, result.loss,
                                options_.eval_moving_average ? " (moving averages)" : "");
   if (events_ != nullptr) {
+    if (sparse_) RETURN_IF_ERROR(events_->WriteScalar("eval/auc", step, result.auc));
     RETURN_IF_ERROR(events_->WriteScalar("eval/accuracy", step, result.accuracy));
     RETURN_IF_ERROR(events_->WriteScalar("eval/loss", step, result.loss));
     RETURN_IF_ERROR(events_->Flush());
@@ -261,12 +307,16 @@ absl::Status Trainer::DataFromStep(int64_t version) {
 absl::Status Trainer::NextBatch() {
   const absl::Time start = absl::Now();
   absl::Status status = batches_->NextBatch(options_.batch_size, &images_, &labels_);
+  if (status.ok() && sparse_) {
+    status = ReadIds(*batches_, options_.batch_size, options_.batch_size, *model_, &features_);
+  }
   progress_.AddInputTime(absl::Now() - start);
   return status;
 }
 
 absl::Status Trainer::RecoverOrFail(const absl::Status& status) {
   computed_ = false;
+  batch_pulled_ = false;
   if (!absl::IsAborted(status)) return status;
   RETURN_IF_ERROR(recovery_.Recover(status, &params_, &pulled_));
   RETURN_IF_ERROR(DataFromStep(pulled_.version));
@@ -300,7 +350,16 @@ absl::Status Trainer::Step() {
     last_eval_step_ = pulled_.version;
   }
   if (!computed_) {
-    RETURN_IF_ERROR(NextBatch());
+    if (!batch_pulled_) {
+      RETURN_IF_ERROR(NextBatch());
+      if (sparse_) {  // The batch's rows (at the start, or after a recovery).
+        if (absl::Status looked = client_->LookupRows(&features_); !looked.ok()) {
+          return RecoverOrFail(looked);
+        }
+      }
+    }
+    batch_pulled_ = false;
+    if (sparse_) model_->SetSparseFeatures(&features_);
     const absl::Time compute_start = absl::Now();
     Timeline::Span span(options_.timeline, "compute", "step", pulled_.version);
     loss_ = towers_->ComputeGradients(params_, images_, labels_, &grads_);
@@ -338,10 +397,13 @@ absl::Status Trainer::Step() {
     next = ComputeWhilePulling(min_version, min_clock, pushed->training_done);
     computed_ = next.ok();
   } else {
+    // A sparse model's next batch first: the pull brings the rows of its ids.
+    if (sparse_) RETURN_IF_ERROR(NextBatch());
     const absl::Time pull_start = absl::Now();
     Timeline::Span span(options_.timeline, "pull", "step", pulled_.version);
     next = client_->Pull(min_version, &params_, /*moving_average=*/false, min_clock);
     progress_.time().pull += absl::Now() - pull_start;
+    batch_pulled_ = sparse_ && next.ok();
   }
   if (!next.ok()) return RecoverOrFail(next.status());
   pulled_ = *next;
@@ -409,9 +471,10 @@ absl::StatusOr<TrainResult> Trainer::Train() {
         options_.num_replicas, " replicas: replica ", options_.replica, " gets none"));
   }
   model_->Initialize(options_.seed, &params_);
+  if (sparse_) client_->SetSparseFeatures(&features_);
   ASSIGN_OR_RETURN(const bool started, Start());
   if (!started) return TrainResult();
-  if (options_.overlap_comm && options_.clip_norm <= 0) {
+  if (options_.overlap_comm && options_.clip_norm <= 0 && !sparse_) {
     pipeline_.emplace(client_, client_->placement(), static_cast<int>(params_.size()));
   }
   while (!Finished(pulled_)) RETURN_IF_ERROR(Step());
@@ -435,6 +498,10 @@ absl::Status Trainer::FinishAsChief() {
   }
   ASSIGN_OR_RETURN(Evaluation final_eval, Evaluate(result_.global_step, &params_));
   result_.test_accuracy = final_eval.accuracy;
+  if (sparse_) {
+    result_.test_auc = final_eval.auc;
+    result_.test_logloss = final_eval.loss;
+  }
   if (!options_.final_params_path.empty()) {
     std::vector<NamedTensor> named;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -444,8 +511,14 @@ absl::Status Trainer::FinishAsChief() {
                                      {{"global_step", absl::StrCat(result_.global_step)}}));
   }
   if (events_ != nullptr) RETURN_IF_ERROR(events_->Close());
-  std::printf("final: global_step=%lld test_accuracy=%.4f\n",
-              static_cast<long long>(result_.global_step), result_.test_accuracy);
+  if (sparse_) {
+    std::printf("final: global_step=%lld test_auc=%.4f test_logloss=%.4f\n",
+                static_cast<long long>(result_.global_step), result_.test_auc,
+                result_.test_logloss);
+  } else {
+    std::printf("final: global_step=%lld test_accuracy=%.4f\n",
+                static_cast<long long>(result_.global_step), result_.test_accuracy);
+  }
   std::fflush(stdout);
   return absl::OkStatus();
 }

@@ -21,6 +21,16 @@
 // A resumed worker skips the data it consumed before the checkpoint, so a
 // sync run with fixed data order resumes exactly.
 //
+// Sparse (CTR) models (Model::tables()): each batch's categorical ids come
+// from the batch source (BatchSource::sparse_ids); the next batch is read
+// before the pull, which brings the rows of its distinct ids with the dense
+// values, and the push sends their gradient rows with the dense gradients
+// (ParameterStore::SetSparseFeatures); the step does not overlap its pull and
+// push with compute. The chief evaluates test AUC and logloss (the rows of
+// each test batch looked up as they are), logs them, writes them to
+// TensorBoard (eval/auc, eval/loss) and prints
+// `final: global_step=N test_auc=A test_logloss=L`.
+//
 // Faults: when a shard restarts (and restores its last checkpoint) or is
 // rolled back, the calls of every worker fail with Aborted; each worker then
 // waits for the shards, the chief restores all of them to the newest
@@ -116,6 +126,8 @@ struct TrainResult {
   int64_t global_step = 0;
   int64_t local_steps = 0;
   double test_accuracy = -1;  // Chief only.
+  double test_auc = -1;       // Chief only, sparse models.
+  double test_logloss = -1;   // Chief only, sparse models.
 };
 
 // Makes this replica's training batch stream from its beginning (the
@@ -161,6 +173,7 @@ class Trainer {
   struct Evaluation {
     double accuracy = 0;
     double loss = 0;
+    double auc = -1;  // Sparse (binary) models.
   };
   bool chief() const { return options_.replica == 0; }
   absl::StatusOr<TrainResult> Train();
@@ -186,7 +199,8 @@ class Trainer {
   // (async). A resumed or recovered sync run thus sees the same data as an
   // uninterrupted one.
   absl::Status DataFromStep(int64_t version);
-  // The next batch into images_ and labels_, timed: input waits show.
+  // The next batch into images_ and labels_ (and a sparse model's ids into
+  // features_), timed: input waits show.
   absl::Status NextBatch();
   // After a failed call: the shards' state was replaced (Aborted: a restart
   // or a rollback): waits for them, pulls, and carries on. Any other error
@@ -227,6 +241,14 @@ class Trainer {
   // Whether grads_ and loss_ already hold the gradients of the next batch
   // at pulled_: computed while it was being pulled (and maybe pushed).
   bool computed_ = false;
+  // Sparse models: the batch's ids and rows (the store's, between a pull
+  // and the push), and an evaluation's.
+  const bool sparse_;
+  SparseFeatures features_;
+  SparseFeatures eval_features_;
+  // Sparse models: images_, labels_ and features_ hold the next batch, its
+  // rows pulled with the parameters.
+  bool batch_pulled_ = false;
   float loss_ = 0;
   TrainResult result_;
   int64_t stale_ = 0;
