@@ -219,7 +219,7 @@ class CtrModel : public Model {
 class WideDeep : public CtrModel {
  public:
   explicit WideDeep(const ModelOptions& options)
-      : CtrModel("wide_deep", options, {{"wide", 1}, {"deep", options.embedding_dim}}),
+      : CtrModel("wide_deep", options, {{"wide", 1, /*zero_rows=*/true}, {"deep", options.embedding_dim}}),
         // Declared in this order: the wide part's variables come first.
         dense_weights_(vars_.Add("wide/dense_weights", {num_dense_, 1},
                                  std::sqrt(1.0 / num_dense_))),

@@ -22,11 +22,13 @@
 
 namespace psrt {
 
-// An embedding table a model reads: its name on the parameter servers and
-// the length of its rows.
+// An embedding table a model reads: its name on the parameter servers, the
+// length of its rows, and whether they start at zero (a linear model's
+// per-id weights) rather than random.
 struct TableDef {
   std::string name;
   int dim = 0;
+  bool zero_rows = false;
 };
 
 struct SparseFeatures {

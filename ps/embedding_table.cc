@@ -22,7 +22,8 @@ int TableShardOf(uint64_t id, int num_shards) {
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
-    std::string name, int dim, uint64_t seed, const proto::TrainingConfig& optimizer) {
+    std::string name, int dim, uint64_t seed, const proto::TrainingConfig& optimizer,
+    bool zero_rows) {
   if (name.empty()) return absl::InvalidArgumentError("an embedding table needs a name");
   if (dim < 1) {
     return absl::InvalidArgumentError(
@@ -30,14 +31,15 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> rule, NewOptimizer(optimizer, 0));
   return std::unique_ptr<EmbeddingTable>(
-      new EmbeddingTable(std::move(name), dim, seed, std::move(rule)));
+      new EmbeddingTable(std::move(name), dim, seed, zero_rows, std::move(rule)));
 }
 
-EmbeddingTable::EmbeddingTable(std::string name, int dim, uint64_t seed,
+EmbeddingTable::EmbeddingTable(std::string name, int dim, uint64_t seed, bool zero_rows,
                                std::unique_ptr<Optimizer> optimizer)
     : name_(std::move(name)),
       dim_(dim),
       seed_(seed),
+      zero_rows_(zero_rows),
       row_floats_((1 + optimizer->num_slots()) * dim),
       optimizer_(std::move(optimizer)) {}
 
@@ -66,7 +68,8 @@ float* EmbeddingTable::NewRowLocked(uint64_t id) {
 void EmbeddingTable::InitRow(uint64_t id, float* values) const {
   // A normal truncated at two standard deviations: redrawn beyond.
   const double stddev = 1 / std::sqrt(static_cast<double>(dim_));
-  for (int j = 0; j < dim_; ++j) {
+  for (int j = 0; j < dim_ && zero_rows_; ++j) values[j] = 0;
+  for (int j = 0; j < dim_ && !zero_rows_; ++j) {
     uint64_t h = SplitMix64(SplitMix64(seed_ ^ SplitMix64(id)) + static_cast<uint64_t>(j));
     double z;
     do {

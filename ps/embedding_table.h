@@ -2,7 +2,8 @@
 // "Sparse embedding tables"): the rows whose ids TableShardOf sends to this
 // shard, keyed by 64-bit id, with no vocabulary. A row is made on first
 // touch: its values drawn from a normal of stddev 1 / sqrt(dim), truncated
-// at two standard deviations (TensorFlow's embedding_column default),
+// at two standard deviations (TensorFlow's embedding_column default), or
+// zeros (`zero_rows`: a linear model's per-id weights),
 // seeded by the table's seed and the id alone, so that a run is
 // reproducible whichever shard holds the row and whenever it is first
 // touched; its optimizer slots start at the rule's initial values
@@ -46,7 +47,8 @@ class EmbeddingTable {
   // InvalidArgument for dim < 1 or an empty name; `optimizer`'s errors
   // (common/training_config.h) otherwise.
   static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Create(
-      std::string name, int dim, uint64_t seed, const proto::TrainingConfig& optimizer);
+      std::string name, int dim, uint64_t seed, const proto::TrainingConfig& optimizer,
+      bool zero_rows = false);
 
   const std::string& name() const { return name_; }
   int dim() const { return dim_; }
@@ -79,7 +81,8 @@ class EmbeddingTable {
   void ForEachRow(const std::function<void(uint64_t, absl::Span<const float>)>& f) const;
 
  private:
-  EmbeddingTable(std::string name, int dim, uint64_t seed, std::unique_ptr<Optimizer> optimizer);
+  EmbeddingTable(std::string name, int dim, uint64_t seed, bool zero_rows,
+                 std::unique_ptr<Optimizer> optimizer);
   // The row of `id`, made if missing.
   float* RowLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new row for `id`, its contents unset. REQUIRES: `id` has none.
@@ -91,6 +94,7 @@ class EmbeddingTable {
   const std::string name_;
   const int dim_;
   const uint64_t seed_;
+  const bool zero_rows_;
   const int row_floats_;
   mutable absl::Mutex mu_;
   const std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);

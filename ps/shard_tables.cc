@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<ShardTables>> ShardTables::Create(
     }
     Table table;
     table.meta = meta;
-    ASSIGN_OR_RETURN(table.rows, EmbeddingTable::Create(meta.name(), meta.dim(), meta.seed(), rule));
+    ASSIGN_OR_RETURN(table.rows, EmbeddingTable::Create(meta.name(), meta.dim(), meta.seed(), rule,
+                                                        meta.zero_rows()));
     held->tables_.push_back(std::move(table));
   }
   return held;
@@ -45,7 +46,7 @@ bool ShardTables::Same(const Metas& tables) const {
   for (int i = 0; i < tables.size(); ++i) {
     const proto::TableMeta& held = tables_[i].meta;
     if (held.name() != tables[i].name() || held.dim() != tables[i].dim() ||
-        held.seed() != tables[i].seed()) {
+        held.seed() != tables[i].seed() || held.zero_rows() != tables[i].zero_rows()) {
       return false;
     }
   }

@@ -156,6 +156,7 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
     proto::TableMeta& table = options.tables.emplace_back();
     table.set_name(model.tables()[t].name);
     table.set_dim(model.tables()[t].dim);
+    table.set_zero_rows(model.tables()[t].zero_rows);
     // Rows from (seed, table, id) alone: the chief's seed, as for the
     // dense variables.
     table.set_seed(SplitMix64(config.trainer.seed + t));
