@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "worker/input/criteo_batch_source.h"
 #include "worker/input/idx_dataset.h"
+#include "worker/input/prefetching_batch_source.h"
 #include "worker/input/image_pipeline.h"
 #include "worker/input/image_records.h"
 #include "worker/input/tfrecord_dataset.h"
@@ -160,9 +161,11 @@ absl::Status OpenCriteo(const InputOptions& options, int replica, int num_replic
     train.skip_malformed = options.skip_malformed;
     // Opened now, so that a missing file fails the task at start.
     RETURN_IF_ERROR(CriteoReader::Open(train).status());
+    // Parsed on a thread of its own while the step before runs.
     input->train_source = [train]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
       ASSIGN_OR_RETURN(std::unique_ptr<CriteoBatchSource> source, CriteoBatchSource::Open(train));
-      return std::unique_ptr<BatchSource>(std::move(source));
+      return std::unique_ptr<BatchSource>(
+          std::make_unique<PrefetchingBatchSource>(std::move(source), nullptr));
     };
     LOG(INFO) << "input: Criteo logs in " << train.files.size() << " file(s), shard " << replica
               << " of " << num_replicas;

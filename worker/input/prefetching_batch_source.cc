@@ -32,6 +32,8 @@ void PrefetchingBatchSource::Loop() {
     }
     // images_ and labels_ are this thread's until made_ is set.
     const absl::Status made = inner_->NextBatch(batch_size_, &images_, &labels_);
+    const absl::Span<const uint64_t> ids = inner_->sparse_ids();
+    made_ids_.assign(ids.begin(), ids.end());
     absl::MutexLock lock(&mu_);
     if (status_.ok()) status_ = made;
     made_ = true;
@@ -58,6 +60,7 @@ absl::Status PrefetchingBatchSource::NextBatch(int batch_size, Tensor* images,
   made_ = false;
   std::swap(*images, images_);
   std::swap(*labels, labels_);
+  ids_.swap(made_ids_);
   // The storage given back makes the next batch; the caller's first one may
   // not be from the allocator.
   if (images_.allocator() != allocator_) images_ = Tensor(Shape{0}, allocator_);

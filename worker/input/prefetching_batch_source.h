@@ -47,6 +47,8 @@ class PrefetchingBatchSource : public BatchSource {
   // The inner source's Skip. FailedPrecondition after the first NextBatch
   // (a batch made ahead cannot be unmade; a trainer skips fresh sources).
   absl::Status Skip(int64_t examples) override;
+  // The inner source's ids of the batch the last NextBatch returned.
+  absl::Span<const uint64_t> sparse_ids() const override { return ids_; }
 
  private:
   void Loop();
@@ -54,6 +56,7 @@ class PrefetchingBatchSource : public BatchSource {
   const std::unique_ptr<BatchSource> inner_;
   HostAllocator* const allocator_;
   int batch_size_ = 0;  // Fixed by the first NextBatch.
+  std::vector<uint64_t> ids_;  // The caller's batch's sparse_ids.
   std::thread thread_;  // Started by the first NextBatch.
 
   absl::Mutex mu_;
@@ -64,6 +67,7 @@ class PrefetchingBatchSource : public BatchSource {
   // The batch being made (the thread's while wanted_ or making) or made.
   Tensor images_;
   std::vector<int32_t> labels_;
+  std::vector<uint64_t> made_ids_;
 };
 
 }  // namespace psrt
