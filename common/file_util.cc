@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psrt {
 namespace {
@@ -39,29 +41,58 @@ absl::Status SyncParentDirectory(const std::string& path) {
   return rc == 0 ? absl::OkStatus() : Errno("fsync directory", dir);
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<absl::string_view>& pieces) {
+absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& path) {
   const size_t slash = path.rfind('/');
   const size_t name = slash == std::string::npos ? 0 : slash + 1;
   std::string tmp = absl::StrCat(path.substr(0, name), ".", path.substr(name), ".tmp.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);  // Mode 0600.
   if (fd < 0) return Errno("create", tmp);
+  return std::unique_ptr<AtomicFile>(new AtomicFile(path, std::move(tmp), fd));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+absl::Status AtomicFile::Append(absl::string_view bytes) {
+  RETURN_IF_ERROR(WriteAll(fd_, bytes, tmp_));
+  size_ += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFile::Overwrite(uint64_t offset, absl::string_view bytes) {
+  CHECK_LE(offset + bytes.size(), size_);
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("write", tmp_);
+    bytes.remove_prefix(n);
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFile::Commit() {
+  CHECK(!committed_ && fd_ >= 0);
   absl::Status status;
-  for (absl::string_view piece : pieces) {
-    status = WriteAll(fd, piece, tmp);
-    if (!status.ok()) break;
-  }
-  if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", tmp);
+  if (::fsync(fd_) != 0) status = Errno("fsync", tmp_);
   // close() reports what a write-back may have failed with (NFS, quotas).
-  if (::close(fd) != 0 && status.ok()) status = Errno("close", tmp);
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = Errno(absl::StrCat("rename ", tmp, " to"), path);
+  if (::close(fd_) != 0 && status.ok()) status = Errno("close", tmp_);
+  fd_ = -1;
+  RETURN_IF_ERROR(status);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return Errno(absl::StrCat("rename ", tmp_, " to"), path_);
   }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return SyncParentDirectory(path);
+  committed_ = true;
+  return SyncParentDirectory(path_);
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::vector<absl::string_view>& pieces) {
+  ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::Create(path));
+  for (absl::string_view piece : pieces) RETURN_IF_ERROR(file->Append(piece));
+  return file->Commit();
 }
 
 }  // namespace psrt

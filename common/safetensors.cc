@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -72,23 +74,85 @@ std::string JsonQuote(const std::string& s) {
   return out + "\"";
 }
 
+size_t ElementBytes(SafetensorsDtype dtype) {
+  return dtype == SafetensorsDtype::kF32 ? 4 : 8;
+}
+
+const char* DtypeName(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kF32: return "F32";
+    case SafetensorsDtype::kI64: return "I64";
+    case SafetensorsDtype::kU64: return "U64";
+  }
+  return "?";
+}
+
+// Appends a tensor's bytes to `file` and to `crc`, through a buffer when a
+// producer makes them in small pieces.
+absl::Status WriteTensor(const NamedTensor& t, AtomicFile* file, uLong* crc) {
+  const size_t bytes = t.num_bytes();
+  if (t.data != nullptr) {
+    *crc = Crc32(*crc, static_cast<const char*>(t.data), bytes);
+    return file->Append({static_cast<const char*>(t.data), bytes});
+  }
+  constexpr size_t kBuffer = size_t{1} << 20;
+  std::string buffer;
+  buffer.reserve(kBuffer);
+  size_t made = 0;
+  absl::Status status;
+  auto flush = [&] {
+    *crc = Crc32(*crc, buffer.data(), buffer.size());
+    if (status.ok()) status = file->Append(buffer);
+    buffer.clear();
+  };
+  if (t.produce) {
+    t.produce([&](absl::string_view piece) {
+      made += piece.size();
+      if (!status.ok() || made > bytes) return;
+      if (buffer.size() + piece.size() > kBuffer) flush();
+      if (piece.size() >= kBuffer) {
+        *crc = Crc32(*crc, piece.data(), piece.size());
+        if (status.ok()) status = file->Append(piece);
+      } else {
+        buffer.append(piece.data(), piece.size());
+      }
+    });
+  }
+  flush();
+  RETURN_IF_ERROR(status);
+  if (made != bytes) {
+    return absl::InternalError(absl::StrCat("safetensors file ", file->path(), ": tensor \"",
+                                            t.name, "\" was given ", made, " bytes, its shape ",
+                                            ShapeToString(t.shape), " needs ", bytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<NamedTensor>& tensors,
-                              std::map<std::string, std::string> metadata) {
+size_t NamedTensor::num_bytes() const { return NumElements(shape) * ElementBytes(dtype); }
+
+absl::StatusOr<std::unique_ptr<AtomicFile>> StartSafetensors(
+    const std::string& path, const std::vector<NamedTensor>& tensors,
+    std::map<std::string, std::string> metadata) {
   std::vector<std::string> entries;
+  std::set<absl::string_view> names;
   size_t offset = 0;
   for (const NamedTensor& t : tensors) {
-    const size_t bytes = NumElements(t.shape) * sizeof(float);
+    if (!names.insert(t.name).second || t.name == "__metadata__") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors file ", path, ": tensor name \"", t.name,
+                       "\" given twice (or reserved)"));
+    }
+    const size_t bytes = t.num_bytes();
     entries.push_back(absl::StrCat(
-        JsonQuote(t.name), ":{\"dtype\":\"F32\",\"shape\":[",
+        JsonQuote(t.name), ":{\"dtype\":\"", DtypeName(t.dtype), "\",\"shape\":[",
         absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset, ",",
         offset + bytes, "]}"));
     offset += bytes;
   }
   // The checksum covers the header too: it is computed with its own ten
-  // digits zeroed, then written into them.
+  // digits zeroed, then written into them once the data has been.
   metadata[kChecksumKey] = std::string(kChecksumDigits, '0');
   {
     std::vector<std::string> items;
@@ -101,22 +165,35 @@ absl::Status WriteSafetensors(const std::string& path,
   std::string header = absl::StrCat("{", absl::StrJoin(entries, ","), "}");
   header.resize((header.size() + 7) / 8 * 8, ' ');
   const size_t digits = ChecksumDigitsAt(header);
-  uLong crc = Crc32(crc32(0, nullptr, 0), header.data(), header.size());
-  for (const NamedTensor& t : tensors) {
-    crc = Crc32(crc, reinterpret_cast<const char*>(t.data),
-                NumElements(t.shape) * sizeof(float));
-  }
-  header.replace(digits, kChecksumDigits, absl::StrFormat("%010u", crc));
   char length[8];
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
 
-  std::vector<absl::string_view> pieces = {{length, 8}, header};
-  for (const NamedTensor& t : tensors) {
-    pieces.emplace_back(reinterpret_cast<const char*>(t.data),
-                        NumElements(t.shape) * sizeof(float));
+  ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::Create(path));
+  RETURN_IF_ERROR(file->Append({length, 8}));
+  RETURN_IF_ERROR(file->Append(header));
+  uLong crc = Crc32(crc32(0, nullptr, 0), header.data(), header.size());
+  for (const NamedTensor& t : tensors) RETURN_IF_ERROR(WriteTensor(t, file.get(), &crc));
+  RETURN_IF_ERROR(file->Overwrite(8 + digits, absl::StrFormat("%010u", crc)));
+  return file;
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<NamedTensor>& tensors,
+                              std::map<std::string, std::string> metadata) {
+  ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file,
+                   StartSafetensors(path, tensors, std::move(metadata)));
+  return file->Commit();
+}
+
+std::vector<NamedTensor> NamedTensorsOf(const SafetensorsFile& file) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, tensor] : file.tensors) tensors.emplace_back(name, &tensor);
+  for (const auto& [name, integer] : file.integers) {
+    tensors.emplace_back(name, integer.shape, integer.values.data());
+    tensors.back().dtype = integer.dtype;
   }
-  return WriteFileAtomically(path, pieces);
+  return tensors;
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
@@ -145,7 +222,13 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
   const size_t data_size = bytes.size() - data_start;
 
   SafetensorsFile file;
-  struct Entry { size_t begin; std::string name; Shape shape; size_t end; };
+  struct Entry {
+    size_t begin;
+    std::string name;
+    SafetensorsDtype dtype;
+    Shape shape;
+    size_t end;
+  };
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.fields()) {
     if (name == "__metadata__") {
@@ -165,12 +248,18 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     if (dtype == nullptr || shape == nullptr || offsets == nullptr) {
       return bad(absl::StrCat("tensor \"", name, "\" lacks dtype, shape or data_offsets"));
     }
-    if (dtype->string_value() != "F32") {
-      return bad(absl::StrCat("tensor \"", name, "\" has dtype \"",
-                              dtype->string_value(), "\"; psrt reads F32"));
-    }
     Entry e;
     e.name = name;
+    if (dtype->string_value() == "F32") {
+      e.dtype = SafetensorsDtype::kF32;
+    } else if (dtype->string_value() == "I64") {
+      e.dtype = SafetensorsDtype::kI64;
+    } else if (dtype->string_value() == "U64") {
+      e.dtype = SafetensorsDtype::kU64;
+    } else {
+      return bad(absl::StrCat("tensor \"", name, "\" has dtype \"",
+                              dtype->string_value(), "\"; psrt reads F32, I64 and U64"));
+    }
     if (shape->kind_case() != google::protobuf::Value::kListValue) {
       return bad(absl::StrCat("tensor \"", name, "\": shape must be a list"));
     }
@@ -194,7 +283,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     e.begin = begin;
     e.end = end;
     if (e.begin > e.end || e.end > data_size ||
-        e.end - e.begin != static_cast<size_t>(*elements) * sizeof(float)) {
+        e.end - e.begin != static_cast<size_t>(*elements) * ElementBytes(e.dtype)) {
       return bad(absl::StrCat("tensor \"", name, "\": data_offsets [", e.begin, ", ",
                               e.end, ") do not fit shape ", ShapeToString(e.shape),
                               " within ", data_size, " data bytes"));
@@ -209,9 +298,16 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
   for (Entry& e : entries) {
     if (e.begin != expect) return bad(absl::StrCat("tensor \"", e.name, "\" overlaps or leaves a gap"));
     expect = e.end;
-    Tensor t(e.shape);
-    if (t.num_bytes() > 0) std::memcpy(t.data(), bytes.data() + data_start + e.begin, t.num_bytes());
-    file.tensors.emplace_back(e.name, std::move(t));
+    const char* from = bytes.data() + data_start + e.begin;
+    if (e.dtype == SafetensorsDtype::kF32) {
+      Tensor t(e.shape);
+      if (t.num_bytes() > 0) std::memcpy(t.data(), from, t.num_bytes());
+      file.tensors.emplace_back(e.name, std::move(t));
+    } else {
+      IntegerTensor t{e.dtype, e.shape, std::vector<uint64_t>(NumElements(e.shape))};
+      if (!t.values.empty()) std::memcpy(t.values.data(), from, t.values.size() * 8);
+      file.integers.emplace_back(e.name, std::move(t));
+    }
   }
   if (expect != data_size) return bad("trailing bytes after the last tensor");
   if (auto it = file.metadata.find(kChecksumKey); it != file.metadata.end()) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/byte_source.h"
@@ -17,6 +18,7 @@
 #include "common/tensor.h"
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
+#include "google/protobuf/text_format.h"
 #include "ps/checkpoint.h"
 #include "ps/parameter_shard.h"
 
@@ -41,12 +43,15 @@ std::vector<float> PullNow(psrt::ParameterShard* shard) {
   return values;
 }
 
-// Confirms a restored state, as the chief does with Init before training.
-void Confirm(psrt::ParameterShard* shard) {
+// Confirms a restored state, as the chief does with Init before training,
+// naming the embedding tables `tables` (the restored file's).
+void Confirm(psrt::ParameterShard* shard,
+             const google::protobuf::RepeatedPtrField<psrt::proto::TableMeta>& tables) {
   const psrt::proto::StatusResponse status = shard->GetStatus();
   psrt::proto::InitHeader header;
   *header.mutable_config() = status.config();
   *header.mutable_variables() = status.variables();
+  *header.mutable_tables() = tables;
   int64_t elements = 0;
   for (const auto& meta : status.variables()) {
     elements += psrt::NumElements({meta.shape().begin(), meta.shape().end()});
@@ -71,11 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string shard_file = "model.ckpt-7.ps-0-of-1.safetensors";
   const std::string bytes(in.Rest());
   absl::StatusOr<psrt::SafetensorsFile> parsed = psrt::ParseSafetensors(bytes, shard_file);
+  psrt::proto::InitHeader saved;  // The file's header, for its tables.
   if (parsed.ok()) {
-    std::vector<psrt::NamedTensor> tensors;
-    for (const auto& [name, tensor] : parsed->tensors) tensors.emplace_back(name, &tensor);
-    CHECK(psrt::WriteSafetensors(psrt::fuzz::ScratchDir() + "/" + shard_file, tensors,
-                                 parsed->metadata)
+    google::protobuf::TextFormat::ParseFromString(parsed->metadata["header"], &saved);
+    CHECK(psrt::WriteSafetensors(psrt::fuzz::ScratchDir() + "/" + shard_file,
+                                 psrt::NamedTensorsOf(*parsed), parsed->metadata)
               .ok());
   } else {
     psrt::fuzz::WriteScratchFile(shard_file, bytes);
@@ -89,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const psrt::proto::StatusResponse status = shard.GetStatus();
   if (!status.initialized()) return 0;
   CHECK_EQ(status.restored_step(), 7);
-  Confirm(&shard);
+  Confirm(&shard, saved.tables());
 
   PullNow(&shard);
   psrt::proto::PushHeader push;
@@ -103,14 +108,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CHECK(pushed.ok()) << pushed.status();
 
   const std::vector<float> before = PullNow(&shard);
-  absl::StatusOr<std::string> saved = shard.Save(8, -1, 2);
-  CHECK(saved.ok()) << saved.status();
+  // Each table's name and rows.
+  auto table_rows = [&shard] {
+    const psrt::proto::StatusResponse status = shard.GetStatus();
+    std::vector<std::pair<std::string, int64_t>> rows;
+    for (const auto& table : status.tables()) rows.emplace_back(table.name(), table.rows());
+    return rows;
+  };
+  const auto tables_before = table_rows();
+  absl::StatusOr<std::string> resaved = shard.Save(8, -1, 2);
+  CHECK(resaved.ok()) << resaved.status();
   const absl::Status restored = shard.Restore(8);
   CHECK(restored.ok()) << "a checkpoint psrt saved does not restore: " << restored;
-  Confirm(&shard);
+  Confirm(&shard, saved.tables());
   const std::vector<float> after = PullNow(&shard);
   CHECK(before.size() == after.size() &&
         std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0)
       << "restored values differ from the saved ones";
+  CHECK(table_rows() == tables_before)
+      << "restored tables differ from the saved ones";
   return 0;
 }

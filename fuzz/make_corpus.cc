@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -21,6 +22,7 @@
 #include "common/safetensors.h"
 #include "common/tensor.h"
 #include "common/tensor_frame.h"
+#include "common/training_config.h"
 #include "dataplane/frame.h"
 #include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
@@ -204,6 +206,13 @@ void AddSafetensorsAndCheckpoints(Corpus* corpus) {
   CHECK(WriteSafetensors(file, {{"layer/w", &a}, {"layer/b", &b}}, {{"step", "12"}}).ok());
   corpus->Add("safetensors", "two_tensors", ReadFile(file));
   corpus->Add("safetensors", "no_checksum", WithoutChecksum(ReadFile(file)));
+  const std::vector<int64_t> ids = {5, -1};
+  const std::vector<uint64_t> unsigned_ids = {7};
+  CHECK(WriteSafetensors(file, {{"emb/ids", {2}, ids.data()},
+                                {"emb/values", &a},
+                                {"wide/ids", {1}, unsigned_ids.data()}})
+            .ok());
+  corpus->Add("safetensors", "integer_ids", ReadFile(file));
 
   // A shard checkpoint at step 7 (the name the checkpoint target writes),
   // with momentum slots and, in async mode, moving averages.
@@ -236,6 +245,45 @@ void AddSafetensorsAndCheckpoints(Corpus* corpus) {
                                               {{"shape: 2", "shape:-2"}}));
     }
   }
+}
+
+// A shard checkpoint at step 7 with an embedding table: Adagrad rows of
+// ids pushed by two replicas (the table's ids, values and slot).
+void AddTableCheckpoint(Corpus* corpus) {
+  ClearScratchDir();
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = ScratchDir();
+  ParameterShard shard(options);
+  proto::TrainingConfig config = Config(proto::SYNC, proto::ADAGRAD);
+  SetOptimizerDefaults(&config);
+  proto::InitHeader init = Model(config);
+  proto::TableMeta* table = init.add_tables();
+  table->set_name("emb");
+  table->set_dim(2);
+  table->set_seed(3);
+  SpanByteSource values({reinterpret_cast<const char*>(kValues.data()),
+                         kValues.size() * sizeof(float)});
+  CHECK(shard.Init(init, &values).ok());
+  for (int replica = 0; replica < 2; ++replica) {
+    proto::PushHeader push = PushOf(init, replica, 0);
+    proto::SparseSegment* segment = push.add_sparse();
+    segment->set_table("emb");
+    segment->set_num_ids(2);
+    const uint64_t ids[2] = {static_cast<uint64_t>(5 + replica), uint64_t{1} << 63};
+    const float rows[4] = {0.5f, -0.5f, 1, 2};
+    std::string bytes(reinterpret_cast<const char*>(kGradient.data()),
+                      kGradient.size() * sizeof(float));
+    bytes.append(reinterpret_cast<const char*>(ids), sizeof(ids));
+    bytes.append(reinterpret_cast<const char*>(rows), sizeof(rows));
+    SpanByteSource data(absl::MakeConstSpan(bytes));
+    CHECK(shard.Push(push, &data).ok());
+  }
+  absl::StatusOr<std::string> path = shard.Save(7, -1, 1);
+  CHECK(path.ok()) << path.status();
+  std::string input;
+  AppendChunk(ReadFile(ScratchDir() + "/checkpoint.ps-0-of-1"), &input);
+  corpus->Add("checkpoint", "sync_adagrad_table", input + ReadFile(*path));
 }
 
 void AddFrames(Corpus* corpus) {
@@ -342,6 +390,7 @@ int main(int argc, char** argv) {
   psrt::fuzz::AddTFRecords(&corpus);
   psrt::fuzz::AddImages(&corpus);
   psrt::fuzz::AddSafetensorsAndCheckpoints(&corpus);
+  psrt::fuzz::AddTableCheckpoint(&corpus);
   psrt::fuzz::AddFrames(&corpus);
   psrt::fuzz::AddSessions(&corpus);
   psrt::fuzz::AddDataplaneFrames(&corpus);

@@ -15,8 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {reinterpret_cast<const char*>(data), size}, "fuzz");
   if (!file.ok()) return 0;
 
-  std::vector<psrt::NamedTensor> tensors;
-  for (const auto& [name, tensor] : file->tensors) tensors.emplace_back(name, &tensor);
+  const std::vector<psrt::NamedTensor> tensors = psrt::NamedTensorsOf(*file);
   const std::string path = psrt::fuzz::ScratchDir() + "/round_trip.safetensors";
   const absl::Status written = psrt::WriteSafetensors(path, tensors, file->metadata);
   CHECK(written.ok()) << written;
@@ -32,6 +31,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CHECK(tensor.num_bytes() == 0 ||
           std::memcmp(tensor.data(), tensor2.data(), tensor.num_bytes()) == 0)
         << name;
+  }
+  CHECK_EQ(again->integers.size(), file->integers.size());
+  for (size_t i = 0; i < file->integers.size(); ++i) {
+    const auto& [name, integer] = file->integers[i];
+    const auto& [name2, integer2] = again->integers[i];
+    CHECK_EQ(name, name2);
+    CHECK(integer.dtype == integer2.dtype) << name;
+    CHECK(integer.shape == integer2.shape) << name;
+    CHECK(integer.values == integer2.values) << name;
   }
   return 0;
 }

@@ -27,7 +27,34 @@ namespace psrt {
 namespace {
 
 constexpr char kFormat[] = "psrt-shard-checkpoint-1";
+constexpr char kFormatWithTables[] = "psrt-shard-checkpoint-2";
 constexpr char kAverageSuffix[] = "/ExponentialMovingAverage";
+constexpr char kIdsSuffix[] = "/ids";
+constexpr char kValuesSuffix[] = "/values";
+
+// A table's ids, and its rows' `floats` floats from `first` on (the values
+// or a slot), as tensors streamed from its rows.
+NamedTensor TableIds(const ShardStateView::Table& table, int64_t rows) {
+  const EmbeddingTable* source = table.rows;
+  return NamedTensor(table.meta.name() + kIdsSuffix, {rows}, SafetensorsDtype::kI64,
+                     [source](absl::FunctionRef<void(absl::string_view)> emit) {
+                       source->ForEachRow([&](uint64_t id, absl::Span<const float>) {
+                         emit({reinterpret_cast<const char*>(&id), sizeof(id)});
+                       });
+                     });
+}
+
+NamedTensor TableColumns(const ShardStateView::Table& table, const std::string& suffix,
+                         int64_t rows, int first, int floats) {
+  const EmbeddingTable* source = table.rows;
+  return NamedTensor(table.meta.name() + suffix, {rows, floats}, SafetensorsDtype::kF32,
+                     [source, first, floats](absl::FunctionRef<void(absl::string_view)> emit) {
+                       source->ForEachRow([&](uint64_t, absl::Span<const float> row) {
+                         emit({reinterpret_cast<const char*>(row.data() + first),
+                               floats * sizeof(float)});
+                       });
+                     });
+}
 
 std::string Suffix(const ShardCheckpointId& id) {
   return absl::StrCat(".ps-", id.shard, "-of-", id.num_shards);
@@ -108,11 +135,9 @@ std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
   return steps;
 }
 
-absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
-                                                 int64_t step,
-                                                 const ShardStateView& state,
-                                                 int keep, int64_t keep_step) {
-  CHECK_GE(keep, 1);
+absl::StatusOr<PendingShardCheckpoint> StartShardCheckpoint(const ShardCheckpointId& id,
+                                                            int64_t step,
+                                                            const ShardStateView& state) {
   std::vector<NamedTensor> tensors;
   std::vector<std::string> slot_names;
   for (const auto& slot : state.slots) slot_names.push_back(slot.first);
@@ -128,23 +153,48 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
   add_all(state.values, "");
   for (const auto& [name, data] : state.slots) add_all(data, "/" + name);
   if (state.average != nullptr) add_all(state.average, kAverageSuffix);
+  // Every table has the sparse optimizer's slots.
+  const std::vector<std::string> table_slots =
+      state.tables.empty() ? std::vector<std::string>() : state.tables[0].rows->slot_names();
+  for (const ShardStateView::Table& table : state.tables) {
+    CHECK(table.rows->slot_names() == table_slots) << table.meta.name();
+    const int64_t rows = table.rows->rows();
+    const int dim = table.rows->dim();
+    tensors.push_back(TableIds(table, rows));
+    tensors.push_back(TableColumns(table, kValuesSuffix, rows, 0, dim));
+    for (int s = 0; s < static_cast<int>(table_slots.size()); ++s) {
+      tensors.push_back(TableColumns(table, "/" + table_slots[s], rows, (1 + s) * dim, dim));
+    }
+  }
 
   proto::InitHeader header;
   *header.mutable_config() = state.config;
   for (const auto& meta : state.variables) *header.add_variables() = meta;
+  for (const auto& table : state.tables) *header.add_tables() = table.meta;
   std::string header_text;
   google::protobuf::TextFormat::PrintToString(header, &header_text);
-  const std::string path = absl::StrCat(id.dir, "/", FileName(id, step));
-  RETURN_IF_ERROR(WriteSafetensors(
-      path, tensors,
-      {{"format", kFormat},
-       {"step", absl::StrCat(step)},
-       {"version", absl::StrCat(state.version)},
-       {"shard", absl::StrCat(id.shard)},
-       {"num_shards", absl::StrCat(id.num_shards)},
-       {"slots", absl::StrJoin(slot_names, ",")},
-       {"header", header_text}}));
+  std::map<std::string, std::string> metadata = {
+      {"format", state.tables.empty() ? kFormat : kFormatWithTables},
+      {"step", absl::StrCat(step)},
+      {"version", absl::StrCat(state.version)},
+      {"shard", absl::StrCat(id.shard)},
+      {"num_shards", absl::StrCat(id.num_shards)},
+      {"slots", absl::StrJoin(slot_names, ",")},
+      {"header", header_text}};
+  if (!state.tables.empty()) metadata["table_slots"] = absl::StrJoin(table_slots, ",");
+  PendingShardCheckpoint pending{id, step, nullptr};
+  ASSIGN_OR_RETURN(pending.file,
+                   StartSafetensors(absl::StrCat(id.dir, "/", FileName(id, step)), tensors,
+                                    std::move(metadata)));
+  return pending;
+}
 
+absl::StatusOr<std::string> FinishShardCheckpoint(PendingShardCheckpoint pending, int keep,
+                                                  int64_t keep_step) {
+  CHECK_GE(keep, 1);
+  RETURN_IF_ERROR(pending.file->Commit());
+  const ShardCheckpointId& id = pending.id;
+  const int64_t step = pending.step;
   // Retention by save order, not by step: after a rollback, the abandoned
   // newer steps are the oldest saves, pruned first, and the file just
   // written is always kept.
@@ -158,7 +208,16 @@ absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
   }
   RETURN_IF_ERROR(WriteIndex(id, kept));
   for (int64_t old : pruned) ::unlink(absl::StrCat(id.dir, "/", FileName(id, old)).c_str());
-  return path;
+  return pending.file->path();
+}
+
+absl::StatusOr<std::string> WriteShardCheckpoint(const ShardCheckpointId& id,
+                                                 int64_t step,
+                                                 const ShardStateView& state,
+                                                 int keep, int64_t keep_step) {
+  CHECK_GE(keep, 1);
+  ASSIGN_OR_RETURN(PendingShardCheckpoint pending, StartShardCheckpoint(id, step, state));
+  return FinishShardCheckpoint(std::move(pending), keep, keep_step);
 }
 
 absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
@@ -172,7 +231,9 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
     auto it = file.metadata.find(key);
     return it == file.metadata.end() ? "" : it->second;
   };
-  if (meta("format") != kFormat) return bad("not a psrt shard checkpoint");
+  if (meta("format") != kFormat && meta("format") != kFormatWithTables) {
+    return bad("not a psrt shard checkpoint");
+  }
   if (!file.checksum_verified) {
     return bad("carries no checksum (psrt writes one into every checkpoint): "
                "refusing to restore a file that cannot be verified");
@@ -245,6 +306,51 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
   if (!state.variables.empty() &&
       by_name.count(state.variables[0].name() + kAverageSuffix) > 0) {
     RETURN_IF_ERROR(gather(kAverageSuffix, &state.average));
+  }
+
+  std::map<std::string, IntegerTensor*> integers;
+  for (auto& [name, tensor] : file.integers) integers[name] = &tensor;
+  const std::vector<std::string> table_slots =
+      absl::StrSplit(meta("table_slots"), ',', absl::SkipEmpty());
+  for (const proto::TableMeta& table_meta : header.tables()) {
+    ShardState::Table& table = state.tables.emplace_back();
+    table.meta = table_meta;
+    const std::string& name = table_meta.name();
+    auto bad_table = [&](const std::string& what) {
+      return bad(absl::StrCat("table \"", name, "\": ", what));
+    };
+    auto ids = integers.find(name + kIdsSuffix);
+    if (ids == integers.end() || ids->second->shape.size() != 1) {
+      return bad_table(absl::StrCat("tensor \"", name, kIdsSuffix,
+                                    "\" is missing or not a vector of 64-bit integers"));
+    }
+    table.ids = std::move(ids->second->values);
+    if (table_meta.dim() < 1) {
+      return bad_table(absl::StrCat("dimension ", table_meta.dim(), " is not positive"));
+    }
+    // Moves NAME + suffix out of the file: [ids, dim] floats, all finite.
+    const Shape shape = {static_cast<int64_t>(table.ids.size()), table_meta.dim()};
+    auto take = [&](const std::string& suffix, Tensor* out) -> absl::Status {
+      const std::string tensor = name + suffix;
+      auto it = by_name.find(tensor);
+      if (it == by_name.end()) return bad_table(absl::StrCat("tensor \"", tensor, "\" is missing"));
+      if (it->second->shape() != shape) {
+        return bad_table(absl::StrCat("tensor \"", tensor, "\" has shape ",
+                                      ShapeToString(it->second->shape()), ", want ",
+                                      ShapeToString(shape), " (", table.ids.size(),
+                                      " ids of dimension ", table_meta.dim(), ")"));
+      }
+      if (kernels::FirstNonFinite(it->second->flat()) >= 0) {
+        return bad_table(absl::StrCat("tensor \"", tensor, "\" holds NaN or Inf"));
+      }
+      *out = std::move(*it->second);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(take(kValuesSuffix, &table.values));
+    for (const std::string& slot : table_slots) {
+      table.slots.emplace_back(slot, Tensor());
+      RETURN_IF_ERROR(take("/" + slot, &table.slots.back().second));
+    }
   }
   return state;
 }

@@ -170,6 +170,13 @@ absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
                      NewestCommonStep(options.checkpoint_dir, merged.num_shards));
   }
 
+  // The tables' rows, shard by shard.
+  struct TableParts {
+    int dim = 0;
+    int first_shard = 0;  // The first shard that held it.
+    std::vector<std::pair<std::vector<uint64_t>, Tensor>> parts;
+  };
+  std::map<std::string, TableParts> tables;
   std::map<std::string, Slice> whole;                 // Unpartitioned variables.
   std::map<std::string, std::map<int, Slice>> parts;  // Base name -> parts.
   std::map<std::string, int> holder;                  // Slice name -> shard.
@@ -218,6 +225,39 @@ absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
         whole.emplace(meta.name(), std::move(slice));
       }
     }
+    for (ShardState::Table& table : state->tables) {
+      auto [it, fresh] = tables.try_emplace(table.meta.name());
+      TableParts& gathered = it->second;
+      if (fresh) {
+        gathered.dim = table.meta.dim();
+        gathered.first_shard = k;
+      } else if (gathered.dim != table.meta.dim()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table \"", table.meta.name(), "\" has dimension ", gathered.dim, " in shard ",
+            gathered.first_shard, " and ", table.meta.dim(), " in shard ", k));
+      }
+      gathered.parts.emplace_back(std::move(table.ids), std::move(table.values));
+    }
+  }
+  for (auto& [name, gathered] : tables) {
+    if (static_cast<int>(gathered.parts.size()) != merged.num_shards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table \"", name, "\" is held by ", gathered.parts.size(), " of the ",
+          merged.num_shards, " shards; each holds the rows of its ids"));
+    }
+    MergedTable& table = merged.tables.emplace_back();
+    table.name = name;
+    int64_t rows = 0;
+    for (const auto& [ids, values] : gathered.parts) rows += static_cast<int64_t>(ids.size());
+    table.ids.reserve(rows);
+    table.values = Tensor({rows, gathered.dim});
+    float* out = table.values.data();
+    for (auto& [ids, values] : gathered.parts) {
+      table.ids.insert(table.ids.end(), ids.begin(), ids.end());
+      if (values.num_elements() > 0) std::memcpy(out, values.data(), values.num_bytes());
+      out += values.num_elements();
+      values = Tensor();
+    }
   }
 
   std::map<std::string, Tensor> variables;
@@ -242,6 +282,11 @@ absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
   std::vector<NamedTensor> tensors;
   tensors.reserve(merged.variables.size());
   for (const auto& [name, tensor] : merged.variables) tensors.emplace_back(name, &tensor);
+  for (const MergedTable& table : merged.tables) {
+    tensors.emplace_back(table.name + "/ids", Shape{static_cast<int64_t>(table.ids.size())},
+                         table.ids.data());
+    tensors.emplace_back(table.name + "/values", &table.values);
+  }
   std::string source = absl::StrCat(options.checkpoint_dir, "/model.ckpt-", merged.step,
                                     ", ", merged.num_shards, " shards");
   if (options.moving_average) absl::StrAppend(&source, ", moving averages");

@@ -9,9 +9,14 @@
 // dimension 0 (all present, same trailing dimensions); a whole variable is
 // copied as it is. Optimizer slots are not exported. With `moving_average`
 // the moving averages are exported instead of the values, under the plain
-// variable names (TensorFlow's ema.variables_to_restore()).
+// variable names (TensorFlow's ema.variables_to_restore()). An embedding
+// table T is gathered from every shard (each holds the rows of its ids) as
+// T/ids (I64 [N]: each id's 64 bits) and T/values (F32 [N, dim]): shard 0's
+// rows, then shard 1's, and so on; its values also with `moving_average`
+// (tables keep no moving averages).
 //
-// The exported file: the variables sorted by name, and __metadata__
+// The exported file: the variables sorted by name, then the tables' ids and
+// values by table name, and __metadata__
 //   global_step  the checkpoint's step (decimal)
 //   source       "<dir>/model.ckpt-<step>, <K> shards" plus ", moving averages"
 // It is written only after every shard has been read and merged, to a
@@ -43,10 +48,18 @@ struct CheckpointExportOptions {
   bool moving_average = false;
 };
 
+// An embedding table gathered over the shards: id ids[i] has row i.
+struct MergedTable {
+  std::string name;
+  std::vector<int64_t> ids;
+  Tensor values;  // [ids.size(), dim]
+};
+
 struct MergedCheckpoint {
   int64_t step = 0;
   int num_shards = 0;
   std::vector<std::pair<std::string, Tensor>> variables;  // Sorted by name.
+  std::vector<MergedTable> tables;                        // Sorted by name.
 };
 
 // K from the index files "checkpoint.ps-<k>-of-<K>" in `dir`. NotFound when
@@ -61,7 +74,8 @@ absl::StatusOr<int64_t> NewestCommonStep(const std::string& dir, int num_shards)
 // NotFound for a missing shard file, DataLoss for a corrupt one (as
 // ReadShardCheckpoint reports them), InvalidArgument for slices that do not
 // form whole variables (a missing part, mismatched trailing dimensions, a
-// name held twice), FailedPrecondition for `moving_average` when a shard
+// name held twice; a table some shard lacks, or whose dimension differs
+// between shards), FailedPrecondition for `moving_average` when a shard
 // keeps none.
 absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
     const CheckpointExportOptions& options);

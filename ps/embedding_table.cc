@@ -173,4 +173,19 @@ void EmbeddingTable::ForEachRow(
   }
 }
 
+absl::Status EmbeddingTable::Insert(uint64_t id, absl::Span<const float> row) {
+  if (row.size() != static_cast<size_t>(row_floats_)) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", name_, ": a row of id ", id, " has ",
+                                                   row.size(), " floats, want ", row_floats_,
+                                                   " (values and slots)"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (index_.contains(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", name_, ": id ", id, " has a row already"));
+  }
+  std::memcpy(NewRowLocked(id), row.data(), row.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
 }  // namespace psrt

@@ -79,6 +79,10 @@ class EmbeddingTable {
   // the values, then each slot (payload_bytes_per_row() / 4 floats).
   // For checkpoints; the table is locked meanwhile.
   void ForEachRow(const std::function<void(uint64_t, absl::Span<const float>)>& f) const;
+  // Restores a row as ForEachRow gave it: `row` holds the values, then each
+  // slot. InvalidArgument naming the table for a row of another size or an
+  // id the table holds already.
+  absl::Status Insert(uint64_t id, absl::Span<const float> row);
 
  private:
   EmbeddingTable(std::string name, int dim, uint64_t seed, bool zero_rows,

@@ -61,10 +61,15 @@ int main(int argc, char** argv) {
   }
   int64_t parameters = 0;
   for (const auto& [name, tensor] : merged->variables) parameters += tensor.num_elements();
+  int64_t rows = 0;
+  for (const psrt::MergedTable& table : merged->tables) rows += table.ids.size();
   std::cout << "exported " << merged->variables.size() << " variables ("
             << parameters << " parameters"
-            << (options.moving_average ? ", moving averages" : "")
-            << ") of step " << merged->step << " from " << merged->num_shards
+            << (options.moving_average ? ", moving averages" : "") << ")";
+  if (!merged->tables.empty()) {
+    std::cout << " and " << merged->tables.size() << " embedding tables (" << rows << " rows)";
+  }
+  std::cout << " of step " << merged->step << " from " << merged->num_shards
             << " shards to " << FLAGS_out << "\n";
   return 0;
 }

@@ -40,8 +40,9 @@
 //  - Embedding tables (InitHeader.tables; ps/shard_tables.h): a push's
 //    gradient rows are taken or dropped with its dense gradients, and
 //    applied with them (summed per id in sync mode); a pull's rows are read
-//    when it is answered. Save refuses a shard that holds tables (their
-//    checkpoints are not written yet), so no restore replaces a table.
+//    when it is answered. Save writes every row and slot with the dense
+//    state of the same version; Restore recreates the tables from them, and
+//    the chief's Init confirms them when it names the same tables.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -201,7 +202,13 @@ class ParameterShard {
   // Writes checkpoint `step` if the shard is at `version` (any when -1);
   // returns the file's path. The state is captured under the lock (values
   // and averages by reference, thanks to copy on write); the file is written
-  // outside it, so training goes on while it is written.
+  // outside it, so training goes on while it is written. Embedding rows have
+  // no copy on write and are not copied (a table may be most of the ps's
+  // memory): a shard with tables writes the whole file under the lock,
+  // streaming the rows straight from the tables, so that rows and dense
+  // values are of one version. Pushes, pulls and GetStatus of the shard
+  // wait meanwhile: about the time to write the file's bytes (to the page
+  // cache, usually; the fsync and rename come after the lock is released).
   // Keeps the `keep` most recently saved checkpoints and `keep_step` (the
   // newest every shard holds, from the chief; -1: none).
   absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep,

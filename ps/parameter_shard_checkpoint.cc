@@ -1,9 +1,13 @@
 // ParameterShard's checkpoint methods (the format is in ps/checkpoint.h).
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/random_id.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
@@ -12,6 +16,44 @@
 #include "ps/snapshot_pool.h"
 
 namespace psrt {
+
+namespace {
+
+// Restores a table's rows from a checkpoint into `table` (made empty from
+// the same meta), freeing the checkpoint's copy once they are in.
+absl::Status LoadRows(ShardState::Table* saved, EmbeddingTable* table) {
+  const std::string& name = saved->meta.name();
+  const std::vector<std::string> slots = table->slot_names();
+  for (size_t s = 0; s < slots.size(); ++s) {
+    if (s >= saved->slots.size() || saved->slots[s].first != slots[s]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "restore: table \"", name, "\": optimizer slot \"", slots[s],
+          "\" missing from the checkpoint"));
+    }
+  }
+  if (saved->slots.size() != slots.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "restore: table \"", name, "\": the checkpoint has ", saved->slots.size(),
+        " optimizer slots, the sparse optimizer keeps ", slots.size()));
+  }
+  const size_t dim = table->dim();
+  std::vector<float> row((1 + slots.size()) * dim);
+  for (size_t i = 0; i < saved->ids.size(); ++i) {
+    std::memcpy(row.data(), saved->values.data() + i * dim, dim * sizeof(float));
+    for (size_t s = 0; s < slots.size(); ++s) {
+      std::memcpy(row.data() + (1 + s) * dim, saved->slots[s].second.data() + i * dim,
+                  dim * sizeof(float));
+    }
+    const absl::Status inserted = table->Insert(saved->ids[i], row);
+    if (!inserted.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("restore: ", inserted.message()));
+    }
+  }
+  *saved = ShardState::Table();
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
                                                  int keep, int64_t keep_step) {
@@ -26,16 +68,14 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   ShardStateView view;
   std::shared_ptr<const Snapshot> values, average;
   std::vector<std::shared_ptr<Snapshot>> slots;
+  auto start = [&] { return StartShardCheckpoint(checkpoint_id(), step, view); };
+  std::optional<absl::StatusOr<PendingShardCheckpoint>> written;
   {
     absl::MutexLock lock(&mu_);
     last_chief_contact_ = absl::Now();  // Only the chief saves.
     RETURN_IF_ERROR(CheckNotRestoringLocked("save"));
     if (!initialized_) {
       return absl::FailedPreconditionError("save: the shard holds no model yet");
-    }
-    if (tables_ != nullptr) {
-      return absl::UnimplementedError(
-          "save: the shard holds embedding tables, whose checkpoints are not written yet");
     }
     if (!ready_) {
       return absl::AbortedError(
@@ -56,11 +96,22 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
       std::memcpy(slots.back()->values.data(), tensor->data(), tensor->num_bytes());
       view.slots.emplace_back(name, slots.back()->values.data());
     }
+    view.values = values->values.data();
+    view.average = average ? average->values.data() : nullptr;
+    if (tables_ != nullptr) {
+      // The rows are written now, under the lock that every change of a row
+      // holds (the header comment says what that costs); the file is made
+      // durable after it.
+      for (int t = 0; t < tables_->num_tables(); ++t) {
+        view.tables.push_back({tables_->meta(t), tables_->rows(t)});
+      }
+      written = start();
+    }
   }
-  view.values = values->values.data();
-  view.average = average ? average->values.data() : nullptr;
+  if (!written.has_value()) written = start();
+  if (!written->ok()) return written->status();
   ASSIGN_OR_RETURN(std::string path,
-                   WriteShardCheckpoint(checkpoint_id(), step, view, keep, keep_step));
+                   FinishShardCheckpoint(*std::move(*written), keep, keep_step));
   LOG(INFO) << "saved " << path << " (version " << view.version << ")";
   return path;
 }
@@ -84,8 +135,22 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
     }
     *slots[i].second = std::move(state.slots[i].second);
   }
+  std::unique_ptr<ShardTables> tables;  // Null: the checkpoint holds none.
+  if (!state.tables.empty()) {
+    ShardTables::Metas metas;
+    for (const ShardState::Table& table : state.tables) *metas.Add() = table.meta;
+    absl::StatusOr<std::unique_ptr<ShardTables>> made = ShardTables::Create(metas, state.config);
+    if (!made.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "restore: ", absl::StripPrefix(made.status().message(), "init: ")));
+    }
+    tables = *std::move(made);
+    for (int t = 0; t < tables->num_tables(); ++t) {
+      RETURN_IF_ERROR(LoadRows(&state.tables[t], tables->rows(t)));
+    }
+  }
   optimizer_ = std::move(optimizer);
-  tables_.reset();  // No checkpoint holds tables (Save refuses them).
+  tables_ = std::move(tables);
   config_ = state.config;
   variables_ = std::move(state.variables);
   total_elements_ = total;

@@ -85,6 +85,11 @@ class ShardTables {
   // Appends each table's rows and bytes to `status`.
   void AddStatus(proto::StatusResponse* status) const;
 
+  // For checkpoints: the tables in Init's order (t < num_tables()).
+  int num_tables() const { return static_cast<int>(tables_.size()); }
+  const proto::TableMeta& meta(int t) const { return tables_[t].meta; }
+  EmbeddingTable* rows(int t) const { return tables_[t].rows.get(); }
+
  private:
   struct Table {
     proto::TableMeta meta;

@@ -98,5 +98,34 @@ TEST(FileUtilTest, AMissingDirectoryIsNamed) {
   EXPECT_NE(status.message().find("/nonexistent_psrt_dir/.x.tmp."), std::string::npos) << status;
 }
 
+// A file written a piece at a time: patched in place before Commit, and
+// gone without a trace when abandoned.
+TEST(FileUtilTest, AnAtomicFileIsPatchedInPlaceAndLeavesNothingWhenAbandoned) {
+  const std::string dir = NewDir("atomic_file");
+  const std::string path = dir + "/shard.safetensors";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  {
+    absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_TRUE((*file)->Append("header:????;").ok());
+    ASSERT_TRUE((*file)->Append("data").ok());
+    EXPECT_EQ((*file)->size(), 16u);
+    EXPECT_EQ(Read(path), "old");  // Not yet committed.
+  }
+  EXPECT_EQ(Read(path), "old");
+  EXPECT_TRUE(Others(dir, "shard.safetensors").empty());
+
+  absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Append("header:????;").ok());
+  ASSERT_TRUE((*file)->Append("data").ok());
+  ASSERT_TRUE((*file)->Overwrite(7, "1234").ok());
+  ASSERT_TRUE((*file)->Commit().ok());
+  EXPECT_EQ(Read(path), "header:1234;data");
+  file->reset();
+  EXPECT_EQ(Read(path), "header:1234;data");
+  EXPECT_TRUE(Others(dir, "shard.safetensors").empty());
+}
+
 }  // namespace
 }  // namespace psrt

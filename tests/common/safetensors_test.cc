@@ -1,6 +1,10 @@
 #include "common/safetensors.h"
 
+#include <cstdint>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -125,6 +129,91 @@ TEST(SafetensorsTest, RefusesOffsetsAndDimensionsThatAreNotIndices) {
     EXPECT_NE(file.status().message().find("mem: tensor \"t\""), absl::string_view::npos)
         << file.status();
   }
+}
+
+// Embedding ids: I64 and U64 tensors beside F32 ones, every bit kept.
+TEST(SafetensorsTest, RoundTripsIntegerTensors) {
+  const std::vector<int64_t> signed_ids = {0, -1, int64_t{1} << 62};
+  const std::vector<uint64_t> unsigned_ids = {~uint64_t{0}, 7};
+  Tensor values({3, 2});
+  for (int i = 0; i < 6; ++i) values.data()[i] = i;
+  const std::string path = testing::TempDir() + "/integers.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"emb/ids", {3}, signed_ids.data()},
+                                      {"emb/values", &values},
+                                      {"other/ids", {2, 1}, unsigned_ids.data()}})
+                  .ok());
+  auto file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->checksum_verified);
+  ASSERT_EQ(file->tensors.size(), 1u);
+  EXPECT_EQ(file->tensors[0].first, "emb/values");
+  ASSERT_EQ(file->integers.size(), 2u);
+  EXPECT_EQ(file->integers[0].first, "emb/ids");
+  EXPECT_EQ(file->integers[0].second.dtype, SafetensorsDtype::kI64);
+  EXPECT_EQ(file->integers[0].second.shape, (Shape{3}));
+  EXPECT_EQ(file->integers[0].second.values,
+            (std::vector<uint64_t>{0, ~uint64_t{0}, uint64_t{1} << 62}));
+  EXPECT_EQ(file->integers[1].second.dtype, SafetensorsDtype::kU64);
+  EXPECT_EQ(file->integers[1].second.shape, (Shape{2, 1}));
+  EXPECT_EQ(file->integers[1].second.values, unsigned_ids);
+  // The header says what Python's safetensors expects.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(bytes.find(R"("emb/ids":{"dtype":"I64","shape":[3],"data_offsets":[0,24]})"),
+            std::string::npos);
+  EXPECT_NE(bytes.find(R"("other/ids":{"dtype":"U64","shape":[2,1],"data_offsets":[48,64]})"),
+            std::string::npos);
+  // An integer tensor's byte count is checked against its shape too.
+  auto short_ints = ParseSafetensors(
+      FileBytes(R"({"t":{"dtype":"I64","shape":[2],"data_offsets":[0,8]}})", 8), "mem");
+  EXPECT_EQ(short_ints.status().code(), absl::StatusCode::kInvalidArgument);
+  auto other = ParseSafetensors(
+      FileBytes(R"({"t":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", 8), "mem");
+  EXPECT_NE(other.status().message().find("\"I32\""), absl::string_view::npos)
+      << other.status();
+}
+
+// A produced tensor is written as the same tensor given whole; one whose
+// producer gives too few or too many bytes, or a repeated name, is refused
+// and leaves no file.
+TEST(SafetensorsTest, WritesProducedTensorsAndRefusesWrongByteCounts) {
+  std::vector<float> whole(3000);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = i * 0.25f;
+  // Pieces of 1 float and one of 2 MiB-ish, to cross the writer's buffer.
+  std::vector<float> big(600000, 1.5f);
+  auto produce = [&](absl::FunctionRef<void(absl::string_view)> emit) {
+    for (const float& f : whole) emit({reinterpret_cast<const char*>(&f), 4});
+    emit({reinterpret_cast<const char*>(big.data()), big.size() * 4});
+  };
+  std::vector<float> expected = whole;
+  expected.insert(expected.end(), big.begin(), big.end());
+  const Shape shape = {static_cast<int64_t>(expected.size())};
+  const std::string made = testing::TempDir() + "/produced.safetensors";
+  const std::string given = testing::TempDir() + "/given.safetensors";
+  ASSERT_TRUE(WriteSafetensors(made, {{"x", shape, SafetensorsDtype::kF32, produce}}).ok());
+  ASSERT_TRUE(WriteSafetensors(given, {{"x", shape, expected.data()}}).ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(made), read(given));
+
+  for (int64_t n : {int64_t{2}, static_cast<int64_t>(expected.size()) + 1}) {
+    const std::string path = testing::TempDir() + "/wrong_count.safetensors";
+    const absl::Status status =
+        WriteSafetensors(path, {{"x", {n}, SafetensorsDtype::kF32, produce}});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << n;
+    EXPECT_NE(status.message().find("tensor \"x\""), absl::string_view::npos) << status;
+    EXPECT_FALSE(std::ifstream(path).good());
+  }
+  const absl::Status twice = WriteSafetensors(
+      testing::TempDir() + "/twice.safetensors", {{"x", shape, expected.data()},
+                                                   {"x", shape, expected.data()}});
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("\"x\" given twice"), absl::string_view::npos) << twice;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -144,6 +145,42 @@ TEST(EmbeddingTableTest, ARefusedUpdateChangesNothing) {
   EXPECT_EQ(Rows(*table, {3}), Rows(*twin, {3}));
   EXPECT_NE(Rows(*table, {3}), fresh);
   EXPECT_EQ(table->slot_names(), std::vector<std::string>({"Adagrad"}));
+}
+
+// What checkpoints do: ForEachRow's rows inserted into a new table make a
+// table that is the same, and goes on the same, bit for bit.
+TEST(EmbeddingTableTest, InsertedRowsCopyATableExactly) {
+  auto table = Table(proto::ADAM, 3), copy = Table(proto::ADAM, 3);
+  ASSERT_NE(table, nullptr);
+  ASSERT_TRUE(table->Apply(1, {4, 9, 1ull << 63}, {1, 2, 3, 4, 5, 6, -1, -2, -3}).ok());
+  ASSERT_TRUE(table->Apply(2, {9, 5}, {0.5f, 0.5f, 0.5f, 7, 8, 9}).ok());
+  absl::Status inserted;
+  table->ForEachRow([&](uint64_t id, absl::Span<const float> row) {
+    if (inserted.ok()) inserted = copy->Insert(id, row);
+  });
+  ASSERT_TRUE(inserted.ok()) << inserted;
+  EXPECT_EQ(copy->rows(), 4);
+  for (EmbeddingTable* t : {table.get(), copy.get()}) {
+    ASSERT_TRUE(t->Apply(3, {5, 1ull << 63, 77}, {1, 1, 1, 2, 2, 2, 3, 3, 3}).ok());
+  }
+  std::vector<std::pair<uint64_t, std::vector<float>>> a, b;
+  table->ForEachRow([&](uint64_t id, absl::Span<const float> row) {
+    a.emplace_back(id, std::vector<float>(row.begin(), row.end()));
+  });
+  copy->ForEachRow([&](uint64_t id, absl::Span<const float> row) {
+    b.emplace_back(id, std::vector<float>(row.begin(), row.end()));
+  });
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 5u);
+  EXPECT_EQ(a[0].second.size(), 9u);  // Values, Adam's m and v.
+
+  const absl::Status again = copy->Insert(9, a[1].second);
+  EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(again.message().find("table t: id 9 has a row already"), std::string::npos) << again;
+  const absl::Status short_row = copy->Insert(10, {1, 2, 3});
+  EXPECT_EQ(short_row.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_row.message().find("want 9"), std::string::npos) << short_row;
+  EXPECT_EQ(copy->rows(), 5);
 }
 
 TEST(EmbeddingTableTest, MemoryStaysCloseToThePayload) {

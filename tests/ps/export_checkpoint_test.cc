@@ -1,15 +1,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/placement.h"
 #include "common/safetensors.h"
+#include "common/training_config.h"
 #include "gtest/gtest.h"
 #include "ps/checkpoint.h"
 #include "ps/checkpoint_export.h"
+#include "ps/embedding_table.h"
 
 namespace psrt {
 namespace {
@@ -45,7 +48,45 @@ std::string ShardFile(const std::string& dir, int64_t step, int k) {
 struct WriteOptions {
   bool average = true;
   std::string drop_slice;  // A slice left out of its shard.
+  // Embedding tables: shard k holds those of kTables[k] (each the rows of
+  // its ids, TableShardOf's).
+  bool tables = false;
 };
+
+// The ids every shard's part of a table is asked for, and the gradient
+// each row then gets (Adagrad: values and slots differ from the initial).
+constexpr int kIds = 40;
+proto::TrainingConfig TableConfig() {
+  proto::TrainingConfig config;
+  config.set_mode(proto::ASYNC);
+  config.set_num_replicas(1);
+  config.set_optimizer(proto::ADAGRAD);
+  config.set_learning_rate(0.5f);
+  SetOptimizerDefaults(&config);
+  return config;
+}
+
+// Shard k's part of table `name`: the rows of its ids among 0..kIds-1
+// (every id with all = true, as an unsharded table holds them), made in
+// descending id order, then each pushed once.
+std::unique_ptr<EmbeddingTable> TablePart(const std::string& name, int dim, int k,
+                                          bool all = false) {
+  auto table = EmbeddingTable::Create(name, dim, /*seed=*/11, TableConfig());
+  EXPECT_TRUE(table.ok()) << table.status();
+  std::vector<uint64_t> ids;
+  for (int id = kIds - 1; id >= 0; --id) {
+    const uint64_t big = static_cast<uint64_t>(id) << 58;  // Some with the top bit set.
+    if (all || TableShardOf(big, kShards) == k) ids.push_back(big);
+  }
+  std::vector<float> grads;  // Each id's own.
+  for (uint64_t id : ids) {
+    for (int j = 0; j < dim; ++j) grads.push_back(0.01f * ((id >> 58) % 7 + j) - 0.02f);
+  }
+  std::vector<float> rows(ids.size() * dim);
+  EXPECT_TRUE((*table)->Lookup(ids, absl::MakeSpan(rows)).ok());
+  EXPECT_TRUE((*table)->Apply(1, ids, grads).ok());
+  return *std::move(table);
+}
 
 // Writes shard k's checkpoint `step` of kModel, placed as psrt_worker places
 // it, with a Momentum slot and (optionally) moving averages.
@@ -77,6 +118,17 @@ void WriteShard(const std::string& dir, int k, int64_t step,
   view.values = values.data();
   view.slots.emplace_back("Momentum", slot.data());
   view.average = options.average ? average.data() : nullptr;
+  std::vector<std::unique_ptr<EmbeddingTable>> tables;
+  if (options.tables) {
+    for (auto [name, dim] : {std::pair{"user", 3}, std::pair{"ad", 1}}) {
+      tables.push_back(TablePart(name, dim, k));
+      proto::TableMeta meta;
+      meta.set_name(name);
+      meta.set_dim(dim);
+      meta.set_seed(11);
+      view.tables.push_back({meta, tables.back().get()});
+    }
+  }
   absl::StatusOr<std::string> path =
       WriteShardCheckpoint({dir, k, kShards}, step, view, /*keep=*/5);
   ASSERT_TRUE(path.ok()) << path.status();
@@ -324,6 +376,83 @@ TEST(ExportCheckpointTest, DiscoversTheShardCount) {
   options.checkpoint_dir = dir;
   options.num_shards = 2;
   EXPECT_TRUE(MergeShardCheckpoints(options).ok());
+}
+
+// Each table's rows come from every shard: T/ids holds all the ids once,
+// T/values their rows as an unsharded table holds them, slots left out.
+TEST(ExportCheckpointTest, GathersEveryShardsTableRows) {
+  const std::string dir = NewDir("tables");
+  WriteOptions options;
+  options.tables = true;
+  WriteCheckpoint(dir, 100, options);
+  const std::string out = dir + "/model.safetensors";
+  CheckpointExportOptions export_options;
+  export_options.checkpoint_dir = dir;
+  absl::StatusOr<MergedCheckpoint> merged = ExportCheckpoint(export_options, out);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->variables.size(), kModel.size());
+  ASSERT_EQ(merged->tables.size(), 2u);
+  EXPECT_EQ(merged->tables[0].name, "ad");  // By name.
+  EXPECT_EQ(merged->tables[1].name, "user");
+
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::map<std::string, const Tensor*> floats;
+  for (const auto& [name, tensor] : file->tensors) floats[name] = &tensor;
+  std::map<std::string, const IntegerTensor*> integers;
+  for (const auto& [name, tensor] : file->integers) integers[name] = &tensor;
+  EXPECT_EQ(floats.size(), kModel.size() + 2);  // No slots.
+  EXPECT_EQ(floats.count("user/Adagrad"), 0u);
+  for (auto [name, dim] : {std::pair{"user", 3}, std::pair{"ad", 1}}) {
+    SCOPED_TRACE(name);
+    const IntegerTensor* ids = integers.at(std::string(name) + "/ids");
+    const Tensor* values = floats.at(std::string(name) + "/values");
+    EXPECT_EQ(ids->dtype, SafetensorsDtype::kI64);
+    ASSERT_EQ(ids->shape, (Shape{kIds}));
+    ASSERT_EQ(values->shape(), (Shape{kIds, dim}));
+    // Shard 0's rows, then shard 1's, each in the order they were made.
+    std::vector<uint64_t> expected_ids;
+    for (int k = 0; k < kShards; ++k) {
+      TablePart(name, dim, k)->ForEachRow(
+          [&](uint64_t id, absl::Span<const float>) { expected_ids.push_back(id); });
+    }
+    EXPECT_EQ(ids->values, expected_ids);
+    EXPECT_NE(TableShardOf(ids->values.front(), kShards), TableShardOf(ids->values.back(), kShards));
+    // Every row as an unsharded table has it after the same updates.
+    auto all = TablePart(name, dim, 0, /*all=*/true);
+    std::vector<float> rows(kIds * dim);
+    ASSERT_TRUE(all->Lookup(ids->values, absl::MakeSpan(rows)).ok());
+    EXPECT_EQ(std::vector<float>(values->data(), values->data() + kIds * dim), rows);
+  }
+  // The merged variables are those of a checkpoint without tables.
+  WriteCheckpoint(NewDir("no_tables"), 100);
+  export_options.checkpoint_dir = testing::TempDir() + "/export_checkpoint_no_tables";
+  absl::StatusOr<MergedCheckpoint> plain = MergeShardCheckpoints(export_options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->tables.empty());
+  ASSERT_EQ(plain->variables.size(), merged->variables.size());
+  for (size_t v = 0; v < plain->variables.size(); ++v) {
+    const Tensor& a = plain->variables[v].second;
+    const Tensor& b = merged->variables[v].second;
+    EXPECT_EQ(std::vector<float>(a.data(), a.data() + a.num_elements()),
+              std::vector<float>(b.data(), b.data() + b.num_elements()));
+  }
+}
+
+// A table that one shard's file lacks would export without its rows.
+TEST(ExportCheckpointTest, ATableMissingFromAShardIsRefused) {
+  const std::string dir = NewDir("table_missing");
+  WriteOptions options;
+  options.tables = true;
+  WriteShard(dir, 0, 100, options);
+  WriteShard(dir, 1, 100);
+  CheckpointExportOptions export_options;
+  export_options.checkpoint_dir = dir;
+  absl::StatusOr<MergedCheckpoint> merged = MergeShardCheckpoints(export_options);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(merged.status().message().find("table \"ad\" is held by 1 of the 2 shards"),
+            std::string::npos)
+      << merged.status();
 }
 
 }  // namespace

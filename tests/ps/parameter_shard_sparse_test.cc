@@ -1,13 +1,24 @@
 // ParameterShard with embedding tables (ps/shard_tables.h): rows pushed
 // with the dense gradients, taken, dropped and applied with them; rows
 // pulled after the values.
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/training_config.h"
 #include "gtest/gtest.h"
+#include "ps/checkpoint.h"
 #include "ps/embedding_table.h"
 #include "ps/parameter_shard.h"
 #include "tests/ps/shard_test_util.h"
@@ -21,7 +32,8 @@ using shard_test::Meta;
 
 constexpr int kDim = 2;
 
-void InitWithTable(ParameterShard* shard, const proto::TrainingConfig& config) {
+// The model: variable "w" and table "emb" (kDim, seed 7).
+proto::InitHeader ModelWithTable(const proto::TrainingConfig& config) {
   proto::InitHeader header;
   *header.mutable_config() = config;
   *header.add_variables() = Meta("w", {kSize});
@@ -29,8 +41,18 @@ void InitWithTable(ParameterShard* shard, const proto::TrainingConfig& config) {
   table->set_name("emb");
   table->set_dim(kDim);
   table->set_seed(7);
+  return header;
+}
+
+// Init, as the chief does it: true when it initialized the shard, false
+// when it confirmed what the shard holds.
+absl::StatusOr<bool> InitModel(ParameterShard* shard, const proto::TrainingConfig& config) {
   const std::vector<float> zeros(kSize, 0.0f);
-  auto initialized = shard->Init(header, shard_test::Bytes(zeros).get());
+  return shard->Init(ModelWithTable(config), shard_test::Bytes(zeros).get());
+}
+
+void InitWithTable(ParameterShard* shard, const proto::TrainingConfig& config) {
+  auto initialized = InitModel(shard, config);
   ASSERT_TRUE(initialized.ok()) << initialized.status();
 }
 
@@ -168,11 +190,9 @@ TEST(ParameterShardSparseTest, MalformedRowsAreRefusedAndNothingChanges) {
   EXPECT_NE(reply.status().message().find("\"nope\""), std::string::npos) << reply.status();
 }
 
-TEST(ParameterShardSparseTest, TablesAreCheckedByALaterInitAndRefuseCheckpoints) {
+TEST(ParameterShardSparseTest, TablesAreCheckedByALaterInit) {
   const proto::TrainingConfig config = Config(proto::SYNC, 1, 1);
-  ParameterShard::Options options;
-  options.checkpoint_dir = ::testing::TempDir();
-  ParameterShard shard(options);
+  ParameterShard shard({});
   InitWithTable(&shard, config);
   proto::InitHeader other;
   *other.mutable_config() = config;
@@ -180,7 +200,6 @@ TEST(ParameterShardSparseTest, TablesAreCheckedByALaterInitAndRefuseCheckpoints)
   const std::vector<float> zeros(kSize, 0.0f);
   EXPECT_EQ(shard.Init(other, shard_test::Bytes(zeros).get()).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(shard.Save(0, -1, 1).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ParameterShardSparseTest, SparseOptimizerAndLearningRateApplyToRowsOnly) {
@@ -195,6 +214,305 @@ TEST(ParameterShardSparseTest, SparseOptimizerAndLearningRateApplyToRowsOnly) {
   EXPECT_FLOAT_EQ(rows[0], a0[0] - 1.0f);
   EXPECT_FLOAT_EQ(rows[1], a0[1] - 2.0f);
   EXPECT_EQ(shard_test::PullNow(&shard, 0)->second, std::vector<float>(kSize, -4.0f));
+}
+
+// Checkpoints of tables (ps/checkpoint.h).
+
+std::string NewDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/sparse_checkpoint_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string CheckpointFile(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/model.ckpt-", step, ".ps-0-of-1.safetensors");
+}
+
+// Sync with 2 replicas, Adagrad on w and on the rows (one slot each).
+proto::TrainingConfig AdagradConfig() {
+  proto::TrainingConfig config = Config(proto::SYNC, 2, 2, 0.5f);
+  config.set_optimizer(proto::ADAGRAD);
+  SetOptimizerDefaults(&config);
+  return config;
+}
+
+ParameterShard::Options CheckpointOptions(const std::string& dir) {
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = dir;
+  return options;
+}
+
+// Version `version` of training: both replicas push dense gradients and
+// rows of ids old (seen before) and new, one of them shared.
+void Step(ParameterShard* shard, int64_t version) {
+  for (int replica = 0; replica < 2; ++replica) {
+    const std::vector<uint64_t> ids = {static_cast<uint64_t>(version % 3),
+                                       static_cast<uint64_t>(100 + 10 * version + replica),
+                                       (uint64_t{1} << 63) | static_cast<uint64_t>(replica)};
+    std::vector<float> rows;
+    for (size_t i = 0; i < ids.size() * kDim; ++i) {
+      rows.push_back(0.1f * (i + 1) * (replica + 1) - 0.05f * version);
+    }
+    const std::vector<float> dense = {0.1f * version, -0.2f, 0.3f * replica, 0.05f};
+    auto pushed = PushRows(shard, replica, version, dense, {ids}, rows);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_TRUE(pushed->accepted());
+  }
+}
+
+// A restarted shard restores the checkpoint, the chief confirms it, and from
+// then on it trains exactly as the shard that was never interrupted: its
+// checkpoints are byte for byte the same, values, rows and slots.
+TEST(ParameterShardSparseTest, ACheckpointRestoresTheTablesExactlyAndTrainingGoesOn) {
+  const proto::TrainingConfig config = AdagradConfig();
+  const std::string dir_a = NewDir("uninterrupted"), dir_b = NewDir("restarted");
+  ParameterShard uninterrupted(CheckpointOptions(dir_a));
+  InitWithTable(&uninterrupted, config);
+  for (int64_t v = 0; v < 3; ++v) Step(&uninterrupted, v);
+  ASSERT_TRUE(PullRows(&uninterrupted, {500, 7}, true, 3).ok());  // Rows only looked up.
+  const int64_t rows = uninterrupted.GetStatus().tables(0).rows();
+  absl::StatusOr<std::string> saved = uninterrupted.Save(3, 3, 5);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint({dir_a, 0, 1}, 3);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->tables.size(), 1u);
+  EXPECT_EQ(state->tables[0].meta.name(), "emb");
+  EXPECT_EQ(static_cast<int64_t>(state->tables[0].ids.size()), rows);
+  EXPECT_EQ(state->tables[0].values.shape(), (Shape{rows, kDim}));
+  ASSERT_EQ(state->tables[0].slots.size(), 1u);
+  EXPECT_EQ(state->tables[0].slots[0].first, "Adagrad");
+  EXPECT_EQ(ReadSafetensors(*saved)->metadata.at("format"), "psrt-shard-checkpoint-2");
+
+  std::filesystem::copy_file(*saved, CheckpointFile(dir_b, 3));
+  ParameterShard::Options options = CheckpointOptions(dir_b);
+  options.restore_at_start = true;
+  ParameterShard restarted(options);
+  ASSERT_TRUE(restarted.RestoreLatest().ok());
+  proto::StatusResponse status = restarted.GetStatus();
+  EXPECT_EQ(status.restored_step(), 3);
+  EXPECT_EQ(status.version(), 3);
+  ASSERT_EQ(status.tables_size(), 1);
+  EXPECT_EQ(status.tables(0).rows(), rows);
+  EXPECT_FALSE(status.ready());
+  // The chief confirms the restored tables with the same Init.
+  absl::StatusOr<bool> confirmed = InitModel(&restarted, config);
+  ASSERT_TRUE(confirmed.ok()) << confirmed.status();
+  EXPECT_FALSE(*confirmed);
+  // What it holds is saved again byte for byte.
+  ASSERT_TRUE(restarted.Save(3, 3, 5).ok());
+  EXPECT_EQ(ReadBytes(CheckpointFile(dir_b, 3)), ReadBytes(*saved));
+
+  for (int64_t v = 3; v < 6; ++v) {
+    Step(&uninterrupted, v);
+    Step(&restarted, v);
+  }
+  EXPECT_EQ(PullRows(&restarted, {0, 1, 2, 130, 500, 9}, false, 6).value(),
+            PullRows(&uninterrupted, {0, 1, 2, 130, 500, 9}, false, 6).value());
+  EXPECT_EQ(shard_test::PullNow(&restarted, 6)->second,
+            shard_test::PullNow(&uninterrupted, 6)->second);
+  ASSERT_TRUE(uninterrupted.Save(6, 6, 5).ok());
+  ASSERT_TRUE(restarted.Save(6, 6, 5).ok());
+  EXPECT_EQ(ReadBytes(CheckpointFile(dir_b, 6)), ReadBytes(CheckpointFile(dir_a, 6)));
+}
+
+// Saves taken while the replicas push hold one version of everything:
+// each is byte for byte the checkpoint of a shard trained to its version
+// alone.
+TEST(ParameterShardSparseTest, ASaveDuringTrainingHoldsOneVersionOfValuesAndRows) {
+  const proto::TrainingConfig config = AdagradConfig();
+  const std::string dir = NewDir("during"), replay_dir = NewDir("replay");
+  ParameterShard shard(CheckpointOptions(dir));
+  InitWithTable(&shard, config);
+  constexpr int64_t kVersions = 40;
+  std::thread trainer([&] {
+    for (int64_t v = 0; v < kVersions; ++v) {
+      Step(&shard, v);
+      absl::SleepFor(absl::Milliseconds(3));  // Spreads the versions over the saves.
+    }
+  });
+  std::vector<int64_t> steps;
+  for (int64_t step = 1000; steps.empty() || shard.GetStatus().version() < kVersions; ++step) {
+    ASSERT_TRUE(shard.Save(step, -1, 1000).ok());
+    steps.push_back(step);
+  }
+  trainer.join();
+  for (int64_t step : steps) {
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint({dir, 0, 1}, step);
+    ASSERT_TRUE(state.ok()) << state.status();
+    ParameterShard replay(CheckpointOptions(replay_dir));
+    InitWithTable(&replay, config);
+    for (int64_t v = 0; v < state->version; ++v) Step(&replay, v);
+    ASSERT_TRUE(replay.Save(step, state->version, 1).ok());
+    EXPECT_EQ(ReadBytes(CheckpointFile(replay_dir, step)), ReadBytes(CheckpointFile(dir, step)))
+        << "step " << step << ", version " << state->version;
+  }
+}
+
+// A checkpoint of a shard without tables is written as before tables
+// (format 1), and such files, old ones included, restore with no tables.
+TEST(ParameterShardSparseTest, ACheckpointWithoutTablesRestoresAsBefore) {
+  const std::string dir = NewDir("dense");
+  {
+    ParameterShard shard(CheckpointOptions(dir));
+    shard_test::InitShard(&shard, Config(proto::SYNC, 1, 1));
+    ASSERT_TRUE(shard_test::PushFrom(&shard, 0, 0, {1, 2, 3, 4}).ok());
+    absl::StatusOr<std::string> saved = shard.Save(1, 1, 5);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(*saved);
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(file->metadata.at("format"), "psrt-shard-checkpoint-1");
+    EXPECT_EQ(file->metadata.count("table_slots"), 0u);
+    EXPECT_TRUE(file->integers.empty());
+  }
+  // A seed of the checkpoint fuzzer, written by psrt before tables: the
+  // index's length (2 bytes), the index, then the file of step 7.
+  const std::string seed =
+      ReadBytes(std::string(PSRT_SOURCE_DIR) + "/fuzz/corpus/checkpoint/sync_momentum");
+  ASSERT_GT(seed.size(), 2u);
+  const size_t index_length = static_cast<unsigned char>(seed[0]) |
+                              static_cast<unsigned char>(seed[1]) << 8;
+  std::ofstream(CheckpointFile(dir, 7), std::ios::binary) << seed.substr(2 + index_length);
+
+  for (int64_t step : {1, 7}) {
+    SCOPED_TRACE(step);
+    ParameterShard shard(CheckpointOptions(dir));
+    ASSERT_TRUE(shard.Restore(step).ok());
+    const proto::StatusResponse status = shard.GetStatus();
+    EXPECT_EQ(status.restored_step(), step);
+    EXPECT_EQ(status.tables_size(), 0);
+    // Confirmed by an Init without tables; one with tables is another model.
+    proto::InitHeader init;
+    *init.mutable_config() = status.config();
+    *init.mutable_variables() = status.variables();
+    int64_t elements = 0;
+    for (const auto& meta : status.variables()) {
+      elements += NumElements({meta.shape().begin(), meta.shape().end()});
+    }
+    const std::vector<float> ignored(elements);
+    *init.add_tables() = ModelWithTable(status.config()).tables(0);
+    EXPECT_EQ(shard.Init(init, shard_test::Bytes(ignored).get()).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    init.clear_tables();
+    absl::StatusOr<bool> confirmed = shard.Init(init, shard_test::Bytes(ignored).get());
+    ASSERT_TRUE(confirmed.ok()) << confirmed.status();
+    EXPECT_FALSE(*confirmed);
+  }
+}
+
+// A checkpoint whose table data is inconsistent (re-signed, so that only
+// the restore's own checks see it) or corrupt is refused with an error
+// naming the table (or the file, where only its checksum can tell), and the
+// restore at start falls back to the checkpoint before.
+TEST(ParameterShardSparseTest, BadTableDataIsRefusedNamingTheTable) {
+  const proto::TrainingConfig config = AdagradConfig();
+  const std::string dir = NewDir("bad");
+  std::string good;
+  {
+    ParameterShard shard(CheckpointOptions(dir));
+    InitWithTable(&shard, config);
+    Step(&shard, 0);
+    ASSERT_TRUE(shard.Save(1, 1, 5).ok());
+    Step(&shard, 1);
+    ASSERT_TRUE(shard.Save(2, 2, 5).ok());
+    good = ReadBytes(CheckpointFile(dir, 2));
+  }
+  // Rewrites checkpoint 2 changed by `change`, with a valid checksum.
+  auto rewrite = [&](const std::function<void(SafetensorsFile*)>& change) {
+    std::ofstream(CheckpointFile(dir, 2), std::ios::binary | std::ios::trunc) << good;
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(CheckpointFile(dir, 2));
+    ASSERT_TRUE(file.ok()) << file.status();
+    change(&*file);
+    ASSERT_TRUE(WriteSafetensors(CheckpointFile(dir, 2), NamedTensorsOf(*file), file->metadata)
+                    .ok());
+  };
+  auto find = [](SafetensorsFile* file, const std::string& name) -> Tensor* {
+    for (auto& [n, tensor] : file->tensors) {
+      if (n == name) return &tensor;
+    }
+    ADD_FAILURE() << name;
+    return nullptr;
+  };
+  struct Case {
+    std::string what;
+    std::function<void(SafetensorsFile*)> change;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"a row fewer of values than ids",
+       [&](SafetensorsFile* file) {
+         Tensor* values = find(file, "emb/values");
+         Tensor fewer({values->dim(0) - 1, kDim});
+         std::memcpy(fewer.data(), values->data(), fewer.num_bytes());
+         *values = std::move(fewer);
+       },
+       "table \"emb\": tensor \"emb/values\" has shape"},
+      {"a slot missing",
+       [&](SafetensorsFile* file) {
+         auto& tensors = file->tensors;
+         tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                      [](const auto& t) { return t.first == "emb/Adagrad"; }),
+                       tensors.end());
+       },
+       "table \"emb\": tensor \"emb/Adagrad\" is missing"},
+      {"the slots unnamed",
+       [&](SafetensorsFile* file) { file->metadata["table_slots"] = ""; },
+       "table \"emb\": optimizer slot \"Adagrad\" missing"},
+      {"no ids",
+       [&](SafetensorsFile* file) { file->integers.clear(); },
+       "table \"emb\": tensor \"emb/ids\" is missing"},
+      {"an id twice",
+       [&](SafetensorsFile* file) {
+         std::vector<uint64_t>& ids = file->integers.at(0).second.values;
+         ids[1] = ids[0];
+       },
+       "table emb: id"},
+      {"a NaN value",
+       [&](SafetensorsFile* file) {
+         find(file, "emb/values")->data()[3] = std::numeric_limits<float>::quiet_NaN();
+       },
+       "table \"emb\": tensor \"emb/values\" holds NaN"},
+      {"another dimension",
+       [&](SafetensorsFile* file) {
+         std::string& header = file->metadata["header"];
+         const size_t at = header.find("dim: 2");
+         ASSERT_NE(at, std::string::npos) << header;
+         header.replace(at, 6, "dim: 3");
+       },
+       "table \"emb\": tensor \"emb/values\" has shape"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    rewrite(c.change);
+    ParameterShard shard(CheckpointOptions(dir));
+    const absl::Status restored = shard.Restore(2);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kInvalidArgument) << restored;
+    EXPECT_NE(restored.message().find(c.error), std::string::npos) << restored;
+    ASSERT_TRUE(shard.RestoreLatest().ok());
+    EXPECT_EQ(shard.GetStatus().restored_step(), 1);
+  }
+  // A flipped bit in the rows: only the checksum sees it.
+  std::string flipped = good;
+  flipped[flipped.size() - 5] ^= 1;
+  std::ofstream(CheckpointFile(dir, 2), std::ios::binary | std::ios::trunc) << flipped;
+  ParameterShard shard(CheckpointOptions(dir));
+  const absl::Status corrupt = shard.Restore(2);
+  EXPECT_EQ(corrupt.code(), absl::StatusCode::kDataLoss) << corrupt;
+  EXPECT_NE(corrupt.message().find(CheckpointFile(dir, 2)), std::string::npos) << corrupt;
+  // And a truncated one.
+  std::ofstream(CheckpointFile(dir, 2), std::ios::binary | std::ios::trunc)
+      << good.substr(0, good.size() - 8);
+  EXPECT_EQ(shard.Restore(2).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  EXPECT_EQ(shard.GetStatus().restored_step(), 1);
+  EXPECT_EQ(shard.GetStatus().tables(0).name(), "emb");
 }
 
 }  // namespace

@@ -66,9 +66,7 @@ void ReplaceInHeader(const std::string& path, const std::string& from,
   std::string& header = file->metadata["header"];
   ASSERT_NE(header.find(from), std::string::npos) << header;
   header = absl::StrReplaceAll(header, {{from, to}});
-  std::vector<NamedTensor> tensors;
-  for (const auto& [name, tensor] : file->tensors) tensors.emplace_back(name, &tensor);
-  ASSERT_TRUE(WriteSafetensors(path, tensors, file->metadata).ok());
+  ASSERT_TRUE(WriteSafetensors(path, NamedTensorsOf(*file), file->metadata).ok());
 }
 
 // Found by fuzz/checkpoint_fuzzer.cc: a negative dimension in the header

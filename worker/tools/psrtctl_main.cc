@@ -3,7 +3,9 @@
 //   psrtctl tasks --cluster_spec=FILE      one line per task: job index address
 //   psrtctl make_spec --ps=N --workers=M [--hosts=h1,h2] [--out=FILE]
 //   psrtctl status --cluster_spec=FILE     one line per task: state, health,
-//                                          step, throughput, memory
+//                                          step, throughput, memory; under
+//                                          a ps, a line per embedding table:
+//                                          its rows and memory there
 //                                          (exit 1 if a task is unreachable)
 //   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
 //   psrtctl health --address=HOST:PORT     exit 0 if that task's health
@@ -252,13 +254,18 @@ TaskReport ProbePs(const std::string& name, const std::string& address,
       });
   if (!health.ok()) return Unreachable(name, address, health.status());
   const char* state = s.training_done() ? "done" : s.ready() ? "serving" : "not ready";
-  return {true, absl::StrFormat(
-                    "%-12s %-22s %-12s health=%s version=%d mode=%s gradients_accepted=%d "
-                    "stale_dropped=%d pushes/s=%.1f MB/s=%.1f %s",
-                    name, address, state, *health, s.version(),
-                    psrt::proto::SyncMode_Name(s.config().mode()), s.pushes_applied(),
-                    s.stale_pushes_dropped(), s.traffic().pushes_per_sec(),
-                    s.traffic().bytes_per_sec() / 1e6, FormatProcess(s.process()))};
+  std::string line = absl::StrFormat(
+      "%-12s %-22s %-12s health=%s version=%d mode=%s gradients_accepted=%d "
+      "stale_dropped=%d pushes/s=%.1f MB/s=%.1f %s",
+      name, address, state, *health, s.version(), psrt::proto::SyncMode_Name(s.config().mode()),
+      s.pushes_applied(), s.stale_pushes_dropped(), s.traffic().pushes_per_sec(),
+      s.traffic().bytes_per_sec() / 1e6, FormatProcess(s.process()));
+  // The shard's part of each embedding table, one line each.
+  for (const psrt::proto::TableStatus& table : s.tables()) {
+    absl::StrAppendFormat(&line, "\n%-12s   table %s dim=%d rows=%d memory=%.1fMiB", "",
+                          table.name(), table.dim(), table.rows(), table.bytes() / 1048576.0);
+  }
+  return {true, line};
 }
 
 TaskReport ProbeWorker(const std::string& name, const std::string& address,
