@@ -195,6 +195,48 @@ TEST_F(RecoveryTest, SyncJobSurvivesAPsKilledAtARandomStep) {
   EXPECT_LE(diff, 1e-5);
 }
 
+// The sparse path: a DLRM job whose embedding rows live on the ps. The
+// killed shard restores its rows with its dense variables, every shard
+// rolls back to the same checkpoint, and the one sync worker replays the
+// same lines: the job ends exactly as an undisturbed one.
+TEST_F(RecoveryTest, CtrJobSurvivesAPsKilledAtARandomStep) {
+  CommandResult data = RunCommand(absl::StrCat(
+      bin_, "/psrt_make_criteo --out=", dir_, "/train.gz --rows=20000 --seed=1 && ", bin_,
+      "/psrt_make_criteo --out=", dir_, "/test.gz --rows=2000 --seed=2"));
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  const std::string spec = MakeSpec(2, 1);
+  const std::string flags = absl::StrCat(
+      "--sync_replicas --model=dlrm --data_format=criteo --train_data=", dir_,
+      "/train.gz --test_data=", dir_, "/test.gz --bottom_mlp=16 --top_mlp=16 --embedding_dim=8 ",
+      "--optimizer=adagrad --learning_rate=0.1 --sparse_learning_rate=0.5 --batch_size=64 ",
+      "--train_steps=200 --save_checkpoint_steps=25 --log_every_steps=5 --intra_op_threads=1");
+  StartCluster(spec, 2, 1, flags);
+  const long fault_step = RandomStep(30, 150);
+  ASSERT_TRUE(WaitForChiefStep(fault_step)) << AllLogs();
+  const absl::Time killed = absl::Now();
+  ps_[1]->Kill();
+  RestartAndTime(ps_[1].get(), killed);
+  EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0})) << AllLogs();
+  const std::string chief = ReadFile(dir_ + "/worker-0.log");
+  EXPECT_NE(chief.find("all of them now hold checkpoint"), std::string::npos) << chief;
+  // The restarted ps read its rows back.
+  EXPECT_NE(ReadFile(dir_ + "/ps-1.log").find("restored checkpoint"), std::string::npos)
+      << ReadFile(dir_ + "/ps-1.log");
+  ExpectEveryCheckpointLoads();
+  std::smatch final_line;
+  ASSERT_TRUE(std::regex_search(chief, final_line, std::regex("final: [^\n]*"))) << chief;
+
+  CommandResult r = Launch(MakeSpec(2, 1, "reference.json"), dir_ + "/reference", flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string reference = ReadFile(dir_ + "/reference/worker-0.log");
+  std::smatch reference_line;
+  ASSERT_TRUE(std::regex_search(reference, reference_line, std::regex("final: [^\n]*")));
+  EXPECT_EQ(final_line.str(), reference_line.str());
+  std::cout << "recovery: ctr, 2 ps + 1 worker, kill -9 ps/1 once the chief had logged step "
+            << fault_step << ": " << final_line.str() << " (undisturbed "
+            << reference_line.str() << ")" << std::endl;
+}
+
 TEST_F(RecoveryTest, AsyncJobSurvivesAPsKilledAtARandomStep) {
   const std::string spec = MakeSpec(2, 2);
   const std::string flags = absl::StrCat(kAsyncFlags, " --train_steps=1000");
