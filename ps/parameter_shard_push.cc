@@ -191,10 +191,13 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         const SpanByteSource mean(absl::Span<const char>(
             reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
         const int64_t overflow = FirstNonFiniteUpdate(mean);
+        // The rows' mean first: a table that refuses its update skips the
+        // version's dense update too.
         absl::Status rows_applied;
-        if (tables_ != nullptr) {
-          rows_applied = overflow < 0 ? tables_->ApplySums(version_, 1.0f / needed)
-                                      : (tables_->ClearSums(), absl::OkStatus());
+        if (tables_ != nullptr && overflow < 0) {
+          rows_applied = tables_->ApplySums(version_, 1.0f / needed);
+        } else if (tables_ != nullptr) {
+          tables_->ClearSums();
         }
         if (!rows_applied.ok()) {
           ++nonfinite_dropped_;

@@ -75,7 +75,12 @@ TEST_F(CheckpointTest, KilledClusterResumesAndMatchesAnUninterruptedRun) {
       "--checkpoint_dir " + ckpt);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string chief = ReadFile(dir_ + "/resumed/worker-0.log");
-  EXPECT_NE(chief.find("every parameter server restored checkpoint"), std::string::npos) << chief;
+  // Every shard restored the same step, or (a kill that landed between the
+  // shards' saves of one step) the chief brought them all to the newest
+  // step they all hold; either way the run resumes from one state.
+  EXPECT_TRUE(chief.find("every parameter server restored checkpoint") != std::string::npos ||
+              chief.find("all of them now hold checkpoint") != std::string::npos)
+      << chief;
   EXPECT_NE(chief.find("resuming at global step"), std::string::npos) << chief;
   long step = 0;
   double accuracy = 0;
