@@ -5,12 +5,19 @@
 
 Runs PyTorch on the CPU, in float64, on fixed inputs and writes what the
 C++ tests compare against (tests/kernels/oracle_test.cc,
-tests/models/lenet_oracle_test.cc), so the C++ suite never needs Python:
+tests/models/lenet_oracle_test.cc, tests/models/ctr_oracle_test.cc), so the
+C++ suite never needs Python:
 
   tests/data/oracle_ops.safetensors    every op: inputs, upstream gradient,
                                        outputs and input gradients
   tests/data/oracle_lenet.safetensors  LeNet's loss and parameter gradients
                                        on a fixed batch
+  tests/data/oracle_ctr.safetensors    Wide & Deep's and DLRM's loss,
+                                       probabilities, dense gradients and
+                                       embedding row gradients on a fixed
+                                       batch with repeated ids
+
+`--only ctr` (or ops, lenet) writes one file and leaves the others alone.
 
 Needs torch and numpy (Debian: apt-get install python3-torch, which brings
 numpy; or pip install torch numpy). The files are written by hand in the
@@ -321,32 +328,163 @@ def lenet_fixture(fx):
         fx.add("grad/" + name, g)
 
 
+# The CTR models (models/ctr_models.h), written again from their
+# description. One batch for both models: CTR_BATCH examples of
+# CTR_DENSE dense features in [0, 2) (hash seed 1500) and CTR_FIELDS ids
+# each, id = 10 * field + floor(hashed(1501, ..., 0, 3)), then example 3's
+# field 1 set to example 0's (an id shared by two examples) and example 2's
+# field 3 to its own field 0 (an id twice in one example). The ids are
+# deduplicated in first-seen order, as kernels::Deduplicate; table t's rows
+# [unique, dim] are hashed(base + 100 + t, ..., -0.5, 0.5). Variable v (in
+# psrt's order) is hashed(base + v, ..., -s, s), s 0.5 for a weight matrix
+# (rank 2) and 0.2 for a vector; base 2000 for wide_deep, 3200 for dlrm
+# (3000 put a ReLU input within 1e-4 of 0).
+CTR_BATCH, CTR_DENSE, CTR_FIELDS, CTR_DIM = 5, 3, 4, 4
+CTR_LABELS = [1, 0, 0, 1, 1]
+WIDE_DEEP_HIDDEN = [5]
+DLRM_BOTTOM, DLRM_TOP = [5], [6]
+
+
+def ctr_batch():
+    dense = hashed(1500, (CTR_BATCH, CTR_DENSE), 0.0, 2.0)
+    ids = np.floor(hashed(1501, (CTR_BATCH, CTR_FIELDS), 0.0, 3.0))
+    ids += 10 * np.arange(CTR_FIELDS)
+    ids[3, 1] = ids[0, 1]
+    ids[2, 3] = ids[2, 0]
+    ids = ids.astype(np.int64).reshape(-1)
+    unique, index = [], []
+    for i in ids:
+        if i not in unique:
+            unique.append(i)
+        index.append(unique.index(i))
+    return dense, ids, unique, torch.tensor(index)
+
+
+def mlp_layers(prefix, fan_in, units):
+    """[(name, shape)] of an MLP's variables, as models/dense_mlp.h."""
+    out = []
+    for l, u in enumerate(units):
+        out += [("%s/layer%d/weights" % (prefix, l), (fan_in, u)),
+                ("%s/layer%d/biases" % (prefix, l), (u,))]
+        fan_in = u
+    return out
+
+
+def mlp(x, params, relu_last, kinks):
+    """Fully connected layers over (weights, biases) pairs; ReLU after each
+    but the last unless relu_last. Appends every pre-activation that goes
+    into a ReLU to `kinks` (the caller checks none sits at 0)."""
+    n = len(params) // 2
+    for l in range(n):
+        x = x @ params[2 * l] + params[2 * l + 1]
+        if relu_last or l + 1 < n:
+            kinks.append(x)
+            x = torch.relu(x)
+    return x
+
+
+def wide_deep(dense, index, rows, params, kinks):
+    wide_rows, deep_rows = rows
+    dense_weights, bias = params[0], params[1]
+    ids = index.reshape(CTR_BATCH, CTR_FIELDS)
+    # Each example's wide rows summed: a bag per example.
+    wide = F.embedding_bag(ids, wide_rows, mode="sum") + dense @ dense_weights + bias
+    embedded = F.embedding(ids, deep_rows).reshape(CTR_BATCH, -1)
+    deep = mlp(torch.cat([dense, embedded], dim=1), params[2:], False, kinks)
+    return (wide + deep).reshape(-1)
+
+
+def dlrm(dense, index, rows, params, kinks):
+    (table,) = rows
+    n_bottom = 2 * (len(DLRM_BOTTOM) + 1)
+    x = mlp(dense, params[:n_bottom], True, kinks)
+    ids = index.reshape(CTR_BATCH, CTR_FIELDS)
+    vectors = torch.cat([x.unsqueeze(1), F.embedding(ids, table)], dim=1)
+    gram = vectors @ vectors.transpose(1, 2)
+    # The strictly lower triangle, row-major: (1,0), (2,0), (2,1), ...
+    i, j = torch.tril_indices(CTR_FIELDS + 1, CTR_FIELDS + 1, offset=-1)
+    z = gram[:, i, j]
+    return mlp(torch.cat([x, z], dim=1), params[n_bottom:], False, kinks).reshape(-1)
+
+
+CTR_MODELS = [
+    # name, hash base, variables, tables (name, dim), logits function
+    ("wide_deep", 2000,
+     [("wide/dense_weights", (CTR_DENSE, 1)), ("wide/bias", (1,))]
+     + mlp_layers("deep_mlp", CTR_DENSE + CTR_FIELDS * CTR_DIM, WIDE_DEEP_HIDDEN + [1]),
+     [("wide", 1), ("deep", CTR_DIM)], wide_deep),
+    ("dlrm", 3200,
+     mlp_layers("bottom_mlp", CTR_DENSE, DLRM_BOTTOM + [CTR_DIM])
+     + mlp_layers("top_mlp", CTR_DIM + (CTR_FIELDS + 1) * CTR_FIELDS // 2, DLRM_TOP + [1]),
+     [("embeddings", CTR_DIM)], dlrm),
+]
+
+
+def ctr_fixture(fx):
+    dense_np, ids, unique, index = ctr_batch()
+    dense = torch.tensor(dense_np)
+    labels = torch.tensor(CTR_LABELS, dtype=torch.float64)
+    fx.add("dense", dense)
+    fx.add("ids", ids)
+    fx.add("unique", unique)
+    fx.add("labels", CTR_LABELS)
+    for name, base, variables, tables, logits_of in CTR_MODELS:
+        params = [leaf(hashed(base + v, shape, -0.5 if len(shape) == 2 else -0.2,
+                              0.5 if len(shape) == 2 else 0.2))
+                  for v, (_, shape) in enumerate(variables)]
+        rows = [leaf(hashed(base + 100 + t, (len(unique), dim), -0.5, 0.5))
+                for t, (_, dim) in enumerate(tables)]
+        kinks = []
+        logits = logits_of(dense, index, rows, params, kinks)
+        # psrt computes in float32: a pre-activation this close to 0 could
+        # take the other side of the ReLU there.
+        closest = min(k.abs().min().item() for k in kinks)
+        assert closest > 1e-3, (name, closest)
+        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        loss.backward()
+        fx.add(name + "/loss", loss)
+        fx.add(name + "/probabilities", torch.sigmoid(logits))
+        for (var, _), p in zip(variables, params):
+            fx.add(name + "/grad/" + var, p.grad)
+        for (table, _), r in zip(tables, rows):
+            fx.add(name + "/rows_grad/" + table, r.grad)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     parser.add_argument("--out_dir",
                         default=os.path.join(here, "..", "tests", "data"))
+    parser.add_argument("--only", choices=["ops", "lenet", "ctr"],
+                        help="write only this fixture")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     metadata = {"generator": "scripts/gen_oracle.py",
                 "torch": torch.__version__.split("+")[0]}
 
-    ops = Fixture()
-    conv_cases(ops)
-    pool_cases(ops)
-    global_avg_pool_case(ops)
-    concat_case(ops)
-    batch_norm_case(ops)
-    dropout_case(ops)
-    l2_loss_case(ops)
-    ops.write(os.path.join(args.out_dir, "oracle_ops.safetensors"), metadata)
-
-    lenet = Fixture()
-    lenet_fixture(lenet)
-    lenet.write(os.path.join(args.out_dir, "oracle_lenet.safetensors"),
-                dict(metadata, samples=str(SAMPLES)))
-    for name in ("oracle_ops.safetensors", "oracle_lenet.safetensors"):
+    written = []
+    if args.only in (None, "ops"):
+        ops = Fixture()
+        conv_cases(ops)
+        pool_cases(ops)
+        global_avg_pool_case(ops)
+        concat_case(ops)
+        batch_norm_case(ops)
+        dropout_case(ops)
+        l2_loss_case(ops)
+        written.append(("oracle_ops.safetensors", ops, metadata))
+    if args.only in (None, "lenet"):
+        lenet = Fixture()
+        lenet_fixture(lenet)
+        written.append(("oracle_lenet.safetensors", lenet,
+                        dict(metadata, samples=str(SAMPLES))))
+    if args.only in (None, "ctr"):
+        ctr = Fixture()
+        ctr_fixture(ctr)
+        written.append(("oracle_ctr.safetensors", ctr, metadata))
+    for name, fx, meta in written:
         path = os.path.join(args.out_dir, name)
+        fx.write(path, meta)
         print("%s: %d bytes" % (os.path.normpath(path), os.path.getsize(path)))
 
 

@@ -1,11 +1,15 @@
-// Helpers shared by the model tests: random batches and a gradient check
-// of a whole model on sampled coordinates.
+// Helpers shared by the model tests: random batches, a gradient check of a
+// whole model on sampled coordinates, and what the PyTorch oracle tests
+// (lenet_oracle_test.cc, ctr_oracle_test.cc) share with
+// scripts/gen_oracle.py.
 #ifndef PSRT_TESTS_MODELS_MODEL_TEST_UTIL_H_
 #define PSRT_TESTS_MODELS_MODEL_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -82,6 +86,33 @@ inline void CheckSampledGradients(Model* model, const Tensor& images,
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// The script's hashed(): lo + (hi - lo) * u rounded to float, u the top 24
+// bits of SplitMix64(seed + (i + 1) * golden) over 2^24.
+inline float OracleHashed(uint64_t seed, int64_t i, double lo, double hi) {
+  uint64_t z = seed + (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 40) / 16777216.0;
+  const double scaled = (hi - lo) * u;
+  return static_cast<float>(lo + scaled);
+}
+
+// Agreement with a fixture's tensor within 1e-4 relative, each element's
+// tolerance floored at 1e-6 of the tensor's largest magnitude (as
+// tests/kernels/oracle_test.cc measures it).
+inline void ExpectCloseToOracle(const std::vector<float>& ours, const Tensor& want,
+                                const std::string& what) {
+  ASSERT_EQ(static_cast<int64_t>(ours.size()), want.num_elements()) << what;
+  float scale = 0;
+  for (float w : want.flat()) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const float w = want.data()[i];
+    ASSERT_NEAR(ours[i], w, 1e-4 * (std::abs(w) + 0.01 * scale))
+        << what << " element " << i;
+  }
 }
 
 }  // namespace testing
