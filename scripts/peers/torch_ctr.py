@@ -33,7 +33,8 @@ Initial values as psrt's: layer weights truncated normal (cut at 2 sigma)
 whose actual standard deviation is sqrt(2 / fan_in) before a ReLU and
 sqrt(1 / fan_in) otherwise (wide/dense_weights: sqrt(1 / 13)), biases 0;
 table rows normal of stddev 1 / sqrt(dim) truncated at 2 stddev
-(ps/embedding_table.h; its actual standard deviation is about 0.88 of that).
+(ps/embedding_table.h; its actual standard deviation is about 0.88 of that),
+except the wide table's, which start at zero.
 
 Training: batches in file order (psrt's reader's order; one worker reads
 every line), the mean sigmoid cross-entropy, Adagrad on the dense variables
@@ -173,10 +174,13 @@ def build_model(args, num_rows):
                     x = torch.relu(x)
             return x
 
-    def table(dim):
+    def table(dim, zero_rows=False):
         bag = nn.EmbeddingBag(num_rows, dim, mode="sum", sparse=True)
         with torch.no_grad():
-            truncated_normal_(bag.weight, 1.0 / math.sqrt(dim))
+            if zero_rows:  # psrt's zero_rows tables: a linear model's per-id weights.
+                bag.weight.zero_()
+            else:
+                truncated_normal_(bag.weight, 1.0 / math.sqrt(dim))
         return bag
 
     dim = args.embedding_dim
@@ -205,7 +209,7 @@ def build_model(args, num_rows):
     class WideDeep(nn.Module):
         def __init__(self):
             super().__init__()
-            self.wide = table(1)
+            self.wide = table(1, zero_rows=True)
             self.deep = table(dim)
             self.dense_weights = nn.Parameter(torch.empty(DENSE, 1))
             with torch.no_grad():
