@@ -103,46 +103,44 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
                                                    " ids of dimension ", dim_, " with ",
                                                    grads.size(), " gradient floats"));
   }
-  {
-    std::vector<uint64_t> sorted(ids.begin(), ids.end());
-    std::sort(sorted.begin(), sorted.end());
-    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-    if (twice != sorted.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", name_, ": id ", *twice, " named twice in one update"));
-    }
-  }
   absl::MutexLock lock(&mu_);
-  // The update runs on copies of the rows (a new row's made there), which
-  // replace them, or become new rows, only when every value and slot stays
-  // finite.
-  std::vector<float*> rows(ids.size(), nullptr);  // Null: a new row.
-  scratch_.resize(ids.size() * row_floats_);
+  // In place, each row while it is in cache, its old contents kept in
+  // undo_ (a new row is made first); if a value or slot became NaN or
+  // infinite, the rows are put back and the new ones dropped.
+  const size_t rows_before = ids_.size();
+  undo_.resize(ids.size() * row_floats_);
+  updated_.resize(ids.size());
   optimizer_->BeginStep(step);
   const int num_slots = optimizer_->num_slots();
-  std::vector<float*> slots(num_slots);
+  slots_.resize(num_slots);
+  bool finite = true;
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* copy = scratch_.data() + i * row_floats_;
+    float* row;
     auto found = index_.find(ids[i]);
     if (found != index_.end()) {
-      rows[i] = RowAt(found->second);
-      std::memcpy(copy, rows[i], row_floats_ * sizeof(float));
+      row = RowAt(found->second);
+      std::memcpy(undo_.data() + i * row_floats_, row, row_floats_ * sizeof(float));
+      updated_[i] = row;
     } else {
-      InitRow(ids[i], copy);
+      row = NewRowLocked(ids[i]);
+      InitRow(ids[i], row);
+      updated_[i] = nullptr;  // Dropped, not restored, on failure.
     }
-    for (int s = 0; s < num_slots; ++s) slots[s] = copy + (1 + s) * dim_;
-    optimizer_->ApplyRow(grads.subspan(i * dim_, dim_), copy, slots);
+    for (int s = 0; s < num_slots; ++s) slots_[s] = row + (1 + s) * dim_;
+    optimizer_->ApplyRow(grads.subspan(i * dim_, dim_), row, slots_);
+    finite = finite && kernels::FirstNonFinite({row, static_cast<size_t>(row_floats_)}) < 0;
   }
-  if (kernels::FirstNonFinite(scratch_) >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "table ", name_, ": the update of step ", step,
-        " would make a value or slot NaN or infinite; nothing applied"));
-  }
+  if (finite) return absl::OkStatus();
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* row = rows[i] != nullptr ? rows[i] : NewRowLocked(ids[i]);
-    std::memcpy(row, scratch_.data() + i * row_floats_, row_floats_ * sizeof(float));
+    if (updated_[i] != nullptr) {
+      std::memcpy(updated_[i], undo_.data() + i * row_floats_, row_floats_ * sizeof(float));
+    }
   }
-  return absl::OkStatus();
+  for (size_t r = rows_before; r < ids_.size(); ++r) index_.erase(ids_[r]);
+  ids_.resize(rows_before);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table ", name_, ": the update of step ", step,
+      " would make a value or slot NaN or infinite; nothing applied"));
 }
 
 int64_t EmbeddingTable::rows() const {

@@ -59,9 +59,11 @@ class EmbeddingTable {
 
   // One update of global step `step`: row ids[i] takes grads[i * dim .. )
   // through the optimizer's rule (made first if missing). Nothing changes
-  // when the call is refused: InvalidArgument for a size mismatch or an id
-  // named twice (a worker sends each once, its rows summed), FailedPrecondition
-  // when the update would make a value or slot NaN or infinite.
+  // when the call is refused: InvalidArgument for a size mismatch,
+  // FailedPrecondition when the update would make a value or slot NaN or
+  // infinite. REQUIRES: ids distinct (ShardTables::Check refuses a push
+  // that names one twice; a sum holds each once): one named twice would be
+  // updated twice.
   absl::Status Apply(int64_t step, absl::Span<const uint64_t> ids,
                      absl::Span<const float> grads);
 
@@ -105,7 +107,11 @@ class EmbeddingTable {
   absl::flat_hash_map<uint64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // Row r's id.
   std::vector<std::unique_ptr<float[]>> chunks_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // Apply's copies.
+  // Apply's: the rows' contents before the update, the rows updated (null:
+  // made by it), a row's slots.
+  std::vector<float> undo_ ABSL_GUARDED_BY(mu_);
+  std::vector<float*> updated_ ABSL_GUARDED_BY(mu_);
+  std::vector<float*> slots_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -173,11 +173,13 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           kernels::Accumulate(grad, {sum + begin, grad.size()});
         });
       }
-      if (sparse) tables_->Accumulate(header.sparse(), message, dense_size);
+      // Each id's rows summed over the version's pushes; with R = 1 the one
+      // push is the mean, applied straight from the message below.
+      const int needed = config_.replicas_to_aggregate();
+      if (sparse && needed > 1) tables_->Accumulate(header.sparse(), message, dense_size);
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
-      const int needed = config_.replicas_to_aggregate();
       if (static_cast<int>(pushed_.size()) == needed) {
         if (needed > 1) {
           ParallelFor([&](int64_t begin, int64_t end) {
@@ -195,7 +197,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         // version's dense update too.
         absl::Status rows_applied;
         if (tables_ != nullptr && overflow < 0) {
-          rows_applied = tables_->ApplySums(version_, 1.0f / needed);
+          rows_applied = needed > 1 ? tables_->ApplySums(version_, 1.0f / needed)
+                         : sparse   ? tables_->Apply(version_, header.sparse(), message, dense_size)
+                                    : absl::OkStatus();
         } else if (tables_ != nullptr) {
           tables_->ClearSums();
         }

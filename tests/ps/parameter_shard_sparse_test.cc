@@ -148,6 +148,20 @@ TEST(ParameterShardSparseTest, SyncSumsEachIdsRowsOverTheAcceptedPushesAndApplie
   EXPECT_GT(status.tables(0).bytes(), 4 * kDim * 4);
 }
 
+TEST(ParameterShardSparseTest, SyncOfOneReplicaAppliesEachPushsRows) {
+  const proto::TrainingConfig config = Config(proto::SYNC, 2, 1, 0.5f);
+  ParameterShard shard({});
+  InitWithTable(&shard, config);
+  const std::vector<float> a0 = InitialRow(8, config);
+  ASSERT_EQ(PushRows(&shard, 0, 0, {0, 0, 0, 0}, {8}, {2, 4})->version(), 1);
+  // The backup's push of version 0 is stale now: its rows are dropped.
+  EXPECT_FALSE(PushRows(&shard, 1, 0, {0, 0, 0, 0}, {8}, {100, 100})->accepted());
+  ASSERT_EQ(PushRows(&shard, 1, 1, {0, 0, 0, 0}, {8}, {2, 4})->version(), 2);
+  const std::vector<float> rows = *PullRows(&shard, {8});
+  EXPECT_FLOAT_EQ(rows[0], a0[0] - 2.0f);
+  EXPECT_FLOAT_EQ(rows[1], a0[1] - 4.0f);
+}
+
 TEST(ParameterShardSparseTest, AsyncAppliesRowsOnArrival) {
   const proto::TrainingConfig config = Config(proto::ASYNC, 2, 1, 0.5f);
   ParameterShard shard({});
