@@ -90,10 +90,32 @@ absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<f
                                                    out.size(), " floats"));
   }
   absl::MutexLock lock(&mu_);
+  FindRowsLocked(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(out.data() + i * dim_, RowLocked(ids[i]), dim_ * sizeof(float));
+    const float* row = found_[i] != nullptr ? found_[i] : RowLocked(ids[i]);
+    std::memcpy(out.data() + i * dim_, row, dim_ * sizeof(float));
   }
   return absl::OkStatus();
+}
+
+void EmbeddingTable::FindRowsLocked(absl::Span<const uint64_t> ids) {
+  // The rows of a batch lie anywhere in memory, and so do their map slots:
+  // each look-up is a cache miss or two. Prefetching the slots a few ids
+  // ahead, and each row found, keeps many misses in flight at once.
+  constexpr size_t kAhead = 16;
+  found_.resize(ids.size());
+  for (size_t i = 0; i < std::min(kAhead, ids.size()); ++i) index_.prefetch(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size()) index_.prefetch(ids[i + kAhead]);
+    auto it = index_.find(ids[i]);
+    found_[i] = it != index_.end() ? RowAt(it->second) : nullptr;
+    if (found_[i] != nullptr) {
+      const char* row = reinterpret_cast<const char*>(found_[i]);
+      for (int64_t b = 0; b < row_floats_ * int64_t{sizeof(float)}; b += 64) {
+        __builtin_prefetch(row + b);
+      }
+    }
+  }
 }
 
 absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
@@ -114,11 +136,10 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
   const int num_slots = optimizer_->num_slots();
   slots_.resize(num_slots);
   bool finite = true;
+  FindRowsLocked(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* row;
-    auto found = index_.find(ids[i]);
-    if (found != index_.end()) {
-      row = RowAt(found->second);
+    float* row = found_[i];
+    if (row != nullptr) {
       std::memcpy(undo_.data() + i * row_floats_, row, row_floats_ * sizeof(float));
       updated_[i] = row;
     } else {

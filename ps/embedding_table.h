@@ -107,6 +107,10 @@ class EmbeddingTable {
   absl::flat_hash_map<uint64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // Row r's id.
   std::vector<std::unique_ptr<float[]>> chunks_ ABSL_GUARDED_BY(mu_);
+  // The rows of `ids` into found_ (null: none yet), their map slots and
+  // rows prefetched.
+  void FindRowsLocked(absl::Span<const uint64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<float*> found_ ABSL_GUARDED_BY(mu_);
   // Apply's: the rows' contents before the update, the rows updated (null:
   // made by it), a row's slots.
   std::vector<float> undo_ ABSL_GUARDED_BY(mu_);
