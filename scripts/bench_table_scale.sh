@@ -63,12 +63,14 @@ watch_status() {
   done
 }
 table_mib() { awk '/ table /{for(i=1;i<=NF;i++) if($i ~ /^memory=/){sub("memory=","",$i); sub("MiB","",$i); s+=$i}} END{printf "%.0f", s}' "$1" 2>/dev/null || echo 0; }
-# The rows every shard's newest checkpoint holds (its T/ids tensors' shapes).
+# The rows the newest checkpoint holds (its shards' T/ids tensors' shapes).
 checkpoint_rows() {
   python3 - "$dir"/ckpt/*.safetensors <<'PY'
-import json, struct, sys
+import json, re, struct, sys
+step = lambda path: int(re.search(r"model\.ckpt-(\d+)\.", path).group(1))
+newest = max(step(p) for p in sys.argv[1:])
 rows = 0
-for path in sys.argv[1:]:
+for path in (p for p in sys.argv[1:] if step(p) == newest):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
