@@ -25,6 +25,14 @@ class ByteSource {
   // Copies bytes [offset, offset + dst.size()) into dst.
   // REQUIRES: offset + dst.size() <= size().
   virtual void ReadAt(size_t offset, absl::Span<char> dst) const = 0;
+  // Bytes [offset, offset + n) where they lie in one piece of memory that
+  // stays valid while the source does; null when they do not (read them
+  // with ReadAt). REQUIRES: offset + n <= size().
+  virtual const char* InPlace(size_t offset, size_t n) const {
+    (void)offset;
+    (void)n;
+    return nullptr;
+  }
 };
 
 // A ByteSource over memory the caller keeps alive.
@@ -35,6 +43,10 @@ class SpanByteSource : public ByteSource {
   void ReadAt(size_t offset, absl::Span<char> dst) const override {
     CHECK_LE(offset + dst.size(), bytes_.size());
     std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
+  }
+  const char* InPlace(size_t offset, size_t n) const override {
+    CHECK_LE(offset + n, bytes_.size());
+    return bytes_.data() + offset;
   }
 
  private:
@@ -52,6 +64,10 @@ class PrefixByteSource : public ByteSource {
   void ReadAt(size_t offset, absl::Span<char> dst) const override {
     CHECK_LE(offset + dst.size(), size_);
     source_.ReadAt(offset, dst);
+  }
+  const char* InPlace(size_t offset, size_t n) const override {
+    CHECK_LE(offset + n, size_);
+    return source_.InPlace(offset, n);
   }
 
  private:

@@ -9,7 +9,9 @@
 // every field. Table t's rows and gradients are [unique.unique.size(),
 // tables[t].dim], in `unique` order.
 //
-// Thread safety: a plain struct; one thread fills it, then one model reads it.
+// Thread safety: a plain struct, used by one step at a time: the trainer
+// fills the ids, a pull the rows (ps_client.h: one transport thread per
+// shard, each writing the rows of its own ids), the model the gradients.
 #ifndef PSRT_MODELS_SPARSE_FEATURES_H_
 #define PSRT_MODELS_SPARSE_FEATURES_H_
 

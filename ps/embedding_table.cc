@@ -83,7 +83,8 @@ void EmbeddingTable::InitRow(uint64_t id, float* values) const {
   }
 }
 
-absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<float> out) {
+absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<float> out,
+                                    bool make_missing) {
   if (out.size() != ids.size() * dim_) {
     return absl::InvalidArgumentError(absl::StrCat("table ", name_, ": ", ids.size(),
                                                    " ids of dimension ", dim_, " in ",
@@ -91,8 +92,15 @@ absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<f
   }
   absl::MutexLock lock(&mu_);
   FindRowsLocked(ids);
+  undo_.resize(row_floats_);  // A missing row's initial values, not kept.
   for (size_t i = 0; i < ids.size(); ++i) {
-    const float* row = found_[i] != nullptr ? found_[i] : RowLocked(ids[i]);
+    const float* row = found_[i];
+    if (row == nullptr && make_missing) {
+      row = RowLocked(ids[i]);
+    } else if (row == nullptr) {
+      InitRow(ids[i], undo_.data());
+      row = undo_.data();
+    }
     std::memcpy(out.data() + i * dim_, row, dim_ * sizeof(float));
   }
   return absl::OkStatus();

@@ -53,9 +53,12 @@ class EmbeddingTable {
   const std::string& name() const { return name_; }
   int dim() const { return dim_; }
 
-  // out[i * dim .. ) = the values of row ids[i], made if missing.
+  // out[i * dim .. ) = the values of row ids[i], made if missing, or with
+  // `make_missing` false, a missing row's initial values without making it
+  // (an evaluation's look-ups do not grow the table).
   // InvalidArgument when out.size() != ids.size() * dim.
-  absl::Status Lookup(absl::Span<const uint64_t> ids, absl::Span<float> out);
+  absl::Status Lookup(absl::Span<const uint64_t> ids, absl::Span<float> out,
+                      bool make_missing = true);
 
   // One update of global step `step`: row ids[i] takes grads[i * dim .. )
   // through the optimizer's rule (made first if missing). Nothing changes

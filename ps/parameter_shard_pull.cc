@@ -41,7 +41,10 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
           "pull: asks for embedding rows, but this shard holds no embedding tables");
     }
     auto rows = std::make_shared<std::vector<float>>();
-    RETURN_IF_ERROR(tables_->Lookup(*options.sparse, &reply.header, rows.get()));
+    // A rows-only pull (an evaluation's, or a batch's after a recovery,
+    // whose push makes the rows it updates) does not grow the tables.
+    RETURN_IF_ERROR(tables_->Lookup(*options.sparse, &reply.header, rows.get(),
+                                    /*make_missing=*/!options.sparse_only));
     reply.rows = std::move(rows);
   }
   return reply;

@@ -139,23 +139,30 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       ++nonfinite_dropped_;
       response.set_accepted(false);
     } else if (config_.mode() == proto::ASYNC) {
-      // The rows first: a table that refuses its update leaves the dense
-      // variables as they were.
-      if (sparse) {
-        const absl::Status applied = tables_->Apply(version_, header.sparse(), message, dense_size);
-        if (!applied.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("push from replica ", replica, ": ", applied.message()));
-        }
+      // The rows first: a table whose update would overflow leaves the dense
+      // variables as they were (the tables before it stay updated:
+      // ps/shard_tables.h), and the push is refused or, as an unstable
+      // dense update is, dropped and counted.
+      const absl::Status applied =
+          sparse ? tables_->Apply(version_, header.sparse(), message, dense_size)
+                 : absl::OkStatus();
+      if (!applied.ok() && !options_.skip_nonfinite_gradients) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("push from replica ", replica, ": ", applied.message()));
       }
-      BeginUpdate();
-      ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
-        UpdateRange(begin, grad);
-      });
-      ++version_;
-      ++pushes_applied_;
-      ++clocks_[replica];
-      response.set_accepted(true);
+      if (!applied.ok()) {
+        ++nonfinite_dropped_;
+        response.set_accepted(false);
+      } else {
+        BeginUpdate();
+        ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+          UpdateRange(begin, grad);
+        });
+        ++version_;
+        ++pushes_applied_;
+        ++clocks_[replica];
+        response.set_accepted(true);
+      }
     } else if (header.version() < version_) {
       ++stale_dropped_;
       response.set_accepted(false);
@@ -194,7 +201,8 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
             reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
         const int64_t overflow = FirstNonFiniteUpdate(mean);
         // The rows' mean first: a table that refuses its update skips the
-        // version's dense update too.
+        // version's dense update too (the tables before it stay updated:
+        // ps/shard_tables.h).
         absl::Status rows_applied;
         if (tables_ != nullptr && overflow < 0) {
           rows_applied = needed > 1 ? tables_->ApplySums(version_, 1.0f / needed)

@@ -105,13 +105,20 @@ void ShardTables::ForEachSegment(const Segments& segments, const ByteSource& dat
     const Table& table = tables_[t];
     const size_t n = static_cast<size_t>(segment.num_ids());
     const size_t floats = n * table.meta.dim();
+    // The ids are copied (they follow float32 data: 8-byte alignment is not
+    // guaranteed), the rows read in place where the message is in one piece.
     ids_.resize(n);
-    grads_.resize(floats);
     data.ReadAt(offset, {reinterpret_cast<char*>(ids_.data()), n * sizeof(uint64_t)});
     offset += n * sizeof(uint64_t);
-    data.ReadAt(offset, {reinterpret_cast<char*>(grads_.data()), floats * sizeof(float)});
+    const char* in_place = data.InPlace(offset, floats * sizeof(float));
+    const float* rows = reinterpret_cast<const float*>(in_place);
+    if (in_place == nullptr || reinterpret_cast<uintptr_t>(in_place) % alignof(float) != 0) {
+      grads_.resize(floats);
+      data.ReadAt(offset, {reinterpret_cast<char*>(grads_.data()), floats * sizeof(float)});
+      rows = grads_.data();
+    }
     offset += floats * sizeof(float);
-    f(t, absl::MakeConstSpan(ids_), absl::MakeConstSpan(grads_));
+    f(t, absl::MakeConstSpan(ids_), absl::MakeConstSpan(rows, floats));
   }
 }
 
@@ -120,10 +127,16 @@ absl::Status ShardTables::Check(const Segments& segments, const ByteSource& data
   nonfinite_table->clear();
   absl::Status status;
   std::vector<uint64_t> sorted;
+  std::vector<uint64_t> checked;  // The ids of the segment before, found distinct.
   ForEachSegment(segments, data, offset,
                  [&](int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
                    const Table& table = tables_[t];
                    if (!status.ok()) return;
+                   if (nonfinite_table->empty() && kernels::FirstNonFinite(grads) >= 0) {
+                     *nonfinite_table = table.meta.name();
+                   }
+                   // A model's tables are mostly looked up with the same ids.
+                   if (absl::MakeConstSpan(checked) == ids) return;
                    sorted.assign(ids.begin(), ids.end());
                    std::sort(sorted.begin(), sorted.end());
                    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
@@ -133,9 +146,7 @@ absl::Status ShardTables::Check(const Segments& segments, const ByteSource& data
                                       *twice, " twice (send each id once, its rows summed)"));
                      return;
                    }
-                   if (nonfinite_table->empty() && kernels::FirstNonFinite(grads) >= 0) {
-                     *nonfinite_table = table.meta.name();
-                   }
+                   checked.assign(ids.begin(), ids.end());
                  });
   return status;
 }
@@ -194,7 +205,8 @@ absl::Status ShardTables::Apply(int64_t step, const Segments& segments, const By
 }
 
 absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
-                                 proto::PullHeader* header, std::vector<float>* rows) {
+                                 proto::PullHeader* header, std::vector<float>* rows,
+                                 bool make_missing) {
   size_t floats = 0;
   for (const proto::SparseIds& ids : asked) {
     const Table* table = Find(ids.table());
@@ -214,7 +226,7 @@ absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto:
     const Table& table = *Find(ids.table());
     const size_t n = static_cast<size_t>(ids.ids_size()) * table.meta.dim();
     RETURN_IF_ERROR(table.rows->Lookup(absl::MakeConstSpan(ids.ids().data(), ids.ids_size()),
-                                       absl::MakeSpan(rows->data() + at, n)));
+                                       absl::MakeSpan(rows->data() + at, n), make_missing));
     at += n;
     proto::SparseSegment* segment = header->add_sparse();
     segment->set_table(ids.table());

@@ -76,11 +76,12 @@ class ShardTables {
   absl::Status Apply(int64_t step, const Segments& segments, const ByteSource& data,
                      uint64_t offset);
 
-  // The rows of the ids `asked` (per table), made where missing: one
-  // segment per table appended to `header`, its rows to `rows`.
-  // InvalidArgument naming the table: unknown, or more than kMaxIds ids.
+  // The rows of the ids `asked` (per table), made where missing unless
+  // `make_missing` is false (EmbeddingTable::Lookup): one segment per table
+  // appended to `header`, its rows to `rows`. InvalidArgument naming the
+  // table: unknown, or more than kMaxIds ids.
   absl::Status Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
-                      proto::PullHeader* header, std::vector<float>* rows);
+                      proto::PullHeader* header, std::vector<float>* rows, bool make_missing);
 
   // Appends each table's rows and bytes to `status`.
   void AddStatus(proto::StatusResponse* status) const;

@@ -172,6 +172,10 @@ TEST(ParameterShardSparseTest, AsyncAppliesRowsOnArrival) {
   const std::vector<float> rows = *PullRows(&shard, {5}, /*sparse_only=*/true);
   EXPECT_FLOAT_EQ(rows[0], a0[0] - 2.0f);
   EXPECT_FLOAT_EQ(rows[1], a0[1] - 4.0f);
+  // A rows-only pull of ids never pushed gives their initial rows without
+  // making them.
+  EXPECT_EQ(*PullRows(&shard, {6}, /*sparse_only=*/true), InitialRow(6, config));
+  EXPECT_EQ(shard.GetStatus().tables(0).rows(), 1);
 }
 
 TEST(ParameterShardSparseTest, MalformedRowsAreRefusedAndNothingChanges) {
@@ -183,6 +187,7 @@ TEST(ParameterShardSparseTest, MalformedRowsAreRefusedAndNothingChanges) {
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(twice.status().message().find("twice"), std::string::npos) << twice.status();
   auto unknown = PushRows(&shard, 0, 0, {1, 1, 1, 1}, {1}, {1, 1}, "nope");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.status().message().find("\"nope\""), std::string::npos) << unknown.status();
   // More ids than the bytes hold.
   auto short_data = PushRows(&shard, 0, 0, {1, 1, 1, 1}, {1}, {1, 1}, "emb", 3);

@@ -233,6 +233,42 @@ TEST_P(PsClientTransportTest, SparseRowsTravelWithTheDenseValuesAndGradients) {
   EXPECT_TRUE(other->Shutdown().ok());
 }
 
+// An evaluation's look-ups between a step's pull and its push (rows only,
+// at whatever version the shards have reached) leave the push tagged with
+// the version its gradients come from: with a backup worker ahead, it is
+// stale and dropped, not applied as if it were fresh.
+TEST_P(PsClientTransportTest, RowLookupsLeaveThePushsVersion) {
+  auto ps = Ps();
+  const std::vector<VariableDef> vars = {{"w", {4}}};
+  proto::TableMeta table;
+  table.set_name("emb");
+  table.set_dim(3);
+  auto chief = Client({ps.get()}, 0, vars, absl::Seconds(60), 1, proto::DT_FLOAT, {table});
+  auto other = Client({ps.get()}, 1, vars, absl::Seconds(60), 1, proto::DT_FLOAT, {table});
+  ASSERT_TRUE(chief->WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(other->WaitForServers(absl::Seconds(10)).ok());
+  proto::TrainingConfig config = SyncConfig(2);
+  config.set_replicas_to_aggregate(1);  // One backup worker.
+  ASSERT_TRUE(chief->Init(config, Filled(vars, 0.0f)).ok());
+  ASSERT_TRUE(other->WaitForModelReady(absl::Seconds(10)).ok());
+  SparseFeatures a = Features({1, 2, 3}, 1.0f), b = Features({3, 4}, 1.0f);
+  chief->SetSparseFeatures(&a);
+  other->SetSparseFeatures(&b);
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_EQ(chief->Pull(0, &params)->version, 0);
+  ASSERT_EQ(other->Pull(0, &params)->version, 0);
+  ASSERT_TRUE(other->Push(Filled(vars, 1.0f))->accepted);  // Version 1.
+  SparseFeatures test = Features({5, 6}, 0.0f);
+  ASSERT_TRUE(chief->LookupRows(&test).ok());
+  auto pushed = chief->Push(Filled(vars, 1.0f));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_FALSE(pushed->accepted);
+  EXPECT_EQ(ps->shard().GetStatus().stale_pushes_dropped(), 1);
+  // The look-ups made no rows; the pulls and the accepted push did.
+  ASSERT_EQ(ps->shard().GetStatus().tables_size(), 1);
+  EXPECT_EQ(ps->shard().GetStatus().tables(0).rows(), 4);
+}
+
 TEST_P(PsClientTransportTest, SyncStepOverTwoShardsWithLargeMessages) {
   SyncStepOverTwoPsTasks(this, 1);
 }

@@ -305,7 +305,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::Pull(
     pulls[k].set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
     pulls[k].set_incarnation(incarnations_[k]);
   }
-  return CallPull(pulls, params, dtype, hooks, sparse_);
+  // The rows are the batch's, at the values' version; moving averages are
+  // an evaluation's, whose test batches look up their own rows.
+  return CallPull(pulls, params, dtype, hooks, moving_average ? nullptr : sparse_,
+                  /*record_versions=*/!moving_average);
 }
 
 absl::Status PsClient::LookupRows(SparseFeatures* features) {
@@ -316,7 +319,9 @@ absl::Status PsClient::LookupRows(SparseFeatures* features) {
     pulls[k].set_incarnation(incarnations_[k]);
     pulls[k].set_timeout_ms(absl::ToInt64Milliseconds(options_.pull_timeout));
   }
-  return CallPull(pulls, nullptr, proto::DT_FLOAT, nullptr, features).status();
+  return CallPull(pulls, nullptr, proto::DT_FLOAT, nullptr, features,
+                  /*record_versions=*/false)
+      .status();
 }
 
 void PsClient::SplitIds(const SparseFeatures& features) {
@@ -382,7 +387,8 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
                                                         std::vector<Tensor>* params,
                                                         proto::DataType dtype,
                                                         const ShardHooks* hooks,
-                                                        SparseFeatures* features) {
+                                                        SparseFeatures* features,
+                                                        bool record_versions) {
   if (features != nullptr) {
     SplitIds(*features);
     const int64_t unique = static_cast<int64_t>(features->unique.unique.size());
@@ -407,12 +413,15 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
         bytes += reply.wire_bytes();
         uint64_t row_bytes = 0;
         for (const proto::SparseSegment& segment : headers[k].sparse()) {
-          for (const proto::TableMeta& table : options_.tables) {
-            if (table.name() == segment.table()) {
-              row_bytes += static_cast<uint64_t>(std::max<int64_t>(segment.num_ids(), 0)) *
-                           table.dim() * sizeof(float);
-            }
+          auto table = std::find_if(
+              options_.tables.begin(), options_.tables.end(),
+              [&](const proto::TableMeta& t) { return t.name() == segment.table(); });
+          if (table == options_.tables.end() || segment.num_ids() < 0) {
+            return absl::InternalError(absl::StrCat("pull reply carries ", segment.num_ids(),
+                                                    " rows of table \"", segment.table(),
+                                                    "\", which this worker does not read"));
           }
+          row_bytes += static_cast<uint64_t>(segment.num_ids()) * table->dim() * sizeof(float);
         }
         if (row_bytes > reply.data_size()) {
           return absl::InternalError(absl::StrCat("pull reply of ", reply.data_size(),
@@ -443,7 +452,7 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
-    versions_[k] = headers[k].version();
+    if (record_versions) versions_[k] = headers[k].version();
     result.version = std::min(result.version, headers[k].version());
     result.training_done |= headers[k].training_done();
     result.waited =

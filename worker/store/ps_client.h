@@ -170,9 +170,14 @@ class PsClient final : public ParameterStore {
                           std::vector<absl::Span<const char>>* pieces);
   // Sends `pulls` (one per shard) and reads the replies: the values into
   // `params` (null: a rows-only pull), the rows into `features` (null: none).
+  // With `record_versions`, the next push names the versions answered: not
+  // after a pull of moving averages or of rows alone (an evaluation's,
+  // between a step's pull and its push), whose versions are not those its
+  // gradients come from.
   absl::StatusOr<PullResult> CallPull(std::vector<proto::PullRequest>& pulls,
                                       std::vector<Tensor>* params, proto::DataType dtype,
-                                      const ShardHooks* hooks, SparseFeatures* features);
+                                      const ShardHooks* hooks, SparseFeatures* features,
+                                      bool record_versions);
 
   const Options options_;
   const kernels::CpuContext copier_;

@@ -121,10 +121,15 @@ float Trainer::WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor
   return static_cast<float>(l2);
 }
 
-void Trainer::ClipGradients(std::vector<Tensor>* grads) const {
+void Trainer::ClipGradients(std::vector<Tensor>* grads) {
   if (options_.clip_norm <= 0) return;
   std::vector<absl::Span<float>> tensors;
   for (Tensor& g : *grads) tensors.push_back(g.flat());
+  // A sparse model's rows count in the global norm, as tf.clip_by_global_norm
+  // counts IndexedSlices.
+  if (sparse_) {
+    for (Tensor& g : features_.grads) tensors.push_back(g.flat());
+  }
   kernels::ClipByGlobalNorm(options_.clip_norm, tensors);
 }
 
@@ -138,6 +143,7 @@ absl::StatusOr<Trainer::Evaluation> Trainer::Evaluate(int64_t step,
       eval_averages_.clear();
       for (const Tensor& p : *params) eval_averages_.emplace_back(p.shape());
     }
+    // (A sparse model's rows come with each test batch, not with these.)
     ASSIGN_OR_RETURN(auto pulled, client_->Pull(0, &eval_averages_, /*moving_average=*/true,
                                                 /*min_clock=*/0, ParameterStore::Precision::kFull));
     (void)pulled;

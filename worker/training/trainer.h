@@ -212,8 +212,9 @@ class Trainer {
   // their L2 loss.
   float WeightDecay(const std::vector<Tensor>& params, std::vector<Tensor>* grads,
                     int begin, int end) const;
-  // Scales the gradients down to a global norm of at most clip_norm.
-  void ClipGradients(std::vector<Tensor>* grads) const;
+  // Scales the gradients (and a sparse model's rows' gradients) down to a
+  // global norm of at most clip_norm.
+  void ClipGradients(std::vector<Tensor>* grads);
   absl::StatusOr<Evaluation> Evaluate(int64_t step, std::vector<Tensor>* params);
 
   const TrainerOptions options_;
