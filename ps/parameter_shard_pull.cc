@@ -213,6 +213,17 @@ absl::StatusOr<ParameterShard::PullOptions> ParameterShard::PullOptionsFor(
             request.sparse());
   }
   options.sparse_only = request.sparse_only();
+  if (!request.sparse().empty()) {  // Refused now, not once a waiting pull's version comes.
+    absl::MutexLock lock(&mu_);
+    // A shard without its state yet answers as Pull does (not initialized,
+    // restoring: errors a worker retries or waits out).
+    if (!initialized_ || restoring_) return options;
+    if (tables_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "pull: asks for embedding rows, but this shard holds no embedding tables");
+    }
+    RETURN_IF_ERROR(tables_->CheckLookup(request.sparse()));
+  }
   return options;
 }
 

@@ -204,13 +204,10 @@ absl::Status ShardTables::Apply(int64_t step, const Segments& segments, const By
   return status;
 }
 
-absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
-                                 proto::PullHeader* header, std::vector<float>* rows,
-                                 bool make_missing) {
-  size_t floats = 0;
+absl::Status ShardTables::CheckLookup(
+    const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked) const {
   for (const proto::SparseIds& ids : asked) {
-    const Table* table = Find(ids.table());
-    if (table == nullptr) {
+    if (Find(ids.table()) == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("pull: no embedding table \"", ids.table(), "\" on this shard"));
     }
@@ -218,7 +215,17 @@ absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto:
       return absl::InvalidArgumentError(absl::StrCat("pull: ", ids.ids_size(), " ids of table \"",
                                                      ids.table(), "\", more than ", kMaxIds));
     }
-    floats += static_cast<size_t>(ids.ids_size()) * table->meta.dim();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
+                                 proto::PullHeader* header, std::vector<float>* rows,
+                                 bool make_missing) {
+  RETURN_IF_ERROR(CheckLookup(asked));
+  size_t floats = 0;
+  for (const proto::SparseIds& ids : asked) {
+    floats += static_cast<size_t>(ids.ids_size()) * Find(ids.table())->meta.dim();
   }
   rows->resize(floats);
   size_t at = 0;

@@ -76,6 +76,10 @@ class ShardTables {
   absl::Status Apply(int64_t step, const Segments& segments, const ByteSource& data,
                      uint64_t offset);
 
+  // InvalidArgument naming the table when a pull asks for rows of a table
+  // this shard lacks, or for more than kMaxIds ids of one.
+  absl::Status CheckLookup(
+      const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked) const;
   // The rows of the ids `asked` (per table), made where missing unless
   // `make_missing` is false (EmbeddingTable::Lookup): one segment per table
   // appended to `header`, its rows to `rows`. InvalidArgument naming the

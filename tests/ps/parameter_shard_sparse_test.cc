@@ -199,14 +199,14 @@ TEST(ParameterShardSparseTest, MalformedRowsAreRefusedAndNothingChanges) {
   EXPECT_EQ(*PullRows(&shard, {1}), a0);
   EXPECT_EQ(shard.GetStatus().version(), 0);
   EXPECT_EQ(shard_test::PullNow(&shard, 0)->second, std::vector<float>(kSize, 0.0f));
-  // And pulls of an unknown table name it.
+  // And a pull of an unknown table is refused at once, naming it (not once
+  // the version it would wait for comes).
   proto::PullRequest request;
+  request.set_min_version(100);
   request.add_sparse()->set_table("nope");
   auto options = shard.PullOptionsFor(request);
-  ASSERT_TRUE(options.ok());
-  absl::StatusOr<ParameterShard::PullReply> reply;
-  shard.Pull(*options, [&](absl::StatusOr<ParameterShard::PullReply> r) { reply = std::move(r); });
-  EXPECT_NE(reply.status().message().find("\"nope\""), std::string::npos) << reply.status();
+  EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(options.status().message().find("\"nope\""), std::string::npos) << options.status();
 }
 
 TEST(ParameterShardSparseTest, TablesAreCheckedByALaterInit) {
