@@ -8,7 +8,9 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -229,6 +231,46 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
   // Everything is gone now.
   status = Psrtctl("status --cluster_spec=" + spec_path);
   EXPECT_NE(status.output.find("2 of 2 tasks unreachable"), std::string::npos) << status.output;
+}
+
+// `psrtctl status` shows every stripe's part of each embedding table (a
+// status call answers for the stripe it names): with 2 stripes on 1 ps,
+// both hold rows of the DLRM table, and their rows add up to what the ps
+// holds.
+TEST_F(OperationsTest, StatusShowsTheTableRowsOfEveryStripe) {
+  const std::string spec_path = MakeSpec(1, 1);
+  CommandResult data = RunCommand(absl::StrCat(bin_, "/psrt_make_criteo --out=", dir_,
+                                               "/train.gz --rows=5000 --seed=1"));
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  const std::string task_flags = " --cluster_spec=" + spec_path + " --task_index=0";
+  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags, " --ps_stripes=2"));
+  Start("worker", absl::StrCat(bin_, "/psrt_worker --job_name=worker", task_flags,
+                               " --model=dlrm --data_format=criteo --train_data=", dir_,
+                               "/train.gz --test_data=", dir_, "/train.gz --embedding_dim=4 --bottom_mlp=8 --top_mlp=8",
+                               " --batch_size=64 --train_steps=100000000 --ps_stripes=2"));
+  CommandResult status;
+  const std::regex table_line(R"(table embeddings stripe=(\d) dim=4 rows=(\d+) memory=)");
+  std::map<int, long> rows;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        status = Psrtctl("status --cluster_spec=" + spec_path);
+        rows.clear();
+        for (std::sregex_iterator it(status.output.begin(), status.output.end(), table_line), end;
+             it != end; ++it) {
+          rows[std::stoi((*it)[1])] = std::stol((*it)[2]);
+        }
+        return rows.size() == 2 && rows[0] > 0 && rows[1] > 0;
+      },
+      absl::Seconds(60)))
+      << status.output << ReadFile(dir_ + "/worker.log");
+  // Ids go to stripes by hash: neither holds nearly all of them.
+  EXPECT_GT(rows[0], (rows[0] + rows[1]) / 4) << status.output;
+  EXPECT_GT(rows[1], (rows[0] + rows[1]) / 4) << status.output;
+  CommandResult shutdown = Psrtctl("shutdown --cluster_spec=" + spec_path);
+  EXPECT_EQ(shutdown.exit_code, 0) << shutdown.output;
+  int code = -1;
+  ASSERT_TRUE(WaitForExit("worker", absl::Seconds(30), &code)) << ReadFile(dir_ + "/worker.log");
+  EXPECT_EQ(code, 0) << ReadFile(dir_ + "/worker.log");
 }
 
 TEST_F(OperationsTest, WorkerWhoseStatusPortIsTakenStillTrains) {

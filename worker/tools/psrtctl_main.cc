@@ -4,8 +4,8 @@
 //   psrtctl make_spec --ps=N --workers=M [--hosts=h1,h2] [--out=FILE]
 //   psrtctl status --cluster_spec=FILE     one line per task: state, health,
 //                                          step, throughput, memory; under
-//                                          a ps, a line per embedding table:
-//                                          its rows and memory there
+//                                          a ps, a line per embedding table
+//                                          and stripe: its rows and memory
 //                                          (exit 1 if a task is unreachable)
 //   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
 //   psrtctl health --address=HOST:PORT     exit 0 if that task's health
@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -260,10 +261,25 @@ TaskReport ProbePs(const std::string& name, const std::string& address,
       name, address, state, *health, s.version(), psrt::proto::SyncMode_Name(s.config().mode()),
       s.pushes_applied(), s.stale_pushes_dropped(), s.traffic().pushes_per_sec(),
       s.traffic().bytes_per_sec() / 1e6, FormatProcess(s.process()));
-  // The shard's part of each embedding table, one line each.
-  for (const psrt::proto::TableStatus& table : s.tables()) {
-    absl::StrAppendFormat(&line, "\n%-12s   table %s dim=%d rows=%d memory=%.1fMiB", "",
-                          table.name(), table.dim(), table.rows(), table.bytes() / 1048576.0);
+  // Each stripe's part of each embedding table, one line each (a status
+  // call answers for the stripe it names: stripe 0 when it names none).
+  for (int stripe = 0; stripe < std::max(1, s.stripes()); ++stripe) {
+    psrt::proto::StatusResponse stripe_status;
+    if (stripe > 0) {
+      absl::StatusOr<std::string> probed = Probe(
+          address, security,
+          [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* context) {
+            context->AddMetadata(psrt::kStripeMetadata, std::to_string(stripe));
+            return psrt::proto::ParameterServer::NewStub(channel)->GetStatus(
+                context, psrt::proto::StatusRequest(), &stripe_status);
+          });
+      if (!probed.ok()) return Unreachable(name, address, probed.status());
+    }
+    for (const psrt::proto::TableStatus& table : (stripe > 0 ? stripe_status : s).tables()) {
+      absl::StrAppendFormat(&line, "\n%-12s   table %s stripe=%d dim=%d rows=%d memory=%.1fMiB",
+                            "", table.name(), stripe, table.dim(), table.rows(),
+                            table.bytes() / 1048576.0);
+    }
   }
   return {true, line};
 }
