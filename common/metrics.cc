@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -106,6 +107,13 @@ class Metrics::Callbacks : public prometheus::Collectable {
     gauges_.push_back({name, help, std::move(read)});
   }
 
+  void Remove(const std::string& prefix) {
+    absl::MutexLock lock(&mu_);
+    gauges_.erase(std::remove_if(gauges_.begin(), gauges_.end(),
+                                 [&](const Gauge& g) { return absl::StartsWith(g.name, prefix); }),
+                  gauges_.end());
+  }
+
   std::vector<prometheus::MetricFamily> Collect() const override {
     absl::MutexLock lock(&mu_);
     std::vector<prometheus::MetricFamily> families;
@@ -200,6 +208,8 @@ void Metrics::AddGaugeCallback(const std::string& name, const std::string& help,
                                std::function<double()> read) {
   callbacks_->Add(name, help, std::move(read));
 }
+
+void Metrics::RemoveGaugeCallbacks(const std::string& prefix) { callbacks_->Remove(prefix); }
 
 proto::ProcessStatus Metrics::process_status() const {
   proto::ProcessStatus status;

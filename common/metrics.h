@@ -105,6 +105,9 @@ class Metrics {
   // thread: it must be thread-safe).
   void AddGaugeCallback(const std::string& name, const std::string& help,
                         std::function<double()> read);
+  // Removes the callbacks whose names start with `prefix`; none of them runs
+  // once this returns (before what they read goes away).
+  void RemoveGaugeCallbacks(const std::string& prefix);
 
   proto::ProcessStatus process_status() const;
 

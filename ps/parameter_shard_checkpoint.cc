@@ -19,9 +19,10 @@ namespace psrt {
 
 namespace {
 
-// Restores a table's rows from a checkpoint into `table` (made empty from
-// the same meta), freeing the checkpoint's copy once they are in.
-absl::Status LoadRows(ShardState::Table* saved, EmbeddingTable* table) {
+// Restores a table's rows from a checkpoint of version `version` into
+// `table` (made empty from the same meta), freeing the checkpoint's copy once
+// they are in. The rows count as touched at that version.
+absl::Status LoadRows(ShardState::Table* saved, int64_t version, EmbeddingTable* table) {
   const std::string& name = saved->meta.name();
   const std::vector<std::string> slots = table->slot_names();
   for (size_t s = 0; s < slots.size(); ++s) {
@@ -44,7 +45,7 @@ absl::Status LoadRows(ShardState::Table* saved, EmbeddingTable* table) {
       std::memcpy(row.data() + (1 + s) * dim, saved->slots[s].second.data() + i * dim,
                   dim * sizeof(float));
     }
-    const absl::Status inserted = table->Insert(saved->ids[i], row);
+    const absl::Status inserted = table->Insert(saved->ids[i], row, version);
     if (!inserted.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("restore: ", inserted.message()));
     }
@@ -146,7 +147,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
     }
     tables = *std::move(made);
     for (int t = 0; t < tables->num_tables(); ++t) {
-      RETURN_IF_ERROR(LoadRows(&state.tables[t], tables->rows(t)));
+      RETURN_IF_ERROR(LoadRows(&state.tables[t], state.version, tables->rows(t)));
     }
   }
   optimizer_ = std::move(optimizer);

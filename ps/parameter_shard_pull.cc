@@ -44,7 +44,7 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::MakeReplyLocked(
     // A rows-only pull (an evaluation's, or a batch's after a recovery,
     // whose push makes the rows it updates) does not grow the tables.
     RETURN_IF_ERROR(tables_->Lookup(*options.sparse, &reply.header, rows.get(),
-                                    /*make_missing=*/!options.sparse_only));
+                                    /*make_missing=*/!options.sparse_only, version_));
     reply.rows = std::move(rows);
   }
   return reply;

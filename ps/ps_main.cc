@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "common/cluster_spec.h"
@@ -188,6 +189,40 @@ int main(int argc, char** argv) {
     shards.push_back(std::make_unique<psrt::ParameterShard>(options));
     stripe_shards.push_back(shards.back().get());
   }
+  // The embedding tables' gauges, summed over the stripes (docs/sparse.md);
+  // removed before the shards go.
+  using TableField = int64_t (psrt::proto::TableStatus::*)() const;
+  const struct {
+    const char* name;
+    const char* help;
+    TableField field;
+  } table_gauges[] = {
+      {"psrt_ps_table_rows", "Embedding rows this task holds.",
+       &psrt::proto::TableStatus::rows},
+      {"psrt_ps_table_bytes", "Bytes of the embedding tables this task holds.",
+       &psrt::proto::TableStatus::bytes},
+      {"psrt_ps_table_evicted_rows", "Embedding rows dropped for age or the row budget.",
+       &psrt::proto::TableStatus::evicted_rows},
+      {"psrt_ps_table_unadmitted_gradients",
+       "Gradient rows dropped because their id was not yet admitted.",
+       &psrt::proto::TableStatus::unadmitted_gradients},
+      {"psrt_ps_table_candidates", "Ids looked up and waiting for admission.",
+       &psrt::proto::TableStatus::candidates},
+  };
+  for (const auto& gauge : table_gauges) {
+    metrics.AddGaugeCallback(gauge.name, gauge.help, [&shards, field = gauge.field] {
+      double total = 0;
+      for (const auto& shard : shards) {
+        for (const psrt::proto::TableStatus& table : shard->GetStatus().tables()) {
+          total += static_cast<double>((table.*field)());
+        }
+      }
+      return total;
+    });
+  }
+  absl::Cleanup remove_table_gauges = [&metrics] {
+    metrics.RemoveGaugeCallbacks("psrt_ps_table_");
+  };
   psrt::PsService::Roles roles;
   roles.chief_only_admin = (*security)->has_chief_token();
   if (FLAGS_check_replica_certificates) {

@@ -20,6 +20,7 @@ constexpr int kMaxDim = 1 << 16;
 absl::StatusOr<std::unique_ptr<ShardTables>> ShardTables::Create(
     const Metas& tables, const proto::TrainingConfig& config) {
   ASSIGN_OR_RETURN(const proto::TrainingConfig rule, SparseTrainingConfig(config));
+  ASSIGN_OR_RETURN(const RowPolicy policy, RowPolicyFromConfig(config));
   auto held = std::unique_ptr<ShardTables>(new ShardTables());
   std::set<std::string> names;
   for (const proto::TableMeta& meta : tables) {
@@ -35,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ShardTables>> ShardTables::Create(
     Table table;
     table.meta = meta;
     ASSIGN_OR_RETURN(table.rows, EmbeddingTable::Create(meta.name(), meta.dim(), meta.seed(), rule,
-                                                        meta.zero_rows()));
+                                                        meta.zero_rows(), policy));
     held->tables_.push_back(std::move(table));
   }
   return held;
@@ -181,6 +182,7 @@ absl::Status ShardTables::ApplySums(int64_t step, float scale) {
     }
   }
   ClearSums();
+  for (Table& table : tables_) table.rows->Evict(step);
   return status;
 }
 
@@ -201,6 +203,7 @@ absl::Status ShardTables::Apply(int64_t step, const Segments& segments, const By
                      status = tables_[t].rows->Apply(step, ids, grads);
                    }
                  });
+  for (Table& table : tables_) table.rows->Evict(step);
   return status;
 }
 
@@ -221,7 +224,7 @@ absl::Status ShardTables::CheckLookup(
 
 absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
                                  proto::PullHeader* header, std::vector<float>* rows,
-                                 bool make_missing) {
+                                 bool make_missing, int64_t step) {
   RETURN_IF_ERROR(CheckLookup(asked));
   size_t floats = 0;
   for (const proto::SparseIds& ids : asked) {
@@ -233,7 +236,8 @@ absl::Status ShardTables::Lookup(const google::protobuf::RepeatedPtrField<proto:
     const Table& table = *Find(ids.table());
     const size_t n = static_cast<size_t>(ids.ids_size()) * table.meta.dim();
     RETURN_IF_ERROR(table.rows->Lookup(absl::MakeConstSpan(ids.ids().data(), ids.ids_size()),
-                                       absl::MakeSpan(rows->data() + at, n), make_missing));
+                                       absl::MakeSpan(rows->data() + at, n), make_missing,
+                                       step));
     at += n;
     proto::SparseSegment* segment = header->add_sparse();
     segment->set_table(ids.table());
@@ -247,8 +251,12 @@ void ShardTables::AddStatus(proto::StatusResponse* status) const {
     proto::TableStatus* entry = status->add_tables();
     entry->set_name(table.meta.name());
     entry->set_dim(table.meta.dim());
-    entry->set_rows(table.rows->rows());
-    entry->set_bytes(table.rows->bytes());
+    const EmbeddingTable::Stats stats = table.rows->stats();
+    entry->set_rows(stats.rows);
+    entry->set_bytes(stats.bytes);
+    entry->set_evicted_rows(stats.evicted_rows);
+    entry->set_unadmitted_gradients(stats.unadmitted_gradients);
+    entry->set_candidates(stats.candidates);
   }
 }
 

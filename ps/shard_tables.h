@@ -42,8 +42,9 @@ class ShardTables {
   static constexpr int64_t kMaxIds = int64_t{1} << 22;
 
   // The tables of an Init, with `config`'s sparse_optimizer and
-  // sparse_learning_rate (the dense ones where unset). InvalidArgument for
-  // an empty or repeated name or a dim outside 1..65536.
+  // sparse_learning_rate (the dense ones where unset) and its admission and
+  // eviction (RowPolicyFromConfig). InvalidArgument for an empty or
+  // repeated name, a dim outside 1..65536, or a bad policy.
   static absl::StatusOr<std::unique_ptr<ShardTables>> Create(const Metas& tables,
                                                              const proto::TrainingConfig& config);
 
@@ -69,10 +70,12 @@ class ShardTables {
   // Sync: adds the push's rows into the sums of the version being built.
   void Accumulate(const Segments& segments, const ByteSource& data, uint64_t offset);
   // Sync: applies the sums times `scale` as the update of global step
-  // `step`, then clears them (whatever the outcome).
+  // `step`, then clears them (whatever the outcome), then evicts
+  // (EmbeddingTable::Evict).
   absl::Status ApplySums(int64_t step, float scale);
   void ClearSums();
-  // Async: applies the push's rows as the update of global step `step`.
+  // Async (and sync with one replica to aggregate): applies the push's rows
+  // as the update of global step `step`, then evicts.
   absl::Status Apply(int64_t step, const Segments& segments, const ByteSource& data,
                      uint64_t offset);
 
@@ -81,13 +84,16 @@ class ShardTables {
   absl::Status CheckLookup(
       const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked) const;
   // The rows of the ids `asked` (per table), made where missing unless
-  // `make_missing` is false (EmbeddingTable::Lookup): one segment per table
-  // appended to `header`, its rows to `rows`. InvalidArgument naming the
-  // table: unknown, or more than kMaxIds ids.
+  // `make_missing` is false (EmbeddingTable::Lookup: a training look-up at
+  // global step `step`): one segment per table appended to `header`, its
+  // rows to `rows`. InvalidArgument naming the table: unknown, or more than
+  // kMaxIds ids.
   absl::Status Lookup(const google::protobuf::RepeatedPtrField<proto::SparseIds>& asked,
-                      proto::PullHeader* header, std::vector<float>* rows, bool make_missing);
+                      proto::PullHeader* header, std::vector<float>* rows, bool make_missing,
+                      int64_t step);
 
-  // Appends each table's rows and bytes to `status`.
+  // Appends each table's rows, bytes and drops (EmbeddingTable::Stats) to
+  // `status`.
   void AddStatus(proto::StatusResponse* status) const;
 
   // For checkpoints: the tables in Init's order (t < num_tables()).

@@ -138,6 +138,18 @@ DEFINE_string(sparse_optimizer, "",
               "the rows a batch touches); empty: --optimizer.");
 DEFINE_double(sparse_learning_rate, 0,
               "CTR models: the embedding tables' learning rate; 0: --learning_rate.");
+DEFINE_int32(embedding_admit_count, 0,
+             "CTR models: an id gets its embedding row at its Nth training look-up; until "
+             "then it reads zeros and its gradient is dropped (counted). 0 or 1: at once.");
+DEFINE_double(embedding_admit_probability, 0,
+              "CTR models: an id gets its row at each training look-up with this "
+              "probability (instead of --embedding_admit_count); 0: off.");
+DEFINE_int64(embedding_ttl_steps, 0,
+             "CTR models: embedding rows no training step has touched for this many global "
+             "steps are dropped (an id that returns starts afresh); 0: never.");
+DEFINE_int64(embedding_max_rows_per_ps, 0,
+             "CTR models: the most rows of each embedding table a ps task keeps; past it "
+             "the least recently touched are dropped. 0: no limit.");
 DEFINE_double(momentum, 0.9, "Momentum, for momentum (and rmsprop, default 0 there).");
 DEFINE_bool(use_nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
 DEFINE_double(adam_beta1, 0.9, "Adam's beta1.");
@@ -261,6 +273,37 @@ absl::StatusOr<std::vector<T>> ParseList(const std::string& flag, const std::str
   return out;
 }
 
+// The embedding rows' admission and eviction (--embedding_*) into `config`:
+// the ps budget split over each task's stripes (ids spread evenly over them).
+absl::Status SetEmbeddingPolicy(proto::TrainingConfig* config) {
+  if (FLAGS_embedding_admit_count < 0 || FLAGS_embedding_ttl_steps < 0 ||
+      FLAGS_embedding_max_rows_per_ps < 0) {
+    return absl::InvalidArgumentError(
+        "--embedding_admit_count, --embedding_ttl_steps and --embedding_max_rows_per_ps must "
+        "not be negative");
+  }
+  if (!(FLAGS_embedding_admit_probability >= 0 && FLAGS_embedding_admit_probability <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--embedding_admit_probability must be in [0, 1] (0: off), got ",
+        FLAGS_embedding_admit_probability));
+  }
+  if (FLAGS_embedding_admit_count > 1 && FLAGS_embedding_admit_probability > 0 &&
+      FLAGS_embedding_admit_probability < 1) {
+    return absl::InvalidArgumentError(
+        "--embedding_admit_count and --embedding_admit_probability are two ways to admit "
+        "ids: set one");
+  }
+  config->set_embedding_admit_count(FLAGS_embedding_admit_count);
+  config->set_embedding_admit_probability(static_cast<float>(FLAGS_embedding_admit_probability));
+  config->set_embedding_ttl_steps(FLAGS_embedding_ttl_steps);
+  if (FLAGS_embedding_max_rows_per_ps > 0) {
+    ASSIGN_OR_RETURN(const int stripes, PsStripesFromFlags());
+    config->set_embedding_max_rows_per_shard(
+        std::max<int64_t>(1, FLAGS_embedding_max_rows_per_ps / stripes));
+  }
+  return absl::OkStatus();
+}
+
 // The chief's training rule. With --decay_epochs (no --decay_steps) the
 // decay steps wait for the training set's size (ResolveDecayEpochs); a
 // provisional 1 lets everything else be validated now.
@@ -300,6 +343,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
     return absl::InvalidArgumentError("--sparse_learning_rate must not be negative");
   }
   config.set_sparse_learning_rate(FLAGS_sparse_learning_rate);
+  RETURN_IF_ERROR(SetEmbeddingPolicy(&config));
   const bool rmsprop = optimizer->second == proto::RMSPROP;
   const bool momentum_set = !gflags::GetCommandLineFlagInfoOrDie("momentum").is_default;
   config.set_momentum(rmsprop && !momentum_set ? 0.0f : FLAGS_momentum);

@@ -2,10 +2,14 @@
 // Criteo-format files from psrt_make_criteo, their embedding tables on real
 // psrt_ps processes, trained by psrt_worker processes through
 // scripts/launch.sh.
+#include <cstdio>
+#include <filesystem>
 #include <regex>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_fixture.h"
 
@@ -104,6 +108,59 @@ TEST_F(CtrTest, AsyncAndBackupWorkersTrain) {
     EXPECT_GE(step, 200);
     EXPECT_GE(auc, 0.6) << mode << "\n" << chief;
   }
+}
+
+// The rows a checkpoint directory's step-`step` files hold, over every
+// shard's file (each table's "T/ids" tensor).
+int64_t RowsInCheckpoint(const std::string& dir, int step) {
+  int64_t rows = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(absl::StrCat("model.ckpt-", step, ".ps-"), 0) != 0) continue;
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(entry.path().string());
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return -1;
+    for (const auto& [tensor, ids] : file->integers) {
+      if (absl::EndsWith(tensor, "/ids")) rows += ids.shape[0];
+    }
+  }
+  return rows;
+}
+
+// Admission, the age limit and the row budget through real ps tasks (1 ps
+// task of 2 stripes): the checkpoints hold fewer rows than without them,
+// the budget's bound holds, and the job still learns.
+TEST_F(CtrTest, AdmissionAndEvictionBoundTheTables) {
+  MakeData();
+  const std::string spec = MakeSpec(1, 1);
+  const std::string policies[] = {
+      "",
+      " --embedding_admit_count=3 --embedding_ttl_steps=50",
+      " --embedding_max_rows_per_ps=3000",
+  };
+  int64_t rows[3];
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(policies[i]);
+    const std::string logs = absl::StrCat(dir_, "/logs_policy", i);
+    const std::string ckpt = absl::StrCat(dir_, "/ckpt_policy", i);
+    CommandResult r = Launch(spec, logs, Flags("dlrm") + " --sync_replicas" + policies[i],
+                             "--checkpoint_dir " + ckpt);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string chief = ReadFile(logs + "/worker-0.log");
+    long step = 0;
+    double auc = 0, logloss = 0;
+    ASSERT_TRUE(ParseCtrFinal(chief, &step, &auc, &logloss)) << chief;
+    EXPECT_GE(auc, 0.6) << chief;
+    rows[i] = RowsInCheckpoint(ckpt, 200);
+  }
+  std::printf("rows in the checkpoint: %lld, admitted at 3 look-ups: %lld, 3000 a ps: %lld\n",
+              static_cast<long long>(rows[0]), static_cast<long long>(rows[1]),
+              static_cast<long long>(rows[2]));
+  EXPECT_GT(rows[0], 4000);
+  EXPECT_GT(rows[1], 0);
+  EXPECT_LT(rows[1], rows[0] / 2);  // Ids seen once or twice get no row.
+  EXPECT_LE(rows[2], 3000);
+  EXPECT_GE(rows[2], 2000);
 }
 
 // A malformed line stops the worker that reads it, naming file and line;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -194,6 +195,191 @@ TEST(EmbeddingTableTest, MemoryStaysCloseToThePayload) {
               static_cast<long long>(n), per_row);
   EXPECT_GE(per_row, 128);
   EXPECT_LE(per_row, 128 + 64) << per_row;
+}
+
+std::unique_ptr<EmbeddingTable> PolicyTable(RowPolicy policy,
+                                            proto::OptimizerType type = proto::SGD) {
+  auto table = EmbeddingTable::Create("t", /*dim=*/2, 7, Config(type), false, policy);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? *std::move(table) : nullptr;
+}
+
+// A training look-up at `step`, as a pull makes it.
+std::vector<float> Pull(EmbeddingTable& table, const std::vector<uint64_t>& ids, int64_t step) {
+  std::vector<float> out(ids.size() * table.dim());
+  EXPECT_TRUE(table.Lookup(ids, absl::MakeSpan(out), /*make_missing=*/true, step).ok());
+  return out;
+}
+
+std::set<uint64_t> Ids(const EmbeddingTable& table) {
+  std::set<uint64_t> ids;
+  table.ForEachRow([&](uint64_t id, absl::Span<const float>) { ids.insert(id); });
+  return ids;
+}
+
+// --embedding_admit_count: an id reads zeros and has its gradients dropped
+// until its Nth training look-up, then gets its row from (seed, id) as a
+// table without admission makes it; evaluation look-ups do not count.
+TEST(EmbeddingTableTest, AnIdGetsItsRowAtItsNthLookup) {
+  RowPolicy policy;
+  policy.admit_count = 3;
+  auto table = PolicyTable(policy), plain = PolicyTable({});
+  ASSERT_NE(table, nullptr);
+  const std::vector<float> zeros(2, 0.0f);
+  std::vector<float> eval(2);
+  for (int lookup = 1; lookup <= 2; ++lookup) {
+    EXPECT_EQ(Pull(*table, {5}, lookup), zeros);
+    ASSERT_TRUE(table->Apply(lookup, {5}, {1, 1}).ok());  // Dropped, counted.
+    ASSERT_TRUE(table->Lookup({5}, absl::MakeSpan(eval), /*make_missing=*/false).ok());
+    EXPECT_EQ(eval, zeros);
+  }
+  EXPECT_EQ(table->rows(), 0);
+  EXPECT_EQ(table->stats().unadmitted_gradients, 2);
+  EXPECT_EQ(table->stats().candidates, 1);
+  const std::vector<float> admitted = Pull(*table, {5}, 3);
+  EXPECT_EQ(admitted, Pull(*plain, {5}, 0));  // Its initial values.
+  EXPECT_NE(admitted, zeros);
+  EXPECT_EQ(table->rows(), 1);
+  EXPECT_EQ(table->stats().candidates, 0);
+  ASSERT_TRUE(table->Apply(3, {5}, {1, 1}).ok());  // Now taken.
+  ASSERT_TRUE(plain->Apply(3, {5}, {1, 1}).ok());
+  EXPECT_EQ(Pull(*table, {5}, 4), Pull(*plain, {5}, 4));
+  EXPECT_EQ(table->stats().unadmitted_gradients, 2);
+}
+
+// --embedding_admit_probability: each look-up admits with probability p,
+// drawn from (seed, id, look-up) alone: two tables agree on every id.
+TEST(EmbeddingTableTest, IdsAreAdmittedWithTheGivenProbability) {
+  RowPolicy policy;
+  policy.admit_probability = 0.25;
+  auto a = PolicyTable(policy), b = PolicyTable(policy);
+  ASSERT_NE(a, nullptr);
+  std::vector<uint64_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 0x9e3779b97f4a7c15ULL;
+  Pull(*a, ids, 0);
+  Pull(*b, ids, 0);
+  EXPECT_NEAR(a->rows(), 5000, 300);
+  EXPECT_EQ(Ids(*a), Ids(*b));
+  EXPECT_EQ(a->stats().candidates, 20000 - a->rows());
+  Pull(*a, ids, 1);  // A second draw for those still waiting.
+  EXPECT_NEAR(a->rows(), 20000 * (1 - 0.75 * 0.75), 400);
+}
+
+// --embedding_ttl_steps: a row no training look-up or update has touched
+// for S steps is dropped (the sweep runs every step for S < 16), as are ids
+// waiting for admission; an id that returns starts from its initial values.
+TEST(EmbeddingTableTest, RowsUntouchedForTheTtlAreDropped) {
+  RowPolicy policy;
+  policy.ttl_steps = 3;
+  auto table = PolicyTable(policy), plain = PolicyTable({});
+  ASSERT_NE(table, nullptr);
+  const std::vector<float> initial = Pull(*plain, {1}, 0);
+  ASSERT_TRUE(table->Apply(0, {1, 2}, {1, 1, 1, 1}).ok());
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_TRUE(table->Apply(step, {2}, {1, 1}).ok());
+    table->Evict(step);
+    EXPECT_EQ(Ids(*table), (std::set<uint64_t>{1, 2})) << step;  // 1: untouched 1, 2 steps.
+  }
+  Pull(*table, {2}, 3);  // A look-up touches too.
+  table->Evict(3);       // Row 1 untouched for steps 1..3.
+  EXPECT_EQ(Ids(*table), (std::set<uint64_t>{2}));
+  EXPECT_EQ(table->stats().evicted_rows, 1);
+  EXPECT_EQ(Pull(*table, {1}, 4), initial);  // Back, afresh.
+  EXPECT_EQ(table->rows(), 2);
+  table->Evict(6);  // Row 2 last touched at 3, row 1 at 4.
+  EXPECT_EQ(Ids(*table), (std::set<uint64_t>{1}));
+  EXPECT_EQ(table->stats().evicted_rows, 2);
+  // The row's place is reused: the table does not grow.
+  const int64_t bytes = table->bytes();
+  Pull(*table, {3}, 7);
+  EXPECT_EQ(table->bytes(), bytes);
+
+  RowPolicy admit = policy;
+  admit.admit_count = 2;
+  auto waiting = PolicyTable(admit);
+  Pull(*waiting, {9}, 0);
+  waiting->Evict(2);
+  EXPECT_EQ(waiting->stats().candidates, 1);
+  waiting->Evict(3);
+  EXPECT_EQ(waiting->stats().candidates, 0);  // Forgotten: its count starts again.
+  Pull(*waiting, {9}, 4);
+  EXPECT_EQ(waiting->rows(), 0);
+  Pull(*waiting, {9}, 5);
+  EXPECT_EQ(waiting->rows(), 1);
+}
+
+// --embedding_max_rows_per_ps: past the budget, the least recently touched
+// rows go, down to 15/16 of it; a dropped row's place is reused, and
+// checkpoints (ForEachRow) see only the rows held.
+TEST(EmbeddingTableTest, ARowBudgetDropsTheLeastRecentlyTouched) {
+  RowPolicy policy;
+  policy.max_rows = 32;
+  auto table = PolicyTable(policy);
+  ASSERT_NE(table, nullptr);
+  // Ids 0..31 touched at steps 0..31, then 32 and 33 new at step 32.
+  for (uint64_t id = 0; id < 32; ++id) {
+    ASSERT_TRUE(table->Apply(static_cast<int64_t>(id), {id}, {1, 1}).ok());
+    table->Evict(static_cast<int64_t>(id));
+  }
+  EXPECT_EQ(table->rows(), 32);
+  EXPECT_EQ(table->stats().evicted_rows, 0);
+  Pull(*table, {0}, 32);  // The oldest, touched again.
+  ASSERT_TRUE(table->Apply(32, {32, 33}, {1, 1, 1, 1}).ok());
+  table->Evict(32);
+  // 34 rows, budget 32: down to 30, dropping the 4 least recently touched.
+  EXPECT_EQ(table->rows(), 30);
+  EXPECT_EQ(table->stats().evicted_rows, 4);
+  const std::set<uint64_t> held = Ids(*table);
+  for (uint64_t gone : {1, 2, 3, 4}) EXPECT_EQ(held.count(gone), 0u) << gone;
+  for (uint64_t kept : {0, 5, 31, 32, 33}) EXPECT_EQ(held.count(kept), 1u) << kept;
+  const int64_t bytes = table->bytes();
+  ASSERT_TRUE(table->Apply(33, {40, 41}, {1, 1, 1, 1}).ok());
+  EXPECT_EQ(table->bytes(), bytes);
+  EXPECT_EQ(table->rows(), 32);
+  // A look-up that makes rows past the budget drops others at once.
+  Pull(*table, {50, 51, 52}, 34);
+  EXPECT_EQ(table->rows(), 30);
+  EXPECT_EQ(Ids(*table).count(50), 1u);
+}
+
+// A refused update with new ids drops exactly the rows it made, also when
+// they took the places of evicted ones.
+TEST(EmbeddingTableTest, ARefusedUpdateDropsTheRowsItMadeInFreedPlaces) {
+  RowPolicy policy;
+  policy.ttl_steps = 1;
+  auto table = PolicyTable(policy, proto::ADAGRAD);
+  ASSERT_NE(table, nullptr);
+  ASSERT_TRUE(table->Apply(0, {1, 2, 3}, {1, 1, 1, 1, 1, 1}).ok());
+  ASSERT_TRUE(table->Apply(1, {3}, {1, 1}).ok());
+  table->Evict(1);
+  EXPECT_EQ(Ids(*table), (std::set<uint64_t>{3}));
+  EXPECT_FALSE(table->Apply(2, {4, 5, 3}, {1, 1, 1, 1, 1e30f, 1e30f}).ok());
+  EXPECT_EQ(Ids(*table), (std::set<uint64_t>{3}));
+  EXPECT_EQ(table->rows(), 1);
+  ASSERT_TRUE(table->Apply(2, {4, 5}, {1, 1, 1, 1}).ok());
+  EXPECT_EQ(Ids(*table), (std::set<uint64_t>{3, 4, 5}));
+}
+
+TEST(EmbeddingTableTest, ABadPolicyIsNamed) {
+  proto::TrainingConfig config = Config(proto::SGD);
+  config.set_embedding_admit_count(-1);
+  EXPECT_NE(RowPolicyFromConfig(config).status().message().find("embedding_admit_count"),
+            std::string::npos);
+  config = Config(proto::SGD);
+  config.set_embedding_admit_probability(1.5f);
+  EXPECT_NE(RowPolicyFromConfig(config).status().message().find("embedding_admit_probability"),
+            std::string::npos);
+  config.set_embedding_admit_probability(0.5f);
+  config.set_embedding_admit_count(3);
+  EXPECT_NE(RowPolicyFromConfig(config).status().message().find("set one"), std::string::npos);
+  config = Config(proto::SGD);
+  config.set_embedding_ttl_steps(10);
+  config.set_embedding_max_rows_per_shard(100);
+  auto policy = RowPolicyFromConfig(config);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->ttl_steps, 10);
+  EXPECT_EQ(policy->max_rows, 100);
+  EXPECT_TRUE(policy->admits_every_id());
 }
 
 TEST(TableShardOfTest, SpreadsFieldKeyedIdsEvenly) {

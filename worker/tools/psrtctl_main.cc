@@ -279,6 +279,12 @@ TaskReport ProbePs(const std::string& name, const std::string& address,
       absl::StrAppendFormat(&line, "\n%-12s   table %s stripe=%d dim=%d rows=%d memory=%.1fMiB",
                             "", table.name(), stripe, table.dim(), table.rows(),
                             table.bytes() / 1048576.0);
+      // Admission and eviction, when they have done anything.
+      if (table.evicted_rows() + table.unadmitted_gradients() + table.candidates() > 0) {
+        absl::StrAppendFormat(&line, " evicted=%d unadmitted_gradients=%d candidates=%d",
+                              table.evicted_rows(), table.unadmitted_gradients(),
+                              table.candidates());
+      }
     }
   }
   return {true, line};
