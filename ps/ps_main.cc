@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
     metrics.AddGaugeCallback(gauge.name, gauge.help, [&shards, field = gauge.field] {
       double total = 0;
       for (const auto& shard : shards) {
-        for (const psrt::proto::TableStatus& table : shard->GetStatus().tables()) {
+        const psrt::proto::StatusResponse status = shard->GetStatus();
+        for (const psrt::proto::TableStatus& table : status.tables()) {
           total += static_cast<double>((table.*field)());
         }
       }

@@ -235,22 +235,27 @@ TEST_F(OperationsTest, HealthMetricsStatusAndShutdownOfARunningCluster) {
 
 // `psrtctl status` shows every stripe's part of each embedding table (a
 // status call answers for the stripe it names): with 2 stripes on 1 ps,
-// both hold rows of the DLRM table, and their rows add up to what the ps
-// holds.
+// both hold rows of the DLRM table; with a row budget, what it dropped.
+// The ps's metrics sum the stripes.
 TEST_F(OperationsTest, StatusShowsTheTableRowsOfEveryStripe) {
   const std::string spec_path = MakeSpec(1, 1);
   CommandResult data = RunCommand(absl::StrCat(bin_, "/psrt_make_criteo --out=", dir_,
                                                "/train.gz --rows=5000 --seed=1"));
   ASSERT_EQ(data.exit_code, 0) << data.output;
   const std::string task_flags = " --cluster_spec=" + spec_path + " --task_index=0";
-  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags, " --ps_stripes=2"));
+  const int ps_metrics = FreePort();
+  Start("ps", absl::StrCat(bin_, "/psrt_ps --job_name=ps", task_flags,
+                           " --ps_stripes=2 --metrics_port=", ps_metrics));
   Start("worker", absl::StrCat(bin_, "/psrt_worker --job_name=worker", task_flags,
                                " --model=dlrm --data_format=criteo --train_data=", dir_,
-                               "/train.gz --test_data=", dir_, "/train.gz --embedding_dim=4 --bottom_mlp=8 --top_mlp=8",
-                               " --batch_size=64 --train_steps=100000000 --ps_stripes=2"));
+                               "/train.gz --test_data=", dir_, "/train.gz --embedding_dim=4",
+                               " --bottom_mlp=8 --top_mlp=8 --batch_size=64",
+                               " --embedding_max_rows_per_ps=1000 --train_steps=100000000",
+                               " --ps_stripes=2"));
   CommandResult status;
-  const std::regex table_line(R"(table embeddings stripe=(\d) dim=4 rows=(\d+) memory=)");
-  std::map<int, long> rows;
+  const std::regex table_line(
+      R"(table embeddings stripe=(\d) dim=4 rows=(\d+) memory=\S+ evicted=(\d+))");
+  std::map<int, long> rows, evicted;
   ASSERT_TRUE(WaitFor(
       [&] {
         status = Psrtctl("status --cluster_spec=" + spec_path);
@@ -258,14 +263,24 @@ TEST_F(OperationsTest, StatusShowsTheTableRowsOfEveryStripe) {
         for (std::sregex_iterator it(status.output.begin(), status.output.end(), table_line), end;
              it != end; ++it) {
           rows[std::stoi((*it)[1])] = std::stol((*it)[2]);
+          evicted[std::stoi((*it)[1])] = std::stol((*it)[3]);
         }
-        return rows.size() == 2 && rows[0] > 0 && rows[1] > 0;
+        return rows.size() == 2 && evicted[0] > 0 && evicted[1] > 0;
       },
       absl::Seconds(60)))
       << status.output << ReadFile(dir_ + "/worker.log");
-  // Ids go to stripes by hash: neither holds nearly all of them.
-  EXPECT_GT(rows[0], (rows[0] + rows[1]) / 4) << status.output;
-  EXPECT_GT(rows[1], (rows[0] + rows[1]) / 4) << status.output;
+  // Ids go to stripes by hash, each stripe kept to half the task's budget.
+  for (int stripe : {0, 1}) {
+    EXPECT_GT(rows[stripe], 300) << status.output;
+    EXPECT_LE(rows[stripe], 500) << status.output;
+  }
+  const std::string p = HttpGet(ps_metrics, "/metrics");
+  const std::string labels = R"({job="ps",task="0"})";
+  EXPECT_GT(Sample(p, "psrt_ps_table_rows" + labels), 600) << p;
+  EXPECT_LE(Sample(p, "psrt_ps_table_rows" + labels), 1000) << p;
+  EXPECT_GT(Sample(p, "psrt_ps_table_bytes" + labels), 0) << p;
+  EXPECT_GT(Sample(p, "psrt_ps_table_evicted_rows" + labels), 0) << p;
+  EXPECT_EQ(Sample(p, "psrt_ps_table_unadmitted_gradients" + labels), 0) << p;
   CommandResult shutdown = Psrtctl("shutdown --cluster_spec=" + spec_path);
   EXPECT_EQ(shutdown.exit_code, 0) << shutdown.output;
   int code = -1;
