@@ -135,6 +135,27 @@ std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id) {
   return steps;
 }
 
+std::string OtherShardCountFile(const ShardCheckpointId& id) {
+  absl::StatusOr<std::vector<std::string>> names = FileSystem::Default()->ListDirectory(id.dir);
+  if (!names.ok()) return "";
+  for (const std::string& name : *names) {
+    absl::string_view rest = name;
+    int64_t step = 0;
+    int shard = 0, num_shards = 0;
+    if (!absl::ConsumePrefix(&rest, "model.ckpt-") || !absl::ConsumeSuffix(&rest, ".safetensors")) {
+      continue;
+    }
+    const std::vector<absl::string_view> parts = absl::StrSplit(rest, absl::ByAnyChar(".-"));
+    // "<step>", "ps", "<k>", "of", "<K>".
+    if (parts.size() == 5 && parts[1] == "ps" && parts[3] == "of" &&
+        absl::SimpleAtoi(parts[0], &step) && absl::SimpleAtoi(parts[2], &shard) &&
+        absl::SimpleAtoi(parts[4], &num_shards) && num_shards != id.num_shards) {
+      return name;
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<PendingShardCheckpoint> StartShardCheckpoint(const ShardCheckpointId& id,
                                                             int64_t step,
                                                             const ShardStateView& state) {

@@ -130,6 +130,11 @@ absl::StatusOr<std::string> FinishShardCheckpoint(PendingShardCheckpoint pending
 // newest first (empty when there is none).
 std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id);
 
+// A shard file of `id.dir` written by a job of another number of shards
+// than id.num_shards (a name such as "model.ckpt-750.ps-0-of-4.safetensors"),
+// or "" when there is none.
+std::string OtherShardCountFile(const ShardCheckpointId& id);
+
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a
 // corrupt file, InvalidArgument for one that belongs to another shard or
 // step, or whose tensors do not match its header (naming the variable or

@@ -122,8 +122,9 @@ bool EmbeddingTable::AdmitLocked(uint64_t id, int64_t step) {
   } else {
     // Each look-up its own draw, from (seed, id, look-up) alone: a run is
     // reproducible.
-    const uint64_t h = SplitMix64(SplitMix64(seed_ ^ SplitMix64(id)) ^
-                                  (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(candidate.lookups)));
+    const uint64_t lookup = static_cast<uint64_t>(candidate.lookups);
+    const uint64_t h =
+        SplitMix64(SplitMix64(seed_ ^ SplitMix64(id)) ^ (0x9e3779b97f4a7c15ull * lookup));
     admit = UnitInterval(h) < policy_.admit_probability;
   }
   if (admit) candidates_.erase(id);

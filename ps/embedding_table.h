@@ -130,8 +130,9 @@ class EmbeddingTable {
   // The slot names of the optimizer ("Adagrad", "Adam", "Adam_1", ...).
   std::vector<std::string> slot_names() const;
 
-  // Calls f(id, row) for every row in the order they were made; row holds
-  // the values, then each slot (payload_bytes_per_row() / 4 floats).
+  // Calls f(id, row) for every row in the order they were made (a row made
+  // in an evicted row's place comes in that place); row holds the values,
+  // then each slot (payload_bytes_per_row() / 4 floats).
   // For checkpoints; the table is locked meanwhile.
   void ForEachRow(const std::function<void(uint64_t, absl::Span<const float>)>& f) const;
   // Restores a row as ForEachRow gave it: `row` holds the values, then each

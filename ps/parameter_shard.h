@@ -217,7 +217,9 @@ class ParameterShard {
   // `recovery_epoch` (see the header comment; 0 at start).
   absl::Status Restore(int64_t step, int64_t recovery_epoch = 0);
   // At start: loads the newest checkpoint that reads back intact, skipping
-  // (with a warning) corrupt ones. OK with nothing loaded when there is none.
+  // (with a warning) corrupt ones. OK with nothing loaded when there is none;
+  // FailedPrecondition when the directory holds checkpoints of another
+  // number of shards only (a job resumed with other ps tasks or stripes).
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 

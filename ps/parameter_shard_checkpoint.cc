@@ -217,10 +217,22 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
 
 absl::Status ParameterShard::RestoreLatest() {
   if (!options_.checkpoint_dir.empty()) {
-    for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
+    const std::vector<int64_t> steps = ListShardCheckpoints(checkpoint_id());
+    for (int64_t step : steps) {
       absl::Status status = Restore(step);
       if (status.ok()) break;
       LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
+    }
+    // A job resumed with another number of shards would otherwise start
+    // afresh beside the checkpoints it was meant to resume from.
+    if (const std::string other = OtherShardCountFile(checkpoint_id());
+        steps.empty() && !other.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--checkpoint_dir ", options_.checkpoint_dir, " holds ", other,
+          ", written by a job of another number of shards; this job has ", options_.num_shards,
+          " (ps tasks x --ps_stripes). A checkpoint restores onto the number of shards that "
+          "saved it only: resume with that many ps tasks and the same --ps_stripes, or give "
+          "this job a checkpoint directory of its own"));
     }
   }
   absl::MutexLock lock(&mu_);

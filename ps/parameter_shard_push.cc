@@ -110,8 +110,13 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const int64_t unstable = takes_gradient && async ? FirstNonFiniteUpdate(*data) : -1;
     const int64_t nonfinite =
         takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
+    // Sync with --sparse_async: the rows are taken on arrival, as async
+    // takes them, also from a push whose dense gradients come too late.
+    const bool rows_on_arrival = sparse && !async && config_.sparse_async();
+    const bool takes_rows =
+        sparse && (rows_on_arrival ? !retry && !training_done_ : takes_gradient);
     std::string nonfinite_table;  // Of the embedding rows.
-    if (takes_gradient && sparse) {
+    if (takes_rows) {
       RETURN_IF_ERROR(tables_->Check(header.sparse(), message, dense_size, &nonfinite_table));
     }
     if (!nonfinite_table.empty() && !options_.skip_nonfinite_gradients) {
@@ -129,6 +134,16 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           "push: the gradient of \"", VariableAt(unstable).name(), "\" from replica ",
           replica, " would make its values or optimizer state NaN or Inf (it is too "
           "large for the optimizer); nothing was applied"));
+    }
+    bool rows_taken = false;  // On arrival: a retry of this push must not take them again.
+    if (rows_on_arrival && takes_rows && nonfinite < 0 && nonfinite_table.empty()) {
+      const absl::Status applied = tables_->Apply(version_, header.sparse(), message, dense_size);
+      if (!applied.ok() && !options_.skip_nonfinite_gradients) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("push from replica ", replica, ": ", applied.message()));
+      }
+      if (!applied.ok()) ++nonfinite_dropped_;
+      rows_taken = applied.ok();
     }
     response.set_training_done(training_done_);
     if (retry) {
@@ -183,7 +198,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       // Each id's rows summed over the version's pushes; with R = 1 the one
       // push is the mean, applied straight from the message below.
       const int needed = config_.replicas_to_aggregate();
-      if (sparse && needed > 1) tables_->Accumulate(header.sparse(), message, dense_size);
+      if (sparse && needed > 1 && !rows_on_arrival) {
+        tables_->Accumulate(header.sparse(), message, dense_size);
+      }
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
@@ -206,8 +223,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         absl::Status rows_applied;
         if (tables_ != nullptr && overflow < 0) {
           rows_applied = needed > 1 ? tables_->ApplySums(version_, 1.0f / needed)
-                         : sparse   ? tables_->Apply(version_, header.sparse(), message, dense_size)
-                                    : absl::OkStatus();
+                         : sparse && !rows_on_arrival
+                             ? tables_->Apply(version_, header.sparse(), message, dense_size)
+                             : absl::OkStatus();
         } else if (tables_ != nullptr) {
           tables_->ClearSums();
         }
@@ -234,7 +252,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         pushed_.clear();
       }
     }
-    if (response.accepted() && !retry) {
+    if ((response.accepted() || rows_taken) && !retry) {
       last_push = {header.worker_incarnation(), header.step()};
     }
     response.set_version(version_);

@@ -16,7 +16,9 @@
 #
 # Layouts: 1ps1w (1 ps task, 1 worker), 2ps2w (2 ps tasks, 2 workers, the
 # rows hashed over both shards), both --sync_replicas (with one worker,
-# the same sequence of updates as PyTorch's), every worker with
+# the same sequence of updates as PyTorch's); 2ps2w_hybrid (--sync_replicas
+# --sparse_async: dense synchronous, rows applied on arrival) and
+# 2ps2w_async (asynchronous, each push a global step), every worker with
 # --intra_op_threads=THREADS: 2ps2w's workers use twice PyTorch's threads.
 # Each worker reads its share of the lines (every W-th), and
 # --train_steps = epochs * rows / (batch * W) global steps (each averaging
@@ -46,6 +48,8 @@
 #                        [--embedding_dim 16] [--bottom_mlp 64] [--top_mlp 64,32]
 #                        [--hidden_units 256,128] [--log_dir DIR] [--run_limit_secs 1800]
 #   MODELS="dlrm" scripts/bench_ctr.sh      (default: dlrm wide_deep)
+#   LAYOUTS="2ps2w 2ps2w_hybrid 2ps2w_async" scripts/bench_ctr.sh
+#                                           (default: 1ps1w 2ps2w torch)
 #
 # The data: build/bin/psrt_make_criteo writes train (seed 1) and test (seed
 # 2) rows of one planted model (--model_seed 1) into --data_dir (default
@@ -59,6 +63,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/lib/step_log.sh  # median
 models="${MODELS:-dlrm wide_deep}"
+layouts="${LAYOUTS:-1ps1w 2ps2w torch}"
 runs=3 threads=2 batch=256 epochs=1 rows=500000 test_rows=50000
 data_dir="${XDG_CACHE_HOME:-$HOME/.cache}/psrt-bench/criteo"
 lr=0.05 sparse_lr=0.05 dim=16 bottom_mlp=64 top_mlp=64,32 hidden_units=256,128
@@ -88,6 +93,11 @@ for v in runs threads batch epochs rows test_rows dim run_limit; do
 done
 for m in $models; do
   case "$m" in dlrm|wide_deep) ;; *) echo "bench_ctr.sh: unknown model $m" >&2; exit 2 ;; esac
+done
+for l in $layouts; do
+  case "$l" in 1ps1w|2ps2w|2ps2w_hybrid|2ps2w_async|torch) ;;
+    *) echo "bench_ctr.sh: unknown layout $l" >&2; exit 2 ;;
+  esac
 done
 
 cpu_model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
@@ -162,18 +172,25 @@ model_flags() {
 
 # run_psrt MODEL LAYOUT RUN
 run_psrt() {
-  local model="$1" layout="$2" run="$3" workers
-  case "$layout" in 1ps1w) workers=1 ;; 2ps2w) workers=2 ;; esac
+  local model="$1" layout="$2" run="$3" workers spec mode
+  case "$layout" in
+    1ps1w) workers=1 spec=1ps1w mode=(--sync_replicas) ;;
+    2ps2w) workers=2 spec=2ps2w mode=(--sync_replicas) ;;
+    2ps2w_hybrid) workers=2 spec=2ps2w mode=(--sync_replicas --sparse_async) ;;
+    2ps2w_async) workers=2 spec=2ps2w mode=() ;;
+  esac
+  # A global step averages W batches in sync mode and is one batch in async.
   local steps=$((epochs * rows / (batch * workers)))
+  [ "${#mode[@]}" -gt 0 ] || steps=$((epochs * rows / batch))
   local every=$((steps / 10 > 0 ? steps / 10 : 1))
   local dir="$work/$model-$layout-$run"
   local flags
   mapfile -t flags < <(model_flags "$model")
   local start end code
   start=$(date +%s.%N)
-  timeout "$run_limit" scripts/launch.sh --cluster_spec "$work/$layout.json" --logdir "$dir" -- \
+  timeout "$run_limit" scripts/launch.sh --cluster_spec "$work/$spec.json" --logdir "$dir" -- \
     "${flags[@]}" --data_format=criteo --train_data="$train" --test_data="$test" \
-    --optimizer=adagrad --sparse_optimizer=adagrad --sync_replicas \
+    --optimizer=adagrad --sparse_optimizer=adagrad "${mode[@]}" \
     --intra_op_threads="$threads" --train_steps="$steps" --log_every_steps="$every" \
     --progress=log >"$dir.out" 2>&1
   code=$?
@@ -246,7 +263,7 @@ run_torch() {
 column() { awk -v m="$1" -v l="$2" -v c="$3" '$1 == m && $2 == l {print $c}' "$results" | median; }
 
 for model in $models; do
-  for layout in 1ps1w 2ps2w torch; do
+  for layout in $layouts; do
     for ((run = 1; run <= runs; run++)); do
       if [ "$layout" = torch ]; then
         run_torch "$model" "$run"
@@ -263,7 +280,8 @@ for model in $models; do
       "$model" "$layout" "$sps" "$(column "$model" "$layout" 4)" "$(column "$model" "$layout" 5)"
   done
   torch_sps=$(column "$model" torch 3) torch_auc=$(column "$model" torch 4)
-  for layout in 1ps1w 2ps2w; do
+  for layout in $layouts; do
+    [ "$layout" != torch ] || continue
     sps=$(column "$model" "$layout" 3) auc=$(column "$model" "$layout" 4)
     if [ -z "$sps" ] || [ -z "$torch_sps" ]; then continue; fi
     awk -v m="$model" -v l="$layout" -v s="$sps" -v ts="$torch_sps" -v a="$auc" -v ta="$torch_auc" \

@@ -138,6 +138,10 @@ DEFINE_string(sparse_optimizer, "",
               "the rows a batch touches); empty: --optimizer.");
 DEFINE_double(sparse_learning_rate, 0,
               "CTR models: the embedding tables' learning rate; 0: --learning_rate.");
+DEFINE_bool(sparse_async, false,
+            "CTR models with --sync_replicas: the embedding rows of every push are applied "
+            "on arrival, as in async training, while the dense gradients stay synchronous "
+            "(Persia's hybrid).");
 DEFINE_int32(embedding_admit_count, 0,
              "CTR models: an id gets its embedding row at its Nth training look-up; until "
              "then it reads zeros and its gradient is dropped (counted). 0 or 1: at once.");
@@ -344,6 +348,12 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
   }
   config.set_sparse_learning_rate(FLAGS_sparse_learning_rate);
   RETURN_IF_ERROR(SetEmbeddingPolicy(&config));
+  if (FLAGS_sparse_async && !FLAGS_sync_replicas) {
+    return absl::InvalidArgumentError(
+        "--sparse_async goes with --sync_replicas (asynchronous training applies the rows on "
+        "arrival already)");
+  }
+  config.set_sparse_async(FLAGS_sparse_async);
   const bool rmsprop = optimizer->second == proto::RMSPROP;
   const bool momentum_set = !gflags::GetCommandLineFlagInfoOrDie("momentum").is_default;
   config.set_momentum(rmsprop && !momentum_set ? 0.0f : FLAGS_momentum);

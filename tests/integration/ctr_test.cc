@@ -92,13 +92,17 @@ TEST_F(CtrTest, DlrmRunsAreReproducible) {
   EXPECT_GE(auc, 0.65);
 }
 
-// Async with 2 workers, and sync with a backup worker (R = 1 of 2: stale
-// pushes dropped with their rows), both train.
-TEST_F(CtrTest, AsyncAndBackupWorkersTrain) {
+// Async with 2 workers, sync with a backup worker (R = 1 of 2: stale
+// pushes dropped with their rows), and the hybrid (dense sync, rows on
+// arrival) all train.
+TEST_F(CtrTest, AsyncBackupAndHybridWorkersTrain) {
   MakeData();
   const std::string spec = MakeSpec(1, 2);
-  for (const std::string mode : {"", " --sync_replicas --replicas_to_aggregate=1"}) {
-    const std::string logs = dir_ + "/logs" + (mode.empty() ? "_async" : "_backup");
+  const std::string modes[] = {"", " --sync_replicas --replicas_to_aggregate=1",
+                               " --sync_replicas --sparse_async"};
+  for (int m = 0; m < 3; ++m) {
+    const std::string& mode = modes[m];
+    const std::string logs = absl::StrCat(dir_, "/logs_mode", m);
     CommandResult r = Launch(spec, logs, Flags("dlrm") + mode);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string chief = ReadFile(logs + "/worker-0.log");
@@ -179,6 +183,10 @@ TEST_F(CtrTest, BadInputIsNamed) {
   r = Launch(spec, dir_ + "/logs_flags", "--model=dlrm --train_steps=10");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(ReadFile(dir_ + "/logs_flags/worker-0.log").find("--data_format=criteo"),
+            std::string::npos);
+  r = Launch(spec, dir_ + "/logs_hybrid", Flags("dlrm") + " --sparse_async");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ReadFile(dir_ + "/logs_hybrid/worker-0.log").find("--sparse_async goes with"),
             std::string::npos);
 }
 

@@ -63,10 +63,14 @@ absl::StatusOr<proto::PushResponse> PushRows(ParameterShard* shard, int replica,
                                              const std::vector<uint64_t>& ids,
                                              const std::vector<float>& rows,
                                              const std::string& table = "emb",
-                                             int64_t num_ids = -1) {
+                                             int64_t num_ids = -1, int64_t step = -1) {
   proto::PushHeader header;
   header.set_replica(replica);
   header.set_version(version);
+  if (step >= 0) {  // A worker's step: a retry of it is known as one.
+    header.set_worker_incarnation(7);
+    header.set_step(step);
+  }
   *header.add_variables() = Meta("w", {kSize});
   proto::SparseSegment* segment = header.add_sparse();
   segment->set_table(table);
@@ -176,6 +180,46 @@ TEST(ParameterShardSparseTest, AsyncAppliesRowsOnArrival) {
   // making them.
   EXPECT_EQ(*PullRows(&shard, {6}, /*sparse_only=*/true), InitialRow(6, config));
   EXPECT_EQ(shard.GetStatus().tables(0).rows(), 1);
+}
+
+// --sparse_async with --sync_replicas (Persia's hybrid): every push's rows
+// are applied on arrival, each at full weight, the stale push's too and a
+// retried push's once, while the dense gradients are averaged per version.
+TEST(ParameterShardSparseTest, SparseAsyncTakesEveryPushsRowsOnArrival) {
+  proto::TrainingConfig config = Config(proto::SYNC, 3, 2, 0.5f);
+  config.set_sparse_async(true);
+  ParameterShard shard({});
+  InitWithTable(&shard, config);
+  const std::vector<float> a0 = InitialRow(10, config);
+  ASSERT_EQ(PushRows(&shard, 0, 0, {2, 2, 2, 2}, {10}, {1, 2})->version(), 0);
+  std::vector<float> row = *PullRows(&shard, {10}, /*sparse_only=*/true);
+  EXPECT_FLOAT_EQ(row[0], a0[0] - 0.5f);  // At once, before the version completes.
+  EXPECT_FLOAT_EQ(row[1], a0[1] - 1.0f);
+  ASSERT_EQ(PushRows(&shard, 1, 0, {4, 4, 4, 4}, {10}, {3, 4})->version(), 1);
+  // The backup's push is stale: its dense gradient is dropped, its rows
+  // taken; sent again (a retry), they are not taken twice.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto late = PushRows(&shard, 2, 0, {9, 9, 9, 9}, {10}, {5, 6}, "emb", -1, /*step=*/0);
+    ASSERT_TRUE(late.ok()) << late.status();
+  }
+  row = *PullRows(&shard, {10}, /*sparse_only=*/true);
+  EXPECT_FLOAT_EQ(row[0], a0[0] - 0.5f * (1 + 3 + 5));
+  EXPECT_FLOAT_EQ(row[1], a0[1] - 0.5f * (2 + 4 + 6));
+  // The dense variable: the mean of the two accepted gradients, once.
+  proto::PullRequest request;
+  request.set_min_version(1);
+  auto options = shard.PullOptionsFor(request);
+  ASSERT_TRUE(options.ok()) << options.status();
+  absl::Notification done;
+  std::vector<float> w(kSize);
+  shard.Pull(*options, [&](absl::StatusOr<ParameterShard::PullReply> reply) {
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    const float* values = reply->snapshot->values.data();
+    w.assign(values, values + kSize);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(w, std::vector<float>(kSize, -0.5f * 3));
 }
 
 TEST(ParameterShardSparseTest, MalformedRowsAreRefusedAndNothingChanges) {

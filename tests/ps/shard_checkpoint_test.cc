@@ -91,6 +91,38 @@ TEST(ShardCheckpointTest, RefusesANegativeDimensionAndRestoresTheOlderOne) {
   EXPECT_EQ(shard.GetStatus().restored_step(), 1);
 }
 
+// A job resumed with another number of shards (ps tasks x stripes) is
+// told so, naming a file it found, instead of starting afresh beside the
+// checkpoints it was meant to resume from; a shard count that has files of
+// its own restores them as ever.
+TEST(ShardCheckpointTest, CheckpointsOfAnotherShardCountAreNamed) {
+  ShardCheckpointId id = NewCheckpointDir("other_count");
+  id.shard = 1;
+  id.num_shards = 4;
+  WriteCheckpoint(id, 7);
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = id.dir;
+  options.shard = 0;
+  options.num_shards = 6;
+  ParameterShard six(options);
+  const absl::Status status = six.RestoreLatest();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("model.ckpt-7.ps-1-of-4.safetensors"), std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("this job has 6"), std::string::npos) << status;
+
+  options.shard = 1;
+  options.num_shards = 4;
+  ParameterShard four(options);
+  ASSERT_TRUE(four.RestoreLatest().ok());
+  EXPECT_EQ(four.GetStatus().restored_step(), 7);
+  // No checkpoint at all: a fresh start.
+  options.checkpoint_dir = NewCheckpointDir("other_count_empty").dir;
+  ParameterShard fresh(options);
+  EXPECT_TRUE(fresh.RestoreLatest().ok());
+}
+
 // A huge variable whose tensor is not in the file is refused before
 // anything is allocated for it.
 TEST(ShardCheckpointTest, RefusesAHugeVariableWithoutAllocatingIt) {
