@@ -160,7 +160,10 @@ absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<f
   FindRowsLocked(ids);
   undo_.resize(row_floats_);  // A missing row's initial values, not kept.
   const bool admits_every_id = policy_.admits_every_id();
+  constexpr size_t kRowsAhead = 8;
+  for (size_t i = 0; i < kRowsAhead; ++i) PrefetchRowLocked(i);
   for (size_t i = 0; i < ids.size(); ++i) {
+    PrefetchRowLocked(i + kRowsAhead);
     const int64_t found = found_rows_[i];
     const float* row;
     if (found >= 0) {
@@ -196,13 +199,13 @@ void EmbeddingTable::FindRowsLocked(absl::Span<const uint64_t> ids) {
     if (i + kAhead < ids.size()) index_.prefetch(ids[i + kAhead]);
     auto it = index_.find(ids[i]);
     found_rows_[i] = it != index_.end() ? it->second : -1;
-    if (found_rows_[i] >= 0) {
-      const char* row = reinterpret_cast<const char*>(RowAt(found_rows_[i]));
-      for (int64_t b = 0; b < row_floats_ * int64_t{sizeof(float)}; b += 64) {
-        __builtin_prefetch(row + b);
-      }
-    }
   }
+}
+
+void EmbeddingTable::PrefetchRowLocked(size_t i) const {
+  if (i >= found_rows_.size() || found_rows_[i] < 0) return;
+  const char* row = reinterpret_cast<const char*>(RowAt(found_rows_[i]));
+  for (int64_t b = 0; b < row_floats_ * int64_t{sizeof(float)}; b += 64) __builtin_prefetch(row + b);
 }
 
 absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
@@ -225,7 +228,10 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
   bool finite = true;
   int64_t unadmitted = 0;
   FindRowsLocked(ids);
+  constexpr size_t kRowsAhead = 8;
+  for (size_t i = 0; i < kRowsAhead; ++i) PrefetchRowLocked(i);
   for (size_t i = 0; i < ids.size(); ++i) {
+    PrefetchRowLocked(i + kRowsAhead);
     float* row;
     updated_[i] = nullptr;  // Made by this update, or not admitted.
     if (found_rows_[i] >= 0) {

@@ -187,6 +187,9 @@ class EmbeddingTable {
   // The row numbers of `ids` into found_rows_ (-1: none), their map slots
   // and rows prefetched.
   void FindRowsLocked(absl::Span<const uint64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prefetches the row found_rows_[i] names, if any (a few ids ahead of
+  // the one being read or updated).
+  void PrefetchRowLocked(size_t i) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::vector<int64_t> found_rows_ ABSL_GUARDED_BY(mu_);
   // Apply's: the rows' contents before the update, the rows updated (null:
   // made by it, or not admitted), the rows it made, a row's slots.

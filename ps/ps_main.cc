@@ -322,7 +322,16 @@ int main(int argc, char** argv) {
     LOG(ERROR) << cluster->task.ToString() << ": " << finished.message();
     return 1;
   }
-  LOG(INFO) << cluster->task.ToString() << " done: "
-            << shards[0]->GetStatus().version() << " versions";
+  // What this task held and moved, for balance across the ps tasks
+  // (scripts/bench_ctr.sh reads it).
+  int64_t rows = 0;
+  for (const auto& shard : shards) {
+    const psrt::proto::StatusResponse status = shard->GetStatus();
+    for (const psrt::proto::TableStatus& table : status.tables()) rows += table.rows();
+  }
+  const psrt::proto::TrafficStatus traffic = ps_metrics.transfers().traffic();
+  LOG(INFO) << cluster->task.ToString() << " done: " << shards[0]->GetStatus().version()
+            << " versions; table_rows=" << rows << " pushed_bytes=" << traffic.bytes_pushed()
+            << " pulled_bytes=" << traffic.bytes_pulled();
   return 0;
 }

@@ -9,6 +9,8 @@
 #   ctr_run: model=M layout=L run=I samples_per_sec=X test_auc=A test_logloss=L ...
 #   ctr: model=M layout=1ps1w|2ps2w|torch samples_per_sec=X test_auc=A test_logloss=L
 #   ctr_ratio: model=M layout=1ps1w|2ps2w speed_vs_torch=R auc_minus_torch=D
+#   ctr_balance: model=M layout=L run=I rows_per_ps=a,b rows_max_over_mean=X
+#                mb_per_ps=c,d bytes_max_over_mean=Y   (layouts of 2 ps tasks)
 # A ctr line holds the medians of its configuration's --runs runs (each
 # measure on its own); a ratio line compares those medians with torch's.
 # planted_test_auc is the best AUC any model can reach on the test rows
@@ -231,6 +233,20 @@ run_psrt() {
     "test_logloss=$logloss wall_samples_per_sec=$wall_sps examples=$examples" \
     "global_step=$(field global_step <<<"$final")"
   echo "$model $layout $sps $auc $logloss" >>"$results"
+  # Balance over the ps tasks: each one's last line holds what it held and
+  # moved (rows of every table; gradient bytes in, parameter bytes out).
+  if [ "$spec" != 1ps1w ]; then
+    cat "$dir"/ps-*.log | grep -o 'table_rows=[0-9]* pushed_bytes=[0-9]* pulled_bytes=[0-9]*' |
+      tr '=' ' ' | awk -v m="$model" -v l="$layout" -v r="$run" '
+        { rows[NR] = $2; bytes[NR] = $4 + $6; sr += $2; sb += $4 + $6 }
+        END {
+          if (NR == 0) exit
+          for (i = 1; i <= NR; i++) { if (rows[i] > mr) mr = rows[i]; if (bytes[i] > mb) mb = bytes[i]
+            rl = rl (i > 1 ? "," : "") rows[i]; bl = bl (i > 1 ? "," : "") sprintf("%.0f", bytes[i] / 1e6) }
+          printf "ctr_balance: model=%s layout=%s run=%s rows_per_ps=%s rows_max_over_mean=%.3f " \
+                 "mb_per_ps=%s bytes_max_over_mean=%.3f\n", m, l, r, rl, mr / (sr / NR), bl, mb / (sb / NR)
+        }'
+  fi
 }
 
 # run_torch MODEL RUN
