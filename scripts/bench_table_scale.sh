@@ -7,20 +7,23 @@
 # a checkpoint at the end, then starts the job again: the ps tasks restore
 # the table and training goes on. Lines:
 #   cpu: ...
-#   table_scale: phase=trained rows=N last_status: rows=R table_mib=M bytes_per_row=X ps_memory=... train_s=S
+#   table_scale: phase=trained rows=N last_status: rows=R table_mib=M bytes_per_row=X ps_memory=... train_s=S peak_rss_mib=A,B
 #   table_scale: phase=saved checkpoint_bytes=B
-#   table_scale: phase=restored rows=N restore_s_per_ps=S,S resumed_at=STEP final="final: ..."
+#   table_scale: phase=restored rows=N restore_s_per_ps=S,S resumed_at=STEP final="final: ..." peak_rss_mib=A,B
+# (peak_rss_mib: each ps process's peak resident memory, VmHWM, in that run).
 #
-#   scripts/bench_table_scale.sh [--rows 20000000] [--dir DIR]
+#   scripts/bench_table_scale.sh [--rows 20000000] [--ps 2] [--dir DIR]
 # PSRT_BIN_DIR=DIR takes the binaries from DIR. Needs about 40 bytes of
 # disk per row for the data and 200 for the checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=20000000
+ps=2
 dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows="$2"; shift 2 ;;
+    --ps) ps="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     *) echo "bench_table_scale: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -49,19 +52,27 @@ PY
   head -2000 "$dir/train.tsv" > "$dir/test.tsv"
 fi
 spec="$dir/cluster.json"
-scripts/make_cluster_spec.sh --ps 2 --workers 1 --out "$spec"
+scripts/make_cluster_spec.sh --ps "$ps" --workers 1 --out "$spec"
 flags=(--sync_replicas --model=dlrm --data_format=criteo --train_data="$dir/train.tsv"
        --test_data="$dir/test.tsv" --embedding_dim=16 --bottom_mlp=32 --top_mlp=32
        --optimizer=adagrad --learning_rate=0.05 --batch_size=$batch --log_every_steps=100
        --save_checkpoint_secs=100000 --keep_checkpoints=1)
 
-# The ps tasks' rows and memory while the job runs: the last psrtctl answer.
+# The ps tasks' rows and memory while the job runs: the last psrtctl answer,
+# and each ps process's peak resident memory so far (VmHWM, in MiB).
 watch_status() {
+  local pid peaks
   while sleep 1; do
     "$bin/psrtctl" status --cluster_spec="$spec" > "$dir/status.tmp" 2>/dev/null &&
       grep -q "table" "$dir/status.tmp" && mv "$dir/status.tmp" "$dir/status.txt"
+    peaks=""
+    for pid in $(pgrep -f "psrt_ps .*--cluster_spec=$spec" || true); do
+      peaks="$peaks $(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status" 2>/dev/null)"
+    done
+    [ -z "${peaks// /}" ] || echo "$peaks" > "$dir/peaks.txt"
   done
 }
+peaks() { tr -s ' ' < "$dir/peaks.txt" | sed 's/^ //; s/ $//; s/ /,/g'; }
 table_mib() { awk '/ table /{for(i=1;i<=NF;i++) if($i ~ /^memory=/){sub("memory=","",$i); sub("MiB","",$i); s+=$i}} END{printf "%.0f", s}' "$1" 2>/dev/null || echo 0; }
 # The rows the newest checkpoint holds (its shards' T/ids tensors' shapes).
 checkpoint_rows() {
@@ -79,7 +90,7 @@ print(rows)
 PY
 }
 
-rm -rf "$dir/ckpt" "$dir/status.txt"
+rm -rf "$dir/ckpt" "$dir/status.txt" "$dir/peaks.txt"
 watch_status & watcher=$!
 start=$(date +%s.%N)
 scripts/launch.sh --cluster_spec "$spec" --logdir "$dir/train" --checkpoint_dir "$dir/ckpt" -- \
@@ -94,11 +105,13 @@ rss=$(grep -o "^ps/[0-9].*" "$dir/status.txt" | grep -o "rss=[0-9.]*[A-Za-z]*" |
 echo "table_scale: phase=trained rows=$(checkpoint_rows) (in the checkpoint)" \
   "last_status: rows=$status_rows table_mib=$mib" \
   "bytes_per_row=$(awk -v m="$mib" -v r="$status_rows" 'BEGIN{if(r>0) printf "%.1f", m*1048576/r}')" \
-  "ps_memory=$rss train_s=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}')"
+  "ps_memory=$rss train_s=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}')" \
+  "peak_rss_mib=$(peaks)"
 save_line=$(grep -h "saved .*model.ckpt" "$dir"/train/ps-*.log | tail -2 | tr '\n' ' ')
 echo "table_scale: phase=saved checkpoint_bytes=$(du -cb "$dir"/ckpt/*.safetensors | tail -1 | cut -f1) ($save_line)"
 
 start=$(date +%s.%N)
+rm -f "$dir/peaks.txt"
 watch_status & watcher=$!
 scripts/launch.sh --cluster_spec "$spec" --logdir "$dir/resume" --checkpoint_dir "$dir/ckpt" -- \
   "${flags[@]}" --train_steps=$((steps + 100)) > "$dir/resume.out" 2>&1
@@ -112,4 +125,4 @@ done)
 resumed=$(grep -o "resuming at global step [0-9]*" "$dir/resume/worker-0.log" | grep -o "[0-9]*$" || true)
 echo "table_scale: phase=restored rows=$(checkpoint_rows) (in the resumed run's checkpoint)" \
   "restore_s_per_ps=${restore_s% } resumed_at=${resumed:-none} ($restored)" \
-  "final=\"$(grep '^final:' "$dir/resume/worker-0.log")\""
+  "final=\"$(grep '^final:' "$dir/resume/worker-0.log")\"" "peak_rss_mib=$(peaks)"
