@@ -10,12 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/splitmix.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "kernels/elementwise.h"
 
 namespace psrt {
 namespace {
 
 constexpr int64_t kChunkRows = 4096;
+// Without a ttl, an id waiting for admission is forgotten after this many
+// steps without a look-up.
+constexpr int64_t kCandidateWindowSteps = 1 << 16;
 
 }  // namespace
 
@@ -36,7 +40,7 @@ absl::StatusOr<RowPolicy> RowPolicyFromConfig(const proto::TrainingConfig& confi
           absl::StrCat(field, " must not be negative, got ", value));
     }
   }
-  const float p = config.embedding_admit_probability();
+  const double p = config.embedding_admit_probability();
   if (!(p >= 0 && p <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_admit_probability must be in [0, 1] (0: off), got ", p));
@@ -108,6 +112,8 @@ void EmbeddingTable::RemoveRowLocked(int64_t row) {
   }
   // Only eviction drops a row other than the newest (a refused update drops
   // the rows it made, newest first, or from the places eviction freed).
+  CHECK(policy_.evicts()) << name_ << ": row " << row << " of " << ids_.size()
+                          << " dropped from the middle without eviction";
   touched_[row] = -1;
   free_rows_.push_back(row);
 }
@@ -164,7 +170,11 @@ absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<f
   for (size_t i = 0; i < kRowsAhead; ++i) PrefetchRowLocked(i);
   for (size_t i = 0; i < ids.size(); ++i) {
     PrefetchRowLocked(i + kRowsAhead);
-    const int64_t found = found_rows_[i];
+    int64_t found = found_rows_[i];
+    if (found < 0 && make_missing) {
+      // An id named twice in one look-up has its row from the first time.
+      if (auto it = index_.find(ids[i]); it != index_.end()) found = it->second;
+    }
     const float* row;
     if (found >= 0) {
       row = RowAt(found);
@@ -271,19 +281,20 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
 }
 
 void EmbeddingTable::Evict(int64_t step) {
-  if (!policy_.evicts()) return;
+  if (!policy_.evicts() && policy_.admits_every_id()) return;
   absl::MutexLock lock(&mu_);
-  if (policy_.ttl_steps > 0 && step >= next_sweep_) {
-    // Untouched for ttl_steps: last touched at step - ttl_steps or before.
-    const int64_t stale = step - policy_.ttl_steps;
-    for (int64_t r = 0; r < static_cast<int64_t>(ids_.size()); ++r) {
+  const int64_t window = policy_.ttl_steps > 0 ? policy_.ttl_steps : kCandidateWindowSteps;
+  if (step >= next_sweep_) {
+    // Untouched for `window` steps: last touched at step - window or before.
+    const int64_t stale = step - window;
+    for (int64_t r = 0; policy_.ttl_steps > 0 && r < static_cast<int64_t>(ids_.size()); ++r) {
       if (touched_[r] >= 0 && touched_[r] <= stale) {
         RemoveRowLocked(r);
         ++evicted_rows_;
       }
     }
     absl::erase_if(candidates_, [&](const auto& c) { return c.second.last_step <= stale; });
-    next_sweep_ = step + std::max<int64_t>(1, policy_.ttl_steps / 16);
+    next_sweep_ = step + std::max<int64_t>(1, window / 16);
   }
   if (policy_.max_rows > 0 && RowsLocked() > policy_.max_rows) EnforceBudgetLocked();
 }

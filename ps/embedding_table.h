@@ -114,8 +114,9 @@ class EmbeddingTable {
                      absl::Span<const float> grads);
 
   // Drops, at global step `step`, the rows the policy says to (above), and
-  // the ids waiting for admission that no look-up has named for ttl_steps.
-  // The age sweep runs every ttl_steps / 16 steps (at least 1).
+  // the ids waiting for admission that no look-up has named for ttl_steps
+  // (65536 without a ttl). The age sweep runs every 1/16 of that (at least
+  // every step).
   void Evict(int64_t step);
 
   int64_t rows() const;

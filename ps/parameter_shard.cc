@@ -171,7 +171,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   total_elements_ = total;
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
-  last_push_.assign(config_.num_replicas(), {0, 0});
+  last_push_.assign(config_.num_replicas(), LastPush());
   if (config_.moving_average_decay() > 0) {
     average_ = pool_->New(total);
     std::memcpy(average_->values.data(), values, total * sizeof(float));
@@ -282,6 +282,15 @@ size_t ParameterShard::max_push_bytes() const {
   absl::MutexLock lock(&mu_);
   if (current_ == nullptr) return 0;
   return current_->values.num_bytes() + (tables_ != nullptr ? tables_->max_push_bytes() : 0);
+}
+
+bool ParameterShard::TryTableStatus(std::vector<proto::TableStatus>* tables) const {
+  if (!mu_.TryLock()) return false;
+  proto::StatusResponse status;
+  if (tables_ != nullptr) tables_->AddStatus(&status);
+  mu_.Unlock();
+  tables->assign(status.tables().begin(), status.tables().end());
+  return true;
 }
 
 proto::StatusResponse ParameterShard::GetStatus() const {

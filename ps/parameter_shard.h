@@ -197,6 +197,10 @@ class ParameterShard {
   absl::StatusOr<PullReply> Read(bool moving_average);
 
   proto::StatusResponse GetStatus() const;
+  // The tables' part of GetStatus into *tables, if the shard is not busy
+  // (a restore or a save holds it for seconds): false, and nothing
+  // written, when it is. For metrics scrapes, which must not wait.
+  bool TryTableStatus(std::vector<proto::TableStatus>* tables) const;
   void Shutdown(int replica);
 
   // Writes checkpoint `step` if the shard is at `version` (any when -1);
@@ -344,8 +348,14 @@ class ParameterShard {
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t nonfinite_dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per replica: the (worker_incarnation, step) of its last push taken.
-  std::vector<std::pair<int64_t, int64_t>> last_push_ ABSL_GUARDED_BY(mu_);
+  // Per replica: its last push taken (its gradients, or under
+  // --sparse_async its rows alone), and the answer it got.
+  struct LastPush {
+    int64_t worker_incarnation = 0;
+    int64_t step = 0;
+    bool accepted = false;
+  };
+  std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
   // The chief's last push, pull, Init, Save or Restore (or the shard's

@@ -86,8 +86,8 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const int replica = header.replica();
     auto& last_push = last_push_[replica];
     const bool retry = header.worker_incarnation() != 0 &&
-                       header.worker_incarnation() == last_push.first &&
-                       header.step() <= last_push.second;
+                       header.worker_incarnation() == last_push.worker_incarnation &&
+                       header.step() <= last_push.step;
     const bool takes_gradient =
         !retry && !training_done_ &&
         (config_.mode() == proto::ASYNC ||
@@ -112,9 +112,12 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         takes_gradient && (!async || unstable >= 0) ? FirstNonFinite(*data) : -1;
     // Sync with --sparse_async: the rows are taken on arrival, as async
     // takes them, also from a push whose dense gradients come too late.
+    // (A resend of the version's accepted push, without an incarnation to
+    // know it by, is not taken either.)
     const bool rows_on_arrival = sparse && !async && config_.sparse_async();
+    const bool resent = header.version() == version_ && pushed_.count(replica) > 0;
     const bool takes_rows =
-        sparse && (rows_on_arrival ? !retry && !training_done_ : takes_gradient);
+        sparse && (rows_on_arrival ? !retry && !training_done_ && !resent : takes_gradient);
     std::string nonfinite_table;  // Of the embedding rows.
     if (takes_rows) {
       RETURN_IF_ERROR(tables_->Check(header.sparse(), message, dense_size, &nonfinite_table));
@@ -147,7 +150,10 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     }
     response.set_training_done(training_done_);
     if (retry) {
-      response.set_accepted(true);  // Taken already; not applied twice.
+      // Taken already; not applied twice. The same answer as the first time
+      // (a stale push under --sparse_async had its rows taken, not its
+      // gradients).
+      response.set_accepted(last_push.accepted);
     } else if (training_done_) {
       response.set_accepted(false);
     } else if (nonfinite >= 0 || unstable >= 0 || !nonfinite_table.empty()) {
@@ -253,7 +259,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       }
     }
     if ((response.accepted() || rows_taken) && !retry) {
-      last_push = {header.worker_incarnation(), header.step()};
+      last_push = {header.worker_incarnation(), header.step(), response.accepted()};
     }
     response.set_version(version_);
     TakeReadyWaiters(&ready);

@@ -240,7 +240,7 @@ run_psrt() {
       tr '=' ' ' | awk -v m="$model" -v l="$layout" -v r="$run" '
         { rows[NR] = $2; bytes[NR] = $4 + $6; sr += $2; sb += $4 + $6 }
         END {
-          if (NR == 0) exit
+          if (NR == 0 || sr == 0 || sb == 0) exit
           for (i = 1; i <= NR; i++) { if (rows[i] > mr) mr = rows[i]; if (bytes[i] > mb) mb = bytes[i]
             rl = rl (i > 1 ? "," : "") rows[i]; bl = bl (i > 1 ? "," : "") sprintf("%.0f", bytes[i] / 1e6) }
           printf "ctr_balance: model=%s layout=%s run=%s rows_per_ps=%s rows_max_over_mean=%.3f " \

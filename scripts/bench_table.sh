@@ -8,8 +8,9 @@
 #
 #   scripts/bench_table.sh [--rows 1000000,10000000] [--dim 16] [--optimizer adagrad] [--runs 5]
 #
-# PSRT_BIN_DIR=DIR takes the binary from DIR. Needs about 2.5x the table's
-# payload in memory (the table and the peer's array of the same bytes).
+# PSRT_BIN_DIR=DIR takes the binary from DIR. Needs about 3.5x the table's
+# payload in memory (the table, the peer's array of the same bytes and its
+# memcpy target; 10M rows of dimension 16 with Adagrad: about 5 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=()

@@ -66,8 +66,9 @@ watch_status() {
     "$bin/psrtctl" status --cluster_spec="$spec" > "$dir/status.tmp" 2>/dev/null &&
       grep -q "table" "$dir/status.tmp" && mv "$dir/status.tmp" "$dir/status.txt"
     peaks=""
-    for pid in $(pgrep -f "psrt_ps .*--cluster_spec=$spec" || true); do
-      peaks="$peaks $(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status" 2>/dev/null)"
+    # (A ps may exit between pgrep and awk: neither failure ends the loop.)
+    for pid in $(pgrep -f -- "psrt_ps .*--cluster_spec=$spec" || true); do
+      peaks="$peaks $(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status" 2>/dev/null || true)"
     done
     [ -z "${peaks// /}" ] || echo "$peaks" > "$dir/peaks.txt"
   done

@@ -304,7 +304,7 @@ absl::Status SetEmbeddingPolicy(proto::TrainingConfig* config) {
         "ids: set one");
   }
   config->set_embedding_admit_count(FLAGS_embedding_admit_count);
-  config->set_embedding_admit_probability(static_cast<float>(FLAGS_embedding_admit_probability));
+  config->set_embedding_admit_probability(FLAGS_embedding_admit_probability);
   config->set_embedding_ttl_steps(FLAGS_embedding_ttl_steps);
   if (FLAGS_embedding_max_rows_per_ps > 0) {
     ASSIGN_OR_RETURN(const int stripes, PsStripesFromFlags());

@@ -201,7 +201,14 @@ TEST(ParameterShardSparseTest, SparseAsyncTakesEveryPushsRowsOnArrival) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto late = PushRows(&shard, 2, 0, {9, 9, 9, 9}, {10}, {5, 6}, "emb", -1, /*step=*/0);
     ASSERT_TRUE(late.ok()) << late.status();
+    EXPECT_FALSE(late->accepted()) << attempt;  // The same answer both times.
   }
+  // Replica 1 sends its push of version 1 twice (no incarnation to know the
+  // second by): its rows are taken once.
+  ASSERT_TRUE(PushRows(&shard, 1, 1, {0, 0, 0, 0}, {11}, {2, 2})->accepted());
+  ASSERT_TRUE(PushRows(&shard, 1, 1, {0, 0, 0, 0}, {11}, {2, 2}).ok());
+  EXPECT_FLOAT_EQ((*PullRows(&shard, {11}, /*sparse_only=*/true))[0],
+                  InitialRow(11, config)[0] - 1.0f);
   row = *PullRows(&shard, {10}, /*sparse_only=*/true);
   EXPECT_FLOAT_EQ(row[0], a0[0] - 0.5f * (1 + 3 + 5));
   EXPECT_FLOAT_EQ(row[1], a0[1] - 0.5f * (2 + 4 + 6));
