@@ -3,11 +3,14 @@
 # docs/sparse.md): psrt's dlrm and wide_deep on 127.0.0.1 beside PyTorch
 # training the same models (scripts/peers/torch_ctr.py) on the same
 # Criteo-format files with the same threads, batch, optimizer and one pass
-# over the training file, all in one run on one machine. Lines:
+# over the training file, all in one run on one machine, PyTorch from
+# psrt's very initial values (the dense variables of a step-0 psrt
+# checkpoint, the rows as psrt's tables make them). Lines:
 #   cpu: model="..." cpus=N avx2=yes|no avx512f=yes|no
 #   ctr_data: train=FILE rows=N test=FILE rows=N planted_test_auc=A planted_test_logloss=L
 #   ctr_run: model=M layout=L run=I samples_per_sec=X test_auc=A test_logloss=L ...
 #   ctr: model=M layout=1ps1w|2ps2w|torch samples_per_sec=X test_auc=A test_logloss=L
+#   ctr_init: model=M psrt_initial_auc=A torch_initial_auc=A psrt_initial_logloss=L torch_initial_logloss=L
 #   ctr_ratio: model=M layout=1ps1w|2ps2w speed_vs_torch=R auc_minus_torch=D
 #   ctr_balance: model=M layout=L run=I rows_per_ps=a,b rows_max_over_mean=X
 #                mb_per_ps=c,d bytes_max_over_mean=Y   (layouts of 2 ps tasks)
@@ -249,22 +252,55 @@ run_psrt() {
   fi
 }
 
-# run_torch MODEL RUN
+# psrt_initial MODEL: psrt's initial dense values of MODEL (its step-0
+# checkpoint, exported) into $work/MODEL-init.safetensors, for PyTorch to
+# start from (torch_ctr.py --init_from, which makes the rows as psrt's
+# tables do); psrt's step-0 evaluation into $work/MODEL-init.final.
+psrt_initial() {
+  local model="$1" flags
+  mapfile -t flags < <(model_flags "$model")
+  rm -rf "$work/$model-init"
+  timeout "$run_limit" scripts/launch.sh --cluster_spec "$work/1ps1w.json" \
+    --logdir "$work/$model-init/logs" --checkpoint_dir "$work/$model-init/ckpt" -- \
+    "${flags[@]}" --data_format=criteo --train_data="$train" --test_data="$test" \
+    --optimizer=adagrad --sparse_optimizer=adagrad --sync_replicas --train_steps=0 \
+    >"$work/$model-init.out" 2>&1 &&
+    scripts/export_checkpoint.sh --checkpoint_dir="$work/$model-init/ckpt" \
+      --out="$work/$model-init.safetensors" >>"$work/$model-init.out" 2>&1 &&
+    grep '^final:' "$work/$model-init/logs/worker-0.log" >"$work/$model-init.final"
+}
+
+# run_torch MODEL RUN: from psrt's initial values.
 run_torch() {
   local model="$1" run="$2"
   local steps=$((epochs * rows / batch))
   local every=$((steps / 10 > 0 ? steps / 10 : 1))
   local out="$work/$model-torch-$run.out" flags line
+  if [ ! -s "$work/$model-init.safetensors" ] && ! psrt_initial "$model"; then
+    fail "$model" torch "$run" "psrt's initial values: see $work/$model-init.out"
+    return
+  fi
   mapfile -t flags < <(model_flags "$model")
   # argparse takes --flag=value as the shell passes it.
   timeout "$run_limit" "$venv/bin/python" scripts/peers/torch_ctr.py "${flags[@]}" \
     --train_data="$train" --test_data="$test" --threads="$threads" --steps="$steps" \
-    --log_every_steps="$every" >"$out" 2>&1
+    --log_every_steps="$every" --init_from="$work/$model-init.safetensors" \
+    --eval_initial >"$out" 2>&1
   local code=$?
   line=$(grep '^torch_ctr: model=' "$out" | tail -1)
   if [ "$code" -ne 0 ] || [ -z "$line" ]; then
     fail "$model" torch "$run" "torch_ctr.py exited $code (output in $out)"
     return
+  fi
+  # The same start on both sides: the test set's AUC and logloss before
+  # training, psrt's and PyTorch's.
+  if [ "$run" -eq 1 ]; then
+    local initial
+    initial=$(grep '^torch_ctr: initial' "$out" | tail -1)
+    echo "ctr_init: model=$model psrt_initial_auc=$(field test_auc <"$work/$model-init.final")" \
+      "torch_initial_auc=$(field test_auc <<<"$initial")" \
+      "psrt_initial_logloss=$(field test_logloss <"$work/$model-init.final")" \
+      "torch_initial_logloss=$(field test_logloss <<<"$initial")"
   fi
   local sps auc logloss
   sps=$(field samples_per_sec <<<"$line") auc=$(field test_auc <<<"$line")

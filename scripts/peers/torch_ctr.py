@@ -55,7 +55,9 @@ import array
 import gzip
 import io
 import math
+import json
 import statistics
+import struct
 import sys
 import time
 
@@ -135,6 +137,105 @@ def log_loss(probabilities, labels):
 
 def units(text):
     return [int(u) for u in text.split(",") if u.strip()]
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """common/splitmix.h's SplitMix64 on a numpy uint64 array (wrapping)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def psrt_ids(ids):
+    """psrt's 64-bit id of each key of `ids` (worker/input/criteo_reader.h's
+    CriteoId: field << 33 | the 8 hex digits' value, or 1 << 32 when
+    missing), in row-number order."""
+    out = np.zeros(len(ids), dtype=np.uint64)
+    for key, row in ids.items():
+        value, field = key.rsplit(":", 1)
+        v = int(value, 16) if value else 1 << 32
+        out[row] = (int(field) << 33) | v
+    return out
+
+
+def psrt_initial_rows(table_seed, ids, dim):
+    """ps/embedding_table.cc's InitRow for every id: a normal of stddev
+    1/sqrt(dim), redrawn beyond 2 stddev, from (table seed, id, column)."""
+    with np.errstate(over="ignore"):
+        base = splitmix64(np.uint64(table_seed) ^ splitmix64(ids))
+        h = splitmix64(base[:, None] + np.arange(dim, dtype=np.uint64)[None, :])
+        z = np.zeros(h.shape)
+        todo = np.ones(h.shape, dtype=bool)
+        while todo.any():
+            h[todo] = splitmix64(h[todo])
+            u1 = ((h[todo] >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+            h[todo] = splitmix64(h[todo])
+            u2 = ((h[todo] >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+            draw = np.sqrt(-2 * np.log(u1)) * np.cos(2 * math.pi * u2)
+            z[todo] = draw
+            todo[todo] = np.abs(draw) > 2
+    return (z * (1 / math.sqrt(dim))).astype(np.float32)
+
+
+def read_safetensors(path):
+    """The float32 tensors of a safetensors file, by name."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype=np.float32).reshape(t["shape"])
+    return out
+
+
+def load_psrt_init(model, args, ids):
+    """Gives `model` psrt's initial values: the dense variables of the
+    safetensors file --init_from (scripts/export_checkpoint.sh of psrt's
+    step-0 checkpoint), and every table row as psrt's table makes it (table
+    t's seed: SplitMix64(--seed + t), worker/worker_task.cc)."""
+    import torch
+    saved = read_safetensors(args.init_from)
+    params = dict(model.named_parameters())
+    loaded = set()
+    with torch.no_grad():
+        for name, value in saved.items():
+            parts = name.split("/")
+            if len(parts) == 3 and parts[1].startswith("layer"):  # mlp/layerI/weights|biases
+                layer = f"{parts[0]}.layers.{parts[1][5:]}"
+                target, value = ((layer + ".weight", value.T) if parts[2] == "weights"
+                                 else (layer + ".bias", value))
+            elif name in ("wide/dense_weights", "wide/bias"):
+                target = "dense_weights" if name.endswith("weights") else "bias"
+            else:
+                continue
+            if target not in params or tuple(params[target].shape) != value.shape:
+                sys.exit(f"torch_ctr: --init_from {args.init_from}: {name} {value.shape} "
+                         f"fits no parameter of the {args.model} model")
+            params[target].copy_(torch.from_numpy(np.ascontiguousarray(value)))
+            loaded.add(target)
+        bags = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.EmbeddingBag)]
+        missing = set(params) - loaded - {n + ".weight" for n, _ in bags}
+        if missing:
+            sys.exit(f"torch_ctr: --init_from {args.init_from} lacks {sorted(missing)}")
+        keys = psrt_ids(ids)
+        # The tables in psrt's order (models/ctr_models.cc): dlrm's
+        # "embeddings"; wide_deep's "wide" (zeros) then "deep".
+        order = ["embeddings"] if args.model == "dlrm" else ["wide", "deep"]
+        for t, table in enumerate(order):
+            bag = dict(bags)[table]
+            if table == "wide":
+                bag.weight.zero_()
+                continue
+            seed = int(splitmix64(np.array([(args.seed + t) & MASK64], dtype=np.uint64))[0])
+            bag.weight.copy_(torch.from_numpy(psrt_initial_rows(seed, keys, bag.weight.shape[1])))
 
 
 def build_model(args, num_rows):
@@ -228,6 +329,20 @@ def build_model(args, num_rows):
     return Dlrm() if args.model == "dlrm" else WideDeep()
 
 
+def predict(model, test, eval_batch_size):
+    """The click probabilities of the test rows (float32)."""
+    import torch
+    model.eval()
+    probabilities = []
+    with torch.no_grad():
+        dense_t, rows_t = torch.from_numpy(test[0]), torch.from_numpy(test[1])
+        for lo in range(0, len(test[2]), eval_batch_size):
+            hi = lo + eval_batch_size
+            probabilities.append(torch.sigmoid(model(dense_t[lo:hi], rows_t[lo:hi])).numpy())
+    model.train()
+    return np.concatenate(probabilities).astype(np.float32)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=["dlrm", "wide_deep"], required=True)
@@ -247,7 +362,13 @@ def main():
     parser.add_argument("--log_every_steps", type=int, default=100,
                         help="steps per throughput interval")
     parser.add_argument("--eval_batch_size", type=int, default=16384)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="torch's seed; with --init_from, psrt's --seed (its tables' seeds)")
+    parser.add_argument("--init_from", default="",
+                        help="start from psrt's initial values: the export of its step-0 "
+                             "checkpoint (dense) and its tables' row initializer")
+    parser.add_argument("--eval_initial", action="store_true",
+                        help="print the test AUC and logloss before training too")
     parser.add_argument("--verbose", action="store_true", help="interval lines on stderr")
     args = parser.parse_args()
     if args.batch_size < 1 or args.log_every_steps < 1:
@@ -269,6 +390,12 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build_model(args, len(ids))
+    if args.init_from:
+        load_psrt_init(model, args, ids)
+    if args.eval_initial:
+        p = predict(model, test, args.eval_batch_size)
+        print(f"torch_ctr: initial test_auc={roc_auc(p, test[2]):.4f} "
+              f"test_logloss={log_loss(p, test[2]):.4f}")
     sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.EmbeddingBag)]
     sparse_ids = {id(p) for p in sparse}
     dense_params = [p for p in model.parameters() if id(p) not in sparse_ids]
@@ -321,14 +448,7 @@ def main():
     else:
         samples_per_sec = steps * batch / train_seconds
 
-    model.eval()
-    probabilities = []
-    with torch.no_grad():
-        dense_t, rows_t = torch.from_numpy(test[0]), torch.from_numpy(test[1])
-        for lo in range(0, len(test[2]), args.eval_batch_size):
-            hi = lo + args.eval_batch_size
-            probabilities.append(torch.sigmoid(model(dense_t[lo:hi], rows_t[lo:hi])).numpy())
-    p = np.concatenate(probabilities).astype(np.float32)
+    p = predict(model, test, args.eval_batch_size)
     print(f"torch_ctr: model={args.model} threads={args.threads} batch={batch} "
           f"samples_per_sec={samples_per_sec:.1f} test_auc={roc_auc(p, test[2]):.4f} "
           f"test_logloss={log_loss(p, test[2]):.4f} train_seconds={train_seconds:.2f} "
