@@ -29,7 +29,14 @@ fields, each an nn.EmbeddingBag(mode="sum", sparse=True) with one id per bag):
              + dense . wide/dense_weights + wide/bias
              + deep MLP(concat(dense, the fields' rows of table "deep"))
              (hidden_units with ReLU, then 1 linear).
-Initial values as psrt's: layer weights truncated normal (cut at 2 sigma)
+Initial values: with --init_from (as scripts/bench_ctr.sh runs it), psrt's
+very own: the dense variables of psrt's step-0 checkpoint, exported
+(scripts/export_checkpoint.sh), and every table row as psrt's table makes it
+(ps/embedding_table.cc's InitRow from the table's seed and the id,
+re-computed here in numpy; --eval_initial prints the test AUC and logloss
+before training, to compare with psrt's step-0 "final:" line). Without it,
+drawn by torch from the same distributions as psrt's: layer weights
+truncated normal (cut at 2 sigma)
 whose actual standard deviation is sqrt(2 / fan_in) before a ReLU and
 sqrt(1 / fan_in) otherwise (wide/dense_weights: sqrt(1 / 13)), biases 0;
 table rows normal of stddev 1 / sqrt(dim) truncated at 2 stddev
