@@ -201,7 +201,8 @@ absl::Status EmbeddingTable::Lookup(absl::Span<const uint64_t> ids, absl::Span<f
 void EmbeddingTable::FindRowsLocked(absl::Span<const uint64_t> ids) {
   // The rows of a batch lie anywhere in memory, and so do their map slots:
   // each look-up is a cache miss or two. Prefetching the slots a few ids
-  // ahead, and each row found, keeps many misses in flight at once.
+  // ahead keeps several misses in flight at once (the rows are prefetched
+  // a few ids ahead of their use: PrefetchRowLocked).
   constexpr size_t kAhead = 16;
   found_rows_.resize(ids.size());
   for (size_t i = 0; i < std::min(kAhead, ids.size()); ++i) index_.prefetch(ids[i]);
@@ -215,7 +216,9 @@ void EmbeddingTable::FindRowsLocked(absl::Span<const uint64_t> ids) {
 void EmbeddingTable::PrefetchRowLocked(size_t i) const {
   if (i >= found_rows_.size() || found_rows_[i] < 0) return;
   const char* row = reinterpret_cast<const char*>(RowAt(found_rows_[i]));
-  for (int64_t b = 0; b < row_floats_ * int64_t{sizeof(float)}; b += 64) __builtin_prefetch(row + b);
+  for (int64_t b = 0; b < row_floats_ * int64_t{sizeof(float)}; b += 64) {
+    __builtin_prefetch(row + b);
+  }
 }
 
 absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const uint64_t> ids,
