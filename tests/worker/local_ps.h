@@ -133,6 +133,46 @@ inline proto::TrainingConfig SyncConfig(int replicas) {
   return config;
 }
 
+// The tests of pushes and pulls, once per transport of tensors (each test
+// file instantiates it over kGrpc and kDataPlane).
+class PsClientTransportTest : public ::testing::TestWithParam<TensorTransport> {
+ public:
+  // A ps task of `stripes` (on `port`; 0: a free one) that serves the
+  // transport under test.
+  std::unique_ptr<LocalPs> Ps(int port = 0, int stripes = 1) {
+    auto ps = std::make_unique<LocalPs>(port, stripes);
+    if (GetParam() == TensorTransport::kDataPlane) ps->ServeDataPlane();
+    return ps;
+  }
+  std::unique_ptr<PsClient> Client(const std::vector<LocalPs*>& tasks, int replica,
+                                   const std::vector<VariableDef>& vars,
+                                   absl::Duration retry_timeout = absl::Seconds(60),
+                                   int stripes = 1, proto::DataType wire = proto::DT_FLOAT,
+                                   std::vector<proto::TableMeta> tables = {}) {
+    PsClient::Options options;
+    for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
+    options.ps_stripes = stripes;
+    options.replica = replica;
+    options.retry_timeout = retry_timeout;
+    options.rpc_timeout = absl::Seconds(30);
+    options.pull_timeout = absl::Seconds(30);
+    options.wire_dtype = wire;
+    options.tensor_transport = GetParam();
+    options.tables = std::move(tables);
+    absl::StatusOr<Placement> placement =
+        ComputePlacement(vars, tasks.size() * stripes, PlacementOptions());
+    EXPECT_TRUE(placement.ok()) << placement.status();
+    return std::make_unique<PsClient>(options, *placement, vars);
+  }
+  // Pushes the tasks' data planes served (0 over gRPC).
+  static int64_t DataPlanePushes(const std::vector<LocalPs*>& tasks) {
+    int64_t pushes = 0;
+    for (LocalPs* ps : tasks) pushes += ps->data_plane_metrics.transfers().traffic().pushes();
+    return pushes;
+  }
+};
+
+
 }  // namespace psrt
 
 #endif  // PSRT_TESTS_WORKER_LOCAL_PS_H_
