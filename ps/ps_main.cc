@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/health_reporter.h"
 #include "common/metrics.h"
@@ -211,8 +213,10 @@ int main(int argc, char** argv) {
       {"psrt_ps_table_candidates", "Ids looked up and waiting for admission.",
        &psrt::proto::TableStatus::candidates},
   };
+  // One read of the stripes serves the five gauges of a scrape.
   struct LastTables {
     absl::Mutex mu;
+    absl::Time read = absl::InfinitePast();
     std::vector<std::vector<psrt::proto::TableStatus>> per_stripe;
   };
   auto last_tables = std::make_shared<LastTables>();
@@ -221,9 +225,14 @@ int main(int argc, char** argv) {
     metrics.AddGaugeCallback(gauge.name, gauge.help,
                              [&shards, last_tables, field = gauge.field] {
       absl::MutexLock lock(&last_tables->mu);
+      if (absl::Now() - last_tables->read > absl::Milliseconds(100)) {
+        for (size_t k = 0; k < shards.size(); ++k) {
+          shards[k]->TryTableStatus(&last_tables->per_stripe[k]);
+        }
+        last_tables->read = absl::Now();
+      }
       double total = 0;
       for (size_t k = 0; k < shards.size(); ++k) {
-        shards[k]->TryTableStatus(&last_tables->per_stripe[k]);
         for (const psrt::proto::TableStatus& table : last_tables->per_stripe[k]) {
           total += static_cast<double>((table.*field)());
         }
