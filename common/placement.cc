@@ -17,6 +17,16 @@ absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name)
                    "\" (known: round_robin, greedy, contiguous, prioritized)"));
 }
 
+const char* PlacementStrategyName(PlacementStrategy strategy) {
+  switch (strategy) {
+    case PlacementStrategy::kRoundRobin: return "round_robin";
+    case PlacementStrategy::kGreedyByBytes: return "greedy";
+    case PlacementStrategy::kContiguous: return "contiguous";
+    case PlacementStrategy::kPrioritized: return "prioritized";
+  }
+  return "round_robin";
+}
+
 absl::StatusOr<Placement> ComputePlacement(
     const std::vector<VariableDef>& variables, int num_shards,
     const PlacementOptions& options) {

@@ -47,6 +47,8 @@ enum class PlacementStrategy { kRoundRobin, kGreedyByBytes, kContiguous, kPriori
 // "round_robin", "greedy", "contiguous" or "prioritized"; an unknown name
 // is InvalidArgument.
 absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name);
+// The name ParsePlacementStrategy takes.
+const char* PlacementStrategyName(PlacementStrategy strategy);
 
 struct PlacementOptions {
   PlacementStrategy strategy = PlacementStrategy::kRoundRobin;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -27,7 +28,9 @@ namespace psrt {
 namespace {
 
 constexpr char kFormat[] = "psrt-shard-checkpoint-1";
-constexpr char kFormatWithTables[] = "psrt-shard-checkpoint-2";
+constexpr char kFormatWithTables[] = "psrt-shard-checkpoint-3";
+// Tables whose rows went to shards by residue, not range (TableShardOf).
+constexpr char kFormatTablesByResidue[] = "psrt-shard-checkpoint-2";
 constexpr char kAverageSuffix[] = "/ExponentialMovingAverage";
 constexpr char kIdsSuffix[] = "/ids";
 constexpr char kValuesSuffix[] = "/values";
@@ -75,6 +78,19 @@ bool StepOfFile(const ShardCheckpointId& id, absl::string_view name, int64_t* st
     return false;
   }
   return absl::SimpleAtoi(name, step);
+}
+
+// Parses "model.ckpt-<step>.ps-<k>-of-<K>.safetensors", any shard of any count.
+bool ParseShardFileName(absl::string_view name, int64_t* step, int* shard, int* num_shards) {
+  if (!absl::ConsumePrefix(&name, "model.ckpt-") || !absl::ConsumeSuffix(&name, ".safetensors")) {
+    return false;
+  }
+  const std::vector<absl::string_view> parts = absl::StrSplit(name, absl::ByAnyChar(".-"));
+  // "<step>", "ps", "<k>", "of", "<K>".
+  return parts.size() == 5 && parts[1] == "ps" && parts[3] == "of" &&
+         absl::SimpleAtoi(parts[0], step) && absl::SimpleAtoi(parts[2], shard) &&
+         absl::SimpleAtoi(parts[4], num_shards) && *num_shards >= 1 && *shard >= 0 &&
+         *shard < *num_shards;
 }
 
 absl::Status WriteIndex(const ShardCheckpointId& id, const std::vector<int64_t>& steps) {
@@ -139,21 +155,32 @@ std::string OtherShardCountFile(const ShardCheckpointId& id) {
   absl::StatusOr<std::vector<std::string>> names = FileSystem::Default()->ListDirectory(id.dir);
   if (!names.ok()) return "";
   for (const std::string& name : *names) {
-    absl::string_view rest = name;
     int64_t step = 0;
     int shard = 0, num_shards = 0;
-    if (!absl::ConsumePrefix(&rest, "model.ckpt-") || !absl::ConsumeSuffix(&rest, ".safetensors")) {
-      continue;
-    }
-    const std::vector<absl::string_view> parts = absl::StrSplit(rest, absl::ByAnyChar(".-"));
-    // "<step>", "ps", "<k>", "of", "<K>".
-    if (parts.size() == 5 && parts[1] == "ps" && parts[3] == "of" &&
-        absl::SimpleAtoi(parts[0], &step) && absl::SimpleAtoi(parts[2], &shard) &&
-        absl::SimpleAtoi(parts[4], &num_shards) && num_shards != id.num_shards) {
+    if (ParseShardFileName(name, &step, &shard, &num_shards) && num_shards != id.num_shards) {
       return name;
     }
   }
   return "";
+}
+
+std::vector<OtherCountCheckpoint> ListOtherCountCheckpoints(const ShardCheckpointId& id) {
+  absl::StatusOr<std::vector<std::string>> names = FileSystem::Default()->ListDirectory(id.dir);
+  if (!names.ok()) return {};
+  std::map<std::pair<int64_t, int>, std::set<int>> shards;  // (step, count) -> shards.
+  for (const std::string& name : *names) {
+    int64_t step = 0;
+    int shard = 0, num_shards = 0;
+    if (ParseShardFileName(name, &step, &shard, &num_shards) && num_shards != id.num_shards) {
+      shards[{step, num_shards}].insert(shard);
+    }
+  }
+  std::vector<OtherCountCheckpoint> complete;
+  for (auto it = shards.rbegin(); it != shards.rend(); ++it) {
+    const auto& [step, num_shards] = it->first;
+    if (static_cast<int>(it->second.size()) == num_shards) complete.push_back({num_shards, step});
+  }
+  return complete;
 }
 
 absl::StatusOr<PendingShardCheckpoint> StartShardCheckpoint(const ShardCheckpointId& id,
@@ -192,6 +219,7 @@ absl::StatusOr<PendingShardCheckpoint> StartShardCheckpoint(const ShardCheckpoin
   *header.mutable_config() = state.config;
   for (const auto& meta : state.variables) *header.add_variables() = meta;
   for (const auto& table : state.tables) *header.add_tables() = table.meta;
+  *header.mutable_layout() = state.layout;
   std::string header_text;
   google::protobuf::TextFormat::PrintToString(header, &header_text);
   std::map<std::string, std::string> metadata = {
@@ -252,7 +280,8 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
     auto it = file.metadata.find(key);
     return it == file.metadata.end() ? "" : it->second;
   };
-  if (meta("format") != kFormat && meta("format") != kFormatWithTables) {
+  const std::string format = meta("format");
+  if (format != kFormat && format != kFormatWithTables && format != kFormatTablesByResidue) {
     return bad("not a psrt shard checkpoint");
   }
   if (!file.checksum_verified) {
@@ -276,6 +305,8 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const ShardCheckpointId& id,
   }
   state.config = header.config();
   state.variables.assign(header.variables().begin(), header.variables().end());
+  state.layout = header.layout();
+  state.tables_by_residue = format == kFormatTablesByResidue;
 
   std::map<std::string, Tensor*> by_name;
   for (auto& [name, tensor] : file.tensors) by_name[name] = &tensor;

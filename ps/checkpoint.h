@@ -15,15 +15,19 @@
 // T/values (F32 [R, D]) and T/<slot> (F32 [R, D]) for each of the sparse
 // optimizer's slots (e.g. "emb/Adagrad"), rows in the order they were made.
 // __metadata__:
-//   format       "psrt-shard-checkpoint-2" for a shard with tables,
+//   format       "psrt-shard-checkpoint-3" for a shard with tables,
 //                "psrt-shard-checkpoint-1" without (as psrt wrote before
-//                tables, so that such files stay readable to it); both read
+//                tables, so that such files stay readable to it); all read,
+//                and "-2", tables whose rows were split by an older hash
+//                (ShardState::tables_by_residue)
 //   step, version, shard, num_shards (decimal)
 //   slots        the optimizer slots' names, comma-separated
 //   table_slots  the tables' optimizer slots' names, comma-separated
 //   header       an InitHeader in protobuf text format: the TrainingConfig
 //                (with the run_id of the training run the state belongs
-//                to), the variables and the tables (TableMeta)
+//                to), the variables, the tables (TableMeta) and the model's
+//                layout (ModelLayout: every variable, whole, and the
+//                placement's options)
 // plus the file's checksum; a file that fails it, is truncated or does not
 // match the shard is refused with a clear error.
 //
@@ -35,8 +39,15 @@
 // never leaves a partial file under a real name; only the `keep` most
 // recently saved checkpoints are kept.
 //
-// A checkpoint restores onto a shard of the same number K: the tables' rows
-// are split by TableShardOf(id, K), as the dense slices are by placement.
+// Resharding. A checkpoint restores onto the same number K of shards from
+// each shard's own file, or onto another number K' from the files of all K
+// (ReadCheckpointForShard; they must then be in one directory): the layout
+// says which slices of which variables each old file holds and each new
+// shard is to hold (common/placement.h), and a table's rows are split by
+// TableShardOf, by ranges of the ids' hashes, so that a new shard reads
+// only the old files whose ranges meet its own. Rows, slots, moving
+// averages and the version come out as they were saved: a resharded job
+// goes on exactly as the saving one would have.
 #ifndef PSRT_PS_CHECKPOINT_H_
 #define PSRT_PS_CHECKPOINT_H_
 
@@ -70,6 +81,7 @@ struct ShardStateView {
   const float* values = nullptr;
   std::vector<std::pair<std::string, const float*>> slots;
   const float* average = nullptr;  // Null: no moving averages.
+  proto::ModelLayout layout;  // As the chief's Init gave it; may be empty.
   // The embedding tables, whose rows are read while the file is written.
   // REQUIRES: no row changes until StartShardCheckpoint has returned.
   struct Table {
@@ -88,6 +100,13 @@ struct ShardState {
   Tensor values;
   std::vector<std::pair<std::string, Tensor>> slots;
   Tensor average;  // Empty: no moving averages.
+  proto::ModelLayout layout;  // Empty in a file psrt wrote before layouts.
+  // A file of format 2: its tables' rows went to shards by an older hash,
+  // so they are this shard's only when the job had one shard.
+  bool tables_by_residue = false;
+  // Gathered from the files of a job of this many shards (resharded); 0:
+  // from the shard's own file.
+  int resharded_from = 0;
   // An embedding table's rows: id ids[i] has row i of values and of each
   // slot (both [ids.size(), dim]).
   struct Table {
@@ -134,6 +153,29 @@ std::vector<int64_t> ListShardCheckpoints(const ShardCheckpointId& id);
 // than id.num_shards (a name such as "model.ckpt-750.ps-0-of-4.safetensors"),
 // or "" when there is none.
 std::string OtherShardCountFile(const ShardCheckpointId& id);
+
+// The checkpoints of `id.dir` saved by a job of another number of shards
+// than id.num_shards whose every shard file is there, newest step first.
+struct OtherCountCheckpoint {
+  int num_shards = 0;
+  int64_t step = 0;
+};
+std::vector<OtherCountCheckpoint> ListOtherCountCheckpoints(const ShardCheckpointId& id);
+
+// Every step shard `id` can restore, newest first: its own
+// (ListShardCheckpoints) and the other counts' (ListOtherCountCheckpoints).
+std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id);
+
+// The state shard id.shard of id.num_shards restores from checkpoint
+// `step`: its own file's, or, when it has none, its part of the checkpoint a
+// job of another number of shards saved at `step` (see "Resharding" above).
+// ReadShardCheckpoint's errors, naming the file; InvalidArgument when the
+// files disagree (another run, step or layout), when a file holds other
+// slices than its layout places there, or when the checkpoint predates
+// layouts (psrt wrote none before) and must be resharded;
+// FailedPrecondition for tables split by the older hash restored onto more
+// than one shard.
+absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step);
 
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a
 // corrupt file, InvalidArgument for one that belongs to another shard or

@@ -24,7 +24,14 @@ constexpr int64_t kCandidateWindowSteps = 1 << 16;
 }  // namespace
 
 int TableShardOf(uint64_t id, int num_shards) {
-  return static_cast<int>(SplitMix64(id) % static_cast<uint64_t>(num_shards));
+  return static_cast<int>((static_cast<unsigned __int128>(SplitMix64(id)) *
+                           static_cast<uint64_t>(num_shards)) >> 64);
+}
+
+bool TableShardsOverlap(int a, int num_a, int b, int num_b) {
+  // [a, a + 1) / num_a meets [b, b + 1) / num_b.
+  const int64_t a64 = a, b64 = b;
+  return a64 * num_b < (b64 + 1) * num_a && b64 * num_a < (a64 + 1) * num_b;
 }
 
 absl::StatusOr<RowPolicy> RowPolicyFromConfig(const proto::TrainingConfig& config) {

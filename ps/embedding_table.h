@@ -51,10 +51,16 @@
 
 namespace psrt {
 
-// The shard of `num_shards` that holds `id` in every table: a mix of all
-// the id's bits, so that ids differing only in their high bits (Criteo's
-// field keys) spread evenly. Every worker computes the same.
+// The shard of `num_shards` that holds `id` in every table. The id's 64
+// bits are mixed (SplitMix64, so that ids differing only in their high bits,
+// Criteo's field keys, spread evenly) into a hash h, and shard k holds the
+// hashes of [k, k + 1) * 2^64 / num_shards: ranges, not residues, so that a
+// checkpoint's rows go to another number of shards by ranges too (shard k
+// of K draws from the few shards of the old count whose range meets its
+// own: TableShardsOverlap). Every worker computes the same.
 int TableShardOf(uint64_t id, int num_shards);
+// Whether shard `a` of `num_a` and shard `b` of `num_b` may hold one id.
+bool TableShardsOverlap(int a, int num_a, int b, int num_b);
 
 // How a table admits and evicts rows; the default admits every id at once
 // and keeps every row.

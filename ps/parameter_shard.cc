@@ -145,6 +145,9 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
           "--placement or --partition_threshold_bytes than the run it holds, "
           "or its checkpoint, used); restart it to train another");
     }
+    // The chief's word on the layout is the current one (a state restored
+    // from a file that predates layouts has none).
+    if (header.has_layout()) layout_ = header.layout();
     ready_ = true;
     return false;
   }
@@ -167,6 +170,7 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   tables_ = std::move(tables);
   config_ = header.config();
   variables_.assign(header.variables().begin(), header.variables().end());
+  layout_ = header.layout();
   current_ = std::move(initial);
   total_elements_ = total;
   sum_.Resize({total});
@@ -298,7 +302,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   // Disk I/O, outside the lock: a slow disk must not hold up training.
   status.set_has_checkpoint_dir(!options_.checkpoint_dir.empty());
   if (!options_.checkpoint_dir.empty()) {
-    for (int64_t step : ListShardCheckpoints(checkpoint_id())) {
+    for (int64_t step : ListRestorableCheckpoints(checkpoint_id())) {
       status.add_checkpoint_steps(step);
     }
   }

@@ -217,13 +217,16 @@ class ParameterShard {
   // newest every shard holds, from the chief; -1: none).
   absl::StatusOr<std::string> Save(int64_t step, int64_t version, int keep,
                                    int64_t keep_step = -1);
-  // Loads checkpoint `step`, replacing the state, for recovery round
-  // `recovery_epoch` (see the header comment; 0 at start).
+  // Loads checkpoint `step` (the shard's own file, or resharded from those
+  // of a job of another number of shards: ReadCheckpointForShard),
+  // replacing the state, for recovery round `recovery_epoch` (see the
+  // header comment; 0 at start).
   absl::Status Restore(int64_t step, int64_t recovery_epoch = 0);
   // At start: loads the newest checkpoint that reads back intact, skipping
-  // (with a warning) corrupt ones. OK with nothing loaded when there is none;
-  // FailedPrecondition when the directory holds checkpoints of another
-  // number of shards only (a job resumed with other ps tasks or stripes).
+  // (with a warning) corrupt ones: its own, or one of a job of another
+  // number of shards, resharded (ReadCheckpointForShard). OK with nothing
+  // loaded when there is none; FailedPrecondition when the directory holds
+  // files of another number of shards but no whole checkpoint of theirs.
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 
@@ -333,6 +336,8 @@ class ParameterShard {
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Options::restore_at_start.
   proto::TrainingConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::VariableMeta> variables_ ABSL_GUARDED_BY(mu_);
+  // The whole model's layout (InitHeader.layout), saved for resharding.
+  proto::ModelLayout layout_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
   // Moving averages of current_ (null when the job keeps none).

@@ -88,6 +88,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
     }
     view.config = config_;
     view.variables = variables_;
+    view.layout = layout_;
     view.version = version_;
     view.num_elements = total_elements_;
     values = current_;  // Copy on write keeps these two unchanged.
@@ -153,6 +154,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   optimizer_ = std::move(optimizer);
   tables_ = std::move(tables);
   config_ = state.config;
+  layout_ = std::move(state.layout);
   variables_ = std::move(state.variables);
   total_elements_ = total;
   average_.reset();
@@ -195,7 +197,8 @@ absl::Status ParameterShard::TakeRecoveryEpochLocked(int64_t epoch,
 }
 
 absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
-  ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(checkpoint_id(), step));
+  ASSIGN_OR_RETURN(ShardState state, ReadCheckpointForShard(checkpoint_id(), step));
+  const int resharded_from = state.resharded_from;
   std::vector<Waiter> aborted;
   {
     absl::MutexLock lock(&mu_);
@@ -205,7 +208,12 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
     RETURN_IF_ERROR(TakeRecoveryEpochLocked(
         recovery_epoch, absl::StrCat("restore of checkpoint ", step)));
     RETURN_IF_ERROR(LoadLocked(std::move(state), &aborted));
-    LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")";
+    LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")"
+              << (resharded_from > 0
+                      ? absl::StrCat(", resharded from the files of ", resharded_from,
+                                     " shards as shard ", options_.shard, " of ",
+                                     options_.num_shards)
+                      : "");
   }
   for (Waiter& w : aborted) {
     w.done(absl::AbortedError(absl::StrCat(
@@ -217,7 +225,7 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
 
 absl::Status ParameterShard::RestoreLatest() {
   if (!options_.checkpoint_dir.empty()) {
-    const std::vector<int64_t> steps = ListShardCheckpoints(checkpoint_id());
+    const std::vector<int64_t> steps = ListRestorableCheckpoints(checkpoint_id());
     for (int64_t step : steps) {
       absl::Status status = Restore(step);
       if (status.ok()) break;
@@ -229,10 +237,11 @@ absl::Status ParameterShard::RestoreLatest() {
         steps.empty() && !other.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--checkpoint_dir ", options_.checkpoint_dir, " holds ", other,
-          ", written by a job of another number of shards; this job has ", options_.num_shards,
-          " (ps tasks x --ps_stripes). A checkpoint restores onto the number of shards that "
-          "saved it only: resume with that many ps tasks and the same --ps_stripes, or give "
-          "this job a checkpoint directory of its own"));
+          ", written by a job of another number of shards (this job has ", options_.num_shards,
+          ": ps tasks x --ps_stripes), but not every shard file of any one of that job's "
+          "checkpoints. Restoring onto another number of shards reads them all: give the ps "
+          "tasks one checkpoint directory that holds every file (or resume with the job's own "
+          "number of shards), or give this job a checkpoint directory of its own"));
     }
   }
   absl::MutexLock lock(&mu_);

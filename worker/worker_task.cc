@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
                                     config.placement));
   PsClient::Options options = config.ps_client;
   options.metrics = &metrics->transfers();
+  options.placement = config.placement;
   for (size_t t = 0; t < model.tables().size(); ++t) {
     proto::TableMeta& table = options.tables.emplace_back();
     table.set_name(model.tables()[t].name);

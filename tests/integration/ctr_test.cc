@@ -4,8 +4,11 @@
 // scripts/launch.sh.
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -165,6 +168,97 @@ TEST_F(CtrTest, AdmissionAndEvictionBoundTheTables) {
   EXPECT_LT(rows[1], rows[0] / 2);  // Ids seen once or twice get no row.
   EXPECT_LE(rows[2], 3000);
   EXPECT_GE(rows[2], 2000);
+}
+
+// A checkpoint's dense values, merged over its shards by
+// psrt_export_checkpoint, and its tables' rows by id.
+struct MergedState {
+  std::map<std::string, std::vector<float>> variables;
+  std::map<std::string, std::map<uint64_t, std::vector<float>>> rows;  // Table -> id -> row.
+};
+
+MergedState Merge(const std::string& bin, const std::string& dir, int shards, int step) {
+  MergedState merged;
+  const std::string out = absl::StrCat(dir, "/merged-", step, ".safetensors");
+  CommandResult r = RunCommand(absl::StrCat(bin, "/psrt_export_checkpoint --checkpoint_dir=", dir,
+                                            " --num_shards=", shards, " --step=", step,
+                                            " --out=", out));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(out);
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return merged;
+  std::map<std::string, const Tensor*> values;
+  for (const auto& [name, tensor] : file->tensors) {
+    if (absl::EndsWith(name, "/values")) {
+      values[name.substr(0, name.size() - 7)] = &tensor;
+    } else {
+      merged.variables[name].assign(tensor.data(), tensor.data() + tensor.num_elements());
+    }
+  }
+  for (const auto& [name, ids] : file->integers) {
+    const std::string table = name.substr(0, name.size() - 4);  // Less "/ids".
+    const Tensor* rows = values[table];
+    EXPECT_NE(rows, nullptr) << table;
+    if (rows == nullptr) continue;
+    const int64_t dim = rows->shape()[1];
+    for (size_t i = 0; i < ids.values.size(); ++i) {
+      merged.rows[table][ids.values[i]].assign(rows->data() + i * dim,
+                                               rows->data() + (i + 1) * dim);
+    }
+  }
+  return merged;
+}
+
+// Resharding on restore: a job saved with 2 ps tasks (4 shards) resumes
+// with 3 (6 shards), then with 1 (2 shards), and ends with exactly the
+// values and rows of the job that never stopped. Sync with one worker, so
+// that every sum is taken in one order; small partitions, so that dense
+// variables are cut into other slices by each count.
+TEST_F(CtrTest, ACheckpointRestoresOntoMoreAndFewerPsTasksExactly) {
+  MakeData();
+  const std::string flags = Flags("dlrm") +
+                            " --sync_replicas --partition_threshold_bytes=1024 "
+                            "--save_checkpoint_steps=1000";
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::pair<int, int> legs[] = {{2, 80}, {3, 140}, {1, 200}};  // (ps tasks, last step).
+  for (const auto& [ps, steps] : legs) {
+    SCOPED_TRACE(absl::StrCat(ps, " ps tasks"));
+    const std::string logs = absl::StrCat(dir_, "/logs_ps", ps);
+    CommandResult r = Launch(MakeSpec(ps, 1, absl::StrCat("ps", ps, ".json")), logs,
+                             absl::StrCat(flags, " --train_steps=", steps),
+                             "--checkpoint_dir " + ckpt);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string chief = ReadFile(logs + "/worker-0.log");
+    long step = 0;
+    double auc = 0, logloss = 0;
+    ASSERT_TRUE(ParseCtrFinal(chief, &step, &auc, &logloss)) << chief;
+    EXPECT_EQ(step, steps);
+    if (ps == 2) continue;
+    EXPECT_NE(chief.find("every parameter server restored checkpoint"), std::string::npos)
+        << chief;
+    const std::string ps_log = ReadFile(logs + "/ps-0.log");
+    EXPECT_NE(ps_log.find(absl::StrCat("resharded from the files of ", ps == 3 ? 4 : 6,
+                                       " shards")),
+              std::string::npos)
+        << ps_log;
+  }
+  const std::string reference = dir_ + "/reference";
+  CommandResult r = Launch(MakeSpec(2, 1, "reference.json"), dir_ + "/logs_reference",
+                           flags + " --train_steps=200", "--checkpoint_dir " + reference);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const MergedState resumed = Merge(bin_, ckpt, 2, 200);
+  const MergedState uninterrupted = Merge(bin_, reference, 4, 200);
+  ASSERT_FALSE(uninterrupted.variables.empty());
+  ASSERT_FALSE(uninterrupted.rows.empty());
+  EXPECT_GT(uninterrupted.variables.size(), 4u);
+  EXPECT_TRUE(resumed.variables == uninterrupted.variables);
+  for (const auto& [table, rows] : uninterrupted.rows) {
+    auto it = resumed.rows.find(table);
+    ASSERT_NE(it, resumed.rows.end()) << table;
+    EXPECT_EQ(it->second.size(), rows.size()) << table;
+    EXPECT_TRUE(it->second == rows) << table;
+  }
 }
 
 // A malformed line stops the worker that reads it, naming file and line;

@@ -437,5 +437,33 @@ TEST(TableShardOfTest, SpreadsFieldKeyedIdsEvenly) {
   }
 }
 
+// An id's shard under another count is one of those TableShardsOverlap
+// names, and each shard of the new count draws from few of the old.
+TEST(TableShardOfTest, ShardsOfAnotherCountOverlapByRanges) {
+  const std::pair<int, int> counts[] = {{2, 3}, {3, 2}, {4, 6}, {6, 1}, {1, 4}, {5, 5}};
+  for (const auto& [from, to] : counts) {
+    std::vector<std::set<int>> drawn(to);
+    for (uint64_t id = 0; id < 20000; ++id) {
+      const int old_shard = TableShardOf(id * 7919, from);
+      const int new_shard = TableShardOf(id * 7919, to);
+      ASSERT_TRUE(TableShardsOverlap(old_shard, from, new_shard, to))
+          << "id " << id * 7919 << ": " << old_shard << " of " << from << ", " << new_shard
+          << " of " << to;
+      drawn[new_shard].insert(old_shard);
+    }
+    for (int k = 0; k < to; ++k) {
+      int overlapping = 0;
+      for (int j = 0; j < from; ++j) overlapping += TableShardsOverlap(j, from, k, to);
+      // Ranges: ceil(from / to) + 1 old shards at most, and every one of
+      // them holds some of the new shard's ids here.
+      EXPECT_LE(overlapping, (from + to - 1) / to + 1) << k << " of " << to;
+      EXPECT_EQ(static_cast<int>(drawn[k].size()), overlapping) << k << " of " << to;
+    }
+  }
+  // The same count: shard k meets only itself.
+  EXPECT_TRUE(TableShardsOverlap(2, 5, 2, 5));
+  EXPECT_FALSE(TableShardsOverlap(1, 5, 2, 5));
+}
+
 }  // namespace
 }  // namespace psrt
