@@ -45,9 +45,12 @@
 // says which slices of which variables each old file holds and each new
 // shard is to hold (common/placement.h), and a table's rows are split by
 // TableShardOf, by ranges of the ids' hashes, so that a new shard reads
-// only the old files whose ranges meet its own. Rows, slots, moving
-// averages and the version come out as they were saved: a resharded job
-// goes on exactly as the saving one would have.
+// only the old files whose ranges meet its own (and those that hold slices
+// of its variables). Rows, slots and moving averages come out as they were
+// saved, and the version is the newest of the files read (in sync mode,
+// every shard's is the same): a resharded sync job goes on exactly as the
+// saving one would have. Ids waiting for admission are not saved, at any
+// count: they start counting again.
 #ifndef PSRT_PS_CHECKPOINT_H_
 #define PSRT_PS_CHECKPOINT_H_
 

@@ -359,7 +359,7 @@ TEST(ParameterShardSparseTest, ACheckpointRestoresTheTablesExactlyAndTrainingGoe
   EXPECT_EQ(state->tables[0].values.shape(), (Shape{rows, kDim}));
   ASSERT_EQ(state->tables[0].slots.size(), 1u);
   EXPECT_EQ(state->tables[0].slots[0].first, "Adagrad");
-  EXPECT_EQ(ReadSafetensors(*saved)->metadata.at("format"), "psrt-shard-checkpoint-2");
+  EXPECT_EQ(ReadSafetensors(*saved)->metadata.at("format"), "psrt-shard-checkpoint-3");
 
   std::filesystem::copy_file(*saved, CheckpointFile(dir_b, 3));
   ParameterShard::Options options = CheckpointOptions(dir_b);
