@@ -5,25 +5,29 @@
 # lines whose 26 categories are uniformly random 32-bit values (nearly every
 # id new: 26 rows a line), trains DLRM one epoch through 2 ps + 1 worker with
 # a checkpoint at the end, then starts the job again: the ps tasks restore
-# the table and training goes on. Lines:
+# the table and training goes on. With --resume_ps M the job resumes with M
+# ps tasks instead, each restoring its part of the checkpoint of the first
+# job's count (resharding). Lines:
 #   cpu: ...
 #   table_scale: phase=trained rows=N last_status: rows=R table_mib=M bytes_per_row=X ps_memory=... train_s=S peak_rss_mib=A,B
 #   table_scale: phase=saved checkpoint_bytes=B
 #   table_scale: phase=restored rows=N restore_s_per_ps=S,S resumed_at=STEP final="final: ..." peak_rss_mib=A,B
 # (peak_rss_mib: each ps process's peak resident memory, VmHWM, in that run).
 #
-#   scripts/bench_table_scale.sh [--rows 20000000] [--ps 2] [--dir DIR]
+#   scripts/bench_table_scale.sh [--rows 20000000] [--ps 2] [--resume_ps M] [--dir DIR]
 # PSRT_BIN_DIR=DIR takes the binaries from DIR. Needs about 40 bytes of
 # disk per row for the data and 200 for the checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=20000000
 ps=2
+resume_ps=""
 dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows="$2"; shift 2 ;;
     --ps) ps="$2"; shift 2 ;;
+    --resume_ps) resume_ps="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     *) echo "bench_table_scale: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -53,15 +57,21 @@ PY
 fi
 spec="$dir/cluster.json"
 scripts/make_cluster_spec.sh --ps "$ps" --workers 1 --out "$spec"
+resume_spec="$spec"
+if [ -n "$resume_ps" ] && [ "$resume_ps" != "$ps" ]; then
+  resume_spec="$dir/cluster_resume.json"
+  scripts/make_cluster_spec.sh --ps "$resume_ps" --workers 1 --out "$resume_spec"
+fi
 flags=(--sync_replicas --model=dlrm --data_format=criteo --train_data="$dir/train.tsv"
        --test_data="$dir/test.tsv" --embedding_dim=16 --bottom_mlp=32 --top_mlp=32
        --optimizer=adagrad --learning_rate=0.05 --batch_size=$batch --log_every_steps=100
        --save_checkpoint_secs=100000 --keep_checkpoints=1)
 
-# The ps tasks' rows and memory while the job runs: the last psrtctl answer,
-# and each ps process's peak resident memory so far (VmHWM, in MiB).
+# The ps tasks' rows and memory while the job of cluster spec $1 runs: the
+# last psrtctl answer, and each ps process's peak resident memory so far
+# (VmHWM, in MiB).
 watch_status() {
-  local pid peaks
+  local pid peaks spec="$1"
   while sleep 1; do
     "$bin/psrtctl" status --cluster_spec="$spec" > "$dir/status.tmp" 2>/dev/null &&
       grep -q "table" "$dir/status.tmp" && mv "$dir/status.tmp" "$dir/status.txt"
@@ -92,7 +102,7 @@ PY
 }
 
 rm -rf "$dir/ckpt" "$dir/status.txt" "$dir/peaks.txt"
-watch_status & watcher=$!
+watch_status "$spec" & watcher=$!
 start=$(date +%s.%N)
 scripts/launch.sh --cluster_spec "$spec" --logdir "$dir/train" --checkpoint_dir "$dir/ckpt" -- \
   "${flags[@]}" --train_steps=$steps > "$dir/train.out" 2>&1
@@ -113,8 +123,8 @@ echo "table_scale: phase=saved checkpoint_bytes=$(du -cb "$dir"/ckpt/*.safetenso
 
 start=$(date +%s.%N)
 rm -f "$dir/peaks.txt"
-watch_status & watcher=$!
-scripts/launch.sh --cluster_spec "$spec" --logdir "$dir/resume" --checkpoint_dir "$dir/ckpt" -- \
+watch_status "$resume_spec" & watcher=$!
+scripts/launch.sh --cluster_spec "$resume_spec" --logdir "$dir/resume" --checkpoint_dir "$dir/ckpt" -- \
   "${flags[@]}" --train_steps=$((steps + 100)) > "$dir/resume.out" 2>&1
 kill $watcher 2>/dev/null || true
 wait $watcher 2>/dev/null || true
@@ -124,6 +134,6 @@ restore_s=$(for log in "$dir"/resume/ps-*.log; do
   { head -1 "$log"; grep "restored checkpoint" "$log" | tail -1; } | awk '{split($2, t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3]; if (NR == 1) a = s; else printf "%.1f ", s - a}'
 done)
 resumed=$(grep -o "resuming at global step [0-9]*" "$dir/resume/worker-0.log" | grep -o "[0-9]*$" || true)
-echo "table_scale: phase=restored rows=$(checkpoint_rows) (in the resumed run's checkpoint)" \
+echo "table_scale: phase=restored ps=${resume_ps:-$ps} rows=$(checkpoint_rows) (in the resumed run's checkpoint)" \
   "restore_s_per_ps=${restore_s% } resumed_at=${resumed:-none} ($restored)" \
   "final=\"$(grep '^final:' "$dir/resume/worker-0.log")\"" "peak_rss_mib=$(peaks)"
