@@ -22,7 +22,9 @@
 # Layouts: 1ps1w (1 ps task, 1 worker), 2ps2w (2 ps tasks, 2 workers, the
 # rows hashed over both shards), both --sync_replicas (with one worker,
 # the same sequence of updates as PyTorch's); 2ps2w_hybrid (--sync_replicas
-# --sparse_async: dense synchronous, rows applied on arrival) and
+# --sparse_async: dense synchronous, rows applied on arrival),
+# 2ps2w_ring (the hybrid with --dense_allreduce: the dense part averaged by
+# the workers' ring, the ps tasks holding the tables alone) and
 # 2ps2w_async (asynchronous, each push a global step), every worker with
 # --intra_op_threads=THREADS: 2ps2w's workers use twice PyTorch's threads.
 # Each worker reads its share of the lines (every W-th), and
@@ -53,7 +55,7 @@
 #                        [--embedding_dim 16] [--bottom_mlp 64] [--top_mlp 64,32]
 #                        [--hidden_units 256,128] [--log_dir DIR] [--run_limit_secs 1800]
 #   MODELS="dlrm" scripts/bench_ctr.sh      (default: dlrm wide_deep)
-#   LAYOUTS="2ps2w 2ps2w_hybrid 2ps2w_async" scripts/bench_ctr.sh
+#   LAYOUTS="2ps2w 2ps2w_hybrid 2ps2w_ring 2ps2w_async" scripts/bench_ctr.sh
 #                                           (default: 1ps1w 2ps2w torch)
 #
 # The data: build/bin/psrt_make_criteo writes train (seed 1) and test (seed
@@ -100,7 +102,7 @@ for m in $models; do
   case "$m" in dlrm|wide_deep) ;; *) echo "bench_ctr.sh: unknown model $m" >&2; exit 2 ;; esac
 done
 for l in $layouts; do
-  case "$l" in 1ps1w|2ps2w|2ps2w_hybrid|2ps2w_async|torch) ;;
+  case "$l" in 1ps1w|2ps2w|2ps2w_hybrid|2ps2w_ring|2ps2w_async|torch) ;;
     *) echo "bench_ctr.sh: unknown layout $l" >&2; exit 2 ;;
   esac
 done
@@ -182,6 +184,7 @@ run_psrt() {
     1ps1w) workers=1 spec=1ps1w mode=(--sync_replicas) ;;
     2ps2w) workers=2 spec=2ps2w mode=(--sync_replicas) ;;
     2ps2w_hybrid) workers=2 spec=2ps2w mode=(--sync_replicas --sparse_async) ;;
+    2ps2w_ring) workers=2 spec=2ps2w mode=(--sync_replicas --sparse_async --dense_allreduce) ;;
     2ps2w_async) workers=2 spec=2ps2w mode=() ;;
   esac
   # A global step averages W batches in sync mode and is one batch in async.

@@ -115,7 +115,11 @@ tasks="$("$bin/psrtctl" tasks --cluster_spec="$spec")" || exit 2
 if [ -n "$checkpoint_dir" ]; then
   if grep -q '^ps ' <<<"$tasks"; then
     ps_flags="$ps_flags --checkpoint_dir=$checkpoint_dir"
-  else  # Allreduce mode: the workers keep the model and its checkpoints.
+  fi
+  # Allreduce mode, and --dense_allreduce's dense part: the workers keep
+  # (that part of) the model and its checkpoints.
+  if ! grep -q '^ps ' <<<"$tasks" ||
+     printf '%s\n' "${worker_flags[@]}" | grep -qxE -- '--dense_allreduce(=true|=1)?'; then
     worker_flags+=(--checkpoint_dir="$checkpoint_dir")
   fi
 fi

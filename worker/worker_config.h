@@ -31,6 +31,10 @@ struct WorkerConfig {
   std::shared_ptr<const TransportSecurity> security;
   // Allreduce mode (a ring of the workers, no ps tasks), else ps mode.
   bool allreduce = false;
+  // Ps mode with the dense variables averaged by a ring of the workers and
+  // the embedding tables on the ps tasks (worker/store/hybrid_store.h).
+  bool dense_allreduce = false;
+  bool uses_ring() const { return allreduce || dense_allreduce; }
   bool evaluator = false;
   int replica = 0;  // -1: the evaluator.
   int num_replicas = 1;

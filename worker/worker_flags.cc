@@ -187,7 +187,13 @@ DEFINE_string(mode, "auto",
 DEFINE_string(checkpoint_dir, "",
               "Allreduce mode: the chief saves checkpoints here (the ps format, one "
               "shard) and every worker restores from here (a directory every worker "
-              "reads). In ps mode the ps tasks take --checkpoint_dir instead.");
+              "reads); with --dense_allreduce, the dense part's, in its folder dense/. "
+              "In ps mode the ps tasks take --checkpoint_dir instead.");
+DEFINE_bool(dense_allreduce, false,
+            "Ps mode, with --sync_replicas --sparse_async (Persia's split): the dense "
+            "variables are every worker's own, averaged by a ring allreduce of the "
+            "workers at every step, and only the embedding tables are on the ps tasks, "
+            "their rows taken on arrival.");
 DEFINE_double(fusion_mb, 4,
               "Allreduce mode: gradients are averaged in groups of consecutive "
               "variables of at most this many MB (tensor fusion), each as soon as the "
@@ -387,7 +393,7 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
                     (transport == TensorTransport::kAuto && !config->security->tls());
   ASSIGN_OR_RETURN(ring.data_port, DataPortFromFlags());
   config->checkpoint_dir = FLAGS_checkpoint_dir;
-  if (config->allreduce && FLAGS_fusion_mb <= 0) {  // Allreduce mode's flag alone.
+  if (config->uses_ring() && FLAGS_fusion_mb <= 0) {  // The ring's flag alone.
     return absl::InvalidArgumentError("--fusion_mb must be positive");
   }
   config->fusion_bytes = static_cast<int64_t>(FLAGS_fusion_mb * 1e6);
@@ -452,6 +458,13 @@ absl::Status ReadTrainerFlags(WorkerConfig* config) {
     options.config.set_mode(proto::SYNC);
     options.config.set_replicas_to_aggregate(config->num_replicas);
   }
+  if (config->dense_allreduce &&
+      (!options.config.sparse_async() || FLAGS_staleness >= 0 ||
+       options.config.replicas_to_aggregate() != config->num_replicas)) {
+    return absl::InvalidArgumentError(
+        "--dense_allreduce goes with --sync_replicas --sparse_async, every worker's gradient "
+        "averaged at every step by the ring: drop --staleness and --replicas_to_aggregate");
+  }
   return absl::OkStatus();
 }
 
@@ -509,10 +522,16 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
     return absl::InvalidArgumentError(
         "allreduce mode has no evaluator task: the chief evaluates (--eval_every_steps)");
   }
-  if (!config.allreduce && !FLAGS_checkpoint_dir.empty()) {
+  config.dense_allreduce = FLAGS_dense_allreduce;
+  if (config.dense_allreduce && (config.allreduce || config.evaluator)) {
+    return absl::InvalidArgumentError(
+        "--dense_allreduce splits a model between the workers' ring and the ps tasks' tables: "
+        "ps mode, and no evaluator task (the chief evaluates)");
+  }
+  if (!config.uses_ring() && !FLAGS_checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--checkpoint_dir is the ps tasks' flag in ps mode (psrt_ps --checkpoint_dir); "
-        "psrt_worker takes it in allreduce mode only");
+        "psrt_worker takes it in allreduce mode and with --dense_allreduce only");
   }
   // The chief presents the chief's token, when there is one (roles).
   if (config.replica == 0) security = std::make_shared<const TransportSecurity>(security->ForChief());

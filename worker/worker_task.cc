@@ -20,6 +20,7 @@
 #include "glog/logging.h"
 #include "models/model.h"
 #include "worker/store/allreduce_store.h"
+#include "worker/store/hybrid_store.h"
 #include "worker/ring/collective.h"
 #include "worker/store/ps_client.h"
 #include "worker/training/towers.h"
@@ -127,29 +128,42 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
         "--model=", config.model, " keeps its embedding tables on parameter servers; allreduce "
         "mode has none (give the cluster ps tasks)"));
   }
-  if (config.allreduce) {
-    if (!config.checkpoint_dir.empty()) {
+  if (config.dense_allreduce && model.tables().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dense_allreduce puts a model's embedding tables on the ps tasks and --model=",
+        config.model, " has none (a dense model trains on the ring alone: --mode=allreduce)"));
+  }
+  std::unique_ptr<AllreduceStore> dense;  // The ring's part: every variable or (hybrid) dense.
+  if (config.uses_ring()) {
+    // The hybrid's dense files must not meet the ps tasks' in their directory.
+    const std::string dir = config.checkpoint_dir.empty() || config.allreduce
+                                ? config.checkpoint_dir
+                                : config.checkpoint_dir + "/dense";
+    if (!dir.empty()) {
       std::error_code error;
-      std::filesystem::create_directories(config.checkpoint_dir, error);
+      std::filesystem::create_directories(dir, error);
       if (error) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--checkpoint_dir ", config.checkpoint_dir, ": ", error.message()));
+            absl::StrCat("--checkpoint_dir ", dir, ": ", error.message()));
       }
     }
     AllreduceStore::Options options;
     options.collective = ring;
-    options.checkpoint_dir = config.checkpoint_dir;
+    options.checkpoint_dir = dir;
     options.fusion_bytes = config.fusion_bytes;
     options.timeline = timeline;
+    dense = std::make_unique<AllreduceStore>(options, model.variables());
+  }
+  if (config.allreduce) {
     LOG(INFO) << task << " is worker " << config.replica << " of " << config.num_replicas
               << " (allreduce mode: a ring of the workers, no parameter servers)";
-    return std::unique_ptr<ParameterStore>(
-        std::make_unique<AllreduceStore>(options, model.variables()));
+    return std::unique_ptr<ParameterStore>(std::move(dense));
   }
   const int num_ps = config.cluster.spec.num_ps();
-  ASSIGN_OR_RETURN(Placement placement,
-                   ComputePlacement(model.variables(), std::max(1, num_ps * config.ps_stripes),
-                                    config.placement));
+  ASSIGN_OR_RETURN(
+      Placement placement,
+      ComputePlacement(config.dense_allreduce ? std::vector<VariableDef>() : model.variables(),
+                       std::max(1, num_ps * config.ps_stripes), config.placement));
   PsClient::Options options = config.ps_client;
   options.metrics = &metrics->transfers();
   options.placement = config.placement;
@@ -166,7 +180,14 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
             << (config.evaluator ? "the evaluator" : "replica " + std::to_string(config.replica))
             << " of " << config.num_replicas << " ("
             << (config.trainer.config.mode() == proto::SYNC ? "sync" : "async") << "), "
-            << num_ps << " parameter servers";
+            << num_ps << " parameter servers"
+            << (config.dense_allreduce ? " for the tables, the dense part on a ring of the workers"
+                                       : "");
+  if (config.dense_allreduce) {
+    return std::unique_ptr<ParameterStore>(std::make_unique<HybridStore>(
+        std::move(dense),
+        std::make_unique<PsClient>(options, std::move(placement), std::vector<VariableDef>())));
+  }
   return std::unique_ptr<ParameterStore>(
       std::make_unique<PsClient>(options, std::move(placement), model.variables()));
 }
@@ -210,10 +231,11 @@ absl::Status RunWorkerTask(WorkerConfig config) {
     ASSIGN_OR_RETURN(timeline,
                      Timeline::Open(config.timeline_path, std::max(config.replica, 0)));
   }
-  // Allreduce mode: the ring of the workers, served on each one's address.
+  // Allreduce mode and --dense_allreduce: the ring of the workers, served
+  // on each one's address.
   std::unique_ptr<Collective> ring;
   std::vector<grpc::Service*> services;
-  if (config.allreduce) {
+  if (config.uses_ring()) {
     Collective::Options options = config.ring;
     options.timeline = timeline.get();
     std::string host;
@@ -226,7 +248,7 @@ absl::Status RunWorkerTask(WorkerConfig config) {
   }
   std::unique_ptr<WorkerStatusServer> status_server =
       StartStatusServer(config, &worker_metrics, services);
-  if (config.allreduce && status_server == nullptr) {
+  if (config.uses_ring() && status_server == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("allreduce mode: ", cluster.task.ToString(), " cannot serve the ring on ",
                      cluster.spec.address(cluster.task.job, cluster.task.index)));

@@ -117,6 +117,45 @@ TEST_F(CtrTest, AsyncBackupAndHybridWorkersTrain) {
   }
 }
 
+// Persia's split (--dense_allreduce): the dense part averaged by the ring of
+// the 2 workers, the tables on the ps task with rows taken on arrival. It
+// learns, saves both parts (the dense one in ckpt/dense), and a second
+// launch resumes both from the step they both hold.
+TEST_F(CtrTest, DenseOnTheWorkersRingTablesOnThePsAndBothResume) {
+  MakeData();
+  const std::string spec = MakeSpec(1, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string flags = Flags("dlrm") +
+                            " --sync_replicas --sparse_async --dense_allreduce "
+                            "--save_checkpoint_steps=1000";
+  for (int steps : {100, 200}) {
+    SCOPED_TRACE(absl::StrCat(steps, " steps"));
+    const std::string logs = absl::StrCat(dir_, "/logs", steps);
+    CommandResult r = Launch(spec, logs, absl::StrCat(flags, " --train_steps=", steps),
+                             "--checkpoint_dir " + ckpt);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string chief = ReadFile(logs + "/worker-0.log");
+    long step = 0;
+    double auc = 0, logloss = 0;
+    ASSERT_TRUE(ParseCtrFinal(chief, &step, &auc, &logloss)) << chief;
+    EXPECT_EQ(step, steps);
+    EXPECT_NE(chief.find("the dense part on a ring of the workers"), std::string::npos) << chief;
+    EXPECT_TRUE(std::filesystem::exists(
+        absl::StrCat(ckpt, "/dense/model.ckpt-", steps, ".ps-0-of-1.safetensors")));
+    EXPECT_TRUE(std::filesystem::exists(
+        absl::StrCat(ckpt, "/model.ckpt-", steps, ".ps-0-of-2.safetensors")));
+    if (steps == 200) {
+      EXPECT_GE(auc, 0.6) << chief;
+      EXPECT_NE(chief.find("every parameter server restored checkpoint 100"), std::string::npos)
+          << chief;
+      for (const char* worker : {"/worker-0.log", "/worker-1.log"}) {
+        const std::string log = ReadFile(logs + worker);
+        EXPECT_NE(log.find("resuming at global step 100"), std::string::npos) << log;
+      }
+    }
+  }
+}
+
 // The rows a checkpoint directory's step-`step` files hold, over every
 // shard's file (each table's "T/ids" tensor).
 int64_t RowsInCheckpoint(const std::string& dir, int step) {
@@ -281,6 +320,16 @@ TEST_F(CtrTest, BadInputIsNamed) {
   r = Launch(spec, dir_ + "/logs_hybrid", Flags("dlrm") + " --sparse_async");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(ReadFile(dir_ + "/logs_hybrid/worker-0.log").find("--sparse_async goes with"),
+            std::string::npos);
+  r = Launch(spec, dir_ + "/logs_ring", Flags("dlrm") + " --sync_replicas --dense_allreduce");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ReadFile(dir_ + "/logs_ring/worker-0.log")
+                .find("--dense_allreduce goes with --sync_replicas --sparse_async"),
+            std::string::npos);
+  r = Launch(spec, dir_ + "/logs_dense",
+             "--model=mlp --sync_replicas --sparse_async --dense_allreduce --train_steps=10");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ReadFile(dir_ + "/logs_dense/worker-0.log").find("--mode=allreduce"),
             std::string::npos);
 }
 
