@@ -225,8 +225,9 @@ class ParameterShard {
   // At start: loads the newest checkpoint that reads back intact, skipping
   // (with a warning) corrupt ones: its own, or one of a job of another
   // number of shards, resharded (ReadCheckpointForShard). OK with nothing
-  // loaded when there is none; FailedPrecondition when the directory holds
-  // files of another number of shards but no whole checkpoint of theirs.
+  // loaded when there is none; FailedPrecondition when nothing restores and
+  // the directory holds files of another number of shards (not all of a
+  // checkpoint's, or none that restores), naming one.
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 

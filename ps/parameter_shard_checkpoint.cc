@@ -225,23 +225,33 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
 
 absl::Status ParameterShard::RestoreLatest() {
   if (!options_.checkpoint_dir.empty()) {
-    const std::vector<int64_t> steps = ListRestorableCheckpoints(checkpoint_id());
-    for (int64_t step : steps) {
+    absl::Status newest_error;  // Of the newest checkpoint that did not restore.
+    bool restored = false;
+    for (int64_t step : ListRestorableCheckpoints(checkpoint_id())) {
       absl::Status status = Restore(step);
-      if (status.ok()) break;
+      if (status.ok()) {
+        restored = true;
+        break;
+      }
       LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
+      if (newest_error.ok()) newest_error = status;
     }
     // A job resumed with another number of shards would otherwise start
     // afresh beside the checkpoints it was meant to resume from.
     if (const std::string other = OtherShardCountFile(checkpoint_id());
-        steps.empty() && !other.empty()) {
+        !restored && !other.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--checkpoint_dir ", options_.checkpoint_dir, " holds ", other,
           ", written by a job of another number of shards (this job has ", options_.num_shards,
-          ": ps tasks x --ps_stripes), but not every shard file of any one of that job's "
-          "checkpoints. Restoring onto another number of shards reads them all: give the ps "
-          "tasks one checkpoint directory that holds every file (or resume with the job's own "
-          "number of shards), or give this job a checkpoint directory of its own"));
+          ": ps tasks x --ps_stripes), ",
+          newest_error.ok()
+              ? "but not every shard file of any one of that job's checkpoints. Restoring onto "
+                "another number of shards reads them all: give the ps tasks one checkpoint "
+                "directory that holds every file (or resume with the job's own number of "
+                "shards)"
+              : absl::StrCat("and no checkpoint restores (the newest: ", newest_error.message(),
+                             ")"),
+          "; or give this job a checkpoint directory of its own"));
     }
   }
   absl::MutexLock lock(&mu_);

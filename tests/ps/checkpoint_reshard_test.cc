@@ -239,6 +239,15 @@ TEST(CheckpointReshardTest, ACheckpointWithoutALayoutRestoresOntoItsOwnCountOnly
   EXPECT_NE(state.status().message().find("records no model layout"), std::string::npos)
       << state.status();
   EXPECT_NE(state.status().message().find("ps-0-of-2"), std::string::npos) << state.status();
+  // A ps of the new count stops, saying why, rather than start afresh.
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = dir;
+  options.num_shards = 3;
+  ParameterShard shard(options);
+  const absl::Status restored = shard.RestoreLatest();
+  EXPECT_EQ(restored.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(restored.message().find("records no model layout"), std::string::npos) << restored;
 }
 
 TEST(CheckpointReshardTest, FilesOfDifferentRunsAreNotMixed) {
