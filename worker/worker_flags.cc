@@ -92,11 +92,6 @@ DEFINE_bool(unix_socket, false,
             "Reach ps tasks on this host (a loopback address in the spec) "
             "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
             "faster than loopback TCP; not with TLS.");
-DEFINE_int32(embedding_cache_steps, 0,
-             "CTR models: a worker reads the rows of an id it pulled at most this many "
-             "steps ago from its own copy and pulls the other ids' only (bounded staleness: "
-             "those rows lag the ps's by up to that many steps of updates, its own "
-             "included); 0: every step pulls every id's rows.");
 DEFINE_string(wire_dtype, "fp32",
               "How gradients and parameters travel: fp32, bf16 (bfloat16: half "
               "the bytes, fp32's range) or fp16 (half the bytes, more precision, "
@@ -370,11 +365,6 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   ASSIGN_OR_RETURN(client.wire_dtype, ParseWireDtype(FLAGS_wire_dtype));
   // The evaluator judges the model as the shards hold it.
   if (config->evaluator) client.wire_dtype = proto::DT_FLOAT;
-  if (FLAGS_embedding_cache_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--embedding_cache_steps must not be negative, got ", FLAGS_embedding_cache_steps));
-  }
-  client.embedding_cache_steps = config->evaluator ? 0 : FLAGS_embedding_cache_steps;
   client.replica = config->replica;
   client.security = config->security;
   client.unix_socket = FLAGS_unix_socket;

@@ -148,10 +148,8 @@ class PsClientTransportTest : public ::testing::TestWithParam<TensorTransport> {
                                    const std::vector<VariableDef>& vars,
                                    absl::Duration retry_timeout = absl::Seconds(60),
                                    int stripes = 1, proto::DataType wire = proto::DT_FLOAT,
-                                   std::vector<proto::TableMeta> tables = {},
-                                   int embedding_cache_steps = 0) {
+                                   std::vector<proto::TableMeta> tables = {}) {
     PsClient::Options options;
-    options.embedding_cache_steps = embedding_cache_steps;
     for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
     options.ps_stripes = stripes;
     options.replica = replica;

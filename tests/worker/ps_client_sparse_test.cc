@@ -3,7 +3,6 @@
 // pushed with the gradients, row look-ups that leave the push's version.
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/embedding_bag.h"
 #include "ps/embedding_table.h"
@@ -144,57 +143,6 @@ TEST_P(PsClientTransportTest, RowLookupsLeaveThePushsVersion) {
   // The look-ups made no rows; the pulls and the accepted push did.
   ASSERT_EQ(ps->shard().GetStatus().tables_size(), 1);
   EXPECT_EQ(ps->shard().GetStatus().tables(0).rows(), 4);
-}
-
-// --embedding_cache_steps=2: a step reads the rows it pulled up to two
-// pulls before from its cache (stale: the pushes since are not in them),
-// then pulls them afresh; ForgetIncarnations (a replaced ps state) empties
-// the cache.
-TEST_P(PsClientTransportTest, CachedRowsLagByAtMostTheCacheSteps) {
-  auto ps = Ps();
-  const std::vector<VariableDef> vars = {{"w", {4}}};
-  proto::TableMeta table;
-  table.set_name("emb");
-  table.set_dim(3);
-  table.set_seed(5);
-  auto client = Client({ps.get()}, 0, vars, absl::Seconds(60), 1, proto::DT_FLOAT, {table},
-                       /*embedding_cache_steps=*/2);
-  ASSERT_TRUE(client->WaitForServers(absl::Seconds(10)).ok());
-  const proto::TrainingConfig config = SyncConfig(1);
-  ASSERT_TRUE(client->Init(config, Filled(vars, 0.0f)).ok());
-  SparseFeatures batch = Features({10, 20, 30}, 1.0f);
-  client->SetSparseFeatures(&batch);
-  auto reference = EmbeddingTable::Create("emb", 3, 5, config);
-  ASSERT_TRUE(reference.ok());
-  std::vector<float> initial(9);
-  ASSERT_TRUE((*reference)->Lookup(batch.unique.unique, absl::MakeSpan(initial)).ok());
-  // Row u after `pushes` pushes of gradient u + 1 at learning rate 0.5.
-  auto row_after = [&](int pushes, size_t u, int j) {
-    return initial[u * 3 + j] - 0.5f * pushes * (u + 1);
-  };
-  std::vector<Tensor> params = Filled(vars, 0.0f);
-  // Pull p (1-based) sees the rows of the pushes before the pull that
-  // fetched them: pulls 1, 4 and (after the cache is emptied) 6 fetch.
-  const int fetched_at[] = {0, 1, 1, 1, 4, 4, 6};
-  for (int pull = 1; pull <= 6; ++pull) {
-    SCOPED_TRACE(absl::StrCat("pull ", pull));
-    if (pull == 6) client->ForgetIncarnations();
-    auto pulled = client->Pull(pull - 1, &params);
-    ASSERT_TRUE(pulled.ok()) << pulled.status();
-    for (size_t u = 0; u < 3; ++u) {
-      for (int j = 0; j < 3; ++j) {
-        ASSERT_FLOAT_EQ(batch.rows[0].data()[u * 3 + j], row_after(fetched_at[pull] - 1, u, j));
-      }
-    }
-    auto pushed = client->Push(Filled(vars, 0.0f));
-    ASSERT_TRUE(pushed.ok()) << pushed.status();
-    ASSERT_TRUE(pushed->accepted);  // Every push's rows reach the ps.
-  }
-  SparseFeatures check = Features({10, 20, 30}, 0.0f);
-  ASSERT_TRUE(client->LookupRows(&check).ok());  // Never from the cache.
-  for (size_t u = 0; u < 3; ++u) {
-    EXPECT_FLOAT_EQ(check.rows[0].data()[u * 3], row_after(6, u, 0));
-  }
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/backoff.h"
 #include "common/cluster_spec.h"
@@ -74,11 +73,6 @@ PsClient::PsClient(Options options, Placement placement,
   worker_incarnation_ = NewIncarnation();
   shard_ids_.resize(num_shards());
   for (ShardIds& shard : shard_ids_) shard.grads.resize(options_.tables.size());
-  int floats_per_id = 0;
-  for (const proto::TableMeta& table : options_.tables) floats_per_id += table.dim();
-  if (options_.embedding_cache_steps > 0 && floats_per_id > 0) {
-    cache_ = std::make_unique<RowCache>(options_.embedding_cache_steps, floats_per_id);
-  }
 }
 
 ShardTransport& PsClient::tensors() {
@@ -108,7 +102,6 @@ absl::Status PsClient::CheckIncarnations(const std::vector<int64_t>& answered) {
 
 void PsClient::ForgetIncarnations() {
   std::fill(incarnations_.begin(), incarnations_.end(), 0);
-  if (cache_ != nullptr) cache_->Clear();  // Rows of a state that is gone.
 }
 
 PsClient::~PsClient() = default;
@@ -341,34 +334,21 @@ absl::Status PsClient::LookupRows(SparseFeatures* features) {
       .status();
 }
 
-void PsClient::SplitIds(const SparseFeatures& features, std::vector<Tensor>* cached_into) {
+void PsClient::SplitIds(const SparseFeatures& features) {
   for (ShardIds& shard : shard_ids_) {
     shard.ids.clear();
     shard.positions.clear();
-    shard.pull_ids.clear();
-    shard.pull_positions.clear();
   }
   const std::vector<uint64_t>& unique = features.unique.unique;
   for (size_t u = 0; u < unique.size(); ++u) {
     ShardIds& shard = shard_ids_[TableShardOf(unique[u], num_shards())];
     shard.ids.push_back(unique[u]);
     shard.positions.push_back(static_cast<int32_t>(u));
-    const float* cached = cached_into != nullptr ? cache_->Find(unique[u]) : nullptr;
-    if (cached == nullptr) {
-      shard.pull_ids.push_back(unique[u]);
-      shard.pull_positions.push_back(static_cast<int32_t>(u));
-      continue;
-    }
-    for (size_t t = 0; t < options_.tables.size(); ++t) {
-      const int dim = options_.tables[t].dim();
-      std::copy_n(cached, dim, (*cached_into)[t].data() + u * dim);
-      cached += dim;
-    }
   }
 }
 
 void PsClient::AddSparseIds(int k, proto::PullRequest* pull) const {
-  const std::vector<uint64_t>& ids = shard_ids_[k].pull_ids;
+  const std::vector<uint64_t>& ids = shard_ids_[k].ids;
   if (ids.empty()) return;
   for (const proto::TableMeta& table : options_.tables) {
     proto::SparseIds* asked = pull->add_sparse();
@@ -380,7 +360,7 @@ void PsClient::AddSparseIds(int k, proto::PullRequest* pull) const {
 absl::Status PsClient::ReadRows(int k, const proto::PullHeader& header, uint64_t dense_bytes,
                                 ShardReply& reply, SparseFeatures* features) {
   ShardIds& shard = shard_ids_[k];
-  const int64_t n = static_cast<int64_t>(shard.pull_ids.size());
+  const int64_t n = static_cast<int64_t>(shard.ids.size());
   const int expected_segments = n == 0 ? 0 : static_cast<int>(options_.tables.size());
   if (header.sparse_size() != expected_segments) {
     return absl::InternalError(absl::StrCat("pull reply carries ", header.sparse_size(),
@@ -407,7 +387,7 @@ absl::Status PsClient::ReadRows(int k, const proto::PullHeader& header, uint64_t
     Tensor& rows = features->rows[t];
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(shard.rows.data() + i * table.dim(), table.dim(),
-                  rows.data() + int64_t{shard.pull_positions[i]} * table.dim());
+                  rows.data() + int64_t{shard.positions[i]} * table.dim());
     }
   }
   return absl::OkStatus();
@@ -419,17 +399,13 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
                                                         const ShardHooks* hooks,
                                                         SparseFeatures* features,
                                                         bool record_versions) {
-  // The cache serves a training step's pull alone.
-  const bool cached = cache_ != nullptr && features != nullptr && params != nullptr &&
-                      record_versions;
   if (features != nullptr) {
+    SplitIds(*features);
     const int64_t unique = static_cast<int64_t>(features->unique.unique.size());
     features->rows.resize(options_.tables.size());
     for (size_t t = 0; t < options_.tables.size(); ++t) {
       features->rows[t].Resize({unique, options_.tables[t].dim()});
     }
-    if (cached) cache_->StartPull();
-    SplitIds(*features, cached ? &features->rows : nullptr);
   }
   std::vector<ShardRequest> requests(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -483,18 +459,6 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
   std::vector<int64_t> incarnations;
   for (const proto::PullHeader& header : headers) incarnations.push_back(header.incarnation());
   RETURN_IF_ERROR(CheckIncarnations(incarnations));
-  if (cached) {  // The rows just pulled, for the next pulls.
-    for (const ShardIds& shard : shard_ids_) {
-      for (size_t i = 0; i < shard.pull_ids.size(); ++i) {
-        float* to = cache_->Insert(shard.pull_ids[i]);
-        for (size_t t = 0; t < options_.tables.size(); ++t) {
-          const int dim = options_.tables[t].dim();
-          to = std::copy_n(features->rows[t].data() + int64_t{shard.pull_positions[i]} * dim,
-                           dim, to);
-        }
-      }
-    }
-  }
   PullResult result;
   result.version = headers[0].version();
   for (int k = 0; k < num_shards(); ++k) {
@@ -588,12 +552,6 @@ void PsClient::AddSparseGradients(int k, const SparseFeatures& features,
 }
 
 absl::Status PsClient::Shutdown() {
-  if (cache_ != nullptr && cache_->lookups() > 0) {
-    LOG(INFO) << "embedding row cache (--embedding_cache_steps=" << options_.embedding_cache_steps
-              << "): " << cache_->hits() << " of " << cache_->lookups() << " ids' rows ("
-              << absl::StrFormat("%.1f", 100.0 * cache_->hits() / cache_->lookups())
-              << "%) read from the cache, not pulled";
-  }
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
   // One call per ps task, whose service tells every stripe it serves (a

@@ -18,10 +18,7 @@
 // TableShardOf gives it. With SetSparseFeatures, a pull asks each shard for
 // its share of the batch's distinct ids and scatters the rows it gets back
 // into place; a push sends each shard its ids' gradient rows after the
-// dense gradients, so that the shard takes or drops both together. With
-// Options::embedding_cache_steps, recently pulled rows come from a cache of
-// the worker's (RowCache) instead, which a replaced ps state clears
-// (ForgetIncarnations).
+// dense gradients, so that the shard takes or drops both together.
 //
 // Versions are tracked per shard: Pull records each shard's version, and the
 // next Push tags each shard's gradients with it. In sync mode the shards
@@ -56,7 +53,6 @@
 #include "kernels/cpu_context.h"
 #include "proto/psrt.pb.h"
 #include "worker/store/parameter_store.h"
-#include "worker/store/row_cache.h"
 #include "worker/store/shard_transport.h"
 
 namespace psrt {
@@ -109,10 +105,6 @@ class PsClient final : public ParameterStore {
     // every shard with the variable list (InitHeader.layout), for their
     // checkpoints.
     PlacementOptions placement;
-    // > 0: a training pull reads the rows of an id this worker pulled at
-    // most this many pulls ago from its own copy (RowCache, row_cache.h),
-    // asking the ps tasks for the other ids only.
-    int embedding_cache_steps = 0;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
@@ -168,11 +160,9 @@ class PsClient final : public ParameterStore {
                            const ShardTransport::OnReply& on_reply);
   // The transport of pushes and pulls: the data plane's, or gRPC's.
   ShardTransport& tensors();
-  // Splits `features`' distinct ids among the shards (shard_ids_). With
-  // `cached_into` (a training pull's rows, with a cache), the ids whose
-  // rows the cache holds get them there and are not asked for.
-  void SplitIds(const SparseFeatures& features, std::vector<Tensor>* cached_into = nullptr);
-  // Asks for shard k's rows of every table (its pull_ids from SplitIds).
+  // Splits `features`' distinct ids among the shards (shard_ids_).
+  void SplitIds(const SparseFeatures& features);
+  // Asks for shard k's rows of every table (its ids from SplitIds).
   void AddSparseIds(int k, proto::PullRequest* pull) const;
   // Reads shard k's rows, after `dense_bytes` of dense values, from
   // `reply` into features->rows. Internal when the reply's segments are
@@ -210,18 +200,14 @@ class PsClient final : public ParameterStore {
   int64_t push_step_ = 0;              // Pushes sent so far.
   SparseFeatures* sparse_ = nullptr;   // SetSparseFeatures'.
   // Per shard, reused: its share of the batch's distinct ids, their
-  // positions in the batch's order, those of them a pull asks for (all but
-  // the cache's), and (per table) their gradient rows.
+  // positions in the batch's order, and (per table) their gradient rows.
   struct ShardIds {
     std::vector<uint64_t> ids;
     std::vector<int32_t> positions;
-    std::vector<uint64_t> pull_ids;
-    std::vector<int32_t> pull_positions;
     std::vector<std::vector<float>> grads;
     std::vector<float> rows;  // A reply's rows read in order.
   };
   std::vector<ShardIds> shard_ids_;
-  std::unique_ptr<RowCache> cache_;  // Null: no cache.
 };
 
 }  // namespace psrt
