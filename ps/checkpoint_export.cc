@@ -116,6 +116,18 @@ absl::StatusOr<int> DiscoverNumShards(const std::string& dir) {
         "no checkpoint index (", kIndexPrefix, "<k>-of-<K>) in ", dir));
   }
   if (by_count.size() > 1) {
+    // The count that saved last, by step: a resumed job's, after its first save.
+    int newest_count = 0;
+    int64_t newest_step = -1;
+    bool tie = false;
+    for (const auto& [count, name] : by_count) {
+      absl::StatusOr<int64_t> step = NewestCommonStep(dir, count);
+      if (!step.ok() || *step < newest_step) continue;
+      tie = *step == newest_step;
+      newest_step = *step;
+      newest_count = count;
+    }
+    if (newest_step >= 0 && !tie) return newest_count;
     std::vector<std::string> seen;
     for (const auto& [k, name] : by_count) seen.push_back(absl::StrCat(k, " (", name, ")"));
     return absl::InvalidArgumentError(absl::StrCat(

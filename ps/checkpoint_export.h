@@ -62,8 +62,10 @@ struct MergedCheckpoint {
   std::vector<MergedTable> tables;                        // Sorted by name.
 };
 
-// K from the index files "checkpoint.ps-<k>-of-<K>" in `dir`. NotFound when
-// there is none, InvalidArgument when they disagree on K (naming both).
+// K from the index files "checkpoint.ps-<k>-of-<K>" in `dir`. Where they
+// name several counts (a job resumed with another number of ps tasks), the
+// one whose NewestCommonStep is the newest. NotFound when there is none,
+// InvalidArgument when two counts tie (naming them).
 absl::StatusOr<int> DiscoverNumShards(const std::string& dir);
 
 // The newest step listed in the index of every shard 0..num_shards-1.

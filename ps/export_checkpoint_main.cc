@@ -26,7 +26,8 @@ DEFINE_bool(moving_average, false,
             "names, instead of their values.");
 DEFINE_int32(num_shards, 0,
              "Number of ps shards that wrote the checkpoint; 0: discovered "
-             "from the index files in --checkpoint_dir.");
+             "from the index files in --checkpoint_dir (of several counts, the "
+             "one of the newest step).");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(

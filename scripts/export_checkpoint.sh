@@ -6,12 +6,14 @@
 #       [--step=N] [--moving_average] [--num_shards=K]
 #
 # --step defaults to the newest step in every shard's index, --num_shards to
-# the count in the index file names. See build/bin/psrt_export_checkpoint --help.
+# the count in the index file names (of several, after a job resumed with
+# other ps tasks: the count of the newest step). See
+# build/bin/psrt_export_checkpoint --help.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PSRT_BIN_DIR:-$root/build/bin}"
 case "${1:-}" in
-  -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
 esac
 if [ ! -x "$bin/psrt_export_checkpoint" ]; then
   echo "export_checkpoint.sh: $bin/psrt_export_checkpoint not built (run scripts/setup.sh)" >&2

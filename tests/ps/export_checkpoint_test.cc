@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/placement.h"
 #include "common/safetensors.h"
 #include "common/training_config.h"
@@ -368,8 +369,21 @@ TEST(ExportCheckpointTest, DiscoversTheShardCount) {
   absl::StatusOr<int> shards = DiscoverNumShards(dir);
   ASSERT_TRUE(shards.ok()) << shards.status();
   EXPECT_EQ(*shards, 2);
-  // A leftover index of a 3-shard cluster makes the count ambiguous ...
-  std::ofstream(dir + "/checkpoint.ps-0-of-3") << "model.ckpt-5.ps-0-of-3.safetensors\n";
+  // A partial index of a 3-shard cluster is not a checkpoint of its.
+  std::ofstream(dir + "/checkpoint.ps-0-of-3") << "model.ckpt-500.ps-0-of-3.safetensors\n";
+  EXPECT_EQ(DiscoverNumShards(dir).value_or(0), 2);
+  // Whole indexes of 3 shards: the count of the newest step wins (a job
+  // resumed with other ps tasks), and one step in both is ambiguous ...
+  for (int k = 0; k < 3; ++k) {
+    std::ofstream(absl::StrCat(dir, "/checkpoint.ps-", k, "-of-3"))
+        << absl::StrCat("model.ckpt-", k == 0 ? 500 : 200, ".ps-", k, "-of-3.safetensors\n",
+                        "model.ckpt-200.ps-", k, "-of-3.safetensors\n");
+  }
+  EXPECT_EQ(DiscoverNumShards(dir).value_or(0), 3);
+  for (int k = 0; k < 3; ++k) {
+    std::ofstream(absl::StrCat(dir, "/checkpoint.ps-", k, "-of-3"))
+        << absl::StrCat("model.ckpt-100.ps-", k, "-of-3.safetensors\n");
+  }
   EXPECT_EQ(DiscoverNumShards(dir).status().code(), absl::StatusCode::kInvalidArgument);
   // ... unless the caller names it.
   CheckpointExportOptions options;
