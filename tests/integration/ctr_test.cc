@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_fixture.h"
@@ -153,6 +154,53 @@ TEST_F(CtrTest, DenseOnTheWorkersRingTablesOnThePsAndBothResume) {
         EXPECT_NE(log.find("resuming at global step 100"), std::string::npos) << log;
       }
     }
+  }
+}
+
+// The same split survives a ps task killed mid-run (kill -9; the launcher
+// restarts it): the chief brings the tables and both workers' dense parts
+// back to the newest checkpoint, and the job ends at its last step.
+TEST_F(CtrTest, DenseOnTheWorkersRingRecoversFromAKilledPs) {
+  MakeData();
+  const std::string spec = MakeSpec(1, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string job = absl::StrCat(
+      "PSRT_BIN_DIR=", bin_, " timeout 300 ", source_, "/scripts/launch.sh --cluster_spec ", spec,
+      " --logdir ", dir_, "/logs --checkpoint_dir ", ckpt, " --restart_policy=OnFailure -- ",
+      Flags("dlrm"), " --sync_replicas --sparse_async --dense_allreduce ",
+      "--save_checkpoint_steps=20 --train_steps=600 > ", dir_, "/job.out 2>&1; echo $? > ", dir_,
+      "/job.rc");
+  RunCommand("(" + job + ") > /dev/null 2>&1 &");
+  // Killed once a checkpoint past step 40 is saved (the index names it).
+  bool saved = false;
+  static const std::regex kSaved(R"(model\.ckpt-(\d+)\.)");
+  for (int i = 0; i < 1200 && !saved; ++i) {
+    const std::string index = ReadFile(ckpt + "/checkpoint.ps-1-of-2");
+    for (auto it = std::sregex_iterator(index.begin(), index.end(), kSaved);
+         it != std::sregex_iterator(); ++it) {
+      saved |= std::stol((*it)[1]) > 40;
+    }
+    if (!saved) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(saved) << ReadFile(dir_ + "/job.out");
+  RunCommand("pkill -9 -f 'psrt_ps .*cluster_spec=" + spec + "'");
+  for (int i = 0; i < 3000 && ReadFile(dir_ + "/job.rc").empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(ReadFile(dir_ + "/job.rc"), "0\n") << ReadFile(dir_ + "/job.out");
+  const std::string chief = ReadFile(dir_ + "/logs/worker-0.log");
+  long step = 0;
+  double auc = 0, logloss = 0;
+  ASSERT_TRUE(ParseCtrFinal(chief, &step, &auc, &logloss)) << chief;
+  EXPECT_EQ(step, 600);
+  const std::string launcher = ReadFile(dir_ + "/job.out");
+  EXPECT_NE(launcher.find("task ps/0 exited"), std::string::npos) << launcher;
+  // No worker failed on the way (the ring would have had to start again).
+  EXPECT_EQ(launcher.find("task worker/0 exited"), std::string::npos) << launcher;
+  EXPECT_EQ(launcher.find("task worker/1 exited"), std::string::npos) << launcher;
+  for (const char* worker : {"/logs/worker-0.log", "/logs/worker-1.log"}) {
+    const std::string log = ReadFile(dir_ + worker);
+    EXPECT_NE(log.find("carrying on at global step"), std::string::npos) << log;
   }
 }
 

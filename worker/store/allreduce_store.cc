@@ -112,9 +112,11 @@ void AllreduceStore::Flatten(const std::vector<Tensor>& tensors, int group) {
   }
 }
 
-absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config) {
+absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config,
+                                       int64_t recovery_epoch) {
   proto::InitHeader header;
   *header.mutable_config() = config;
+  header.set_recovery_epoch(recovery_epoch);
   *header.mutable_variables() = variable_metas_;
   SpanByteSource values(
       absl::Span<const char>(reinterpret_cast<const char*>(flat_.data()), flat_.num_bytes()));
@@ -130,9 +132,11 @@ absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
 
 absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,
                                   const std::vector<Tensor>& params,
-                                  int64_t /*recovery_epoch*/) {
+                                  int64_t recovery_epoch) {
   Flatten(params, /*group=*/-1);
-  return InitShard(ShardConfig(config));
+  // In the round of a Restore before it (HybridStore's recovery), which
+  // the shard refuses an older one after.
+  return InitShard(ShardConfig(config), recovery_epoch);
 }
 
 absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(

@@ -94,8 +94,9 @@ class AllreduceStore final : public ParameterStore {
   // The shard's config: the job's, with every version taking one push (the
   // workers' mean).
   proto::TrainingConfig ShardConfig(proto::TrainingConfig config) const;
-  // Initializes the local shard with `config` and the values in flat_.
-  absl::Status InitShard(const proto::TrainingConfig& config);
+  // Initializes the local shard with `config` and the values in flat_ (or
+  // confirms the state it restored), in recovery round `recovery_epoch`.
+  absl::Status InitShard(const proto::TrainingConfig& config, int64_t recovery_epoch = 0);
   // Copies `tensors` (one per variable) into flat_, back to back: those of
   // fusion group `group`, or all of them (-1).
   void Flatten(const std::vector<Tensor>& tensors, int group);
