@@ -17,9 +17,12 @@
 // and sends the rows' gradients to the ps tasks. ShardHooks are not
 // supported (the CTR models do not overlap communication).
 //
-// Faults: as allreduce mode, a worker that dies fails the others' next
-// push; the job restarts and resumes from the newest checkpoint of both
-// parts.
+// Faults: a ps task that restarts (restoring its checkpoint) is recovered
+// as in ps mode: the chief restores both parts to the newest step both
+// hold and the other workers' dense parts follow it over the ring
+// (AllreduceStore::WaitForModelReady). As in allreduce mode, a worker that
+// dies fails the others' next push; the job restarts and resumes from the
+// newest checkpoint of both parts.
 //
 // Thread safety: not thread-safe (ParameterStore).
 #ifndef PSRT_WORKER_STORE_HYBRID_STORE_H_
