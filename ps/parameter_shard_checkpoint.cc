@@ -236,10 +236,17 @@ absl::Status ParameterShard::RestoreLatest() {
       LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
       if (newest_error.ok()) newest_error = status;
     }
-    // A job resumed with another number of shards would otherwise start
-    // afresh beside the checkpoints it was meant to resume from.
-    if (const std::string other = OtherShardCountFile(checkpoint_id());
-        !restored && !other.empty()) {
+    // A job resumed with another number of shards, or with a checkpoint
+    // that is whole but not this shard's to restore (FailedPrecondition),
+    // would otherwise start afresh beside the checkpoints it was meant to
+    // resume from.
+    const std::string other = OtherShardCountFile(checkpoint_id());
+    if (!restored && other.empty() && absl::IsFailedPrecondition(newest_error)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--checkpoint_dir ", options_.checkpoint_dir, ": no checkpoint restores (the newest: ",
+          newest_error.message(), "); or give this job a checkpoint directory of its own"));
+    }
+    if (!restored && !other.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--checkpoint_dir ", options_.checkpoint_dir, " holds ", other,
           ", written by a job of another number of shards (this job has ", options_.num_shards,

@@ -296,6 +296,15 @@ TEST(CheckpointReshardTest, TablesOfTheOlderHashRestoreOntoOneShardOnly) {
   absl::StatusOr<ShardState> one = ReadCheckpointForShard({dir, 0, 1}, 40);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->tables[0].ids.size(), static_cast<size_t>(kIds));
+  // A ps of the same 2 shards stops at start rather than start afresh.
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = dir;
+  options.num_shards = 2;
+  ParameterShard shard(options);
+  const absl::Status restored = shard.RestoreLatest();
+  EXPECT_EQ(restored.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(restored.message().find("onto one shard"), std::string::npos) << restored;
 }
 
 }  // namespace
