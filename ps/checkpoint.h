@@ -18,8 +18,9 @@
 //   format       "psrt-shard-checkpoint-3" for a shard with tables,
 //                "psrt-shard-checkpoint-1" without (as psrt wrote before
 //                tables, so that such files stay readable to it); all read,
-//                and "-2", tables whose rows were split by an older hash
-//                (ShardState::tables_by_residue)
+//                and "-2", tables whose rows were split by residues of the
+//                hash (ShardState::tables_by_residue): restored onto its own
+//                count, a shard gathers its rows from every shard's file
 //   step, version, shard, num_shards (decimal)
 //   slots        the optimizer slots' names, comma-separated
 //   table_slots  the tables' optimizer slots' names, comma-separated
@@ -104,8 +105,8 @@ struct ShardState {
   std::vector<std::pair<std::string, Tensor>> slots;
   Tensor average;  // Empty: no moving averages.
   proto::ModelLayout layout;  // Empty in a file psrt wrote before layouts.
-  // A file of format 2: its tables' rows went to shards by an older hash,
-  // so they are this shard's only when the job had one shard.
+  // A file of format 2: its tables' rows went to shards by residues of the
+  // hash, not by ranges, so they are not all this shard's (but with one).
   bool tables_by_residue = false;
   // Gathered from the files of a job of this many shards (resharded); 0:
   // from the shard's own file.
@@ -172,12 +173,12 @@ std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id);
 // The state shard id.shard of id.num_shards restores from checkpoint
 // `step`: its own file's, or, when it has none, its part of the checkpoint a
 // job of another number of shards saved at `step` (see "Resharding" above).
-// ReadShardCheckpoint's errors, naming the file; InvalidArgument when the
-// files disagree (another run, step or layout), when a file holds other
-// slices than its layout places there, or when the checkpoint predates
-// layouts (psrt wrote none before) and must be resharded;
-// FailedPrecondition for tables split by the older hash restored onto more
-// than one shard.
+// A format-2 checkpoint's rows are gathered from every shard's file of its
+// own count. ReadShardCheckpoint's errors, naming the file; InvalidArgument
+// when the files disagree (another run, step or layout), when a file holds
+// other slices than its layout places there, or when the checkpoint
+// predates layouts (psrt wrote none before, format 2 included) and must be
+// resharded.
 absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step);
 
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a

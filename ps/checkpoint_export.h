@@ -65,7 +65,8 @@ struct MergedCheckpoint {
 // K from the index files "checkpoint.ps-<k>-of-<K>" in `dir`. Where they
 // name several counts (a job resumed with another number of ps tasks), the
 // one whose NewestCommonStep is the newest. NotFound when there is none,
-// InvalidArgument when two counts tie (naming them).
+// InvalidArgument when two counts tie or none has a step that all its
+// shards list (naming every count).
 absl::StatusOr<int> DiscoverNumShards(const std::string& dir);
 
 // The newest step listed in the index of every shard 0..num_shards-1.

@@ -20,18 +20,6 @@ std::string FilePath(const ShardCheckpointId& id, int64_t step) {
                       ".safetensors");
 }
 
-// Tables of a format-2 file are this shard's only in a job of one shard.
-absl::Status CheckTableSplit(const ShardState& state, const ShardCheckpointId& file,
-                             int64_t step, int num_shards) {
-  if (!state.tables_by_residue || state.tables.empty() || num_shards == 1) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint ", FilePath(file, step), ": an earlier psrt wrote it, which split the tables' "
-      "rows over the shards by another hash; restore it onto one shard (one ps task with "
-      "--ps_stripes=1), whose next checkpoint then restores onto any number"));
-}
-
 // The placement the layout gives a job of `num_shards` shards.
 absl::StatusOr<Placement> PlacementOf(const proto::ModelLayout& layout, int num_shards) {
   std::vector<VariableDef> variables;
@@ -141,7 +129,6 @@ absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_
       if (!needed) continue;
     }
     ASSIGN_OR_RETURN(ShardState file, ReadShardCheckpoint(old, step));
-    RETURN_IF_ERROR(CheckTableSplit(file, old, step, to));
     if (first_path.empty()) {
       first_path = path;
       if (file.layout.placement().empty()) {
@@ -239,6 +226,43 @@ absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_
   return out;
 }
 
+// A format-2 checkpoint of shard `id` (its rows split by residues of the
+// hash) with the rows that TableShardOf gives it now: gathered from every
+// shard's file of `step`, in place of its own file's.
+absl::Status RowsByRange(const ShardCheckpointId& id, int64_t step, ShardState* state) {
+  std::vector<std::vector<ShardState::Table>> pieces(state->tables.size());
+  for (int j = 0; j < id.num_shards; ++j) {
+    ShardState other;
+    if (j != id.shard) {
+      const ShardCheckpointId file{id.dir, j, id.num_shards};
+      absl::StatusOr<ShardState> read = ReadShardCheckpoint(file, step);
+      if (!read.ok()) {
+        return absl::Status(read.status().code(), absl::StrCat(
+            "checkpoint ", step, " of format 2 splits table rows by another hash than this psrt, "
+            "which gathers each shard's rows from every shard's file: ", read.status().message()));
+      }
+      other = *std::move(read);
+      bool same = other.config.run_id() == state->config.run_id() &&
+                  other.tables.size() == state->tables.size();
+      for (size_t t = 0; same && t < state->tables.size(); ++t) {
+        same = other.tables[t].meta.SerializeAsString() ==
+               state->tables[t].meta.SerializeAsString();
+      }
+      if (!same) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint ", step, ": ", FilePath(file, step), " holds another run or other tables "
+            "than ", FilePath(id, step)));
+      }
+    }
+    const ShardState& source = j == id.shard ? *state : other;
+    for (size_t t = 0; t < pieces.size(); ++t) {
+      pieces[t].push_back(RowsOfShard(source.tables[t], id.shard, id.num_shards));
+    }
+  }
+  for (size_t t = 0; t < pieces.size(); ++t) state->tables[t] = Concatenate(std::move(pieces[t]));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id) {
@@ -259,7 +283,9 @@ absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, i
     }
   }
   ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(id, step));
-  RETURN_IF_ERROR(CheckTableSplit(state, id, step, id.num_shards));
+  if (state.tables_by_residue && !state.tables.empty() && id.num_shards > 1) {
+    RETURN_IF_ERROR(RowsByRange(id, step, &state));
+  }
   return state;
 }
 

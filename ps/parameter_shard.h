@@ -227,7 +227,9 @@ class ParameterShard {
   // number of shards, resharded (ReadCheckpointForShard). OK with nothing
   // loaded when there is none; FailedPrecondition when nothing restores and
   // the directory holds files of another number of shards (not all of a
-  // checkpoint's, or none that restores), naming one.
+  // checkpoint's, or none that restores), naming one, or a checkpoint
+  // refused with FailedPrecondition (whole, but not this shard's to
+  // restore).
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 

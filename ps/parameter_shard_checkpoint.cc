@@ -226,6 +226,7 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
 absl::Status ParameterShard::RestoreLatest() {
   if (!options_.checkpoint_dir.empty()) {
     absl::Status newest_error;  // Of the newest checkpoint that did not restore.
+    absl::Status refused;       // Of the newest whole one refused here.
     bool restored = false;
     for (int64_t step : ListRestorableCheckpoints(checkpoint_id())) {
       absl::Status status = Restore(step);
@@ -235,16 +236,17 @@ absl::Status ParameterShard::RestoreLatest() {
       }
       LOG(WARNING) << "skipping checkpoint " << step << ": " << status.message();
       if (newest_error.ok()) newest_error = status;
+      if (refused.ok() && absl::IsFailedPrecondition(status)) refused = status;
     }
     // A job resumed with another number of shards, or with a checkpoint
     // that is whole but not this shard's to restore (FailedPrecondition),
     // would otherwise start afresh beside the checkpoints it was meant to
     // resume from.
     const std::string other = OtherShardCountFile(checkpoint_id());
-    if (!restored && other.empty() && absl::IsFailedPrecondition(newest_error)) {
+    if (!restored && other.empty() && !refused.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--checkpoint_dir ", options_.checkpoint_dir, ": no checkpoint restores (the newest: ",
-          newest_error.message(), "); or give this job a checkpoint directory of its own"));
+          "--checkpoint_dir ", options_.checkpoint_dir, ": no checkpoint restores (",
+          refused.message(), "); give this job a checkpoint directory of its own"));
     }
     if (!restored && !other.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -14,7 +14,8 @@
 # type to start it by hand on its own machine. --checkpoint_dir DIR is short
 # for --ps_flags "--checkpoint_dir=DIR": the shards save there and restore
 # from there when started again (with no ps job, an allreduce-mode job, it
-# goes to the workers instead). One log file per task:
+# goes to the workers instead; with --dense_allreduce among WORKER_FLAGS, to
+# both). One log file per task:
 # DIR/JOB-I.log (DIR defaults to a new /tmp/psrt_logs.XXXXXX). The chief's
 # log is echoed here as it runs.
 #
@@ -118,10 +119,12 @@ if [ -n "$checkpoint_dir" ]; then
   fi
   # Allreduce mode, and --dense_allreduce's dense part: the workers keep
   # (that part of) the model and its checkpoints.
-  if ! grep -q '^ps ' <<<"$tasks" ||
-     printf '%s\n' "${worker_flags[@]}" | grep -qxE -- '--dense_allreduce(=true|=1)?'; then
-    worker_flags+=(--checkpoint_dir="$checkpoint_dir")
-  fi
+  dense_on_workers=0
+  grep -q '^ps ' <<<"$tasks" || dense_on_workers=1
+  for f in "${worker_flags[@]}"; do
+    [[ "$f" =~ ^--?dense_allreduce(=([Tt]rue|TRUE|1|[Yy]es|t|y))?$ ]] && dense_on_workers=1
+  done
+  [ "$dense_on_workers" = 0 ] || worker_flags+=(--checkpoint_dir="$checkpoint_dir")
 fi
 
 logdir="${logdir:-$(mktemp -d /tmp/psrt_logs.XXXXXX)}"

@@ -14,6 +14,7 @@
 #include "common/byte_source.h"
 #include "common/placement.h"
 #include "common/safetensors.h"
+#include "common/splitmix.h"
 #include "common/training_config.h"
 #include "gtest/gtest.h"
 #include "ps/checkpoint.h"
@@ -80,9 +81,11 @@ float Average(int v, int64_t e) { return -Value(v, e); }
 // Row `id`: values id, id + 0.25; slot id + 1000, id + 1000.25.
 uint64_t IdOf(int i) { return uint64_t{0x9e3779b97f4a7c15} * (i + 1); }
 
-// Writes checkpoint `step` of Model() as `shards` shards would save it.
+// Writes checkpoint `step` of Model() as `shards` shards would save it;
+// `by_residue`: as psrt's format 2 did, the rows split by residues of the
+// hash and no layout.
 void WriteShards(const Model& model, const std::string& dir, int shards, int64_t step,
-                 bool with_layout = true) {
+                 bool with_layout = true, bool by_residue = false) {
   const Placement placement = model.Placed(shards);
   for (int k = 0; k < shards; ++k) {
     std::vector<float> values, slot, average;
@@ -111,7 +114,9 @@ void WriteShards(const Model& model, const std::string& dir, int shards, int64_t
     ASSERT_TRUE(table.ok()) << table.status();
     for (int i = 0; i < kIds; ++i) {
       const uint64_t id = IdOf(i);
-      if (TableShardOf(id, shards) != k) continue;
+      const int owner = by_residue ? static_cast<int>(SplitMix64(id) % shards)
+                                   : TableShardOf(id, shards);
+      if (owner != k) continue;
       const float row[] = {float(i), i + 0.25f, i + 1000.0f, i + 1000.25f};
       ASSERT_TRUE((*table)->Insert(id, row).ok());
     }
@@ -139,8 +144,9 @@ TEST(CheckpointReshardTest, EveryShardOfAnotherCountGetsItsSlicesAndRows) {
       ASSERT_TRUE(state.ok()) << state.status();
       EXPECT_EQ(state->resharded_from, 2);
       EXPECT_EQ(state->step, 40);
-      // The newest version of the files read (sync shards have one).
-      EXPECT_EQ(state->version, to == 1 ? 41 : state->version);
+      // The newest version of the files read (sync shards have one): those
+      // of both old shards when all is read.
+      if (to == 1) EXPECT_EQ(state->version, 41);
       EXPECT_TRUE(state->version == 40 || state->version == 41) << state->version;
       EXPECT_EQ(state->config.run_id(), "run-a");
       EXPECT_EQ(state->layout.SerializeAsString(), model.layout.SerializeAsString());
@@ -274,12 +280,14 @@ TEST(CheckpointReshardTest, ACheckpointMissingAFileIsNotRestorableOntoAnotherCou
   EXPECT_EQ(ReadCheckpointForShard({dir, 0, 3}, 40).status().code(), absl::StatusCode::kNotFound);
 }
 
-// Format 2 split the rows by residues of the hash: its tables are right for
-// one shard only, so it restores onto one, and is refused onto more.
-TEST(CheckpointReshardTest, TablesOfTheOlderHashRestoreOntoOneShardOnly) {
+// Format 2 split the rows by residues of the hash and recorded no layout:
+// restored onto its own count, a shard gathers the rows the ranges give it
+// from every shard's file; onto another count, it is refused as a
+// checkpoint without a layout.
+TEST(CheckpointReshardTest, TablesOfTheOlderHashAreGatheredFromEveryFile) {
   const Model model;
   const std::string dir = NewDir("format2");
-  WriteShards(model, dir, 2, 40);
+  WriteShards(model, dir, 2, 40, /*with_layout=*/false, /*by_residue=*/true);
   for (int k = 0; k < 2; ++k) {
     const std::string path = absl::StrCat(dir, "/model.ckpt-40.ps-", k, "-of-2.safetensors");
     absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
@@ -288,23 +296,34 @@ TEST(CheckpointReshardTest, TablesOfTheOlderHashRestoreOntoOneShardOnly) {
     file->metadata["format"] = "psrt-shard-checkpoint-2";
     ASSERT_TRUE(WriteSafetensors(path, NamedTensorsOf(*file), file->metadata).ok());
   }
-  absl::StatusOr<ShardState> own = ReadCheckpointForShard({dir, 0, 2}, 40);
-  EXPECT_EQ(own.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(own.status().message().find("onto one shard"), std::string::npos) << own.status();
-  EXPECT_EQ(ReadCheckpointForShard({dir, 0, 3}, 40).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  absl::StatusOr<ShardState> one = ReadCheckpointForShard({dir, 0, 1}, 40);
-  ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_EQ(one->tables[0].ids.size(), static_cast<size_t>(kIds));
-  // A ps of the same 2 shards stops at start rather than start afresh.
+  int rows = 0;
+  for (int k = 0; k < 2; ++k) {
+    absl::StatusOr<ShardState> own = ReadCheckpointForShard({dir, k, 2}, 40);
+    ASSERT_TRUE(own.ok()) << own.status();
+    const ShardState::Table& table = own->tables[0];
+    for (size_t r = 0; r < table.ids.size(); ++r) {
+      EXPECT_EQ(TableShardOf(table.ids[r], 2), k);
+      // Each row with its slot, whichever file it came from.
+      EXPECT_EQ(table.slots[0].second.data()[r * kDim] - table.values.data()[r * kDim], 1000.0f);
+    }
+    rows += static_cast<int>(table.ids.size());
+  }
+  EXPECT_EQ(rows, kIds);
+  // A ps of the same count restores it at start.
   ParameterShard::Options options;
   options.threads = 1;
   options.checkpoint_dir = dir;
   options.num_shards = 2;
   ParameterShard shard(options);
-  const absl::Status restored = shard.RestoreLatest();
-  EXPECT_EQ(restored.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(restored.message().find("onto one shard"), std::string::npos) << restored;
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  EXPECT_EQ(shard.GetStatus().restored_step(), 40);
+  EXPECT_EQ(ReadCheckpointForShard({dir, 0, 3}, 40).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Without every shard's file, its rows cannot be gathered: the error says why.
+  std::filesystem::remove(dir + "/model.ckpt-40.ps-1-of-2.safetensors");
+  const absl::Status alone = ReadCheckpointForShard({dir, 0, 2}, 40).status();
+  EXPECT_EQ(alone.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(alone.message().find("every shard's file"), std::string::npos) << alone;
 }
 
 }  // namespace

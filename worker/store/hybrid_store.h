@@ -11,7 +11,8 @@
 // both parts, restores both to a checkpoint step that both hold, and
 // confirms both. Checkpoints: the ps shards save the tables, and the
 // workers the dense part, in a directory of their own (AllreduceStore's
-// files, which a ps checkpoint's must not meet: Options says where). A
+// one-shard files, which the ps tasks' must not meet: MakeStore puts them
+// in <checkpoint_dir>/dense). A
 // Pull reads the dense values locally and the batch's rows from the ps
 // tasks; a Push averages the dense gradients over the ring, applies them,
 // and sends the rows' gradients to the ps tasks. ShardHooks are not
