@@ -158,8 +158,9 @@ TEST_F(CtrTest, DenseOnTheWorkersRingTablesOnThePsAndBothResume) {
 }
 
 // The same split survives a ps task killed mid-run (kill -9; the launcher
-// restarts it): the chief brings the tables and both workers' dense parts
-// back to the newest checkpoint, and the job ends at its last step.
+// restarts failed tasks): the workers stop rather than recover in place
+// (their ring could not), the launcher restarts them, and the job resumes
+// both parts from the newest checkpoint and ends at its last step.
 TEST_F(CtrTest, DenseOnTheWorkersRingRecoversFromAKilledPs) {
   MakeData();
   const std::string spec = MakeSpec(1, 2);
@@ -168,7 +169,8 @@ TEST_F(CtrTest, DenseOnTheWorkersRingRecoversFromAKilledPs) {
       "PSRT_BIN_DIR=", bin_, " timeout 300 ", source_, "/scripts/launch.sh --cluster_spec ", spec,
       " --logdir ", dir_, "/logs --checkpoint_dir ", ckpt, " --restart_policy=OnFailure -- ",
       Flags("dlrm"), " --sync_replicas --sparse_async --dense_allreduce ",
-      "--save_checkpoint_steps=20 --train_steps=600 > ", dir_, "/job.out 2>&1; echo $? > ", dir_,
+      "--save_checkpoint_steps=20 --train_steps=600 --allreduce_timeout_secs=30 > ", dir_,
+      "/job.out 2>&1; echo $? > ", dir_,
       "/job.rc");
   RunCommand("(" + job + ") > /dev/null 2>&1 &");
   // Killed once a checkpoint past step 40 is saved (the index names it).
@@ -195,13 +197,11 @@ TEST_F(CtrTest, DenseOnTheWorkersRingRecoversFromAKilledPs) {
   EXPECT_EQ(step, 600);
   const std::string launcher = ReadFile(dir_ + "/job.out");
   EXPECT_NE(launcher.find("task ps/0 exited"), std::string::npos) << launcher;
-  // No worker failed on the way (the ring would have had to start again).
-  EXPECT_EQ(launcher.find("task worker/0 exited"), std::string::npos) << launcher;
-  EXPECT_EQ(launcher.find("task worker/1 exited"), std::string::npos) << launcher;
-  for (const char* worker : {"/logs/worker-0.log", "/logs/worker-1.log"}) {
-    const std::string log = ReadFile(dir_ + worker);
-    EXPECT_NE(log.find("carrying on at global step"), std::string::npos) << log;
-  }
+  // The chief started again and resumed from a checkpoint.
+  EXPECT_NE(launcher.find("task worker/0 exited"), std::string::npos) << launcher;
+  EXPECT_NE(chief.find("the workers' ring cannot be recovered in place"), std::string::npos)
+      << chief;
+  EXPECT_NE(chief.find("resuming at global step"), std::string::npos) << chief;
 }
 
 // The rows a checkpoint directory's step-`step` files hold, over every

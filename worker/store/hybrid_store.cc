@@ -19,6 +19,20 @@ Placement ShiftedPlacement(const Placement& dense, int ps_shards) {
   return placement;
 }
 
+// A ps task's state changed under a worker (Aborted: it restarted and
+// restored a checkpoint). In ps mode the worker recovers in place; here the
+// workers may see it at different points of a step, one before the step's
+// ring reduction and another after it, and would then run different ring
+// operations: the worker stops instead, and the job restarts from the
+// newest checkpoint of both parts, as allreduce mode does for a worker's
+// death.
+absl::Status NotInPlace(absl::Status status) {
+  if (!absl::IsAborted(status)) return status;
+  return absl::FailedPreconditionError(absl::StrCat(
+      status.message(), " (with --dense_allreduce the job restarts from its newest checkpoint "
+      "instead: the workers' ring cannot be recovered in place)"));
+}
+
 }  // namespace
 
 HybridStore::HybridStore(std::unique_ptr<AllreduceStore> dense, std::unique_ptr<PsClient> tables)
@@ -58,8 +72,10 @@ absl::StatusOr<ParameterStore::PullResult> HybridStore::Pull(int64_t min_version
                                                              Precision precision,
                                                              const ShardHooks* hooks) {
   CHECK(hooks == nullptr) << "HybridStore supports no ShardHooks";
-  ASSIGN_OR_RETURN(PullResult rows, tables_->Pull(min_version, &no_params_, moving_average,
-                                                  min_clock, precision));
+  absl::StatusOr<PullResult> pulled =
+      tables_->Pull(min_version, &no_params_, moving_average, min_clock, precision);
+  if (!pulled.ok()) return NotInPlace(pulled.status());
+  const PullResult& rows = *pulled;
   ASSIGN_OR_RETURN(PullResult dense, dense_->Pull(min_version, params, moving_average));
   PullResult result = rows;
   result.version = std::min(rows.version, dense.version);
@@ -75,12 +91,17 @@ absl::StatusOr<ParameterStore::PushResult> HybridStore::Push(const std::vector<T
   std::thread rows_push([&] { rows_pushed = tables_->Push(no_params_); });
   absl::StatusOr<PushResult> dense_pushed = dense_->Push(grads);
   rows_push.join();
+  if (!rows_pushed.ok()) return NotInPlace(rows_pushed.status());
   ASSIGN_OR_RETURN(PushResult dense, std::move(dense_pushed));
-  ASSIGN_OR_RETURN(PushResult rows, std::move(rows_pushed));
+  const PushResult& rows = *rows_pushed;
   PushResult result;
   result.accepted = dense.accepted && rows.accepted;
   result.training_done = dense.training_done || rows.training_done;
   return result;
+}
+
+absl::Status HybridStore::LookupRows(SparseFeatures* features) {
+  return NotInPlace(tables_->LookupRows(features));
 }
 
 absl::Status HybridStore::Shutdown() {

@@ -18,12 +18,16 @@
 // and sends the rows' gradients to the ps tasks. ShardHooks are not
 // supported (the CTR models do not overlap communication).
 //
-// Faults: a ps task that restarts (restoring its checkpoint) is recovered
-// as in ps mode: the chief restores both parts to the newest step both
-// hold and the other workers' dense parts follow it over the ring
-// (AllreduceStore::WaitForModelReady). As in allreduce mode, a worker that
-// dies fails the others' next push; the job restarts and resumes from the
-// newest checkpoint of both parts.
+// Faults: as in allreduce mode, the job restarts and resumes from the
+// newest checkpoint of both parts. A worker that dies fails the others'
+// next push; a ps task that restarts (restoring its checkpoint) makes the
+// pull or push that sees it fail with FailedPrecondition instead of
+// Aborted, which a ps-mode worker recovers from in place: the workers may
+// see it at different points of a step (one before the step's ring
+// reduction, another after it) and would run different ring operations.
+// The chief's start then restores both parts to the newest step both hold
+// and confirms them, and the other workers' dense parts follow it over the
+// ring (AllreduceStore::WaitForModelReady).
 //
 // Thread safety: not thread-safe (ParameterStore).
 #ifndef PSRT_WORKER_STORE_HYBRID_STORE_H_
@@ -65,9 +69,7 @@ class HybridStore final : public ParameterStore {
   void SetSparseFeatures(SparseFeatures* features) override {
     tables_->SetSparseFeatures(features);
   }
-  absl::Status LookupRows(SparseFeatures* features) override {
-    return tables_->LookupRows(features);
-  }
+  absl::Status LookupRows(SparseFeatures* features) override;
 
   const Placement& placement() const override { return placement_; }
   proto::DataType wire_dtype() const override { return proto::DT_FLOAT; }
