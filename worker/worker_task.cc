@@ -166,7 +166,16 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
                        std::max(1, num_ps * config.ps_stripes), config.placement));
   PsClient::Options options = config.ps_client;
   options.metrics = &metrics->transfers();
-  options.placement = config.placement;
+  // Every variable, whole, and the placement's options: each shard saves
+  // them, so that its checkpoints restore onto another number of shards.
+  for (const VariableDef& variable : model.variables()) {
+    proto::VariableMeta& meta = *options.layout.add_variables();
+    meta.set_name(variable.name);
+    meta.set_dtype(proto::DT_FLOAT);
+    for (int64_t d : variable.shape) meta.add_shape(d);
+  }
+  options.layout.set_placement(PlacementStrategyName(config.placement.strategy));
+  options.layout.set_partition_threshold_bytes(config.placement.partition_threshold_bytes);
   for (size_t t = 0; t < model.tables().size(); ++t) {
     proto::TableMeta& table = options.tables.emplace_back();
     table.set_name(model.tables()[t].name);

@@ -1,7 +1,6 @@
 #include "worker/store/hybrid_store.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -86,13 +85,9 @@ absl::StatusOr<ParameterStore::PullResult> HybridStore::Pull(int64_t min_version
 absl::StatusOr<ParameterStore::PushResult> HybridStore::Push(const std::vector<Tensor>& grads,
                                                              const ShardHooks* hooks) {
   CHECK(hooks == nullptr) << "HybridStore supports no ShardHooks";
-  // The rows travel to the ps tasks while the ring averages the dense part.
-  absl::StatusOr<PushResult> rows_pushed;
-  std::thread rows_push([&] { rows_pushed = tables_->Push(no_params_); });
-  absl::StatusOr<PushResult> dense_pushed = dense_->Push(grads);
-  rows_push.join();
+  ASSIGN_OR_RETURN(PushResult dense, dense_->Push(grads));
+  absl::StatusOr<PushResult> rows_pushed = tables_->Push(no_params_);
   if (!rows_pushed.ok()) return NotInPlace(rows_pushed.status());
-  ASSIGN_OR_RETURN(PushResult dense, std::move(dense_pushed));
   const PushResult& rows = *rows_pushed;
   PushResult result;
   result.accepted = dense.accepted && rows.accepted;

@@ -15,7 +15,7 @@
 // in <checkpoint_dir>/dense). A
 // Pull reads the dense values locally and the batch's rows from the ps
 // tasks; a Push averages the dense gradients over the ring, applies them,
-// and sends the rows' gradients to the ps tasks. ShardHooks are not
+// then sends the rows' gradients to the ps tasks. ShardHooks are not
 // supported (the CTR models do not overlap communication).
 //
 // Faults: as in allreduce mode, the job restarts and resumes from the

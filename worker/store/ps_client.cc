@@ -211,20 +211,11 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
                             const std::vector<Tensor>& params,
                             int64_t recovery_epoch) {
   CHECK_EQ(params.size(), variables_.size());
-  proto::ModelLayout layout;
-  for (const VariableDef& variable : variables_) {
-    proto::VariableMeta& meta = *layout.add_variables();
-    meta.set_name(variable.name);
-    meta.set_dtype(proto::DT_FLOAT);
-    for (int64_t d : variable.shape) meta.add_shape(d);
-  }
-  layout.set_placement(PlacementStrategyName(options_.placement.strategy));
-  layout.set_partition_threshold_bytes(options_.placement.partition_threshold_bytes);
   std::vector<proto::InitHeader> headers(num_shards());
   std::vector<ShardRequest> requests(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
     *headers[k].mutable_config() = config;
-    *headers[k].mutable_layout() = layout;
+    *headers[k].mutable_layout() = options_.layout;
     headers[k].set_recovery_epoch(recovery_epoch);
     for (const proto::TableMeta& table : options_.tables) *headers[k].add_tables() = table;
     for (proto::VariableMeta& meta : codec_->Metas(k, proto::DT_FLOAT)) {

@@ -101,10 +101,10 @@ class PsClient final : public ParameterStore {
     // The model's embedding tables (the chief's Init creates them on every
     // shard); empty for a dense model.
     std::vector<proto::TableMeta> tables;
-    // What the placement was computed with: the chief's Init hands it to
-    // every shard with the variable list (InitHeader.layout), for their
+    // The whole model and what the placement was computed with: the
+    // chief's Init hands it to every shard (InitHeader.layout), for their
     // checkpoints.
-    PlacementOptions placement;
+    proto::ModelLayout layout;
   };
   // REQUIRES: placement.num_shards ==
   //           options.ps_addresses.size() * options.ps_stripes.
