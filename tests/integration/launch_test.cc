@@ -543,9 +543,12 @@ TEST_F(LaunchTest, PsKilledMidRunOverTheDataPlaneIsRestartedAndTheWorkersReconne
 // restarted chief found training over and printed no final line.)
 TEST_F(LaunchTest, AFailedChiefIsRestartedInsteadOfEndingTheJobUnderOnFailure) {
   const std::string spec = MakeSpec(1, 2);
+  // The short pull timeout fails the chief soon after worker/1 stops; it
+  // also fails a restarted worker whose peer is slower than that to start
+  // again (a busy machine): restarts enough for both to come up together.
   auto launch = LaunchInBackground("PSRT_BIN_DIR=" + bin_ + " ", spec,
-                                   "--restart_policy=OnFailure",
-                                   absl::StrCat(kSyncFlags, " --pull_timeout_secs=2"));
+                                   "--restart_policy=OnFailure --max_restarts=10",
+                                   absl::StrCat(kSyncFlags, " --pull_timeout_secs=3"));
   const std::string chief_log = dir_ + "/logs/worker-0.log";
   for (int i = 0; i < 600 && ReadFile(chief_log).find("step 100,") == std::string::npos; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
