@@ -38,6 +38,11 @@ DEFINE_int32(ps_stripes, 2,
              "task of a job (ps, workers, evaluator) the same value; "
              "checkpoints are per shard, so a job resumes with the value it "
              "saved with.");
+DEFINE_int32(ps_replicas, 0,
+             "1: every shard has a backup copy on the next ps task, which takes "
+             "over (no rollback, no step lost) when the shard's ps task dies; "
+             "needs 2 or more ps tasks. Give the ps tasks and every worker the "
+             "same value (launch.sh: --ps_flags=--ps_replicas=1 and after --).");
 
 DEFINE_string(bind_host, "",
               "Interface the task listens on (the port comes from the cluster "
@@ -202,6 +207,14 @@ absl::StatusOr<int> PsStripesFromFlags() {
         "--ps_stripes must be in 1..", kMaxPsStripes, ", got ", FLAGS_ps_stripes));
   }
   return FLAGS_ps_stripes;
+}
+
+absl::StatusOr<int> PsReplicasFromFlags() {
+  if (FLAGS_ps_replicas != 0 && FLAGS_ps_replicas != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_replicas must be 0 or 1, got ", FLAGS_ps_replicas));
+  }
+  return FLAGS_ps_replicas;
 }
 
 absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFlags(

@@ -7,6 +7,7 @@
 //   PSRT_AUTH_TOKEN=TOKEN (environment)            the token, instead of a file
 //   --chief_token_file=FILE, PSRT_CHIEF_TOKEN      the chief's own token (roles)
 //   --ps_stripes=S                                 shards per ps process
+//   --ps_replicas=0|1                              a backup copy of each shard
 //   --bind_host=HOST                               the interface tasks listen on
 //   --tensor_transport=grpc|socket, --data_port=P  the tensor data plane
 //   --coordinator=HOST:PORT (or MASTER_ADDR and MASTER_PORT), --task_rank,
@@ -60,6 +61,9 @@ absl::StatusOr<int> DataPortFromFlags();
 // outside 1..kMaxPsStripes.
 absl::StatusOr<int> PsStripesFromFlags();
 constexpr int kMaxPsStripes = 16;
+// --ps_replicas: backup copies of each shard (0 or 1); InvalidArgument
+// otherwise.
+absl::StatusOr<int> PsReplicasFromFlags();
 
 }  // namespace psrt
 

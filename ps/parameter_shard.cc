@@ -70,6 +70,7 @@ ParameterShard::ParameterShard(const Options& options)
       pool_(std::make_shared<SnapshotPool>()),
       encodings_(std::make_shared<EncodingCache>()) {
   restoring_ = options.restore_at_start && !options.checkpoint_dir.empty();
+  backup_ = options.peer != nullptr && options.starts_as_backup;
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }
 
@@ -89,7 +90,28 @@ ParameterShard::~ParameterShard() {
 
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                                           ByteSource* data) {
+  RETURN_IF_ERROR(AdmitAsPrimary("init"));
+  ASSIGN_OR_RETURN(const bool initialized, InitState(header, data));
+  // The backup starts from the state the chief made or confirmed.
+  std::vector<Waiter> moved;
+  absl::Status filled;
+  {
+    absl::MutexLock lock(&mu_);
+    filled = FillBackupLocked(/*now=*/true, &moved);
+  }
+  for (Waiter& w : moved) w.done(filled);
+  RETURN_IF_ERROR(filled);
+  return initialized;
+}
+
+absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
+                                               ByteSource* data) {
   RETURN_IF_ERROR(ValidateTrainingConfig(header.config()));
+  if (options_.peer != nullptr && !header.tables().empty()) {
+    return absl::InvalidArgumentError(
+        "init: embedding tables are not replicated yet: run a model with tables without "
+        "--ps_replicas");
+  }
   // A model's small dense part may leave a shard of many with embedding
   // rows only.
   if (header.variables().empty() && header.tables().empty()) {
@@ -323,6 +345,8 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_recovery_epoch(recovery_epoch_);
   status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
   status.set_restoring(restoring_);
+  status.set_backup(backup_);
+  status.set_replica_view(options_.peer != nullptr ? view_ : 0);
   if (tables_ != nullptr) tables_->AddStatus(&status);
   return status;
 }

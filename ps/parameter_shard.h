@@ -43,6 +43,27 @@
 //    when it is answered. Save writes every row and slot with the dense
 //    state of the same version; Restore recreates the tables from them, and
 //    the chief's Init confirms them when it names the same tables.
+//  - Replicas (Options::peer; psrt_ps --ps_replicas=1): the shard has two
+//    copies on two ps tasks. The primary serves the workers; the backup
+//    takes each update the primary makes (the sync version's mean, or an
+//    async push's gradient, with the dedup state: proto ReplicateHeader)
+//    before the primary answers for it: a sync version becomes visible to
+//    pulls, and an async push is acknowledged, only once the backup holds
+//    it. A backup that is not in step (it restarted, fell behind, or the
+//    chief restored or initialized the primary) is sent the primary's whole
+//    state first (FILL). A primary whose backup cannot be reached goes on
+//    alone (logged), trying to fill it again every second. A request that
+//    only a primary serves (Init, Push, Pull, Save, Restore) reaching the
+//    backup means a worker could not reach the primary: the backup asks the
+//    primary (PROBE), and if it does not answer takes over at the same
+//    version, incarnation and dedup state, under a new view; else the
+//    request is Unavailable, and the worker goes back. A primary whose
+//    message the other copy refuses for its older view was replaced: it
+//    becomes a backup to be filled, and fails its waiting pulls and the
+//    request that found out with Unavailable. A copy that starts empty asks
+//    the other to take it on as backup (JoinReplicas) before it restores
+//    any checkpoint. Embedding tables are not replicated (Init refuses
+//    them).
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -86,6 +107,7 @@
 #include "proto/psrt.pb.h"
 #include "ps/checkpoint.h"
 #include "ps/optimizer.h"
+#include "ps/replica_peer.h"
 #include "ps/shard_tables.h"
 
 namespace psrt {
@@ -112,6 +134,11 @@ class ParameterShard {
     // until RestoreLatest has run (psrt_ps serves while it loads, so that a
     // large checkpoint does not outlast the probes and the workers' retries).
     bool restore_at_start = false;
+    // The shard's other copy (see "Replicas" above); null: one copy.
+    // starts_as_backup: this copy is the backup at start (the one on the
+    // task after the shard's own), else the primary.
+    std::shared_ptr<ReplicaPeer> peer;
+    bool starts_as_backup = false;
   };
 
   // The values of every variable of the shard, back to back. A snapshot
@@ -233,6 +260,17 @@ class ParameterShard {
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 
+  // A message from the shard's other copy (proto ReplicateHeader); see
+  // "Replicas" above. FailedPrecondition for a message of an older view.
+  absl::StatusOr<proto::ReplicateResponse> Replicate(const proto::ReplicateHeader& header,
+                                                     ByteSource* data);
+  // At start, before RestoreLatest, for a copy that starts as the primary:
+  // asks the other copy whether it holds the shard (it survived this
+  // copy's restart). If so this copy is now its backup, restores nothing
+  // and returns true; false when the other copy holds nothing or does not
+  // answer (the job's start, or both copies lost: the checkpoint path).
+  bool JoinReplicas();
+
   // Blocks until training is over and every replica has said Shutdown, or
   // until `grace` has passed since training ended: OK. DeadlineExceeded when
   // the shard holds a model, training is not over, and the chief (replica 0)
@@ -311,6 +349,36 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
 
+  // Init's work on this copy (Init then fills the backup).
+  absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
+
+  // Replicas (parameter_shard_replication.cc). A request only a primary
+  // serves: OK at the primary; at a backup, which then asks the primary,
+  // OK once it has taken over, else Unavailable.
+  absl::Status AdmitAsPrimary(absl::string_view what);
+  // The primary's update of the version just made (`header`: UPDATE, its
+  // version and dedup state; `update`: float32 for every element, none
+  // when skipped) to the backup, or the whole state when the backup is not
+  // in step. OK when the backup holds it or cannot be reached; Unavailable
+  // when the other copy has replaced this one (it is a backup now, and its
+  // waiting pulls are in *aborted).
+  absl::Status ReplicateLocked(proto::ReplicateHeader header, absl::Span<const float> update,
+                               std::vector<Waiter>* aborted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the whole state (no sooner than next_fill_ unless `now`).
+  absl::Status FillBackupLocked(bool now, std::vector<Waiter>* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the primary does with the other copy's answer.
+  absl::Status TakeReplicaAnswerLocked(const absl::StatusOr<proto::ReplicateResponse>& answer,
+                                       absl::string_view what, std::vector<Waiter>* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // This copy is a backup from now on, holding nothing it may serve.
+  void DemoteLocked(std::vector<Waiter>* aborted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeFillLocked(const proto::ReplicaState& state, ByteSource* data,
+                      std::vector<Waiter>* aborted, absl::Status* status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "shard 3", for logs.
+  std::string ShardLabel() const;
+
   // Unavailable while the shard restores its checkpoint at start.
   absl::Status CheckNotRestoringLocked(absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -376,6 +444,14 @@ class ParameterShard {
   int64_t recovery_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // Newest round taken.
   absl::Mutex save_mu_;  // One save at a time; taken before mu_.
   absl::CondVar changed_;  // Signalled on any state change waiters care for.
+
+  // Replicas (Options::peer).
+  bool backup_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t view_ ABSL_GUARDED_BY(mu_) = 1;
+  bool filled_ ABSL_GUARDED_BY(mu_) = false;          // Backup: holds the primary's state.
+  bool backup_in_step_ ABSL_GUARDED_BY(mu_) = false;  // Primary: the backup does.
+  absl::Time next_fill_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  Tensor replica_update_ ABSL_GUARDED_BY(mu_);  // Async: a push's gradient, float32.
 
   std::thread deadline_thread_;
 };

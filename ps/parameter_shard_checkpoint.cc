@@ -65,6 +65,7 @@ absl::StatusOr<std::string> ParameterShard::Save(int64_t step, int64_t version,
   if (keep < 1) {
     return absl::InvalidArgumentError(absl::StrCat("save: keep must be >= 1, got ", keep));
   }
+  RETURN_IF_ERROR(AdmitAsPrimary("save"));
   absl::MutexLock save_lock(&save_mu_);
   ShardStateView view;
   std::shared_ptr<const Snapshot> values, average;
@@ -197,6 +198,7 @@ absl::Status ParameterShard::TakeRecoveryEpochLocked(int64_t epoch,
 }
 
 absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
+  RETURN_IF_ERROR(AdmitAsPrimary("restore"));
   ASSIGN_OR_RETURN(ShardState state, ReadCheckpointForShard(checkpoint_id(), step));
   const int resharded_from = state.resharded_from;
   std::vector<Waiter> aborted;
@@ -208,6 +210,7 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
     RETURN_IF_ERROR(TakeRecoveryEpochLocked(
         recovery_epoch, absl::StrCat("restore of checkpoint ", step)));
     RETURN_IF_ERROR(LoadLocked(std::move(state), &aborted));
+    backup_in_step_ = false;  // The chief's Init confirms the state, then fills the backup.
     LOG(INFO) << "restored checkpoint " << step << " (version " << version_ << ")"
               << (resharded_from > 0
                       ? absl::StrCat(", resharded from the files of ", resharded_from,

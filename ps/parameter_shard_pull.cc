@@ -107,6 +107,10 @@ absl::StatusOr<ParameterShard::PullReply> ParameterShard::Read(bool moving_avera
 }
 
 int64_t ParameterShard::Pull(const PullOptions& options, PullCallback done) {
+  if (absl::Status admitted = AdmitAsPrimary("pull"); !admitted.ok()) {
+    done(std::move(admitted));
+    return 0;
+  }
   if (options.wire_dtype != proto::DT_FLOAT && !options.sparse_only) {
     // Encoded wherever the reply is made, outside the lock.
     done = [encodings = encodings_, dtype = options.wire_dtype,

@@ -68,12 +68,14 @@ absl::Status ParameterShard::CheckPushLocked(const proto::PushHeader& header,
 
 absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const proto::PushHeader& header, ByteSource* data) {
+  RETURN_IF_ERROR(AdmitAsPrimary("push"));
   std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  std::vector<Waiter> moved;  // This copy was replaced as the primary.
   proto::PushResponse response;
   absl::Status failure;  // Returned once the waiters have their replies.
-  response.set_incarnation(incarnation_);
   {
     absl::MutexLock lock(&mu_);
+    response.set_incarnation(incarnation_);
     if (header.replica() == 0) last_chief_contact_ = absl::Now();
     size_t dense_size = 0;
     RETURN_IF_ERROR(CheckPushLocked(header, data->size(), &dense_size));
@@ -176,13 +178,36 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
         response.set_accepted(false);
       } else {
         BeginUpdate();
-        ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
-          UpdateRange(begin, grad);
-        });
+        if (options_.peer == nullptr) {
+          ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
+            UpdateRange(begin, grad);
+          });
+        } else {  // The backup applies the same float32 gradient.
+          if (replica_update_.num_elements() != total_elements_) {
+            replica_update_.Resize({total_elements_});
+          }
+          float* update = replica_update_.data();
+          ParallelFor([&](int64_t begin, int64_t end) {
+            data->ReadAt(begin * sizeof(float),
+                         {reinterpret_cast<char*>(update + begin), (end - begin) * sizeof(float)});
+            UpdateRange(begin, {update + begin, static_cast<size_t>(end - begin)});
+          });
+        }
         ++version_;
         ++pushes_applied_;
         ++clocks_[replica];
         response.set_accepted(true);
+        if (options_.peer != nullptr) {
+          proto::ReplicateHeader replicated;
+          replicated.set_version(version_ - 1);
+          replicated.set_replica(replica);
+          replicated.set_worker_incarnation(header.worker_incarnation());
+          replicated.set_step(header.step());
+          replicated.set_accepted(true);
+          failure = ReplicateLocked(
+              std::move(replicated),
+              {replica_update_.data(), static_cast<size_t>(total_elements_)}, &moved);
+        }
       }
     } else if (header.version() < version_) {
       ++stale_dropped_;
@@ -254,8 +279,24 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
               "optimizer state NaN or Inf; the version was skipped, nothing applied"));
           LOG(ERROR) << failure.message();
         }
+        proto::ReplicateHeader replicated;  // The version's update, for the backup.
+        replicated.set_version(version_);
+        replicated.set_skipped(!failure.ok());
+        for (int r : pushed_) {
+          const bool this_push = r == replica;
+          replicated.add_pushed(r);
+          replicated.add_pushed_worker_incarnations(
+              this_push ? header.worker_incarnation() : last_push_[r].worker_incarnation);
+          replicated.add_pushed_steps(this_push ? header.step() : last_push_[r].step);
+        }
         ++version_;
         pushed_.clear();
+        const absl::Status kept = ReplicateLocked(
+            std::move(replicated),
+            failure.ok() ? absl::Span<const float>(sum, total_elements_)
+                         : absl::Span<const float>(),
+            &moved);
+        if (!kept.ok()) failure = kept;
       }
     }
     if ((response.accepted() || rows_taken) && !retry) {
@@ -265,6 +306,7 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     TakeReadyWaiters(&ready);
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
+  for (Waiter& w : moved) w.done(failure);
   if (!failure.ok()) return failure;
   return response;
 }

@@ -2,7 +2,8 @@
 //
 //   psrt_ps --cluster_spec=cluster.json --job_name=ps --task_index=0
 //
-// Serves its shards (--ps_stripes of them: shards T*S .. T*S+S-1 of task T)
+// Serves its shards (--ps_stripes of them: shards T*S .. T*S+S-1 of task T),
+// and with --ps_replicas=1 the backup copies of task T-1's after them,
 // until the chief ends training and every worker has said goodbye (or
 // --shutdown_grace_secs have passed), then exits 0.
 #include <cstdlib>
@@ -30,6 +31,7 @@
 #include "dataplane/frame_connection.h"
 #include "ps/dataplane_server.h"
 #include "ps/ps_service.h"
+#include "ps/grpc_replica_peer.h"
 
 DEFINE_bool(check_replica_certificates, false,
             "With TLS: take a push as replica r only from a caller whose certificate names "
@@ -175,20 +177,47 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  absl::StatusOr<int> replicas = psrt::PsReplicasFromFlags();
+  if (!replicas.ok()) {
+    LOG(ERROR) << replicas.status().message();
+    return 2;
+  }
+  const int num_ps = cluster->spec.num_ps();
+  if (*replicas > 0 && num_ps < 2) {
+    LOG(ERROR) << "--ps_replicas=" << *replicas << " keeps each shard's backup on another ps "
+               << "task, and the cluster spec names " << num_ps << ": give it 2 or more";
+    return 2;
+  }
+  // With replicas, stripes S .. 2S-1 are the backup copies of the previous
+  // task's shards, and each stripe's other copy is on the next or the
+  // previous task.
+  const int task = cluster->task.index;
+  const int next = (task + 1) % num_ps;
+  const int previous = (task + num_ps - 1) % num_ps;
   std::vector<std::unique_ptr<psrt::ParameterShard>> shards;
   std::vector<psrt::ParameterShard*> stripe_shards;
-  for (int stripe = 0; stripe < *stripes; ++stripe) {
+  for (int stripe = 0; stripe < *stripes * (1 + *replicas); ++stripe) {
+    const bool backup_copy = stripe >= *stripes;
+    const int owner = backup_copy ? previous : task;  // The task whose shard it is.
     psrt::ParameterShard::Options options;
     options.skip_nonfinite_gradients = FLAGS_nonfinite_gradients == "skip";
     options.default_pull_timeout = absl::Seconds(FLAGS_pull_timeout_secs);
     options.threads = FLAGS_threads;
     options.max_waiting_pulls = FLAGS_max_waiting_pulls;
     options.checkpoint_dir = FLAGS_checkpoint_dir;
-    options.shard = cluster->task.index * *stripes + stripe;
-    options.num_shards = cluster->spec.num_ps() * *stripes;
+    options.shard = owner * *stripes + stripe % *stripes;
+    options.num_shards = num_ps * *stripes;
     // Restored once the server listens (below), so that probes and workers
     // see a live task while a large checkpoint loads.
-    options.restore_at_start = true;
+    options.restore_at_start = !backup_copy;
+    if (*replicas > 0) {
+      const int peer_task = backup_copy ? previous : next;
+      const int peer_stripe = backup_copy ? stripe - *stripes : stripe + *stripes;
+      options.peer = std::make_shared<psrt::GrpcReplicaPeer>(
+          psrt::NewChannel(cluster->spec.address("ps", peer_task), **security), peer_stripe,
+          absl::StrCat("ps/", peer_task, " stripe ", peer_stripe));
+      options.starts_as_backup = backup_copy;
+    }
     shards.push_back(std::make_unique<psrt::ParameterShard>(options));
     stripe_shards.push_back(shards.back().get());
   }
@@ -261,6 +290,7 @@ int main(int argc, char** argv) {
     }
   }
   psrt::PsService service(stripe_shards, &ps_metrics, &health, std::move(roles));
+  service.set_ps_replicas(*replicas);
 
   // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
   // task's host, and its Unix socket with --unix_socket. Up before gRPC, so
@@ -317,7 +347,10 @@ int main(int argc, char** argv) {
             << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"
             << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
                                        : "");
-  for (auto& shard : shards) {
+  for (int stripe = 0; stripe < *stripes; ++stripe) {
+    psrt::ParameterShard* shard = shards[stripe].get();
+    // A copy whose other copy survived its restart is filled from it.
+    if (*replicas > 0 && shard->JoinReplicas()) continue;
     if (absl::Status s = shard->RestoreLatest(); !s.ok()) {
       LOG(ERROR) << s.message();
       server->Shutdown();

@@ -135,6 +135,7 @@ void PsService::ReportReadiness() {
   int64_t version = INT64_MAX;
   for (ParameterShard* shard : handler_.shards()) {
     const proto::StatusResponse status = shard->GetStatus();
+    if (status.backup()) continue;  // A backup copy serves nobody.
     ready = ready && status.ready();
     version = std::min(version, status.version());
   }
@@ -213,7 +214,8 @@ grpc::ServerUnaryReactor* PsService::GetStatus(grpc::CallbackServerContext* cont
   absl::StatusOr<ParameterShard*> shard = ShardOf(*context);
   if (!shard.ok()) return FinishNow(context, shard.status());
   *response = (*shard)->GetStatus();
-  response->set_stripes(static_cast<int>(handler_.shards().size()));
+  response->set_stripes(static_cast<int>(handler_.shards().size()) / (1 + ps_replicas_));
+  response->set_ps_replicas(ps_replicas_);
   response->set_data_port(data_port_.load());
   if (metrics_ != nullptr) {
     *response->mutable_process() = metrics_->metrics().process_status();
@@ -263,6 +265,25 @@ grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* contex
     ReportReadiness();
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* PsService::Replicate(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  replica_runner_.Schedule([this, context, request, response, reactor] {
+    const absl::Status status = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(ParameterShard * shard, ShardOf(*context));
+      proto::ReplicateHeader header;
+      TensorFrameReader reader;
+      RETURN_IF_ERROR(reader.Open(*request, &header));
+      ASSIGN_OR_RETURN(const proto::ReplicateResponse reply, shard->Replicate(header, &reader));
+      *response = SerializeToByteBuffer(reply);
+      return absl::OkStatus();
+    }();
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
 }
 
 }  // namespace psrt

@@ -46,7 +46,8 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
                 proto::ParameterServer::WithCallbackMethod_Shutdown<
                     proto::ParameterServer::WithCallbackMethod_Save<
                         proto::ParameterServer::WithCallbackMethod_Restore<
-                            proto::ParameterServer::Service>>>>>>>;
+                            proto::ParameterServer::WithRawCallbackMethod_Replicate<
+                                proto::ParameterServer::Service>>>>>>>>;
 
 // Who may do what at a PsService; refusals are PermissionDenied.
 struct PsServiceRoles {
@@ -73,7 +74,8 @@ class PsService final : public PsServiceBase {
         metrics_(metrics),
         health_(health),
         roles_(std::move(roles)),
-        runner_(static_cast<int>(2 * handler_.shards().size())) {}
+        runner_(static_cast<int>(2 * handler_.shards().size())),
+        replica_runner_(static_cast<int>(handler_.shards().size())) {}
 
   // Publishes the readiness (every stripe ready) and version (the lowest) to
   // the health service and the metrics. The handlers call it after Init and
@@ -83,6 +85,9 @@ class PsService final : public PsServiceBase {
 
   // The data plane's port, for GetStatus's replies (0: none).
   void set_data_port(int port) { data_port_.store(port); }
+  // psrt_ps --ps_replicas, for GetStatus's replies: the process's stripes
+  // are then its own shards' and, after them, as many backup copies.
+  void set_ps_replicas(int replicas) { ps_replicas_ = replicas; }
 
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
@@ -105,6 +110,9 @@ class PsService final : public PsServiceBase {
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
                                     const proto::RestoreRequest* request,
                                     proto::RestoreResponse* response) override;
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
   // The stripe the call names; InvalidArgument for one this process lacks.
@@ -127,7 +135,11 @@ class PsService final : public PsServiceBase {
   HealthReporter* const health_;
   const Roles roles_;
   std::atomic<int> data_port_{0};
+  int ps_replicas_ = 0;
   TaskRunner runner_;  // Last: its threads stop before the rest goes.
+  // Replicate's own threads: a primary holds its shard while it waits for
+  // the backup, so the backup's work must not queue behind pushes.
+  TaskRunner replica_runner_;
 };
 
 }  // namespace psrt

@@ -362,6 +362,24 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   PsClient::Options& client = config->ps_client;
   for (int k = 0; k < spec.num_ps(); ++k) client.ps_addresses.push_back(spec.address("ps", k));
   client.ps_stripes = config->ps_stripes;
+  ASSIGN_OR_RETURN(client.ps_replicas, PsReplicasFromFlags());
+  if (client.ps_replicas > 0) {
+    if (config->allreduce || config->dense_allreduce) {
+      return absl::InvalidArgumentError(
+          "--ps_replicas keeps backup copies of the ps tasks' shards: it goes with ps mode, "
+          "not with allreduce or --dense_allreduce");
+    }
+    if (IsCtrModel(config->model)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ps_replicas: embedding tables are not replicated yet; run --model=",
+          config->model, " without it"));
+    }
+    if (spec.num_ps() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ps_replicas=1 keeps each shard's backup on another ps task, and the cluster spec "
+          "names ", spec.num_ps(), ": give it 2 or more"));
+    }
+  }
   ASSIGN_OR_RETURN(client.wire_dtype, ParseWireDtype(FLAGS_wire_dtype));
   // The evaluator judges the model as the shards hold it.
   if (config->evaluator) client.wire_dtype = proto::DT_FLOAT;

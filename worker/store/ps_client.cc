@@ -41,25 +41,28 @@ PsClient::PsClient(Options options, Placement placement,
   const bool unix_socket = options_.unix_socket && !security.tls();
   LOG_IF(WARNING, options_.unix_socket && security.tls())
       << "unix_socket: TLS channels stay on TCP (certificates name the host)";
-  for (int k = 0; k < num_shards(); ++k) {
-    const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
+  CHECK(options_.ps_replicas == 0 || options_.ps_replicas == 1) << options_.ps_replicas;
+  const int endpoints = num_shards() * (1 + options_.ps_replicas);
+  for (int e = 0; e < endpoints; ++e) {
+    const std::string& address = options_.ps_addresses[TaskOf(e)];
     const std::string target = unix_socket ? PreferLocalSocket(address) : address;
-    if (target != address) LOG(INFO) << ShardName(k) << " over " << target;
-    grpc_->AddShard(NewChannel(target, security), k % options_.ps_stripes);
+    if (target != address) LOG(INFO) << EndpointName(e) << " over " << target;
+    grpc_->AddShard(NewChannel(target, security), StripeOf(e));
   }
   if (options_.tensor_transport != TensorTransport::kGrpc) {
     CHECK(!security.tls()) << "the data plane has no TLS";
     DataPlaneShardTransport::Options data_plane;
-    data_plane.num_shards = num_shards();
-    data_plane.address_of = [this](int k) { return DataPlaneAddress(k); };
-    data_plane.stripe_of = [this](int k) { return k % options_.ps_stripes; };
+    data_plane.num_shards = endpoints;
+    data_plane.address_of = [this](int e) { return DataPlaneAddress(e); };
+    data_plane.stripe_of = [this](int e) { return StripeOf(e); };
     data_plane.credential = security.DataPlaneCredential();
     data_plane.transfer_timeout = options_.rpc_timeout;
-    data_plane.shard_name = [this](int k) { return ShardName(k); };
+    data_plane.shard_name = [this](int e) { return EndpointName(e); };
     data_plane_ = std::make_unique<DataPlaneShardTransport>(std::move(data_plane));
   }
   calls_ = std::make_unique<ShardCalls>(num_shards(), [this](int k) { return ShardName(k); },
-                                        options_.retry_timeout);
+                                        options_.retry_timeout, 1 + options_.ps_replicas);
+  pushed_to_.assign(num_shards(), -1);
   codec_ = std::make_unique<SliceCodec>(placement_, copier_);
   push_headers_.resize(num_shards());
   for (int k = 0; k < num_shards(); ++k) {
@@ -106,20 +109,38 @@ void PsClient::ForgetIncarnations() {
 
 PsClient::~PsClient() = default;
 
-std::string PsClient::ShardName(int shard) const {
-  const int task = shard / options_.ps_stripes;
-  return absl::StrCat("ps/", task,
-                      options_.ps_stripes > 1
-                          ? absl::StrCat(" stripe ", shard % options_.ps_stripes)
-                          : "",
-                      " (", options_.ps_addresses[task], ")");
+int PsClient::TaskOf(int e) const {
+  const int n = num_shards();
+  const int tasks = static_cast<int>(options_.ps_addresses.size());
+  return e < n ? e / options_.ps_stripes : ((e - n) / options_.ps_stripes + 1) % tasks;
 }
 
-absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
+int PsClient::StripeOf(int e) const {
+  const int n = num_shards();
+  return e < n ? e % options_.ps_stripes : options_.ps_stripes + (e - n) % options_.ps_stripes;
+}
+
+std::string PsClient::EndpointName(int e) const {
+  const int task = TaskOf(e);
+  const int stripe = StripeOf(e);
+  return absl::StrCat("ps/", task,
+                      options_.ps_stripes > 1 || options_.ps_replicas > 0
+                          ? absl::StrCat(" stripe ", stripe)
+                          : "",
+                      " (", options_.ps_addresses[task], ")",
+                      e >= num_shards() ? absl::StrCat(", the backup of shard ", e - num_shards())
+                                        : "");
+}
+
+std::string PsClient::ShardName(int shard) const {
+  return EndpointName(calls_ != nullptr ? calls_->endpoint(shard) : shard);
+}
+
+absl::StatusOr<std::string> PsClient::DataPlaneAddress(int e) {
   proto::StatusResponse reply;
   const proto::StatusRequest request;
   const absl::Status status = calls_->CallOne(
-      *grpc_, k, PsMethod::kGetStatus, absl::Seconds(5), {&request, {}},
+      *grpc_, e, PsMethod::kGetStatus, absl::Seconds(5), {&request, {}},
       [&reply](int, ShardReply& answer) { return answer.ParseMeta(&reply); });
   if (!status.ok()) {
     return absl::Status(status.code(),
@@ -129,7 +150,7 @@ absl::StatusOr<std::string> PsClient::DataPlaneAddress(int k) {
     return absl::UnavailableError(
         "it serves no data plane now (psrt_ps --tensor_transport=grpc, or TLS)");
   }
-  const std::string& address = options_.ps_addresses[k / options_.ps_stripes];
+  const std::string& address = options_.ps_addresses[TaskOf(e)];
   std::string host;
   int port = 0;
   RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
@@ -152,10 +173,16 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
       const proto::StatusRequest request;
       proto::StatusResponse reply;
       const absl::Status status = calls_->CallOne(
-          *grpc_, k, PsMethod::kGetStatus, absl::Seconds(2), {&request, {}},
+          *grpc_, calls_->endpoint(k), PsMethod::kGetStatus, absl::Seconds(2), {&request, {}},
           [&reply](int, ShardReply& answer) { return answer.ParseMeta(&reply); });
       if (status.ok()) {
         const int stripes = std::max(1, reply.stripes());
+        if (reply.ps_replicas() != options_.ps_replicas && !variables_.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(k), " runs with --ps_replicas=", reply.ps_replicas(),
+              ", but this task was started with --ps_replicas=", options_.ps_replicas,
+              ": give the ps tasks and every worker the same --ps_replicas"));
+        }
         if (reply.restoring()) {
           waiting.push_back(absl::StrCat(ShardName(k), ": restoring its checkpoint"));
           continue;
@@ -181,6 +208,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
         return absl::UnauthenticatedError(absl::StrCat(ShardName(k), ": ", status.message()));
       } else {
         waiting.push_back(absl::StrCat(ShardName(k), ": ", status.message()));
+        calls_->SwitchCopy(k);  // A replicated shard: its other copy next time.
       }
     }
     if (waiting.empty()) {
@@ -232,6 +260,23 @@ absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {
                               [&statuses](int k, ShardReply& reply) {
                                 return reply.ParseMeta(&statuses[k]);
                               }));
+  // A backup copy answered: the primary's word, where the other copy gives
+  // it (a backup whose primary is gone answers for the shard until a push
+  // or pull makes it take over).
+  for (int k = 0; k < num_shards(); ++k) {
+    if (!statuses[k].backup()) continue;
+    calls_->SwitchCopy(k);
+    proto::StatusResponse other;
+    const absl::Status asked = calls_->CallOne(
+        *grpc_, calls_->endpoint(k), PsMethod::kGetStatus, absl::Seconds(5),
+        {&proto::StatusRequest::default_instance(), {}},
+        [&other](int, ShardReply& reply) { return reply.ParseMeta(&other); });
+    if (asked.ok() && !other.backup()) {
+      statuses[k] = std::move(other);
+    } else {
+      calls_->SwitchCopy(k);
+    }
+  }
   return statuses;
 }
 
@@ -406,6 +451,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
   std::vector<proto::PullHeader> headers(num_shards());
   const absl::Time start = absl::Now();
   std::atomic<int64_t> bytes{0};
+  ShardCalls::CallOptions call;
+  if (options_.ps_replicas > 0) {
+    call.before_retry = [this](int k) { return PushAgainIfMoved(k); };
+  }
   // The ps answers a waiting pull by pull_timeout; the margin covers the transfer.
   RETURN_IF_ERROR(calls_->CallAll(
       tensors(), PsMethod::kPull, options_.pull_timeout + absl::Seconds(10), requests,
@@ -442,7 +491,8 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
         if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
         return absl::OkStatus();
       },
-      {}));
+      call));
+  if (record_versions) std::fill(pushed_to_.begin(), pushed_to_.end(), -1);
   if (options_.metrics != nullptr) {
     options_.metrics->RecordPull(bytes);
     options_.metrics->RecordPullWait(absl::Now() - start);
@@ -513,7 +563,30 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   std::vector<int64_t> incarnations;
   for (const proto::PushResponse& r : responses) incarnations.push_back(r.incarnation());
   RETURN_IF_ERROR(CheckIncarnations(incarnations));
+  if (options_.ps_replicas > 0) {
+    last_grads_ = &grads;
+    for (int k = 0; k < num_shards(); ++k) pushed_to_[k] = calls_->endpoint(k);
+  }
   return result;
+}
+
+absl::Status PsClient::PushAgainIfMoved(int k) {
+  const int now = calls_->endpoint(k);
+  if (pushed_to_[k] < 0 || pushed_to_[k] == now || last_grads_ == nullptr) {
+    return absl::OkStatus();
+  }
+  // The copy that took the push is gone, and the one serving now may not
+  // hold the version it made: the same push again (the same worker and
+  // step, so a copy that holds it already does not take it twice).
+  LOG(WARNING) << ShardName(k) << " serves shard " << k << " now: sending it the step's push again";
+  const ShardRequest request = {&push_headers_[k],
+                                codec_->Encode(k, *last_grads_, options_.wire_dtype)};
+  proto::PushResponse response;
+  RETURN_IF_ERROR(calls_->CallOne(
+      tensors(), now, PsMethod::kPush, options_.rpc_timeout, request,
+      [&response](int, ShardReply& reply) { return reply.ParseMeta(&response); }));
+  pushed_to_[k] = now;
+  return absl::OkStatus();
 }
 
 void PsClient::AddSparseGradients(int k, const SparseFeatures& features,

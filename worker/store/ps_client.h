@@ -34,6 +34,13 @@
 // is not confirmed: the caller then waits for the model to be ready again,
 // calls ForgetIncarnations, and pulls.
 //
+// Replicated shards (Options::ps_replicas): when a shard's primary dies
+// between a sync push and the version it completes, the pushes it summed
+// die with it. A pull that finds the shard's other copy serving first sends
+// that copy the step's push again (the same (worker, step): taken once), so
+// the caller's gradients must stay unchanged from a Push until the next
+// Pull has returned.
+//
 // Thread safety: not thread-safe; one thread at a time drives it.
 #ifndef PSRT_WORKER_STORE_PS_CLIENT_H_
 #define PSRT_WORKER_STORE_PS_CLIENT_H_
@@ -70,6 +77,11 @@ class PsClient final : public ParameterStore {
     // Shards each ps task serves (psrt_ps --ps_stripes); WaitForServers
     // fails when a ps task serves another number.
     int ps_stripes = 1;
+    // Backup copies of each shard (psrt_ps --ps_replicas, which must be the
+    // same): 0 or 1. With 1, shard k's calls follow its primary to whichever
+    // copy serves (shard_calls.h), and WaitForServers fails on a ps task
+    // started with another value.
+    int ps_replicas = 0;
     int replica = 0;                        // This worker's replica index.
     absl::Duration rpc_timeout = absl::Seconds(60);
     // How long a pull may wait for the next version (sync mode waits for
@@ -151,8 +163,17 @@ class PsClient final : public ParameterStore {
   // Records the incarnation each shard answered with; Aborted if one
   // changed.
   absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
-  // Shard k's data-plane address, from its ps task's status.
-  absl::StatusOr<std::string> DataPlaneAddress(int k);
+  // Transport endpoint e's data-plane address, from its ps task's status.
+  absl::StatusOr<std::string> DataPlaneAddress(int e);
+  // Endpoint e (ShardCalls::endpoint): its ps task and stripe there.
+  int TaskOf(int e) const;
+  int StripeOf(int e) const;
+  // "ps/T (host:port)" or "ps/T stripe S (host:port)" of endpoint e, and
+  // ", the backup of shard k" for a backup copy.
+  std::string EndpointName(int e) const;
+  // Sends shard k's last push to the copy it is routed to now, when that
+  // is not the copy that took it.
+  absl::Status PushAgainIfMoved(int k);
   // Calls `method` on every shard (ShardCalls::CallAll) over the control
   // plane with the same request.
   absl::Status CallControl(PsMethod method, absl::Duration timeout,
@@ -198,6 +219,10 @@ class PsClient final : public ParameterStore {
   std::vector<int64_t> incarnations_;  // Per shard; 0 until it answers.
   int64_t worker_incarnation_ = 0;     // Random id of this client.
   int64_t push_step_ = 0;              // Pushes sent so far.
+  // Replicas: the last push's gradients, and per shard the endpoint that
+  // took it (-1: pulled since).
+  const std::vector<Tensor>* last_grads_ = nullptr;
+  std::vector<int> pushed_to_;
   SparseFeatures* sparse_ = nullptr;   // SetSparseFeatures'.
   // Per shard, reused: its share of the batch's distinct ids, their
   // positions in the batch's order, and (per table) their gradient rows.

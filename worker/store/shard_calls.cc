@@ -19,8 +19,19 @@ absl::Status IgnoreReply(int, ShardReply&) { return absl::OkStatus(); }
 }  // namespace
 
 ShardCalls::ShardCalls(int num_shards, std::function<std::string(int)> shard_name,
-                       absl::Duration retry_timeout)
-    : num_shards_(num_shards), shard_name_(std::move(shard_name)), retry_timeout_(retry_timeout) {}
+                       absl::Duration retry_timeout, int copies)
+    : num_shards_(num_shards),
+      shard_name_(std::move(shard_name)),
+      retry_timeout_(retry_timeout),
+      copies_(copies),
+      routes_(std::make_unique<std::atomic<int>[]>(num_shards)) {
+  CHECK(copies == 1 || copies == 2) << copies;
+  for (int k = 0; k < num_shards; ++k) routes_[k].store(0);
+}
+
+void ShardCalls::SwitchCopy(int shard) const {
+  if (copies_ > 1) routes_[shard].fetch_xor(1, std::memory_order_relaxed);
+}
 
 absl::Status ShardCalls::NameError(int k, const absl::Status& status, bool gave_up) const {
   return absl::Status(
@@ -43,7 +54,11 @@ absl::Status ShardCalls::CallAll(ShardTransport& transport, PsMethod method,
   const int n = num_shards_;
   CHECK_EQ(requests.size(), static_cast<size_t>(n));
   CHECK(transport.Supports(method));
-  const ShardTransport::OnReply& reply_to = on_reply ? on_reply : IgnoreReply;
+  const ShardTransport::OnReply& given = on_reply ? on_reply : IgnoreReply;
+  // The transport names the endpoint; the caller's callback, the shard.
+  const ShardTransport::OnReply reply_to = [&given, n](int endpoint, ShardReply& reply) {
+    return given(endpoint % n, reply);
+  };
   const auto retryable = [&options](const absl::Status& status) {
     return (options.retry_on != RetryOn::kNothing && absl::IsUnavailable(status)) ||
            (options.retry_on == RetryOn::kUnavailableOrDeadline &&
@@ -62,7 +77,8 @@ absl::Status ShardCalls::CallAll(ShardTransport& transport, PsMethod method,
       absl::MutexLock lock(&mu);
       ++in_flight;
     }
-    attempts.push_back(transport.Start(k, method, requests[k], absl::Now() + timeout, reply_to,
+    attempts.push_back(transport.Start(endpoint(k), method, requests[k], absl::Now() + timeout,
+                                       reply_to,
                                        [&mu, &finished, &in_flight, k](absl::Status status) {
                                          absl::MutexLock lock(&mu);
                                          finished[k] = std::move(status);
@@ -105,6 +121,7 @@ absl::Status ShardCalls::CallAll(ShardTransport& transport, PsMethod method,
                        << retry_timeout_;
         }
         retry_at[k] = absl::Now() + backoff[k].Next();
+        SwitchCopy(k);  // A replicated shard's primary may be the other copy now.
       } else {
         done[k] = true;
         if (error.ok() || (absl::IsCancelled(error) && !absl::IsCancelled(status))) {
@@ -129,8 +146,10 @@ absl::Status ShardCalls::CallAll(ShardTransport& transport, PsMethod method,
       if (retry_at[k] <= now) {
         retry_at[k] = absl::InfiniteFuture();
         mu.Unlock();
-        start(k);
+        absl::Status ready = options.before_retry ? options.before_retry(k) : absl::OkStatus();
+        if (ready.ok()) start(k);
         mu.Lock();
+        if (!ready.ok()) finished[k] = std::move(ready);  // Taken as the attempt's failure.
       }
       next_retry = std::min(next_retry, retry_at[k]);
     }
@@ -147,7 +166,7 @@ absl::Status ShardCalls::CallAll(ShardTransport& transport, PsMethod method,
   return error;
 }
 
-absl::Status ShardCalls::CallOne(ShardTransport& transport, int shard, PsMethod method,
+absl::Status ShardCalls::CallOne(ShardTransport& transport, int endpoint, PsMethod method,
                                  absl::Duration timeout, const ShardRequest& request,
                                  const ShardTransport::OnReply& on_reply) const {
   CHECK(transport.Supports(method));
@@ -155,7 +174,7 @@ absl::Status ShardCalls::CallOne(ShardTransport& transport, int shard, PsMethod 
   absl::Notification ended;
   absl::Status result;
   std::unique_ptr<ShardAttempt> attempt =
-      transport.Start(shard, method, request, absl::Now() + timeout, reply_to,
+      transport.Start(endpoint, method, request, absl::Now() + timeout, reply_to,
                       [&](absl::Status status) {
                         result = std::move(status);
                         ended.Notify();
