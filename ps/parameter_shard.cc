@@ -346,6 +346,7 @@ proto::StatusResponse ParameterShard::GetStatus() const {
   status.set_waiting_pulls(static_cast<int64_t>(waiters_.size()));
   status.set_restoring(restoring_);
   status.set_backup(backup_);
+  status.set_shard(options_.shard);
   status.set_replica_view(options_.peer != nullptr ? view_ : 0);
   if (tables_ != nullptr) tables_->AddStatus(&status);
   return status;

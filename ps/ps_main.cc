@@ -14,6 +14,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -377,13 +378,19 @@ int main(int argc, char** argv) {
   // What this task held and moved, for balance across the ps tasks
   // (scripts/bench_ctr.sh reads it).
   int64_t rows = 0;
+  std::vector<std::string> primaries;  // Each primary copy: "shard:version".
   for (const auto& shard : shards) {
     const psrt::proto::StatusResponse status = shard->GetStatus();
     for (const psrt::proto::TableStatus& table : status.tables()) rows += table.rows();
+    if (!status.backup() && status.initialized()) {
+      primaries.push_back(absl::StrCat(status.shard(), ":", status.version()));
+    }
   }
   const psrt::proto::TrafficStatus traffic = ps_metrics.transfers().traffic();
   LOG(INFO) << cluster->task.ToString() << " done: " << shards[0]->GetStatus().version()
             << " versions; table_rows=" << rows << " pushed_bytes=" << traffic.bytes_pushed()
-            << " pulled_bytes=" << traffic.bytes_pulled();
+            << " pulled_bytes=" << traffic.bytes_pulled()
+            << (*replicas > 0 ? absl::StrCat(" primaries=", absl::StrJoin(primaries, ","))
+                              : "");
   return 0;
 }

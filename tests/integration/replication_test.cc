@@ -140,5 +140,125 @@ TEST_F(ReplicationTest, SyncJobLosesAPrimaryForGoodAndEndsExactly) {
   EXPECT_EQ(diff, 0) << AllLogs();
 }
 
+// ps/0 dies and is restarted, as a supervisor would: its copies join as the
+// backups of ps/1's and are filled; then ps/1 dies for good, and ps/0's
+// copies take every shard over.
+TEST_F(ReplicationTest, ARestartedTaskRejoinsAndThenTheOtherPrimaryDies) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string params = dir_ + "/final.safetensors";
+  const std::string flags = absl::StrCat(kSyncFlags, " --train_steps=1200");
+  StartCluster(spec, 2, 2, absl::StrCat(flags, " --final_params_out=", params));
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 300))) << AllLogs();
+  ps_[0]->Kill();
+  const long first_kill = ChiefStep();
+  ps_[0]->Start();
+  // Filled from ps/1: the backup of its shards 0 and 1 is ps/0's restarted
+  // process now, and so is that of ps/1's own shard 2.
+  ASSERT_TRUE(WaitForLog(dir_ + "/ps-1.log", "shard 0: backup ps/0 stripe 0 filled")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(dir_ + "/ps-1.log", "shard 1: backup ps/0 stripe 1 filled")) << AllLogs();
+  const long second_kill = ChiefStep() + 20;
+  ASSERT_TRUE(WaitForChiefStep(second_kill)) << AllLogs();
+  ASSERT_LT(second_kill, 1150) << "the job ended before the second kill";
+  ps_[1]->Kill();
+  std::cout << "killed ps/0 at step " << first_kill << " (restarted), ps/1 at step "
+            << second_kill << std::endl;
+  EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
+  const std::string ps0 = ReadFile(dir_ + "/ps-0.log");
+  EXPECT_NE(ps0.find("rejoins as the backup"), std::string::npos) << ps0;
+  for (int shard = 0; shard < 4; ++shard) {
+    EXPECT_NE(ps0.find(absl::StrCat("shard ", shard, ": this copy takes over as the primary")),
+              std::string::npos)
+        << ps0;
+  }
+  ExpectNoRollback();
+  EXPECT_EQ(MaxAbsDiff(params, Reference(flags)), 0) << AllLogs();
+}
+
+// Async: every push the workers were told was taken is applied once, on the
+// copy that survives, whatever the kill interrupted.
+TEST_F(ReplicationTest, AsyncJobLosesAPrimaryAndNoPushIsLostOrDoubled) {
+  const std::string spec = MakeSpec(2, 2);
+  StartCluster(spec, 2, 2, kAsyncFlags);
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 200))) << AllLogs();
+  ps_[0]->Kill();
+  EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
+  EXPECT_EQ(ps_[1]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  ExpectNoRollback();
+  // Pushes the shards took: every worker's steps but those refused after the
+  // chief had ended training.
+  static const std::regex kFinished(R"(finished: (\d+) local steps, global step \d+, (\d+) stale)");
+  long taken = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::smatch m;
+    const std::string log = ReadFile(absl::StrCat(dir_, "/worker-", i, ".log"));
+    ASSERT_TRUE(std::regex_search(log, m, kFinished)) << log;
+    taken += std::stol(m[1]) - std::stol(m[2]);
+  }
+  // ps/1 holds all four shards as their primary: each applied every push once.
+  std::smatch m;
+  const std::string survivor = ReadFile(dir_ + "/ps-1.log");
+  ASSERT_TRUE(std::regex_search(survivor, m, std::regex(R"(primaries=(\S+))"))) << survivor;
+  EXPECT_EQ(m[1].str(), absl::StrCat("2:", taken, ",3:", taken, ",0:", taken, ",1:", taken))
+      << survivor;
+}
+
+// A shard's two copies die together: nothing but a checkpoint holds it, and
+// the job takes the checkpoint path (every shard back to one step) and still
+// ends exactly.
+TEST_F(ReplicationTest, BothCopiesLostFallBackToTheCheckpoint) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string params = dir_ + "/final.safetensors";
+  for (int k = 0; k < 2; ++k) {
+    ps_.push_back(std::make_unique<TaskProcess>(
+        absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=", k,
+                     " --ps_replicas=1 --checkpoint_dir=", dir_, "/ckpt"),
+        absl::StrCat(dir_, "/ps-", k, ".log")));
+    ps_.back()->Start();
+  }
+  const std::string flags = absl::StrCat(kSyncFlags, " --save_checkpoint_steps=25");
+  for (int i = 0; i < 2; ++i) {
+    workers_.push_back(std::make_unique<TaskProcess>(
+        absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec, " --job_name=worker --task_index=",
+                     i, " --ps_replicas=1 ", flags, " --final_params_out=", params),
+        absl::StrCat(dir_, "/worker-", i, ".log")));
+    workers_.back()->Start();
+  }
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(30, 150))) << AllLogs();
+  ps_[0]->Kill();
+  ps_[1]->Kill();
+  absl::SleepFor(absl::Seconds(1));
+  ps_[0]->Start();
+  ps_[1]->Start();
+  EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
+  const std::string chief = ReadFile(dir_ + "/worker-0.log");
+  EXPECT_NE(chief.find("every parameter server restored checkpoint"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("carrying on at global step"), std::string::npos) << chief;
+  EXPECT_EQ(MaxAbsDiff(params, Reference(kSyncFlags)), 0) << AllLogs();
+}
+
+TEST_F(ReplicationTest, WorkersAndPsTasksMustAgreeOnReplicas) {
+  const std::string spec = MakeSpec(2, 1);
+  for (int k = 0; k < 2; ++k) {
+    ps_.push_back(std::make_unique<TaskProcess>(
+        absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=", k),
+        absl::StrCat(dir_, "/ps-", k, ".log")));
+    ps_.back()->Start();
+  }
+  CommandResult worker = RunCommand(absl::StrCat(
+      bin_, "/psrt_worker --cluster_spec=", spec,
+      " --job_name=worker --task_index=0 --ps_replicas=1 --train_steps=10"));
+  EXPECT_NE(worker.exit_code, 0);
+  EXPECT_NE(worker.output.find("runs with --ps_replicas=0, but this task was started with "
+                               "--ps_replicas=1"),
+            std::string::npos)
+      << worker.output;
+  // One ps task has nowhere to keep a backup.
+  CommandResult alone = RunCommand(absl::StrCat(bin_, "/psrt_ps --cluster_spec=",
+                                                MakeSpec(1, 1, "one.json"),
+                                                " --job_name=ps --task_index=0 --ps_replicas=1"));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.output.find("give it 2 or more"), std::string::npos) << alone.output;
+}
+
 }  // namespace
 }  // namespace psrt

@@ -639,7 +639,7 @@ absl::Status PsClient::Shutdown() {
   for (size_t i = 0; i < first_stripes.size(); ++i) {
     if (statuses[i].ok()) continue;
     if (code == absl::StatusCode::kOk) code = statuses[i].code();
-    errors.push_back(absl::StrCat(ShardName(first_stripes[i]), ": ", statuses[i].message()));
+    errors.push_back(absl::StrCat(EndpointName(first_stripes[i]), ": ", statuses[i].message()));
   }
   return errors.empty() ? absl::OkStatus() : absl::Status(code, absl::StrJoin(errors, "; "));
 }
