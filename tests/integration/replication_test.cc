@@ -25,19 +25,21 @@ constexpr char kAsyncFlags[] =
 class ReplicationTest : public ClusterFixture {
  protected:
   // Starts every task of `spec` by hand, with --ps_replicas=1 and no
-  // checkpoint directory.
-  void StartCluster(const std::string& spec, int ps, int workers, const std::string& flags) {
+  // checkpoint directory; `common_flags` go to every task.
+  void StartCluster(const std::string& spec, int ps, int workers, const std::string& flags,
+                    const std::string& common_flags = "") {
     for (int k = 0; k < ps; ++k) {
       ps_.push_back(std::make_unique<TaskProcess>(
           absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=",
-                       k, " --ps_replicas=1"),
+                       k, " --ps_replicas=1 ", common_flags),
           absl::StrCat(dir_, "/ps-", k, ".log")));
       ps_.back()->Start();
     }
     for (int i = 0; i < workers; ++i) {
       workers_.push_back(std::make_unique<TaskProcess>(
           absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,
-                       " --job_name=worker --task_index=", i, " --ps_replicas=1 ", flags),
+                       " --job_name=worker --task_index=", i, " --ps_replicas=1 ", flags, " ",
+                       common_flags),
           absl::StrCat(dir_, "/worker-", i, ".log")));
       workers_.back()->Start();
     }
@@ -64,15 +66,21 @@ class ReplicationTest : public ClusterFixture {
     return true;
   }
 
-  // Waits until `log` holds `text`; false after `timeout`.
-  bool WaitForLog(const std::string& log, const std::string& text,
+  // Waits until `log` holds `text` `times` times; false after `timeout`.
+  bool WaitForLog(const std::string& log, const std::string& text, int times = 1,
                   absl::Duration timeout = absl::Seconds(60)) {
     const absl::Time give_up = absl::Now() + timeout;
-    while (ReadFile(log).find(text) == std::string::npos) {
+    while (true) {
+      const std::string content = ReadFile(log);
+      int found = 0;
+      for (size_t at = content.find(text); at != std::string::npos;
+           at = content.find(text, at + 1)) {
+        ++found;
+      }
+      if (found >= times) return true;
       if (absl::Now() >= give_up) return false;
       absl::SleepFor(absl::Milliseconds(20));
     }
-    return true;
   }
 
   static long RandomStep(long low, long high) {
@@ -153,9 +161,13 @@ TEST_F(ReplicationTest, ARestartedTaskRejoinsAndThenTheOtherPrimaryDies) {
   const long first_kill = ChiefStep();
   ps_[0]->Start();
   // Filled from ps/1: the backup of its shards 0 and 1 is ps/0's restarted
-  // process now, and so is that of ps/1's own shard 2.
-  ASSERT_TRUE(WaitForLog(dir_ + "/ps-1.log", "shard 0: backup ps/0 stripe 0 filled")) << AllLogs();
-  ASSERT_TRUE(WaitForLog(dir_ + "/ps-1.log", "shard 1: backup ps/0 stripe 1 filled")) << AllLogs();
+  // process now, and so is that of ps/1's own shards 2 and 3 (filled a
+  // second time: the first was at the start).
+  const std::string survivor = dir_ + "/ps-1.log";
+  ASSERT_TRUE(WaitForLog(survivor, "shard 0: backup ps/0 stripe 0 filled")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(survivor, "shard 1: backup ps/0 stripe 1 filled")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(survivor, "shard 2: backup ps/0 stripe 2 filled", 2)) << AllLogs();
+  ASSERT_TRUE(WaitForLog(survivor, "shard 3: backup ps/0 stripe 3 filled", 2)) << AllLogs();
   const long second_kill = ChiefStep() + 20;
   ASSERT_TRUE(WaitForChiefStep(second_kill)) << AllLogs();
   ASSERT_LT(second_kill, 1150) << "the job ended before the second kill";
@@ -175,10 +187,11 @@ TEST_F(ReplicationTest, ARestartedTaskRejoinsAndThenTheOtherPrimaryDies) {
 }
 
 // Async: every push the workers were told was taken is applied once, on the
-// copy that survives, whatever the kill interrupted.
+// copy that survives, whatever the kill interrupted. Over gRPC (the other
+// tests' tensors take the data plane).
 TEST_F(ReplicationTest, AsyncJobLosesAPrimaryAndNoPushIsLostOrDoubled) {
   const std::string spec = MakeSpec(2, 2);
-  StartCluster(spec, 2, 2, kAsyncFlags);
+  StartCluster(spec, 2, 2, kAsyncFlags, "--tensor_transport=grpc");
   ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 200))) << AllLogs();
   ps_[0]->Kill();
   EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
