@@ -280,23 +280,27 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           LOG(ERROR) << failure.message();
         }
         proto::ReplicateHeader replicated;  // The version's update, for the backup.
-        replicated.set_version(version_);
-        replicated.set_skipped(!failure.ok());
-        for (int r : pushed_) {
-          const bool this_push = r == replica;
-          replicated.add_pushed(r);
-          replicated.add_pushed_worker_incarnations(
-              this_push ? header.worker_incarnation() : last_push_[r].worker_incarnation);
-          replicated.add_pushed_steps(this_push ? header.step() : last_push_[r].step);
+        if (options_.peer != nullptr) {
+          replicated.set_version(version_);
+          replicated.set_skipped(!failure.ok());
+          for (int r : pushed_) {
+            const bool this_push = r == replica;
+            replicated.add_pushed(r);
+            replicated.add_pushed_worker_incarnations(
+                this_push ? header.worker_incarnation() : last_push_[r].worker_incarnation);
+            replicated.add_pushed_steps(this_push ? header.step() : last_push_[r].step);
+          }
         }
         ++version_;
         pushed_.clear();
-        const absl::Status kept = ReplicateLocked(
-            std::move(replicated),
-            failure.ok() ? absl::Span<const float>(sum, total_elements_)
-                         : absl::Span<const float>(),
-            &moved);
-        if (!kept.ok()) failure = kept;
+        if (options_.peer != nullptr) {
+          const absl::Status kept = ReplicateLocked(
+              std::move(replicated),
+              failure.ok() ? absl::Span<const float>(sum, total_elements_)
+                           : absl::Span<const float>(),
+              &moved);
+          if (!kept.ok()) failure = kept;
+        }
       }
     }
     if ((response.accepted() || rows_taken) && !retry) {

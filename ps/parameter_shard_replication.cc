@@ -201,9 +201,15 @@ void ParameterShard::TakeFillLocked(const proto::ReplicaState& state, ByteSource
                                     std::vector<Waiter>* aborted, absl::Status* status) {
   int64_t total = 0;
   for (const proto::VariableMeta& meta : state.init().variables()) {
-    int64_t n = 1;
-    for (int64_t d : meta.shape()) n *= d;
-    total += n;
+    const absl::StatusOr<int64_t> n =
+        CheckedNumElements(Shape(meta.shape().begin(), meta.shape().end()));
+    if (!n.ok() || *n > kMaxElements - total) {
+      *status = absl::InvalidArgumentError(absl::StrCat(
+          "fill: variable \"", meta.name(), "\" has no valid shape, or the variables hold more "
+          "than ", kMaxElements, " elements"));
+      return;
+    }
+    total += *n;
   }
   const int tensors = 1 + state.slot_names_size() + (state.has_average() ? 1 : 0);
   if (static_cast<int64_t>(data->size()) != tensors * total * int64_t{sizeof(float)}) {

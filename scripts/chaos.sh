@@ -10,15 +10,23 @@
 # and exits 1 when a run failed (its logs are kept and named); a run whose
 # victim could not be killed (it had exited) counts as failed too.
 #
-#   scripts/chaos.sh [N] [--model mlp] [--steps 600]
+# --replicas: every shard has a backup copy (--ps_replicas=1 on every task)
+# and the victim is a ps task; in every other run, once the restarted victim
+# has rejoined and been filled (the survivor logs a fill of each of its 4
+# primary copies), the other ps task is killed too. A run must also roll
+# back no step (the chief never recovers from a checkpoint):
+#   chaos: run=I killed=ps/0,ps/1 at_step=K exit=E accuracy=A diff=D rolled_back=0 ok|FAIL
+#
+#   scripts/chaos.sh [N] [--model mlp] [--steps 600] [--replicas]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=20 model=mlp steps=600
+runs=20 model=mlp steps=600 replicas=0
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
+    --replicas) replicas=1; shift ;;
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,13 +49,22 @@ reference=$(final_accuracy "$work/reference")
 
 passed=0 failed=0
 tasks=(ps/0 ps/1 worker/0 worker/1)
+ps_flags="" replica_flags=()
+if [ "$replicas" = 1 ]; then
+  tasks=(ps/0 ps/1) ps_flags="--ps_replicas=1" replica_flags=(--ps_replicas=1)
+fi
+
+# The pid the launcher's output $1 gives task $2 (its latest start).
+pid_of() {
+  sed -n "s|^launch: \(re\)\{0,1\}started $2 .*(\(restart [0-9]* of at most [0-9]*, \)\{0,1\}pid \([0-9]*\).*|\3|p" "$1" | tail -1
+}
 for ((i = 1; i <= runs; i++)); do
   dir="$work/run-$i"
   mkdir -p "$dir"
   scripts/make_cluster_spec.sh --ps 2 --workers 2 --out "$dir/cluster.json"
-  scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" \
+  scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" --ps_flags "$ps_flags" \
     --checkpoint_dir "$dir/ckpt" --restart_policy=ExitCode -- "${flags[@]}" \
-    >"$dir/launch.out" 2>&1 &
+    "${replica_flags[@]}" >"$dir/launch.out" 2>&1 &
   launcher=$!
   victim=${tasks[RANDOM % ${#tasks[@]}]}
   # A step between the first checkpoint and the last quarter of the run.
@@ -57,16 +74,30 @@ for ((i = 1; i <= runs; i++)); do
     [ "${step:-0}" -ge "$at" ] && break
     sleep 0.05
   done
-  pid=$(sed -n "s|^launch: started $victim on .* (pid \([0-9]*\),.*|\1|p" "$dir/launch.out" | tail -1 || true)
+  pid=$(pid_of "$dir/launch.out" "$victim" || true)
   killed=missed
   if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$victim; fi
+  if [ "$replicas" = 1 ] && [ "$killed" != missed ] && [ $((i % 2)) = 0 ]; then
+    # The other ps, once the victim is back as the backup of all 4 shards:
+    # the survivor filled 2 copies at the start and 4 since.
+    other=ps/$((1 - ${victim#ps/}))
+    while kill -0 "$launcher" 2>/dev/null &&
+          [ "$(grep -c 'filled at version' "$dir/${other/\//-}.log" 2>/dev/null)" -lt 6 ]; do
+      sleep 0.05
+    done
+    pid=$(pid_of "$dir/launch.out" "$other" || true)
+    if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed="$killed,$other"; else killed=missed; fi
+  fi
   code=0
   wait "$launcher" || code=$?
+  rolled_back=0
+  grep -q 'carrying on at global step' "$dir/worker-0.log" && rolled_back=yes
   accuracy=$(final_accuracy "$dir" || true)
   verdict=FAIL diff=""
   if [ "$killed" != missed ] && [ "$code" -eq 0 ] && [ -n "$accuracy" ]; then
     diff=$(awk -v a="$accuracy" -v b="$reference" 'BEGIN {d = a - b; if (d < 0) d = -d; printf "%.4f", d}')
     if awk -v d="$diff" 'BEGIN {exit !(d <= 0.01)}'; then verdict=ok; fi
+    [ "$replicas" = 1 ] && [ "$rolled_back" != 0 ] && verdict=FAIL
   fi
   if [ "$verdict" = ok ]; then
     passed=$((passed + 1))
@@ -77,7 +108,7 @@ for ((i = 1; i <= runs; i++)); do
   note=""
   [ "$verdict" = FAIL ] && note=" (logs: $dir)"
   echo "chaos: run=$i killed=$killed at_step=$at exit=$code accuracy=${accuracy:-none}" \
-       "diff=${diff:-none} $verdict$note"
+       "diff=${diff:-none}$([ "$replicas" = 1 ] && echo " rolled_back=$rolled_back") $verdict$note"
 done
 echo "chaos: runs=$runs passed=$passed failed=$failed reference_accuracy=$reference"
 if [ "$failed" -eq 0 ]; then rm -rf "$work"; exit 0; fi

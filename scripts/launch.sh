@@ -48,8 +48,14 @@
 # nothing is restarted any more (ps tasks and other workers finish by
 # themselves).
 #
-# Exit status: 0 when every task exited 0; 1 when a task failed for good (the
-# launcher names it, shows the end of its log and stops the others); 2 for bad
+# Replicated shards (--ps_replicas=1 among --ps_flags): a ps task that exits
+# non-zero and is not restarted does not fail the job: the backup copies of
+# its shards, on the next ps task, serve them, and a restarted one rejoins as
+# their backup. Its status reads "lost"; the job's outcome is the workers'.
+#
+# Exit status: 0 when every task exited 0 (a lost replicated ps task
+# aside); 1 when a task failed for good (the launcher names it, shows the
+# end of its log and stops the others); 2 for bad
 # arguments or a malformed spec (refused before anything starts); 130, 143
 # or 129 on Ctrl-C, SIGTERM or SIGHUP (every task is stopped). Unless refused
 # at the start, it ends with a summary: each task's final status and restart
@@ -126,6 +132,16 @@ if [ -n "$checkpoint_dir" ]; then
   done
   [ "$dense_on_workers" = 0 ] || worker_flags+=(--checkpoint_dir="$checkpoint_dir")
 fi
+
+# Replicated shards (--ps_replicas=1 among --ps_flags): a ps task lost for
+# good is covered by the backups of its shards, so it does not fail the job.
+ps_replicated=0
+read -r -a ps_flag_words <<<"$ps_flags"
+for ((w = 0; w < ${#ps_flag_words[@]}; w++)); do
+  f="${ps_flag_words[w]}"
+  [[ "$f" =~ ^--?ps_replicas=0*[1-9] ]] && ps_replicated=1
+  [[ "$f" =~ ^--?ps_replicas$ && "${ps_flag_words[w + 1]:-}" =~ ^0*[1-9] ]] && ps_replicated=1
+done
 
 logdir="${logdir:-$(mktemp -d /tmp/psrt_logs.XXXXXX)}"
 mkdir -p "$logdir"
@@ -409,6 +425,13 @@ while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
     continue
   fi
   status_of[$task]="failed ($(describe_exit "$code"))"
+  if [ "$ps_replicated" = 1 ] && [ "${task%/*}" = ps ] && [ $job_done -eq 0 ]; then
+    # Its shards' backups serve them; the workers fail if they cannot.
+    status_of[$task]="lost ($(describe_exit "$code"))"
+    echo "launch: task $task exited ($(describe_exit "$code")), not restarted: $verdict;" \
+         "the backups of its shards serve them (--ps_replicas)" >&2
+    continue
+  fi
   failed_task="$task"
   failure="failed with $(describe_exit "$code"), not restarted: $verdict"
   sleep 0.2

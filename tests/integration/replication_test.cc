@@ -249,6 +249,45 @@ TEST_F(ReplicationTest, BothCopiesLostFallBackToTheCheckpoint) {
   EXPECT_EQ(MaxAbsDiff(params, Reference(kSyncFlags)), 0) << AllLogs();
 }
 
+// launch.sh with --ps_replicas=1 among --ps_flags and no restarts: a ps task
+// killed for good does not fail the job, which ends exactly.
+TEST_F(ReplicationTest, TheLauncherCarriesOnWithoutALostPsTask) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string params = dir_ + "/final.safetensors";
+  const std::string logs = dir_ + "/launched";
+  RunCommand(absl::StrCat("(PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
+                          "/scripts/launch.sh --cluster_spec ", spec, " --logdir ", logs,
+                          " --ps_flags --ps_replicas=1 -- --ps_replicas=1 ", kSyncFlags,
+                          " --final_params_out=", params, " > ", dir_,
+                          "/launch.out 2>&1; echo $? > ", dir_, "/launch.rc) > /dev/null 2>&1 &"));
+  const long at = RandomStep(20, 150);
+  const absl::Time give_up = absl::Now() + absl::Seconds(90);
+  std::smatch m;
+  static const std::regex kStep(R"(step (\d+), loss)");
+  long step = -1;
+  while (step < at && absl::Now() < give_up) {
+    const std::string log = ReadFile(logs + "/worker-0.log");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), kStep);
+         it != std::sregex_iterator(); ++it) {
+      step = std::stol((*it)[1]);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const std::string out = ReadFile(dir_ + "/launch.out");
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(started ps/0 on \S+ \(pid (\d+))")))
+      << out;
+  RunCommand(absl::StrCat("kill -9 ", m[1].str()));
+  ASSERT_TRUE(WaitForLog(dir_ + "/launch.rc", "\n", 1, absl::Seconds(120)))
+      << ReadFile(dir_ + "/launch.out");
+  EXPECT_EQ(ReadFile(dir_ + "/launch.rc"), "0\n") << ReadFile(dir_ + "/launch.out");
+  const std::string summary = ReadFile(dir_ + "/launch.out");
+  EXPECT_NE(summary.find("the backups of its shards serve them"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("lost (exit code 137"), std::string::npos) << summary;
+  const std::string chief = ReadFile(logs + "/worker-0.log");
+  EXPECT_EQ(chief.find("carrying on at global step"), std::string::npos) << chief;
+  EXPECT_EQ(MaxAbsDiff(params, Reference(kSyncFlags)), 0) << summary;
+}
+
 TEST_F(ReplicationTest, WorkersAndPsTasksMustAgreeOnReplicas) {
   const std::string spec = MakeSpec(2, 1);
   for (int k = 0; k < 2; ++k) {
