@@ -5,14 +5,14 @@
 # command; then a replicated run whose ps/0 is killed -9 mid-run.
 #   replicas: run=I replicas=0|1 job_eps=X steps_per_s=S pushpull_mb_s=M
 #   replicas_cost: model=M runs=N steps_per_s_without=A steps_per_s_with=B ratio=R
-#   replicas_failover: model=M killed=ps/0 at_step=K takeover_ms=T next_step_ms=N rolled_back=0
+#   replicas_failover: model=M killed=ps/0 at_step=K takeover_ms=T1..T2 next_step_ms=N rolled_back=0
 # job_eps and steps_per_s are the medians of the chief's log intervals after
 # the first; pushpull_mb_s is the bytes the ps tasks served (pushes and
 # pulls, not the copies to the backups) over the run's training time. The
 # failover run logs every step: takeover_ms is the time from the kill to the
-# last backup copy's "takes over" line, next_step_ms to the chief's first
-# step logged after the kill; rolled_back counts the steps the chief went
-# back (a recovery from a checkpoint), 0 when none was needed.
+# first and the last backup copy's "takes over" line (ps/0's 2 shards),
+# next_step_ms to the chief's first step logged after the last of them;
+# rolled_back is 0 when the chief never went back to a checkpoint.
 #
 #   scripts/bench_replicas.sh [--model lenet] [--steps 600] [--runs 3] [--threads 1]
 set -euo pipefail
@@ -86,8 +86,9 @@ pid=$(sed -n 's|^launch: started ps/0 on .* (pid \([0-9]*\),.*|\1|p' "$dir.out" 
 killed_at=$(date +%s.%N)
 kill -9 "$pid"
 wait "$launcher" || true  # ps/0's exit 137 is the launcher's exit code.
+first_takeover=$(grep -m1 'takes over as the primary' "$dir/ps-1.log")
 takeover=$(grep 'takes over as the primary' "$dir/ps-1.log" | tail -1)
-after=$(awk -v k="$killed_at" -v d="$(date +%F)" '
+after=$(awk -v k="$(log_seconds "$takeover")" -v d="$(date +%F)" '
   / step [0-9]*, loss/ {
     split($2, t, ":"); cmd = "date -d \"" d " " $2 "\" +%s.%N"; cmd | getline s; close(cmd)
     if (s > k) {print; exit}
@@ -96,7 +97,7 @@ rolled_back=0
 if grep -q 'carrying on at global step' "$dir/worker-0.log"; then rolled_back=unknown; fi
 grep -q '^final: global_step='"$steps" "$dir/worker-0.log" ||
   { echo "bench_replicas.sh: the failover run did not finish; see $dir" >&2; trap - EXIT; exit 1; }
-awk -v m="$model" -v at="$at" -v k="$killed_at" -v t="$(log_seconds "$takeover")" \
-    -v n="$(log_seconds "$after")" -v r="$rolled_back" 'BEGIN {
-  printf "replicas_failover: model=%s killed=ps/0 at_step=%d takeover_ms=%.0f next_step_ms=%.0f rolled_back=%s\n",
-         m, at, (t - k) * 1000, (n - k) * 1000, r}'
+awk -v m="$model" -v at="$at" -v k="$killed_at" -v t0="$(log_seconds "$first_takeover")" \
+    -v t="$(log_seconds "$takeover")" -v n="$(log_seconds "$after")" -v r="$rolled_back" 'BEGIN {
+  printf "replicas_failover: model=%s killed=ps/0 at_step=%d takeover_ms=%.0f..%.0f next_step_ms=%.0f rolled_back=%s\n",
+         m, at, (t0 - k) * 1000, (t - k) * 1000, (n - k) * 1000, r}'
