@@ -49,10 +49,16 @@ absl::Status ParameterShard::AdmitAsPrimary(absl::string_view what) {
   probe.set_view(view);
   const absl::StatusOr<proto::ReplicateResponse> answer =
       options_.peer->Call(probe, {}, kProbeTimeout);
-  if (answer.ok() && answer->primary()) {
-    return absl::UnavailableError(absl::StrCat(what, ": this is the backup copy of ",
-                                               ShardLabel(), "; its primary ",
-                                               options_.peer->name(), " serves it"));
+  // Only a primary that was not reached (or holds no primary copy) is
+  // replaced; one that answered with an error is alive.
+  const bool gone = answer.ok() ? !answer->primary()
+                                : absl::IsUnavailable(answer.status()) ||
+                                      absl::IsDeadlineExceeded(answer.status());
+  if (!gone) {
+    return absl::UnavailableError(absl::StrCat(
+        what, ": this is the backup copy of ", ShardLabel(), "; its primary ",
+        options_.peer->name(), " serves it",
+        answer.ok() ? "" : absl::StrCat(" (it answered: ", answer.status().message(), ")")));
   }
   absl::MutexLock lock(&mu_);
   if (!backup_) return absl::OkStatus();  // Taken over meanwhile.
