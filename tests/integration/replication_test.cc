@@ -113,11 +113,13 @@ class ReplicationTest : public ClusterFixture {
     }
   }
 
-  // The undisturbed run's final parameters (launch.sh, no replicas).
-  std::string Reference(const std::string& flags) {
+  // The undisturbed run's final parameters (launch.sh, no replicas);
+  // `ps_flags` go to its ps tasks.
+  std::string Reference(const std::string& flags, int ps = 2, const std::string& ps_flags = "") {
     const std::string out = dir_ + "/reference.safetensors";
-    CommandResult r = Launch(MakeSpec(2, 2, "reference.json"), dir_ + "/reference",
-                             absl::StrCat(flags, " --final_params_out=", out));
+    CommandResult r = Launch(MakeSpec(ps, 2, "reference.json"), dir_ + "/reference",
+                             absl::StrCat(flags, " --final_params_out=", out),
+                             ps_flags.empty() ? "" : absl::StrCat("--ps_flags '", ps_flags, "'"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return out;
   }
@@ -146,6 +148,27 @@ TEST_F(ReplicationTest, SyncJobLosesAPrimaryForGoodAndEndsExactly) {
   EXPECT_EQ(step, 200);
   const double diff = MaxAbsDiff(params, Reference(kSyncFlags));
   EXPECT_EQ(diff, 0) << AllLogs();
+}
+
+// The same with 3 ps tasks of one stripe each (ps/1's shard's backup is on
+// ps/2), Adam, moving averages and bfloat16 on the wire.
+TEST_F(ReplicationTest, ThreePsTasksAdamAndBfloat16EndExactly) {
+  const std::string spec = MakeSpec(3, 2);
+  const std::string params = dir_ + "/final.safetensors";
+  const std::string flags =
+      "--sync_replicas --noshuffle --optimizer=adam --learning_rate=0.001 "
+      "--moving_average_decay=0.99 --wire_dtype=bf16 --hidden_units=64 --batch_size=50 "
+      "--log_every_steps=5 --train_steps=200 --ps_stripes=1";
+  StartCluster(spec, 3, 2, absl::StrCat(flags, " --final_params_out=", params),
+               "--ps_stripes=1");
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 150))) << AllLogs();
+  ps_[1]->Kill();
+  EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
+  const std::string survivor = ReadFile(dir_ + "/ps-2.log");
+  EXPECT_NE(survivor.find("shard 1: this copy takes over as the primary"), std::string::npos)
+      << survivor;
+  ExpectNoRollback();
+  EXPECT_EQ(MaxAbsDiff(params, Reference(flags, 3, "--ps_stripes=1")), 0) << AllLogs();
 }
 
 // ps/0 dies and is restarted, as a supervisor would: its copies join as the
