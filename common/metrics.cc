@@ -309,7 +309,10 @@ WorkerMetrics::WorkerMetrics(Metrics* metrics)
       local_steps_(&metrics->AddCounter("psrt_worker_local_steps_total",
                                         "Training steps this task computed and pushed.")),
       examples_(&metrics->AddCounter("psrt_worker_examples_total",
-                                     "Training examples this task computed gradients on.")) {
+                                     "Training examples this task computed gradients on.")),
+      rolled_back_(&metrics->AddCounter(
+          "psrt_worker_steps_rolled_back_total",
+          "Global steps this task's recoveries went back to a checkpoint.")) {
   for (const auto& [state, label] : kWorkerStates) {
     state_gauges_[state] = &metrics->AddGauge(
         "psrt_worker_state", "1 for the task's current state, 0 for the others.",
@@ -319,6 +322,10 @@ WorkerMetrics::WorkerMetrics(Metrics* metrics)
   metrics->AddGaugeCallback("psrt_worker_examples_per_second",
                             "Training examples per second, over the last ten seconds.",
                             [this] { return examples_per_sec(); });
+}
+
+void WorkerMetrics::RecordRollback(int64_t steps) {
+  rolled_back_->Increment(static_cast<double>(steps));
 }
 
 void WorkerMetrics::SetStateListener(std::function<void(proto::WorkerState)> listener) {

@@ -198,8 +198,9 @@ class PsMetrics {
 // WorkerMetrics: a worker, chief or evaluator task's progress, which feeds
 // /metrics and the WorkerStatus RPC: its state (psrt_worker_state{state} is 1
 // for the current one), psrt_worker_global_step, psrt_worker_local_steps_total,
-// psrt_worker_examples_total and psrt_worker_examples_per_second; plus its
-// transfers. A listener hears every state change (the task's health).
+// psrt_worker_examples_total, psrt_worker_examples_per_second and
+// psrt_worker_steps_rolled_back_total (steps a recovery from a checkpoint
+// went back); plus its transfers. A listener hears every state change (the task's health).
 //
 // Thread safety: thread-safe. The listener runs on the thread that changed
 // the state, outside any lock.
@@ -218,6 +219,8 @@ class WorkerMetrics {
   // `global_step` pulled.
   void RecordStep(int64_t global_step, int64_t examples);
   void SetGlobalStep(int64_t global_step);
+  // A recovery went back `steps` global steps (0: none).
+  void RecordRollback(int64_t steps);
 
   proto::WorkerState state() const;
   int64_t global_step() const;
@@ -231,6 +234,7 @@ class WorkerMetrics {
   prometheus::Gauge* global_step_;
   prometheus::Counter* local_steps_;
   prometheus::Counter* examples_;
+  prometheus::Counter* rolled_back_;
   RateMeter example_rate_;
   mutable absl::Mutex mu_;
   proto::WorkerState state_ ABSL_GUARDED_BY(mu_) = proto::WORKER_WAITING;

@@ -87,6 +87,7 @@
 #ifndef PSRT_PS_PARAMETER_SHARD_H_
 #define PSRT_PS_PARAMETER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -282,6 +283,8 @@ class ParameterShard {
 
   // Random, new for each process and each Restore; never 0.
   int64_t incarnation() const;
+  // How many times this copy took over as its shard's primary (replicas).
+  int64_t takeovers() const { return takeovers_.load(); }
   // The most bytes a push to the shard may carry: its values as float32
   // and the most embedding rows a push may name (0 before Init).
   size_t max_push_bytes() const;
@@ -452,6 +455,7 @@ class ParameterShard {
   bool backup_in_step_ ABSL_GUARDED_BY(mu_) = false;  // Primary: the backup does.
   absl::Time next_fill_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   Tensor replica_update_ ABSL_GUARDED_BY(mu_);  // Async: a push's gradient, float32.
+  std::atomic<int64_t> takeovers_{0};
 
   std::thread deadline_thread_;
 };

@@ -69,6 +69,7 @@ absl::Status ParameterShard::AdmitAsPrimary(absl::string_view what) {
   }
   backup_ = false;
   ++view_;
+  ++takeovers_;
   backup_in_step_ = false;
   next_fill_ = absl::InfinitePast();
   LOG(WARNING) << ShardLabel() << ": this copy takes over as the primary at version " << version_
@@ -292,6 +293,7 @@ absl::StatusOr<proto::ReplicateResponse> ParameterShard::Replicate(
           if (backup_) {
             backup_ = false;
             ++view_;
+            ++takeovers_;
             LOG(WARNING) << ShardLabel() << ": this copy takes over as the primary at version "
                          << version_ << " (view " << view_ << "): its primary "
                          << options_.peer->name() << " restarted empty";

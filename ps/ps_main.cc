@@ -270,8 +270,18 @@ int main(int argc, char** argv) {
       return total;
     });
   }
+  if (*replicas > 0) {
+    metrics.AddGaugeCallback("psrt_ps_takeovers",
+                             "Times a backup copy on this task took over as its shard's primary.",
+                             [&shards] {
+                               double total = 0;
+                               for (const auto& shard : shards) total += shard->takeovers();
+                               return total;
+                             });
+  }
   absl::Cleanup remove_table_gauges = [&metrics] {
     metrics.RemoveGaugeCallbacks("psrt_ps_table_");
+    metrics.RemoveGaugeCallbacks("psrt_ps_takeovers");
   };
   psrt::PsService::Roles roles;
   roles.chief_only_admin = (*security)->has_chief_token();

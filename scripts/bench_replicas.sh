@@ -93,8 +93,8 @@ after=$(awk -v k="$(log_seconds "$takeover")" -v d="$(date +%F)" '
     split($2, t, ":"); cmd = "date -d \"" d " " $2 "\" +%s.%N"; cmd | getline s; close(cmd)
     if (s > k) {print; exit}
   }' "$dir/worker-0.log")
-rolled_back=0
-if grep -q 'carrying on at global step' "$dir/worker-0.log"; then rolled_back=unknown; fi
+rolled_back=$(sed -n 's/.*(\([0-9]*\) steps rolled back).*/\1/p' "$dir/worker-0.log" |
+              awk '{s += $1} END {print s + 0}')
 grep -q '^final: global_step='"$steps" "$dir/worker-0.log" ||
   { echo "bench_replicas.sh: the failover run did not finish; see $dir" >&2; trap - EXIT; exit 1; }
 awk -v m="$model" -v at="$at" -v k="$killed_at" -v t0="$(log_seconds "$first_takeover")" \

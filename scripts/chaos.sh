@@ -90,8 +90,8 @@ for ((i = 1; i <= runs; i++)); do
   fi
   code=0
   wait "$launcher" || code=$?
-  rolled_back=0
-  grep -q 'carrying on at global step' "$dir/worker-0.log" && rolled_back=yes
+  rolled_back=$(sed -n 's/.*(\([0-9]*\) steps rolled back).*/\1/p' "$dir/worker-0.log" |
+                awk '{s += $1} END {print s + 0}')
   accuracy=$(final_accuracy "$dir" || true)
   verdict=FAIL diff=""
   if [ "$killed" != missed ] && [ "$code" -eq 0 ] && [ -n "$accuracy" ]; then

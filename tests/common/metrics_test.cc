@@ -76,6 +76,8 @@ TEST(MetricsTest, WorkerProgressStateAndListener) {
   worker.SetState(proto::WORKER_TRAINING);
   worker.SetState(proto::WORKER_TRAINING);  // No change: not heard again.
   for (int step = 1; step <= 5; ++step) worker.RecordStep(10 + step, 100);
+  worker.RecordRollback(0);
+  worker.RecordRollback(7);
   EXPECT_EQ(worker.global_step(), 15);
   EXPECT_EQ(worker.local_steps(), 5);
   EXPECT_GT(worker.examples_per_sec(), 0);
@@ -85,6 +87,7 @@ TEST(MetricsTest, WorkerProgressStateAndListener) {
   EXPECT_EQ(Sample(scrape, "psrt_worker_global_step{" + labels + "}"), 15);
   EXPECT_EQ(Sample(scrape, "psrt_worker_local_steps_total{" + labels + "}"), 5);
   EXPECT_EQ(Sample(scrape, "psrt_worker_examples_total{" + labels + "}"), 500);
+  EXPECT_EQ(Sample(scrape, "psrt_worker_steps_rolled_back_total{" + labels + "}"), 7);
   EXPECT_GT(Sample(scrape, "psrt_worker_examples_per_second{" + labels + "}"), 0);
   EXPECT_EQ(Sample(scrape, "psrt_worker_state{" + labels + R"(,state="training"})"), 1);
   EXPECT_EQ(Sample(scrape, "psrt_worker_state{" + labels + R"(,state="waiting"})"), 0);

@@ -136,6 +136,7 @@ absl::Status ClusterRecovery::Recover(const absl::Status& cause, std::vector<Ten
   LOG(WARNING) << "the parameter servers' state changed (" << cause.message()
                << "); waiting for them to be ready and pulling again";
   const absl::Time start = absl::Now();
+  const int64_t was_at = pulled->version;
   if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_WAITING);
   while (true) {
     if (absl::Status servers = store_->WaitForServers(options_.timeout); !servers.ok()) {
@@ -162,9 +163,14 @@ absl::Status ClusterRecovery::Recover(const absl::Status& cause, std::vector<Ten
     }
     LOG(WARNING) << pull.status().message();
   }
+  const int64_t rolled_back = std::max<int64_t>(0, was_at - pulled->version);
   LOG(WARNING) << "recovered in " << absl::Now() - start
-               << ": carrying on at global step " << pulled->version;
-  if (options_.metrics != nullptr) options_.metrics->SetState(proto::WORKER_TRAINING);
+               << ": carrying on at global step " << pulled->version << " (" << rolled_back
+               << " steps rolled back)";
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordRollback(rolled_back);
+    options_.metrics->SetState(proto::WORKER_TRAINING);
+  }
   return absl::OkStatus();
 }
 
