@@ -69,7 +69,10 @@ ParameterShard::ParameterShard(const Options& options)
       cpu_(options.threads, /*spin=*/false),
       pool_(std::make_shared<SnapshotPool>()),
       encodings_(std::make_shared<EncodingCache>()) {
-  restoring_ = options.restore_at_start && !options.checkpoint_dir.empty();
+  // A replicated copy also waits for JoinReplicas before it serves: it may
+  // be the backup of a copy that outlived its restart.
+  restoring_ = options.restore_at_start &&
+               (!options.checkpoint_dir.empty() || options.peer != nullptr);
   backup_ = options.peer != nullptr && options.starts_as_backup;
   deadline_thread_ = std::thread([this] { DeadlineLoop(); });
 }

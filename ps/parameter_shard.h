@@ -132,8 +132,9 @@ class ParameterShard {
     // that a flood of pulls cannot grow memory or slow every push.
     int max_waiting_pulls = 1024;
     // The shard starts restoring: Init, Push, Pull and Save are Unavailable
-    // until RestoreLatest has run (psrt_ps serves while it loads, so that a
-    // large checkpoint does not outlast the probes and the workers' retries).
+    // until RestoreLatest (or, replicated, a JoinReplicas that joined) has
+    // run (psrt_ps serves while it loads, so that a large checkpoint does not
+    // outlast the probes and the workers' retries).
     bool restore_at_start = false;
     // The shard's other copy (see "Replicas" above); null: one copy.
     // starts_as_backup: this copy is the backup at start (the one on the

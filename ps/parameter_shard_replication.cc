@@ -281,7 +281,7 @@ absl::StatusOr<proto::ReplicateResponse> ParameterShard::Replicate(
   {
     absl::MutexLock lock(&mu_);
     if (options_.peer == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "replicate: ", ShardLabel(), " of this ps has no replica (psrt_ps --ps_replicas=0)"));
     }
     switch (header.kind()) {
