@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   }
   // The embedding tables' gauges, summed over the stripes (docs/sparse.md);
   // a stripe busy restoring or saving counts with its last figures, so that
-  // a scrape never waits for it. Removed before the shards go.
+  // a scrape waits for it at most about 20 ms. Removed before the shards go.
   using TableField = int64_t (psrt::proto::TableStatus::*)() const;
   const struct {
     const char* name;
@@ -257,7 +257,14 @@ int main(int argc, char** argv) {
       absl::MutexLock lock(&last_tables->mu);
       if (absl::Now() - last_tables->read > absl::Milliseconds(100)) {
         for (size_t k = 0; k < shards.size(); ++k) {
-          shards[k]->TryTableStatus(&last_tables->per_stripe[k]);
+          // A push holds a stripe for a moment: a few tries, 1 ms apart,
+          // find it free, so that a busy stripe is not left out of a first
+          // scrape (it has no last figures yet). A save or restore holds it
+          // for seconds: then its last figures stand.
+          for (int attempt = 0; attempt < 20; ++attempt) {
+            if (shards[k]->TryTableStatus(&last_tables->per_stripe[k])) break;
+            absl::SleepFor(absl::Milliseconds(1));
+          }
         }
         last_tables->read = absl::Now();
       }
