@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   }
   // The embedding tables' gauges, summed over the stripes (docs/sparse.md);
   // a stripe busy restoring or saving counts with its last figures, so that
-  // a scrape waits for it at most about 20 ms. Removed before the shards go.
+  // a scrape waits at most about 20 ms for each. Removed before the shards go.
   using TableField = int64_t (psrt::proto::TableStatus::*)() const;
   const struct {
     const char* name;
