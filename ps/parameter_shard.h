@@ -336,6 +336,10 @@ class ParameterShard {
   // moving averages.
   void UpdateRange(int64_t begin, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads `data` (float32, every element of the shard) into replica_update_
+  // and applies it (UpdateRange), block by block: the update a backup is
+  // sent is then the very one applied here. REQUIRES: BeginUpdate.
+  void UpdateFromCopy(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads all of `data` as floats in cache-sized blocks, calling
   // fn(begin, block) with each block and the index of its first element,
   // on the shard's threads (concurrently, for disjoint blocks).

@@ -182,16 +182,8 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
           ForEachBlock(*data, [&](int64_t begin, absl::Span<const float> grad) {
             UpdateRange(begin, grad);
           });
-        } else {  // The backup applies the same float32 gradient.
-          if (replica_update_.num_elements() != total_elements_) {
-            replica_update_.Resize({total_elements_});
-          }
-          float* update = replica_update_.data();
-          ParallelFor([&](int64_t begin, int64_t end) {
-            data->ReadAt(begin * sizeof(float),
-                         {reinterpret_cast<char*>(update + begin), (end - begin) * sizeof(float)});
-            UpdateRange(begin, {update + begin, static_cast<size_t>(end - begin)});
-          });
+        } else {
+          UpdateFromCopy(*data);  // The backup applies the same float32 gradient.
         }
         ++version_;
         ++pushes_applied_;
@@ -375,6 +367,16 @@ void ParameterShard::MakeWritable(std::shared_ptr<Snapshot>* buffer) {
     std::memcpy(to + begin, from + begin, (end - begin) * sizeof(float));
   });
   *buffer = std::move(fresh);
+}
+
+void ParameterShard::UpdateFromCopy(const ByteSource& data) {
+  if (replica_update_.num_elements() != total_elements_) replica_update_.Resize({total_elements_});
+  float* update = replica_update_.data();
+  ParallelFor([&](int64_t begin, int64_t end) {
+    data.ReadAt(begin * sizeof(float),
+                {reinterpret_cast<char*>(update + begin), (end - begin) * sizeof(float)});
+    UpdateRange(begin, {update + begin, static_cast<size_t>(end - begin)});
+  });
 }
 
 void ParameterShard::BeginUpdate() {

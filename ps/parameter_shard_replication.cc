@@ -334,18 +334,8 @@ absl::StatusOr<proto::ReplicateResponse> ParameterShard::Replicate(
           break;
         }
         if (!header.skipped()) {
-          if (replica_update_.num_elements() != total_elements_) {
-            replica_update_.Resize({total_elements_});
-          }
-          float* update = replica_update_.data();
-          ParallelFor([&](int64_t begin, int64_t end) {
-            data->ReadAt(begin * sizeof(float),
-                         {reinterpret_cast<char*>(update + begin), (end - begin) * sizeof(float)});
-          });
           BeginUpdate();
-          ParallelFor([&](int64_t begin, int64_t end) {
-            UpdateRange(begin, {update + begin, static_cast<size_t>(end - begin)});
-          });
+          UpdateFromCopy(*data);
         } else {
           ++nonfinite_dropped_;
         }

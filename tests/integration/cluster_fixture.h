@@ -11,9 +11,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -167,6 +171,53 @@ class ClusterFixture : public testing::Test {
                                    worker_flags));
   }
 
+  // The last "step N, loss" the chief logged in DIR/worker-0.log (its
+  // log as the fault tests start it); -1 before the first.
+  long ChiefStep() const {
+    static const std::regex kStep(R"(step (\d+), loss)");
+    const std::string log = ReadFile(dir_ + "/worker-0.log");
+    long step = -1;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), kStep);
+         it != std::sregex_iterator(); ++it) {
+      step = std::stol((*it)[1]);
+    }
+    return step;
+  }
+
+  // Waits until the chief has logged `step`; false after `timeout`.
+  bool WaitForChiefStep(long step, absl::Duration timeout = absl::Seconds(90)) const {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (ChiefStep() < step) {
+      if (absl::Now() >= give_up) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return true;
+  }
+
+  // A step in [low, high), logged so that a failure can be replayed.
+  static long RandomStep(long low, long high) {
+    std::random_device device;
+    const long step = std::uniform_int_distribution<long>(low, high - 1)(device);
+    std::cout << "fault injected at step " << step << std::endl;
+    return step;
+  }
+
+  // Every worker's exit code, in task order (workers_).
+  std::vector<int> WaitForWorkers(absl::Duration timeout = absl::Seconds(180)) {
+    std::vector<int> codes;
+    for (auto& w : workers_) codes.push_back(w->Wait(timeout));
+    return codes;
+  }
+
+  // Every task's log (ps_, then workers_), for a failure's message.
+  std::string AllLogs() const {
+    std::string all;
+    for (const auto& tasks : {&ps_, &workers_}) {
+      for (const auto& t : *tasks) all += "\n==> " + t->log() + "\n" + ReadFile(t->log());
+    }
+    return all;
+  }
+
   // Parses the chief's "final: global_step=N test_accuracy=A" line.
   static bool ParseFinal(const std::string& log, long* step, double* accuracy) {
     std::smatch m;
@@ -178,6 +229,8 @@ class ClusterFixture : public testing::Test {
   }
 
   std::string source_, bin_, dir_;
+  // The tasks a fault test starts by hand (TaskProcess), if any.
+  std::vector<std::unique_ptr<TaskProcess>> ps_, workers_;
 };
 
 }  // namespace psrt

@@ -50,51 +50,6 @@ class RecoveryTest : public ClusterFixture {
     }
   }
 
-  // The last "step N, loss" the chief logged; -1 before the first.
-  long ChiefStep() {
-    static const std::regex kStep(R"(step (\d+), loss)");
-    const std::string log = ReadFile(dir_ + "/worker-0.log");
-    long step = -1;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), kStep);
-         it != std::sregex_iterator(); ++it) {
-      step = std::stol((*it)[1]);
-    }
-    return step;
-  }
-
-  // A step in [low, high), logged so that a failure can be replayed.
-  static long RandomStep(long low, long high) {
-    std::random_device device;
-    const long step = std::uniform_int_distribution<long>(low, high - 1)(device);
-    std::cout << "fault injected at step " << step << std::endl;
-    return step;
-  }
-
-  // Waits until the chief has logged `step`; false after `timeout`.
-  bool WaitForChiefStep(long step, absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (ChiefStep() < step) {
-      if (absl::Now() >= give_up) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
-  }
-
-  // Every worker's exit code, in task order.
-  std::vector<int> WaitForWorkers(absl::Duration timeout = absl::Seconds(120)) {
-    std::vector<int> codes;
-    for (auto& w : workers_) codes.push_back(w->Wait(timeout));
-    return codes;
-  }
-
-  std::string AllLogs() {
-    std::string all;
-    for (const auto& tasks : {&ps_, &workers_}) {
-      for (const auto& t : *tasks) all += "\n==> " + t->log() + "\n" + ReadFile(t->log());
-    }
-    return all;
-  }
-
   // Every checkpoint file on disk reads back with a valid checksum.
   void ExpectEveryCheckpointLoads() {
     int files = 0;
@@ -153,7 +108,6 @@ class RecoveryTest : public ClusterFixture {
 
   absl::Duration back_to_training_;
 
-  std::vector<std::unique_ptr<TaskProcess>> ps_, workers_;
 };
 
 TEST_F(RecoveryTest, SyncJobSurvivesAPsKilledAtARandomStep) {

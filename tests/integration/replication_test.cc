@@ -45,27 +45,6 @@ class ReplicationTest : public ClusterFixture {
     }
   }
 
-  // The last "step N, loss" the chief logged; -1 before the first.
-  long ChiefStep() {
-    static const std::regex kStep(R"(step (\d+), loss)");
-    const std::string log = ReadFile(dir_ + "/worker-0.log");
-    long step = -1;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), kStep);
-         it != std::sregex_iterator(); ++it) {
-      step = std::stol((*it)[1]);
-    }
-    return step;
-  }
-
-  bool WaitForChiefStep(long step, absl::Duration timeout = absl::Seconds(90)) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (ChiefStep() < step) {
-      if (absl::Now() >= give_up) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
-  }
-
   // Waits until `log` holds `text` `times` times; false after `timeout`.
   bool WaitForLog(const std::string& log, const std::string& text, int times = 1,
                   absl::Duration timeout = absl::Seconds(60)) {
@@ -83,26 +62,6 @@ class ReplicationTest : public ClusterFixture {
     }
   }
 
-  static long RandomStep(long low, long high) {
-    std::random_device device;
-    const long step = std::uniform_int_distribution<long>(low, high - 1)(device);
-    std::cout << "fault injected at step " << step << std::endl;
-    return step;
-  }
-
-  std::vector<int> WaitForWorkers(absl::Duration timeout = absl::Seconds(180)) {
-    std::vector<int> codes;
-    for (auto& w : workers_) codes.push_back(w->Wait(timeout));
-    return codes;
-  }
-
-  std::string AllLogs() {
-    std::string all;
-    for (const auto& tasks : {&ps_, &workers_}) {
-      for (const auto& t : *tasks) all += "\n==> " + t->log() + "\n" + ReadFile(t->log());
-    }
-    return all;
-  }
 
   // No worker rolled back: nobody recovered from a checkpoint.
   void ExpectNoRollback() {
@@ -124,7 +83,6 @@ class ReplicationTest : public ClusterFixture {
     return out;
   }
 
-  std::vector<std::unique_ptr<TaskProcess>> ps_, workers_;
 };
 
 // ps/0 dies for good: its shards' backups on ps/1 take over at the version
