@@ -151,6 +151,19 @@ absl::Status ValidateTrainingConfig(const proto::TrainingConfig& config) {
         "replicas_to_aggregate must be in 1..", config.num_replicas(),
         " (the number of replicas), got ", config.replicas_to_aggregate()));
   }
+  if (config.max_workers() != 0 || config.min_workers() != 0) {
+    if (config.mode() != proto::SYNC) {
+      return absl::InvalidArgumentError(
+          "elastic workers (min_workers, max_workers) need sync mode (--sync_replicas)");
+    }
+    if (config.max_workers() != config.num_replicas() || config.min_workers() < 1 ||
+        config.min_workers() > config.max_workers()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "elastic workers: need 1 <= min_workers <= max_workers = num_replicas, got min_workers ",
+          config.min_workers(), ", max_workers ", config.max_workers(), ", num_replicas ",
+          config.num_replicas()));
+    }
+  }
   if (!(config.learning_rate() > 0) || !std::isfinite(config.learning_rate())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learning_rate must be a positive number, got ", config.learning_rate()));

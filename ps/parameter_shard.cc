@@ -115,6 +115,11 @@ absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
         "init: embedding tables are not replicated yet: run a model with tables without "
         "--ps_replicas");
   }
+  if (options_.peer != nullptr && header.config().max_workers() > 0) {
+    return absl::InvalidArgumentError(
+        "init: elastic workers (--max_workers) are not replicated yet: drop --ps_replicas or "
+        "--max_workers");
+  }
   // A model's small dense part may leave a shard of many with embedding
   // rows only.
   if (header.variables().empty() && header.tables().empty()) {
@@ -201,6 +206,7 @@ absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
   last_push_.assign(config_.num_replicas(), LastPush());
+  ResetMembersLocked();
   if (config_.moving_average_decay() > 0) {
     average_ = pool_->New(total);
     std::memcpy(average_->values.data(), values, total * sizeof(float));
@@ -374,6 +380,62 @@ void ParameterShard::Shutdown(int replica) {
   for (auto& [done, reply] : ready) done(std::move(reply));
 }
 
+void ParameterShard::ResetMembersLocked() {
+  member_from_.assign(config_.max_workers() > 0 ? config_.num_replicas() : 0, -1);
+  if (!member_from_.empty()) member_from_[0] = 0;
+}
+
+absl::StatusOr<proto::MembersResponse> ParameterShard::SetMembers(
+    const proto::MembersRequest& request) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  std::vector<Waiter> moved;
+  proto::MembersResponse response;
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckNotRestoringLocked("members"));
+    if (!initialized_) {
+      return absl::FailedPreconditionError(
+          "members: this parameter server has not been initialized by the chief");
+    }
+    if (config_.max_workers() <= 0) {
+      return absl::FailedPreconditionError(
+          "members: this job's workers are not elastic (its chief gave no --max_workers)");
+    }
+    if (request.replicas_size() != request.from_versions_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "members: ", request.replicas_size(), " replicas but ", request.from_versions_size(),
+          " from_versions"));
+    }
+    std::vector<int64_t> members(config_.num_replicas(), -1);
+    for (int i = 0; i < request.replicas_size(); ++i) {
+      const int r = request.replicas(i);
+      if (r < 0 || r >= config_.num_replicas() || request.from_versions(i) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("members: replica ", r, " from version ", request.from_versions(i),
+                         ": replicas are 0..", config_.num_replicas() - 1,
+                         " (--max_workers), versions >= 0"));
+      }
+      members[r] = request.from_versions(i);
+    }
+    if (members[0] < 0) {
+      return absl::InvalidArgumentError("members: the chief (replica 0) is not in the list");
+    }
+    member_from_ = std::move(members);
+    last_chief_contact_ = absl::Now();
+    // A worker no longer waited for: the version may be complete now. Its
+    // fault, if any, is logged; the pushes that made it were answered.
+    if (ready_ && !training_done_ && VersionCompleteLocked()) {
+      failure = CompleteVersionLocked(nullptr, &moved);
+    }
+    response.set_version(version_);
+    TakeReadyWaiters(&ready);
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+  for (Waiter& w : moved) w.done(failure);
+  return response;
+}
+
 absl::Status ParameterShard::WaitUntilFinished(absl::Duration grace,
                                                absl::Duration chief_timeout) {
   absl::MutexLock lock(&mu_);
@@ -381,7 +443,9 @@ absl::Status ParameterShard::WaitUntilFinished(absl::Duration grace,
     if (training_done_) {
       std::vector<int> missing;
       for (int r = 0; r < config_.num_replicas(); ++r) {
-        if (finished_replicas_.count(r) == 0) missing.push_back(r);
+        // Elastic: only the members are waited for.
+        const bool member = member_from_.empty() || member_from_[r] >= 0;
+        if (member && finished_replicas_.count(r) == 0) missing.push_back(r);
       }
       if (initialized_ && missing.empty()) return absl::OkStatus();
       if (absl::Now() >= training_done_time_ + grace) {

@@ -64,6 +64,12 @@
 //    the other to take it on as backup (JoinReplicas) before it restores
 //    any checkpoint. Embedding tables are not replicated (Init refuses
 //    them).
+//  - Elastic workers (TrainingConfig.max_workers > 0, sync mode): a version
+//    waits for the gradient of every worker that is a member at it
+//    (SetMembers: the chief's list; the chief alone after Init or Restore),
+//    instead of for R; a push from a worker that is not is dropped and
+//    counted stale. A list that no longer names a worker completes the
+//    current version when every remaining member has pushed to it.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
 //    training_done, pushes are no longer applied.
@@ -231,6 +237,11 @@ class ParameterShard {
   // written, when it is. For metrics scrapes, which must not wait.
   bool TryTableStatus(std::vector<proto::TableStatus>* tables) const;
   void Shutdown(int replica);
+  // Elastic workers: the chief's list of members (see the header comment).
+  // FailedPrecondition before Init and for a job that is not elastic;
+  // InvalidArgument for a list without the chief or naming a replica out
+  // of range.
+  absl::StatusOr<proto::MembersResponse> SetMembers(const proto::MembersRequest& request);
 
   // Writes checkpoint `step` if the shard is at `version` (any when -1);
   // returns the file's path. The state is captured under the lock (values
@@ -357,6 +368,29 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeadlineLoop();
 
+  // Sync mode's aggregation (parameter_shard_push.cc). Whether `replica`'s
+  // gradient counts at version_ (elastic: it is a member at it).
+  bool WaitsForLocked(int replica) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether the pushes' embedding rows are summed per version (else the
+  // one push of a version is applied straight from its message).
+  bool SumsRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether the pushes in pushed_ complete version_.
+  bool VersionCompleteLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The rows of the push that completes a version summing none.
+  struct DirectRows {
+    const ShardTables::Segments* sparse;
+    const ByteSource* message;
+    size_t dense_size;
+  };
+  // Applies the mean of sum_ over pushed_ (and of the rows: summed, or
+  // `rows`), advances the version and hands it to the backup. The version's
+  // fault (a mean that overflows: nothing applied, the version skipped) or
+  // the backup's refusal (waiting pulls moved to *moved) as the status.
+  absl::Status CompleteVersionLocked(const DirectRows* rows, std::vector<Waiter>* moved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic: the chief alone is a member (after Init and Restore).
+  void ResetMembersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Init's work on this copy (Init then fills the backup).
   absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
 
@@ -447,6 +481,8 @@ class ParameterShard {
   absl::Time last_chief_contact_ ABSL_GUARDED_BY(mu_) = absl::Now();
   std::set<int> finished_replicas_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);  // Pushes per replica.
+  // Elastic: per replica, the first version it is a member at; -1: none.
+  std::vector<int64_t> member_from_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t restored_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t recovery_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // Newest round taken.

@@ -171,6 +171,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   sum_.Resize({total});
   clocks_.assign(config_.num_replicas(), 0);
   last_push_.assign(config_.num_replicas(), LastPush());
+  ResetMembersLocked();
   pushed_.clear();
   // Pulls waiting for a version of the replaced state will not get it.
   aborted->insert(aborted->end(), std::make_move_iterator(waiters_.begin()),

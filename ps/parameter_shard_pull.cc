@@ -173,13 +173,17 @@ void ParameterShard::DeadlineLoop() {
     waiters_.swap(still_waiting);
     if (expired.empty()) continue;
     std::vector<int> missing;  // Replicas whose gradient never came.
+    int waited_for = config_.replicas_to_aggregate();
+    if (config_.max_workers() > 0) waited_for = 0;
     for (int r = 0; r < config_.num_replicas(); ++r) {
+      if (!WaitsForLocked(r)) continue;
+      if (config_.max_workers() > 0) ++waited_for;
       if (pushed_.count(r) == 0 && finished_replicas_.count(r) == 0) missing.push_back(r);
     }
     const std::string state =
         config_.mode() == proto::SYNC
             ? absl::StrCat("shard at version ", version_, " with gradients from ", pushed_.size(),
-                           " of ", config_.replicas_to_aggregate(),
+                           " of ", waited_for,
                            " replicas; none yet from replica(s) ", absl::StrJoin(missing, ", "))
             : absl::StrCat("shard at version ", version_, ", slowest replica at step ",
                            MinClockLocked());

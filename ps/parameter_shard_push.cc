@@ -93,7 +93,8 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const bool takes_gradient =
         !retry && !training_done_ &&
         (config_.mode() == proto::ASYNC ||
-         (header.version() == version_ && pushed_.count(replica) == 0));
+         (header.version() == version_ && pushed_.count(replica) == 0 &&
+          WaitsForLocked(replica)));
     // From here on the gradients are float32, whatever the wire carried. A
     // 16-bit push is decoded block by block as it is read, in cache, by the
     // checks and again by the update: decoding it once into a stripe-sized
@@ -206,6 +207,10 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       response.set_accepted(false);
     } else if (pushed_.count(replica) > 0) {
       response.set_accepted(true);  // A retry of an accepted push.
+    } else if (!WaitsForLocked(replica)) {
+      // Elastic: not a member at this version (not admitted yet, or gone).
+      ++stale_dropped_;
+      response.set_accepted(false);
     } else {
       float* sum = sum_.data();
       if (pushed_.empty()) {
@@ -220,79 +225,17 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       }
       // Each id's rows summed over the version's pushes; with R = 1 the one
       // push is the mean, applied straight from the message below.
-      const int needed = config_.replicas_to_aggregate();
-      if (sparse && needed > 1 && !rows_on_arrival) {
+      const bool direct_rows = sparse && !rows_on_arrival && !SumsRowsLocked();
+      if (sparse && !rows_on_arrival && !direct_rows) {
         tables_->Accumulate(header.sparse(), message, dense_size);
       }
       pushed_.insert(replica);
       ++pushes_applied_;
       response.set_accepted(true);
-      if (static_cast<int>(pushed_.size()) == needed) {
-        if (needed > 1) {
-          ParallelFor([&](int64_t begin, int64_t end) {
-            kernels::Scale(1.0f / needed, {sum + begin, static_cast<size_t>(end - begin)});
-          });
-        }
-        // Finite gradients can still sum past float's range, or drive the
-        // optimizer's state to Inf: then nothing of this version is applied,
-        // and the push that completed it fails, so that its worker stops
-        // loudly; the version still advances, so that no replica waits for it.
-        const SpanByteSource mean(absl::Span<const char>(
-            reinterpret_cast<const char*>(sum), total_elements_ * sizeof(float)));
-        const int64_t overflow = FirstNonFiniteUpdate(mean);
-        // The rows' mean first: a table that refuses its update skips the
-        // version's dense update too (the tables before it stay updated:
-        // ps/shard_tables.h).
-        absl::Status rows_applied;
-        if (tables_ != nullptr && overflow < 0) {
-          rows_applied = needed > 1 ? tables_->ApplySums(version_, 1.0f / needed)
-                         : sparse && !rows_on_arrival
-                             ? tables_->Apply(version_, header.sparse(), message, dense_size)
-                             : absl::OkStatus();
-        } else if (tables_ != nullptr) {
-          tables_->ClearSums();
-        }
-        if (!rows_applied.ok()) {
-          ++nonfinite_dropped_;
-          failure = absl::InvalidArgumentError(absl::StrCat(
-              "push: the mean gradient rows of version ", version_, ": ",
-              rows_applied.message(), "; the version was skipped"));
-          LOG(ERROR) << failure.message();
-        } else if (overflow < 0) {
-          BeginUpdate();
-          ParallelFor([&](int64_t begin, int64_t end) {
-            UpdateRange(begin, {sum + begin, static_cast<size_t>(end - begin)});
-          });
-        } else {
-          ++nonfinite_dropped_;
-          failure = absl::InvalidArgumentError(absl::StrCat(
-              "push: the mean gradient of version ", version_, " for \"",
-              VariableAt(overflow).name(), "\" overflows or would make its values or "
-              "optimizer state NaN or Inf; the version was skipped, nothing applied"));
-          LOG(ERROR) << failure.message();
-        }
-        proto::ReplicateHeader replicated;  // The version's update, for the backup.
-        if (options_.peer != nullptr) {
-          replicated.set_version(version_);
-          replicated.set_skipped(!failure.ok());
-          for (int r : pushed_) {
-            const bool this_push = r == replica;
-            replicated.add_pushed(r);
-            replicated.add_pushed_worker_incarnations(
-                this_push ? header.worker_incarnation() : last_push_[r].worker_incarnation);
-            replicated.add_pushed_steps(this_push ? header.step() : last_push_[r].step);
-          }
-        }
-        ++version_;
-        pushed_.clear();
-        if (options_.peer != nullptr) {
-          const absl::Status kept = ReplicateLocked(
-              std::move(replicated),
-              failure.ok() ? absl::Span<const float>(sum, total_elements_)
-                           : absl::Span<const float>(),
-              &moved);
-          if (!kept.ok()) failure = kept;
-        }
+      last_push = {header.worker_incarnation(), header.step(), true};
+      if (VersionCompleteLocked()) {
+        const DirectRows rows = {&header.sparse(), &message, dense_size};
+        failure = CompleteVersionLocked(direct_rows ? &rows : nullptr, &moved);
       }
     }
     if ((response.accepted() || rows_taken) && !retry) {
@@ -305,6 +248,97 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
   for (Waiter& w : moved) w.done(failure);
   if (!failure.ok()) return failure;
   return response;
+}
+
+bool ParameterShard::WaitsForLocked(int replica) const {
+  if (config_.max_workers() <= 0) return true;
+  return replica >= 0 && replica < static_cast<int>(member_from_.size()) &&
+         member_from_[replica] >= 0 && member_from_[replica] <= version_;
+}
+
+bool ParameterShard::SumsRowsLocked() const {
+  return config_.max_workers() > 0 || config_.replicas_to_aggregate() > 1;
+}
+
+bool ParameterShard::VersionCompleteLocked() const {
+  if (pushed_.empty()) return false;
+  if (config_.max_workers() <= 0) {
+    return static_cast<int>(pushed_.size()) == config_.replicas_to_aggregate();
+  }
+  for (int r = 0; r < static_cast<int>(member_from_.size()); ++r) {
+    if (WaitsForLocked(r) && pushed_.count(r) == 0) return false;
+  }
+  return true;
+}
+
+absl::Status ParameterShard::CompleteVersionLocked(const DirectRows* rows,
+                                                   std::vector<Waiter>* moved) {
+  float* sum = sum_.data();
+  const int count = static_cast<int>(pushed_.size());
+  if (count > 1) {
+    ParallelFor([&](int64_t begin, int64_t end) {
+      kernels::Scale(1.0f / count, {sum + begin, static_cast<size_t>(end - begin)});
+    });
+  }
+  // Finite gradients can still sum past float's range, or drive the
+  // optimizer's state to Inf: then nothing of this version is applied, and
+  // the push that completed it fails, so that its worker stops loudly; the
+  // version still advances, so that no replica waits for it.
+  const SpanByteSource mean(absl::Span<const char>(reinterpret_cast<const char*>(sum),
+                                                   total_elements_ * sizeof(float)));
+  const int64_t overflow = FirstNonFiniteUpdate(mean);
+  absl::Status failure;
+  // The rows' mean first: a table that refuses its update skips the
+  // version's dense update too (the tables before it stay updated:
+  // ps/shard_tables.h).
+  absl::Status rows_applied;
+  if (tables_ != nullptr && overflow < 0) {
+    rows_applied = SumsRowsLocked() ? tables_->ApplySums(version_, 1.0f / count)
+                   : rows != nullptr
+                       ? tables_->Apply(version_, *rows->sparse, *rows->message, rows->dense_size)
+                       : absl::OkStatus();
+  } else if (tables_ != nullptr) {
+    tables_->ClearSums();
+  }
+  if (!rows_applied.ok()) {
+    ++nonfinite_dropped_;
+    failure = absl::InvalidArgumentError(
+        absl::StrCat("push: the mean gradient rows of version ", version_, ": ",
+                     rows_applied.message(), "; the version was skipped"));
+    LOG(ERROR) << failure.message();
+  } else if (overflow < 0) {
+    BeginUpdate();
+    ParallelFor([&](int64_t begin, int64_t end) {
+      UpdateRange(begin, {sum + begin, static_cast<size_t>(end - begin)});
+    });
+  } else {
+    ++nonfinite_dropped_;
+    failure = absl::InvalidArgumentError(absl::StrCat(
+        "push: the mean gradient of version ", version_, " for \"",
+        VariableAt(overflow).name(), "\" overflows or would make its values or "
+        "optimizer state NaN or Inf; the version was skipped, nothing applied"));
+    LOG(ERROR) << failure.message();
+  }
+  proto::ReplicateHeader replicated;  // The version's update, for the backup.
+  if (options_.peer != nullptr) {
+    replicated.set_version(version_);
+    replicated.set_skipped(!failure.ok());
+    for (int r : pushed_) {
+      replicated.add_pushed(r);
+      replicated.add_pushed_worker_incarnations(last_push_[r].worker_incarnation);
+      replicated.add_pushed_steps(last_push_[r].step);
+    }
+  }
+  ++version_;
+  pushed_.clear();
+  if (options_.peer != nullptr) {
+    const absl::Status kept = ReplicateLocked(
+        std::move(replicated),
+        failure.ok() ? absl::Span<const float>(sum, total_elements_) : absl::Span<const float>(),
+        moved);
+    if (!kept.ok()) failure = kept;
+  }
+  return failure;
 }
 
 absl::StatusOr<proto::PushResponse> ParameterShard::ApplyGradient(

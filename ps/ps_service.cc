@@ -240,6 +240,17 @@ grpc::ServerUnaryReactor* PsService::Shutdown(grpc::CallbackServerContext* conte
   return FinishNow(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* PsService::SetMembers(grpc::CallbackServerContext* context,
+                                                const proto::MembersRequest* request,
+                                                proto::MembersResponse* response) {
+  return Offload(context, [this, context, request, response]() -> absl::Status {
+    ASSIGN_OR_RETURN(ParameterShard * shard, ShardOf(*context));
+    RETURN_IF_ERROR(CheckChief(*context, "members"));
+    ASSIGN_OR_RETURN(*response, shard->SetMembers(*request));
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* PsService::Save(grpc::CallbackServerContext* context,
                                           const proto::SaveRequest* request,
                                           proto::SaveResponse* response) {

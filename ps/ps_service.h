@@ -47,11 +47,12 @@ using PsServiceBase = proto::ParameterServer::WithRawCallbackMethod_Init<
                     proto::ParameterServer::WithCallbackMethod_Save<
                         proto::ParameterServer::WithCallbackMethod_Restore<
                             proto::ParameterServer::WithRawCallbackMethod_Replicate<
-                                proto::ParameterServer::Service>>>>>>>>;
+                                proto::ParameterServer::WithCallbackMethod_SetMembers<
+                                    proto::ParameterServer::Service>>>>>>>>>;
 
 // Who may do what at a PsService; refusals are PermissionDenied.
 struct PsServiceRoles {
-  // Init, Save, Restore and a Shutdown that ends training only from calls
+  // Init, Save, Restore, SetMembers and a Shutdown that ends training only from calls
   // with the chief's token (TransportSecurity's roles).
   bool chief_only_admin = false;
   // Replica r's host as the cluster spec names it; non-empty: a push as
@@ -101,6 +102,9 @@ class PsService final : public PsServiceBase {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const proto::StatusRequest* request,
                                       proto::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* SetMembers(grpc::CallbackServerContext* context,
+                                       const proto::MembersRequest* request,
+                                       proto::MembersResponse* response) override;
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const proto::ShutdownRequest* request,
                                      proto::ShutdownResponse* response) override;

@@ -17,16 +17,26 @@
 # back no step (the chief never recovers from a checkpoint):
 #   chaos: run=I killed=ps/0,ps/1 at_step=K exit=E accuracy=A diff=D rolled_back=0 ok|FAIL
 #
-#   scripts/chaos.sh [N] [--model mlp] [--steps 600] [--replicas]
+# --elastic: the workers are elastic (--max_workers=3 --min_workers=1 on
+# every worker, restart policy Never); at a random step a third worker joins
+# from a grown cluster spec, and later worker 1 leaves, killed -9 or drained
+# with psrtctl (in turn). A run must end at its last step with the joiner
+# and the launcher exiting 0, the chief having logged both changes, and an
+# accuracy within 0.05 of the undisturbed run's (the steps average other
+# workers' gradients, so it is not exact):
+#   chaos: run=I joined_at=J left=killed|drained at_step=K exit=E accuracy=A diff=D ok|FAIL
+#
+#   scripts/chaos.sh [N] [--model mlp] [--steps 600] [--replicas|--elastic]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=20 model=mlp steps=600 replicas=0
+runs=20 model=mlp steps=600 replicas=0 elastic=0
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --replicas) replicas=1; shift ;;
+    --elastic) elastic=1; shift ;;
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +68,64 @@ fi
 pid_of() {
   sed -n "s|^launch: \(re\)\{0,1\}started $2 .*(\(restart [0-9]* of at most [0-9]*, \)\{0,1\}pid \([0-9]*\).*|\3|p" "$1" | tail -1
 }
+# Waits while launcher $1 runs until $2's chief logged step $3.
+wait_for_step() {
+  while kill -0 "$1" 2>/dev/null; do
+    step=$(sed -n 's/.*step \([0-9]*\), loss.*/\1/p' "$2/worker-0.log" 2>/dev/null | tail -1 || true)
+    [ "${step:-0}" -ge "$3" ] && return 0
+    sleep 0.05
+  done
+}
+
+if [ "$elastic" = 1 ]; then
+  elastic_flags=(--max_workers=3 --min_workers=1 --elastic_lease_secs=2)
+  for ((i = 1; i <= runs; i++)); do
+    dir="$work/run-$i"
+    mkdir -p "$dir"
+    scripts/make_cluster_spec.sh --ps 2 --workers 3 --out "$dir/grown.json"
+    sed '/"worker"/ s/, "[^"]*"\]/]/' "$dir/grown.json" >"$dir/cluster.json"
+    scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" \
+      --checkpoint_dir "$dir/ckpt" -- "${flags[@]}" "${elastic_flags[@]}" >"$dir/launch.out" 2>&1 &
+    launcher=$!
+    joined_at=$((10 + RANDOM % (steps / 3)))
+    at=$((joined_at + 20 + RANDOM % (steps / 3)))
+    left=killed
+    [ $((i % 2)) = 0 ] && left=drained
+    wait_for_step "$launcher" "$dir" "$joined_at"
+    build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
+      "${flags[@]}" "${elastic_flags[@]}" >"$dir/worker-2.log" 2>&1 &
+    joiner=$!
+    wait_for_step "$launcher" "$dir" "$at"
+    if [ "$left" = killed ]; then
+      pid=$(pid_of "$dir/launch.out" worker/1 || true)
+      { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; } || left=missed
+    else
+      address=$(build/bin/psrtctl tasks --cluster_spec="$dir/cluster.json" |
+                awk '$1 == "worker" && $2 == 1 {print $3}')
+      build/bin/psrtctl drain --address="$address" >>"$dir/launch.out" 2>&1 || left=missed
+    fi
+    code=0 joiner_code=0
+    wait "$launcher" || code=$?
+    wait "$joiner" || joiner_code=$?
+    accuracy=$(final_accuracy "$dir" || true)
+    final_step=$(sed -n 's/^final: global_step=\([0-9]*\).*/\1/p' "$dir/worker-0.log" | tail -1)
+    verdict=FAIL diff=""
+    if [ "$left" != missed ] && [ "$code" -eq 0 ] && [ "$joiner_code" -eq 0 ] &&
+       [ -n "$accuracy" ] && [ "$final_step" = "$steps" ] &&
+       grep -q 'worker replica(s) 2 join at global step' "$dir/worker-0.log" &&
+       grep -qE '(worker replica\(s\) 1 leave|a member left) at global step' "$dir/worker-0.log"; then
+      diff=$(awk -v a="$accuracy" -v b="$reference" 'BEGIN {d = a - b; if (d < 0) d = -d; printf "%.4f", d}')
+      if awk -v d="$diff" 'BEGIN {exit !(d <= 0.05)}'; then verdict=ok; fi
+    fi
+    if [ "$verdict" = ok ]; then passed=$((passed + 1)); rm -rf "$dir"; else failed=$((failed + 1)); fi
+    echo "chaos: run=$i joined_at=$joined_at left=$left at_step=$at exit=$code" \
+         "accuracy=${accuracy:-none} diff=${diff:-none} $verdict$([ "$verdict" = FAIL ] && echo " (logs: $dir)")"
+  done
+  echo "chaos: runs=$runs passed=$passed failed=$failed reference_accuracy=$reference"
+  if [ "$failed" -eq 0 ]; then rm -rf "$work"; exit 0; fi
+  exit 1
+fi
+
 for ((i = 1; i <= runs; i++)); do
   dir="$work/run-$i"
   mkdir -p "$dir"
@@ -69,11 +137,7 @@ for ((i = 1; i <= runs; i++)); do
   victim=${tasks[RANDOM % ${#tasks[@]}]}
   # A step between the first checkpoint and the last quarter of the run.
   at=$((25 + RANDOM % (steps * 3 / 4 - 25)))
-  while kill -0 "$launcher" 2>/dev/null; do
-    step=$(sed -n 's/.*step \([0-9]*\), loss.*/\1/p' "$dir/worker-0.log" 2>/dev/null | tail -1 || true)
-    [ "${step:-0}" -ge "$at" ] && break
-    sleep 0.05
-  done
+  wait_for_step "$launcher" "$dir" "$at"
   pid=$(pid_of "$dir/launch.out" "$victim" || true)
   killed=missed
   if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$victim; fi

@@ -53,8 +53,12 @@
 # its shards, on the next ps task, serve them, and a restarted one rejoins as
 # their backup. Its status reads "lost"; the job's outcome is the workers'.
 #
-# Exit status: 0 when every task exited 0 (a lost replicated ps task
-# aside); 1 when a task failed for good (the launcher names it, shows the
+# Elastic workers (--max_workers among the worker flags): a worker other
+# than the chief that exits non-zero and is not restarted does not fail the
+# job either: the chief drops it after its lease. Its status reads "lost".
+#
+# Exit status: 0 when every task exited 0 (a lost replicated ps task or
+# elastic worker aside); 1 when a task failed for good (the launcher names it, shows the
 # end of its log and stops the others); 2 for bad
 # arguments or a malformed spec (refused before anything starts); 130, 143
 # or 129 on Ctrl-C, SIGTERM or SIGHUP (every task is stopped). Unless refused
@@ -141,6 +145,14 @@ for ((w = 0; w < ${#ps_flag_words[@]}; w++)); do
   f="${ps_flag_words[w]}"
   [[ "$f" =~ ^--?ps_replicas=0*[1-9] ]] && ps_replicated=1
   [[ "$f" =~ ^--?ps_replicas$ && "${ps_flag_words[w + 1]:-}" =~ ^0*[1-9] ]] && ps_replicated=1
+done
+
+# Elastic workers (--max_workers=N, N > 0, among the worker flags).
+workers_elastic=0
+for ((w = 0; w < ${#worker_flags[@]}; w++)); do
+  f="${worker_flags[w]}"
+  [[ "$f" =~ ^--?max_workers=0*[1-9] ]] && workers_elastic=1
+  [[ "$f" =~ ^--?max_workers$ && "${worker_flags[w + 1]:-}" =~ ^0*[1-9] ]] && workers_elastic=1
 done
 
 logdir="${logdir:-$(mktemp -d /tmp/psrt_logs.XXXXXX)}"
@@ -430,6 +442,13 @@ while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
     status_of[$task]="lost ($(describe_exit "$code"))"
     echo "launch: task $task exited ($(describe_exit "$code")), not restarted: $verdict;" \
          "the backups of its shards serve them (--ps_replicas)" >&2
+    continue
+  fi
+  if [ "$workers_elastic" = 1 ] && [ "${task%/*}" = worker ] && [ "$task" != "$chief_job/0" ] &&
+     [ $job_done -eq 0 ]; then
+    status_of[$task]="lost ($(describe_exit "$code"))"
+    echo "launch: task $task exited ($(describe_exit "$code")), not restarted: $verdict;" \
+         "the chief drops it from the elastic workers (--max_workers)" >&2
     continue
   fi
   failed_task="$task"

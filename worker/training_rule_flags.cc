@@ -20,6 +20,18 @@
 DECLARE_bool(sync_replicas);
 DECLARE_int32(replicas_to_aggregate);
 
+DEFINE_int32(max_workers, 0,
+             "Elastic workers (with --sync_replicas, ps mode): workers 0..N-1 may join the "
+             "running job (the chief admits them at its next step) and leave it (killed, or "
+             "psrtctl drain); each step averages the gradients of the workers that are members "
+             "then. 0: the cluster spec's workers, fixed. Give every worker the same value.");
+DEFINE_int32(min_workers, 0,
+             "Elastic workers: the chief trains only while at least this many workers "
+             "(itself included) are members, waiting for more at its step; 0: 1.");
+DEFINE_double(elastic_lease_secs, 5,
+              "Elastic workers: the chief drops a worker it has not heard from for this long "
+              "(each worker calls it four times per lease).");
+
 DEFINE_string(optimizer, "sgd",
               "sgd, momentum, adagrad, rmsprop, adam or ftrl, applied on the parameter "
               "servers with TensorFlow's rules and defaults.");
@@ -125,6 +137,33 @@ absl::Status SetEmbeddingPolicy(proto::TrainingConfig* config) {
 
 }  // namespace
 
+absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int replica,
+                                                       bool ring) {
+  ElasticWorkers elastic;
+  if (!(FLAGS_elastic_lease_secs > 0)) {
+    return absl::InvalidArgumentError("--elastic_lease_secs must be positive");
+  }
+  elastic.lease = absl::Seconds(FLAGS_elastic_lease_secs);
+  if (FLAGS_max_workers <= 0) return elastic;
+  if (ring) {
+    return absl::InvalidArgumentError(
+        "--max_workers: elastic workers need ps mode (the ring of allreduce mode and "
+        "--dense_allreduce is fixed)");
+  }
+  if (spec_workers > FLAGS_max_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("the cluster spec has ", spec_workers,
+                                                   " workers, more than --max_workers=",
+                                                   FLAGS_max_workers));
+  }
+  if (replica >= FLAGS_max_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this task is worker replica ", replica, ", but --max_workers=",
+                     FLAGS_max_workers, " admits 0..", FLAGS_max_workers - 1));
+  }
+  elastic.max_workers = FLAGS_max_workers;
+  return elastic;
+}
+
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
                                                               double* decay_epochs) {
   proto::TrainingConfig config;
@@ -132,6 +171,23 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
   config.set_num_replicas(num_replicas);
   config.set_replicas_to_aggregate(
       FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate : num_replicas);
+  if (FLAGS_max_workers > 0 || FLAGS_min_workers > 0) {
+    if (!FLAGS_sync_replicas || FLAGS_replicas_to_aggregate > 0) {
+      return absl::InvalidArgumentError(
+          "--max_workers and --min_workers make sync training elastic: they need "
+          "--sync_replicas and no --replicas_to_aggregate (each step averages every member's "
+          "gradient)");
+    }
+    if (FLAGS_max_workers <= 0 || FLAGS_min_workers > FLAGS_max_workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--min_workers=", FLAGS_min_workers, " needs --max_workers at least as large, got ",
+          FLAGS_max_workers));
+    }
+    config.set_max_workers(FLAGS_max_workers);
+    config.set_min_workers(std::max(1, FLAGS_min_workers));
+    // The most a step can wait for at the start (examples per step).
+    config.set_replicas_to_aggregate(config.min_workers());
+  }
   if (config.replicas_to_aggregate() > num_replicas) {
     return absl::InvalidArgumentError(
         "--replicas_to_aggregate=" + std::to_string(FLAGS_replicas_to_aggregate) +

@@ -8,9 +8,20 @@
 #define PSRT_WORKER_TRAINING_RULE_FLAGS_H_
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/psrt.pb.h"
 
 namespace psrt {
+
+// --max_workers (0: the spec's workers, fixed) and --elastic_lease_secs.
+struct ElasticWorkers {
+  int max_workers = 0;
+  absl::Duration lease;
+};
+// InvalidArgument naming the flag when a worker of a spec of `spec_workers`
+// workers, replica `replica`, cannot be elastic (`ring`: allreduce mode or
+// --dense_allreduce).
+absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int replica, bool ring);
 
 // The rule for a cluster of `num_replicas` workers. With --decay_epochs (no
 // --decay_steps) the decay steps wait for the training set's size

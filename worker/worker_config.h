@@ -37,7 +37,8 @@ struct WorkerConfig {
   bool uses_ring() const { return allreduce || dense_allreduce; }
   bool evaluator = false;
   int replica = 0;  // -1: the evaluator.
-  int num_replicas = 1;
+  int num_replicas = 1;  // Elastic workers (--max_workers): the replicas that may join.
+  absl::Duration elastic_lease = absl::Seconds(5);  // Elastic workers: the chief's lease.
   int restarts = 0;  // Times the launcher restarted this task.
 
   // ---- The model and where it runs. ----

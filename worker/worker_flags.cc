@@ -399,7 +399,7 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
 
   Collective::Options& ring = config->ring;
   ring.rank = config->replica;
-  for (int r = 0; r < config->num_replicas; ++r) ring.addresses.push_back(spec.ReplicaAddress(r));
+  for (int r = 0; r < spec.num_replicas(); ++r) ring.addresses.push_back(spec.ReplicaAddress(r));
   ring.security = config->security;
   ring.timeout = absl::Seconds(FLAGS_allreduce_timeout_secs);
   ring.busy_timeout = absl::Seconds(FLAGS_allreduce_busy_timeout_secs);
@@ -546,6 +546,11 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
         "--dense_allreduce splits a model between the workers' ring and the ps tasks' tables: "
         "ps mode, and no evaluator task (the chief evaluates)");
   }
+  ASSIGN_OR_RETURN(const ElasticWorkers elastic,
+                   ElasticWorkersFromFlags(spec.num_replicas(), config.replica,
+                                           config.uses_ring()));
+  if (elastic.max_workers > 0) config.num_replicas = elastic.max_workers;
+  config.elastic_lease = elastic.lease;
   if (!config.uses_ring() && !FLAGS_checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--checkpoint_dir is the ps tasks' flag in ps mode (psrt_ps --checkpoint_dir); "

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
+#include "glog/logging.h"
 #include "grpcpp/server_builder.h"
 
 namespace psrt {
@@ -25,6 +27,21 @@ class WorkerStatusServer::Service final : public proto::WorkerStatus::CallbackSe
     *response->mutable_process() = metrics_->metrics().process_status();
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const proto::DrainRequest* /*request*/,
+                                  proto::DrainResponse* /*response*/) override {
+    const absl::Status status =
+        options_.drain ? options_.drain()
+                       : absl::FailedPreconditionError(absl::StrCat(
+                             options_.job, " ", options_.task_index,
+                             " cannot be drained: only a worker other than the chief of an "
+                             "elastic job (--max_workers) can leave it"));
+    LOG_IF(INFO, status.ok()) << "drain asked: leaving after the current step";
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
 

@@ -5,7 +5,9 @@
 //  - gRPC's standard health service for "" and "psrt.proto.WorkerStatus":
 //    SERVING while the task trains (or evaluates), NOT_SERVING while it
 //    waits for the parameter servers or the chief, and once it is done;
-//  - the services the task adds (allreduce mode's Collective).
+//  - Drain (psrtctl drain): calls Options::drain;
+//  - the services the task adds (allreduce mode's Collective, an elastic
+//    chief's Membership).
 // It is the gRPC adapter of the worker's progress; the trainer only sees
 // WorkerMetrics.
 //
@@ -14,6 +16,7 @@
 #ifndef PSRT_WORKER_WORKER_STATUS_SERVICE_H_
 #define PSRT_WORKER_WORKER_STATUS_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +41,8 @@ class WorkerStatusServer {
     // Served on the same port, without a message size cap (allreduce
     // mode's Collective). REQUIRES: they outlive the server.
     std::vector<grpc::Service*> services;
+    // Drain's work (an elastic job's worker); null: FailedPrecondition.
+    std::function<absl::Status()> drain;
     // Also serve on this address (allreduce mode's Unix socket); "": no.
     std::string local_socket;
   };

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
@@ -25,6 +28,7 @@
 #include "worker/store/ps_client.h"
 #include "worker/training/towers.h"
 #include "worker/training/trainer.h"
+#include "worker/worker_membership.h"
 #include "worker/worker_status_service.h"
 
 namespace psrt {
@@ -36,7 +40,8 @@ namespace {
 // for want of it; the warning says why it cannot be watched.
 std::unique_ptr<WorkerStatusServer> StartStatusServer(const WorkerConfig& config,
                                                       WorkerMetrics* metrics,
-                                                      std::vector<grpc::Service*> services) {
+                                                      std::vector<grpc::Service*> services,
+                                                      std::function<absl::Status()> drain) {
   const ClusterConfig& cluster = config.cluster;
   std::string host;
   int port = 0;
@@ -49,8 +54,9 @@ std::unique_ptr<WorkerStatusServer> StartStatusServer(const WorkerConfig& config
   options.task_index = cluster.task.index;
   options.replica = config.replica;
   options.services = std::move(services);
+  options.drain = std::move(drain);
   // Allreduce mode: the previous worker may reach the ring here too.
-  if (!options.services.empty() && config.ring.unix_socket) {
+  if (config.uses_ring() && config.ring.unix_socket) {
     options.local_socket = LocalSocketAddress(port);
   }
   absl::StatusOr<std::unique_ptr<WorkerStatusServer>> server =
@@ -255,8 +261,45 @@ absl::Status RunWorkerTask(WorkerConfig config) {
     ring = std::make_unique<Collective>(options);
     services.push_back(ring->service());
   }
+  // Elastic workers: the chief keeps the list of members and announces it
+  // to the shards, once the store to announce with exists; the others
+  // call the chief.
+  const bool elastic = config.trainer.config.max_workers() > 0 && !config.evaluator;
+  struct AnnounceTarget {
+    absl::Mutex mu;
+    ParameterStore* store ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  auto announce_target = std::make_shared<AnnounceTarget>();
+  std::unique_ptr<MembershipRegistry> registry;
+  std::unique_ptr<MembershipClient> membership_client;
+  std::function<absl::Status()> drain;
+  if (elastic && config.replica == 0) {
+    MembershipRegistry::Options options;
+    options.min_workers = config.trainer.config.min_workers();
+    options.max_workers = config.trainer.config.max_workers();
+    options.lease = config.elastic_lease;
+    options.min_workers_timeout = config.trainer.startup_timeout;
+    registry = std::make_unique<MembershipRegistry>(
+        options,
+        [announce_target](const proto::MembersRequest& request) -> absl::StatusOr<int64_t> {
+          absl::MutexLock lock(&announce_target->mu);
+          if (announce_target->store == nullptr) {
+            return absl::UnavailableError("the parameter servers are not reached yet");
+          }
+          return announce_target->store->SetMembers(request);
+        });
+    services.push_back(registry->service());
+  } else if (elastic) {
+    membership_client = std::make_unique<MembershipClient>(
+        NewChannel(cluster.spec.ReplicaAddress(0), *config.security), config.replica,
+        config.elastic_lease, config.trainer.startup_timeout);
+    drain = [client = membership_client.get()] {
+      client->RequestDrain();
+      return absl::OkStatus();
+    };
+  }
   std::unique_ptr<WorkerStatusServer> status_server =
-      StartStatusServer(config, &worker_metrics, services);
+      StartStatusServer(config, &worker_metrics, services, std::move(drain));
   if (config.uses_ring() && status_server == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("allreduce mode: ", cluster.task.ToString(), " cannot serve the ring on ",
@@ -273,7 +316,18 @@ absl::Status RunWorkerTask(WorkerConfig config) {
                    MakeStore(config, *towers.tower(0), ring.get(), timeline.get(),
                              &worker_metrics));
 
+  {
+    absl::MutexLock lock(&announce_target->mu);
+    announce_target->store = store.get();
+  }
+  absl::Cleanup stop_announcing = [&announce_target] {
+    absl::MutexLock lock(&announce_target->mu);
+    announce_target->store = nullptr;
+  };
+
   TrainerOptions options = config.trainer;
+  if (registry != nullptr) options.membership = registry.get();
+  if (membership_client != nullptr) options.membership = membership_client.get();
   options.metrics = &worker_metrics;
   options.timeline = timeline.get();
   std::unique_ptr<Trainer> trainer;

@@ -202,6 +202,23 @@ class ClusterFixture : public testing::Test {
     return step;
   }
 
+  // Waits until `log` holds `text` `times` times; false after `timeout`.
+  bool WaitForLog(const std::string& log, const std::string& text, int times = 1,
+                  absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (true) {
+      const std::string content = ReadFile(log);
+      int found = 0;
+      for (size_t at = content.find(text); at != std::string::npos;
+           at = content.find(text, at + 1)) {
+        ++found;
+      }
+      if (found >= times) return true;
+      if (absl::Now() >= give_up) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
   // Every worker's exit code, in task order (workers_).
   std::vector<int> WaitForWorkers(absl::Duration timeout = absl::Seconds(180)) {
     std::vector<int> codes;

@@ -45,24 +45,6 @@ class ReplicationTest : public ClusterFixture {
     }
   }
 
-  // Waits until `log` holds `text` `times` times; false after `timeout`.
-  bool WaitForLog(const std::string& log, const std::string& text, int times = 1,
-                  absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (true) {
-      const std::string content = ReadFile(log);
-      int found = 0;
-      for (size_t at = content.find(text); at != std::string::npos;
-           at = content.find(text, at + 1)) {
-        ++found;
-      }
-      if (found >= times) return true;
-      if (absl::Now() >= give_up) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-
-
   // No worker rolled back: nobody recovered from a checkpoint.
   void ExpectNoRollback() {
     for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {

@@ -36,6 +36,8 @@ MethodInfo InfoOf(PsMethod method) {
       return {"/psrt.proto.ParameterServer/Save", false, false};
     case PsMethod::kRestore:
       return {"/psrt.proto.ParameterServer/Restore", false, false};
+    case PsMethod::kSetMembers:
+      return {"/psrt.proto.ParameterServer/SetMembers", false, false};
   }
   LOG(FATAL) << "unknown method " << static_cast<int>(method);
 }

@@ -115,6 +115,14 @@ class ParameterStore {
     return absl::UnimplementedError("this parameter store holds no embedding tables");
   }
 
+  // Elastic workers: the chief's list of members to every shard; the
+  // lowest version the shards answer with. Unimplemented by a store
+  // without parameter servers.
+  virtual absl::StatusOr<int64_t> SetMembers(const proto::MembersRequest& request) {
+    (void)request;
+    return absl::UnimplementedError("elastic workers need parameter servers (ps mode)");
+  }
+
   virtual const Placement& placement() const = 0;
   int num_shards() const { return placement().num_shards; }
   virtual proto::DataType wire_dtype() const = 0;

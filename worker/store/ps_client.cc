@@ -555,6 +555,18 @@ absl::Status PsClient::Save(int64_t step, int64_t version, int keep, int64_t kee
   return CallControl(PsMethod::kSave, options_.rpc_timeout + absl::Minutes(5), request, nullptr);
 }
 
+absl::StatusOr<int64_t> PsClient::SetMembers(const proto::MembersRequest& request) {
+  std::vector<int64_t> versions(num_shards());
+  RETURN_IF_ERROR(CallControl(PsMethod::kSetMembers, options_.rpc_timeout, request,
+                              [&versions](int k, ShardReply& reply) {
+                                proto::MembersResponse response;
+                                RETURN_IF_ERROR(reply.ParseMeta(&response));
+                                versions[k] = response.version();
+                                return absl::OkStatus();
+                              }));
+  return *std::min_element(versions.begin(), versions.end());
+}
+
 absl::Status PsClient::Restore(int64_t step, int64_t recovery_epoch) {
   proto::RestoreRequest request;
   request.set_step(step);

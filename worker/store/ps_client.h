@@ -148,6 +148,7 @@ class PsClient final : public ParameterStore {
   void ForgetIncarnations() override;
   void SetSparseFeatures(SparseFeatures* features) override { sparse_ = features; }
   absl::Status LookupRows(SparseFeatures* features) override;
+  absl::StatusOr<int64_t> SetMembers(const proto::MembersRequest& request) override;
 
   const Placement& placement() const override { return placement_; }
   proto::DataType wire_dtype() const override { return options_.wire_dtype; }

@@ -30,7 +30,7 @@
 namespace psrt {
 
 // The methods of proto/psrt.proto's ParameterServer that a worker calls.
-enum class PsMethod { kInit, kPull, kPush, kGetStatus, kShutdown, kSave, kRestore };
+enum class PsMethod { kInit, kPull, kPush, kGetStatus, kShutdown, kSave, kRestore, kSetMembers };
 
 // A request: its metadata (the method's request or header message) and its
 // data, gathered from the caller's memory, which must stay unchanged until

@@ -8,6 +8,9 @@
 //                                          and stripe: its rows and memory
 //                                          (exit 1 if a task is unreachable)
 //   psrtctl shutdown --cluster_spec=FILE   end training; the shards exit
+//   psrtctl drain --address=HOST:PORT      that worker of an elastic job
+//                                          (--max_workers) leaves it after
+//                                          its current step
 //   psrtctl health --address=HOST:PORT     exit 0 if that task's health
 //                                          service says SERVING (a probe
 //                                          that can carry TLS and the token)
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -350,6 +354,22 @@ absl::Status Health() {
   return absl::OkStatus();
 }
 
+// Asks one worker of an elastic job to leave it (WorkerStatus.Drain).
+absl::Status Drain() {
+  if (FLAGS_address.empty()) {
+    return absl::InvalidArgumentError("--address (the worker's, from the cluster spec) is required");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security, OperatorSecurity());
+  auto stub = psrt::proto::WorkerStatus::NewStub(psrt::NewChannel(FLAGS_address, *security));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  psrt::proto::DrainRequest request;
+  psrt::proto::DrainResponse response;
+  RETURN_IF_ERROR(psrt::FromGrpcStatus(stub->Drain(&context, request, &response)));
+  std::printf("drain: %s leaves after its current step\n", FLAGS_address.c_str());
+  return absl::OkStatus();
+}
+
 // One line: devices: cuda_build=yes|no driver_gpus=N cuda_kernels=loaded
 // runtime_gpus=N cudnn=VERSION (or cudnn=not_loaded, with the reason on a
 // second line: GPUs then convolve through im2col), or
@@ -404,7 +424,7 @@ absl::Status Shutdown() {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "psrtctl tasks|make_spec|status|shutdown|health|devices|slurm_env [flags]; see "
+      "psrtctl tasks|make_spec|status|shutdown|drain|health|devices|slurm_env [flags]; see "
       "--help");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
@@ -421,13 +441,15 @@ int main(int argc, char** argv) {
     status = Shutdown();
   } else if (command == "health") {
     status = Health();
+  } else if (command == "drain") {
+    status = Drain();
   } else if (command == "devices") {
     status = Devices();
   } else if (command == "slurm_env") {
     status = SlurmEnv();
   } else {
     std::fprintf(stderr,
-                 "usage: psrtctl tasks|make_spec|status|shutdown|health|devices|slurm_env "
+                 "usage: psrtctl tasks|make_spec|status|shutdown|drain|health|devices|slurm_env "
                  "[flags]\n");
     return 2;
   }

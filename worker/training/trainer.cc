@@ -84,9 +84,9 @@ Trainer::Trainer(const TrainerOptions& options, Towers* towers, ParameterStore* 
   // them fastest.
   train_source_ = [this]() -> absl::StatusOr<std::unique_ptr<BatchSource>> {
     return std::make_unique<PrefetchingBatchSource>(
-        std::make_unique<DatasetBatchSource>(train_, options_.replica, options_.num_replicas,
-                                             options_.shuffle,
-                                             options_.seed + 1000 * options_.replica),
+        std::make_unique<DatasetBatchSource>(
+            train_, elastic() ? 0 : options_.replica, elastic() ? 1 : options_.num_replicas,
+            options_.shuffle, options_.seed + 1000 * options_.replica),
         towers_->input_allocator());
   };
   // The test set in order, streamed like any other.
@@ -279,14 +279,20 @@ absl::StatusOr<bool> Trainer::Start() {
   RETURN_IF_ERROR(ready.status());
   const proto::TrainingConfig& chief_config = *ready;
   if (chief_config.mode() != options_.config.mode() ||
-      chief_config.num_replicas() != options_.config.num_replicas()) {
+      chief_config.num_replicas() != options_.config.num_replicas() ||
+      chief_config.max_workers() != options_.config.max_workers()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "this worker runs ", proto::SyncMode_Name(options_.config.mode()),
-        " with ", options_.config.num_replicas(), " replicas but the chief chose ",
-        proto::SyncMode_Name(chief_config.mode()), " with ",
-        chief_config.num_replicas(), " (give every worker the same flags)"));
+        "this worker runs ", proto::SyncMode_Name(options_.config.mode()), " with ",
+        options_.config.num_replicas(), " replicas (--max_workers=",
+        options_.config.max_workers(), ") but the chief chose ",
+        proto::SyncMode_Name(chief_config.mode()), " with ", chief_config.num_replicas(),
+        " (--max_workers=", chief_config.max_workers(), "): give every worker the same flags"));
   }
-  ASSIGN_OR_RETURN(pulled_, client_->Pull(0, &params_));
+  int64_t first_version = 0;
+  if (options_.membership != nullptr) {
+    ASSIGN_OR_RETURN(first_version, options_.membership->Join());
+  }
+  ASSIGN_OR_RETURN(pulled_, client_->Pull(first_version, &params_));
   progress_.Start(pulled_.version, events_.get());
   if (options_.metrics != nullptr) {
     options_.metrics->SetGlobalStep(pulled_.version);
@@ -325,6 +331,7 @@ absl::Status Trainer::RecoverOrFail(const absl::Status& status) {
   batch_pulled_ = false;
   if (!absl::IsAborted(status)) return status;
   RETURN_IF_ERROR(recovery_.Recover(status, &params_, &pulled_));
+  if (options_.membership != nullptr) options_.membership->Recovered();
   RETURN_IF_ERROR(DataFromStep(pulled_.version));
   clock_base_ = result_.local_steps;
   // The shards hold a checkpoint of this step (the next ones are saved
@@ -347,6 +354,20 @@ bool Trainer::EvalDue(int64_t version) const {
 absl::Status Trainer::Step() {
   // A push that left during the backward pass was cleared of duties.
   const bool pushing = pipeline_.has_value() && pipeline_->push_started();
+  if (options_.membership != nullptr) {
+    if (options_.membership->draining()) {
+      if (pushing) {
+        const absl::Status pushed = pipeline_->FinishPush().status();
+        LOG_IF(WARNING, !pushed.ok()) << "the last push before leaving: " << pushed.message();
+      }
+      result_.drained = true;
+      return absl::OkStatus();
+    }
+    // The chief: the first version it has not pushed is where workers join.
+    const absl::Status admitted =
+        options_.membership->AtStep(pushing ? pulled_.version + 1 : pulled_.version);
+    if (!admitted.ok()) return RecoverOrFail(admitted);
+  }
   if (!pushing && checkpoints_.Due(pulled_.version)) {
     RETURN_IF_ERROR(checkpoints_.Save(pulled_.version));
   }
@@ -483,9 +504,15 @@ absl::StatusOr<TrainResult> Trainer::Train() {
   if (options_.overlap_comm && options_.clip_norm <= 0 && !sparse_) {
     pipeline_.emplace(client_, client_->placement(), static_cast<int>(params_.size()));
   }
-  while (!Finished(pulled_)) RETURN_IF_ERROR(Step());
+  while (!Finished(pulled_) && !result_.drained) RETURN_IF_ERROR(Step());
   progress_.EndBar();
   result_.global_step = pulled_.version;
+  if (result_.drained) {
+    options_.membership->Leave();
+    LOG(INFO) << "replica " << options_.replica << " drained: left the job at global step "
+              << result_.global_step << " after " << result_.local_steps << " local steps";
+    return result_;
+  }
   LOG(INFO) << "replica " << options_.replica << " finished: " << result_.local_steps
             << " local steps, global step " << result_.global_step << ", " << stale_
             << " stale pushes";

@@ -31,6 +31,11 @@
 // TensorBoard (eval/auc, eval/loss) and prints
 // `final: global_step=N test_auc=A test_logloss=L`.
 //
+// Elastic workers (options.membership): a worker joins before its first
+// pull, from the version the chief admits it at; the chief admits and
+// waits for --min_workers before each step; a worker asked to drain
+// finishes its step's push, leaves, and returns (TrainResult.drained).
+//
 // Faults: when a shard restarts (and restores its last checkpoint) or is
 // rolled back, the calls of every worker fail with Aborted; each worker then
 // waits for the shards, the chief restores all of them to the newest
@@ -60,6 +65,7 @@
 #include "worker/store/parameter_store.h"
 #include "worker/training/checkpoint_policy.h"
 #include "worker/training/cluster_recovery.h"
+#include "worker/training/elastic_membership.h"
 #include "worker/training/progress.h"
 #include "worker/training/step_pipeline.h"
 #include "worker/training/towers.h"
@@ -117,6 +123,12 @@ struct TrainerOptions {
   // null: none. REQUIRES: outlives the trainer.
   Timeline* timeline = nullptr;
 
+  // Elastic workers (config.max_workers > 0): the chief's list of members,
+  // or this worker's calls to it (worker/training/elastic_membership.h);
+  // null otherwise. Every replica then reads the whole training set, in an
+  // order of its own. REQUIRES: outlives the trainer.
+  ElasticMembership* membership = nullptr;
+
   // Progress for /metrics and the status RPC: state, steps, examples/sec
   // (common/metrics.h); null: not reported. REQUIRES: outlives the trainer.
   WorkerMetrics* metrics = nullptr;
@@ -128,6 +140,7 @@ struct TrainResult {
   double test_accuracy = -1;  // Chief only.
   double test_auc = -1;       // Chief only, sparse models.
   double test_logloss = -1;   // Chief only, sparse models.
+  bool drained = false;       // Left an elastic job before its end.
 };
 
 // Makes this replica's training batch stream from its beginning (the
@@ -176,6 +189,7 @@ class Trainer {
     double auc = -1;  // Sparse (binary) models.
   };
   bool chief() const { return options_.replica == 0; }
+  bool elastic() const { return options_.config.max_workers() > 0; }
   absl::StatusOr<TrainResult> Train();
   // Waits for the shards (the chief brings them to one state), checks the
   // chief's config, pulls, and positions the data. False: the chief had

@@ -1,0 +1,129 @@
+// Elastic workers (--max_workers) on real clusters on 127.0.0.1: workers
+// join a running sync job from a grown cluster spec, one is killed -9 and
+// another drained with psrtctl, and the job still ends at its final line.
+#include <memory>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kElasticFlags[] =
+    "--sync_replicas --max_workers=4 --min_workers=2 --elastic_lease_secs=2 "
+    "--optimizer=momentum --learning_rate=0.02 --hidden_units=64 --batch_size=50 "
+    "--log_every_steps=5 --save_checkpoint_secs=0";
+
+class ElasticTest : public ClusterFixture {
+ protected:
+  // `spec` less its last worker: the spec the job starts from, `spec`
+  // itself being the grown one a later worker joins with.
+  std::string ShrinkSpec(const std::string& spec, const std::string& name) {
+    std::string json = ReadFile(spec);
+    const size_t workers = json.find("\"worker\"");
+    const size_t close = json.find(']', workers);
+    const size_t comma = json.rfind(',', close);
+    EXPECT_TRUE(workers != std::string::npos && close != std::string::npos && comma > workers)
+        << json;
+    json.erase(comma, close - comma);
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << json;
+    return path;
+  }
+
+  // The worker address of task `index` in `spec`.
+  std::string WorkerAddress(const std::string& spec, int index) {
+    CommandResult r = RunCommand(absl::StrCat(bin_, "/psrtctl tasks --cluster_spec=", spec,
+                                              " | awk '$1 == \"worker\" && $2 == ", index,
+                                              " {print $3}'"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output.substr(0, r.output.find('\n'));
+  }
+
+  void StartWorker(const std::string& spec, int index, const std::string& flags) {
+    workers_.push_back(std::make_unique<TaskProcess>(
+        absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,
+                     " --job_name=worker --task_index=", index, " ", flags),
+        absl::StrCat(dir_, "/worker-", index, ".log")));
+    workers_.back()->Start();
+  }
+};
+
+TEST_F(ElasticTest, SyncWorkersJoinLeaveAndDrainMidRun) {
+  // Workers 0 and 1 start; 2 and 3 join later with the grown spec.
+  const std::string grown = MakeSpec(2, 4, "grown.json");
+  const std::string three = ShrinkSpec(grown, "three.json");
+  const std::string spec = ShrinkSpec(three, "cluster.json");
+  for (int k = 0; k < 2; ++k) {
+    ps_.push_back(std::make_unique<TaskProcess>(
+        absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=", k),
+        absl::StrCat(dir_, "/ps-", k, ".log")));
+    ps_.back()->Start();
+  }
+  const std::string flags = absl::StrCat(kElasticFlags, " --train_steps=500");
+  StartWorker(spec, 0, flags);
+  const std::string chief_log = dir_ + "/worker-0.log";
+  // --min_workers=2: the chief waits for worker 1 before its first step.
+  ASSERT_TRUE(WaitForLog(chief_log, "for --min_workers=2 workers")) << AllLogs();
+  StartWorker(spec, 1, flags);
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 join at global step 0")) << AllLogs();
+
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 60))) << AllLogs();
+  StartWorker(three, 2, flags);  // Joins from the grown spec.
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 2 join at global step")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(dir_ + "/worker-2.log", "step")) << AllLogs();
+
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + 20)) << AllLogs();
+  workers_[1]->Kill();  // Leaves for good: dropped after its lease.
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 leave at global step")) << AllLogs();
+
+  StartWorker(grown, 3, flags);
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 3 join at global step")) << AllLogs();
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + 20)) << AllLogs();
+  CommandResult drain = RunCommand(absl::StrCat(bin_, "/psrtctl drain --address=",
+                                                WorkerAddress(three, 2)));
+  ASSERT_EQ(drain.exit_code, 0) << drain.output << AllLogs();
+  EXPECT_EQ(workers_[2]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  EXPECT_NE(ReadFile(dir_ + "/worker-2.log").find("drained: left the job at global step"),
+            std::string::npos)
+      << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "a member left at global step")) << AllLogs();
+
+  // The chief and worker 3 train on to the end.
+  EXPECT_EQ(workers_[0]->Wait(absl::Seconds(240)), 0) << AllLogs();
+  EXPECT_EQ(workers_[3]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  for (auto& ps : ps_) EXPECT_EQ(ps->Wait(absl::Seconds(60)), 0) << AllLogs();
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(chief_log), &step, &accuracy)) << AllLogs();
+  EXPECT_EQ(step, 500);
+  EXPECT_GT(accuracy, 0.6);
+  // The chief cannot be drained.
+  EXPECT_NE(RunCommand(absl::StrCat(bin_, "/psrtctl drain --address=", WorkerAddress(spec, 0)))
+                .exit_code,
+            0);
+}
+
+TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
+  const std::string spec = MakeSpec(1, 3);
+  const std::string worker = absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,
+                                          " --job_name=worker --task_index=0 ");
+  CommandResult async = RunCommand(worker + "--max_workers=4");
+  EXPECT_NE(async.exit_code, 0);
+  EXPECT_NE(async.output.find("need --sync_replicas"), std::string::npos) << async.output;
+  CommandResult few = RunCommand(worker + "--sync_replicas --max_workers=2");
+  EXPECT_NE(few.exit_code, 0);
+  EXPECT_NE(few.output.find("the cluster spec has 3 workers, more than --max_workers=2"),
+            std::string::npos)
+      << few.output;
+  CommandResult bounds = RunCommand(worker + "--sync_replicas --max_workers=3 --min_workers=4");
+  EXPECT_NE(bounds.exit_code, 0);
+  EXPECT_NE(bounds.output.find("--min_workers=4 needs --max_workers"), std::string::npos)
+      << bounds.output;
+}
+
+}  // namespace
+}  // namespace psrt

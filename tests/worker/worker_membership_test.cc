@@ -1,0 +1,179 @@
+// MembershipRegistry (the chief's list of an elastic job's workers) with a
+// recording announcer, and MembershipClient against it over real gRPC.
+#include "worker/worker_membership.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc_util.h"
+#include "common/transport_security.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+// Records every list announced; answers with version `version`.
+struct Announcements {
+  absl::Mutex mu;
+  std::vector<proto::MembersRequest> lists;
+  int64_t version = 7;
+
+  MembershipRegistry::Announce Announcer() {
+    return [this](const proto::MembersRequest& request) -> absl::StatusOr<int64_t> {
+      absl::MutexLock lock(&mu);
+      lists.push_back(request);
+      return version;
+    };
+  }
+  int count() {
+    absl::MutexLock lock(&mu);
+    return static_cast<int>(lists.size());
+  }
+  // The last list as (replica, from_version) pairs.
+  std::vector<std::pair<int, int64_t>> Last() {
+    absl::MutexLock lock(&mu);
+    std::vector<std::pair<int, int64_t>> members;
+    if (lists.empty()) return members;
+    for (int i = 0; i < lists.back().replicas_size(); ++i) {
+      members.emplace_back(lists.back().replicas(i), lists.back().from_versions(i));
+    }
+    return members;
+  }
+};
+
+proto::AttendRequest Call(int replica, bool leaving = false) {
+  proto::AttendRequest request;
+  request.set_replica(replica);
+  request.set_worker_incarnation(100 + replica);
+  request.set_leaving(leaving);
+  return request;
+}
+
+MembershipRegistry::Options RegistryOptions(int min_workers, int max_workers,
+                                            absl::Duration lease = absl::Seconds(60)) {
+  MembershipRegistry::Options options;
+  options.min_workers = min_workers;
+  options.max_workers = max_workers;
+  options.lease = lease;
+  options.min_workers_timeout = absl::Seconds(30);
+  return options;
+}
+
+using Members = std::vector<std::pair<int, int64_t>>;
+
+TEST(MembershipRegistryTest, AWorkerIsAdmittedAtTheChiefsNextStep) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(1, 3), announced.Announcer());
+  EXPECT_TRUE(registry.AtStep(0).ok());
+  EXPECT_EQ(announced.count(), 0);  // Nothing changed: nothing sent.
+  auto first = registry.Attend(Call(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->member());
+  ASSERT_TRUE(registry.AtStep(12).ok());
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}, {2, 12}}));
+  auto admitted = registry.Attend(Call(2));
+  ASSERT_TRUE(admitted.ok());
+  EXPECT_TRUE(admitted->member());
+  EXPECT_EQ(admitted->from_version(), 12);
+  EXPECT_EQ(registry.members(), 2);
+  // After a recovery the same list goes out again.
+  registry.Recovered();
+  ASSERT_TRUE(registry.AtStep(9).ok());
+  EXPECT_EQ(announced.count(), 2);
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}, {2, 12}}));
+}
+
+TEST(MembershipRegistryTest, ReplicasOutsideMaxWorkersAreRefused) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(1, 3), announced.Announcer());
+  for (int replica : {0, 3, -1}) {
+    const absl::Status refused = registry.Attend(Call(replica)).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << replica;
+    EXPECT_NE(refused.message().find("--max_workers=3"), absl::string_view::npos);
+  }
+}
+
+TEST(MembershipRegistryTest, AStepWaitsForMinWorkers) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(3, 4), announced.Announcer());
+  ASSERT_TRUE(registry.Attend(Call(1)).ok());
+  absl::Notification stepped;
+  std::thread chief([&] {
+    EXPECT_TRUE(registry.AtStep(0).ok());
+    stepped.Notify();
+  });
+  EXPECT_FALSE(stepped.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  ASSERT_TRUE(registry.Attend(Call(3)).ok());
+  EXPECT_TRUE(stepped.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  chief.join();
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}, {1, 0}, {3, 0}}));
+}
+
+TEST(MembershipRegistryTest, SilentAndLeavingWorkersAreDroppedAtOnce) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(1, 4, absl::Milliseconds(400)),
+                              announced.Announcer());
+  ASSERT_TRUE(registry.Attend(Call(1)).ok());
+  ASSERT_TRUE(registry.Attend(Call(2)).ok());
+  ASSERT_TRUE(registry.AtStep(5).ok());
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}, {1, 5}, {2, 5}}));
+  // Replica 1 keeps calling, 2 goes silent: 2 is dropped after its lease,
+  // without waiting for the chief's step.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (announced.Last() != Members{{0, 0}, {1, 5}} && absl::Now() < until) {
+    ASSERT_TRUE(registry.Attend(Call(1)).ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}, {1, 5}}));
+  ASSERT_TRUE(registry.Attend(Call(1, /*leaving=*/true)).ok());
+  const absl::Time gone = absl::Now() + absl::Seconds(10);
+  while (announced.Last() != Members{{0, 0}} && absl::Now() < gone) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(announced.Last(), (Members{{0, 0}}));
+  EXPECT_EQ(registry.members(), 1);
+}
+
+TEST(MembershipClientTest, JoinsOverGrpcAndLeaves) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(1, 2), announced.Announcer());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(registry.service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  const TransportSecurity insecure;
+  MembershipClient client(NewChannel(absl::StrCat("127.0.0.1:", port), insecure), 1,
+                          absl::Seconds(2), absl::Seconds(20));
+  // The chief admits it at its step, while the client waits.
+  std::thread chief([&] {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (registry.members() < 2 && absl::Now() < until) {
+      EXPECT_TRUE(registry.AtStep(3).ok());
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  absl::StatusOr<int64_t> joined = client.Join();
+  chief.join();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(*joined, 3);
+  client.Leave();
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (registry.members() > 1 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(registry.members(), 1);
+  // A replica above --max_workers is told so at Join.
+  MembershipClient extra(NewChannel(absl::StrCat("127.0.0.1:", port), insecure), 2,
+                         absl::Seconds(2), absl::Seconds(20));
+  const absl::Status refused = extra.Join().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,286 @@
+#include "worker/worker_membership.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/random_id.h"
+#include "common/rpc_util.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+
+namespace psrt {
+
+class MembershipRegistry::Service final : public proto::Membership::CallbackService {
+ public:
+  explicit Service(MembershipRegistry* registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
+                                   const proto::AttendRequest* request,
+                                   proto::AttendResponse* response) override {
+    absl::StatusOr<proto::AttendResponse> answer = registry_->Attend(*request);
+    if (answer.ok()) *response = *std::move(answer);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+
+ private:
+  MembershipRegistry* const registry_;
+};
+
+MembershipRegistry::MembershipRegistry(const Options& options, Announce announce)
+    : options_(options),
+      announce_(std::move(announce)),
+      service_(std::make_unique<Service>(this)),
+      lease_thread_([this] { LeaseLoop(); }) {}
+
+MembershipRegistry::~MembershipRegistry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  lease_thread_.join();
+}
+
+grpc::Service* MembershipRegistry::service() { return service_.get(); }
+
+absl::StatusOr<proto::AttendResponse> MembershipRegistry::Attend(
+    const proto::AttendRequest& request) {
+  const int r = request.replica();
+  if (r < 1 || r >= options_.max_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker replica ", r, " cannot join: this job's --max_workers=", options_.max_workers,
+        " admits replicas 1..", options_.max_workers - 1, " besides the chief (replica 0)"));
+  }
+  proto::AttendResponse response;
+  absl::MutexLock lock(&mu_);
+  if (request.leaving()) {
+    if (workers_.erase(r) > 0) {
+      LOG(INFO) << "worker replica " << r << " leaves (drained)";
+      departed_ = true;
+      changed_.SignalAll();  // The lease thread announces it at once.
+    }
+    return response;
+  }
+  auto [it, added] = workers_.try_emplace(r);
+  Worker& worker = it->second;
+  if (added) {
+    LOG(INFO) << "worker replica " << r << " asks to join; admitted at the chief's next step";
+    worker.last_heard = absl::Now();
+    changed_.SignalAll();  // AtStep may be waiting for --min_workers.
+  } else if (worker.incarnation != request.worker_incarnation()) {
+    LOG(INFO) << "worker replica " << r << " restarted; it stays a member";
+  }
+  worker.incarnation = request.worker_incarnation();
+  worker.last_heard = absl::Now();
+  response.set_member(worker.from_version >= 0);
+  response.set_from_version(std::max<int64_t>(worker.from_version, 0));
+  return response;
+}
+
+int MembershipRegistry::members() const {
+  absl::MutexLock lock(&mu_);
+  int count = 1;  // The chief.
+  for (const auto& [r, worker] : workers_) count += worker.from_version >= 0;
+  return count;
+}
+
+absl::Status MembershipRegistry::AtStep(int64_t version) {
+  std::string joined;
+  {
+    absl::MutexLock lock(&mu_);
+    // Every worker that called counts: those waiting are admitted below.
+    const absl::Time deadline = absl::Now() + options_.min_workers_timeout;
+    bool logged = false;
+    while (1 + static_cast<int>(workers_.size()) < options_.min_workers) {
+      if (!logged) {
+        LOG(INFO) << "waiting at global step " << version << " for --min_workers="
+                  << options_.min_workers << " workers (" << 1 + workers_.size()
+                  << " now)";
+        logged = true;
+      }
+      if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "only ", 1 + workers_.size(), " workers of --min_workers=", options_.min_workers,
+            " joined within ", absl::FormatDuration(options_.min_workers_timeout),
+            " (--startup_timeout_secs)"));
+      }
+    }
+    for (auto& [r, worker] : workers_) {
+      if (worker.from_version >= 0) continue;
+      worker.from_version = version;
+      absl::StrAppend(&joined, joined.empty() ? "" : ", ", r);
+      dirty_ = true;
+    }
+    if (!dirty_) return absl::OkStatus();
+  }
+  // A shard that does not take the list (restarting, unreachable) is the
+  // chief's next push's or pull's to find, and to recover from; the list
+  // goes out again at the next step.
+  const absl::Status announced = AnnounceNow(
+      joined.empty() ? std::string("the members again")
+                     : absl::StrCat("worker replica(s) ", joined, " join"));
+  LOG_IF(WARNING, !announced.ok()) << "the shards did not all take the members (again at the "
+                                      "next step): "
+                                   << announced.message();
+  return absl::OkStatus();
+}
+
+void MembershipRegistry::Recovered() {
+  absl::MutexLock lock(&mu_);
+  dirty_ = true;
+}
+
+absl::Status MembershipRegistry::AnnounceNow(absl::string_view what) {
+  absl::MutexLock announcing(&announce_mu_);
+  proto::MembersRequest request;
+  request.add_replicas(0);
+  request.add_from_versions(0);
+  int count = 1;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [r, worker] : workers_) {
+      if (worker.from_version < 0) continue;
+      request.add_replicas(r);
+      request.add_from_versions(worker.from_version);
+      ++count;
+    }
+    dirty_ = false;
+  }
+  absl::StatusOr<int64_t> version = announce_(request);
+  if (!version.ok()) {
+    absl::MutexLock lock(&mu_);
+    dirty_ = true;  // Again at the next step.
+    return version.status();
+  }
+  LOG(INFO) << "elastic workers: " << what << " at global step " << *version << "; " << count
+            << " members";
+  return absl::OkStatus();
+}
+
+void MembershipRegistry::LeaseLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    changed_.WaitWithTimeout(&mu_, options_.lease / 4);
+    if (stopping_) break;
+    std::string dropped;
+    const absl::Time now = absl::Now();
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (now - it->second.last_heard < options_.lease) {
+        ++it;
+        continue;
+      }
+      LOG(WARNING) << "worker replica " << it->first << " not heard from for "
+                   << absl::FormatDuration(options_.lease) << ": dropped";
+      absl::StrAppend(&dropped, dropped.empty() ? "" : ", ", it->first);
+      if (it->second.from_version >= 0) departed_ = true;
+      it = workers_.erase(it);
+    }
+    // A member gone (dropped or drained) is announced at once: the shards
+    // may be waiting for its gradient. Admissions wait for the chief's step.
+    if (departed_) {
+      departed_ = false;
+      mu_.Unlock();
+      const absl::Status announced = AnnounceNow(
+          dropped.empty() ? std::string("a member left")
+                          : absl::StrCat("worker replica(s) ", dropped, " leave"));
+      LOG_IF(WARNING, !announced.ok())
+          << "the shards did not all take the members (trying again): " << announced.message();
+      mu_.Lock();
+      if (!announced.ok()) departed_ = true;
+    }
+  }
+  mu_.Unlock();
+}
+
+MembershipClient::MembershipClient(std::shared_ptr<grpc::Channel> chief, int replica,
+                                   absl::Duration lease, absl::Duration join_timeout)
+    : stub_(proto::Membership::NewStub(std::move(chief))),
+      replica_(replica),
+      lease_(lease),
+      join_timeout_(join_timeout),
+      incarnation_(static_cast<uint64_t>(NewIncarnation())) {}
+
+MembershipClient::~MembershipClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::StatusOr<proto::AttendResponse> MembershipClient::Call(bool leaving,
+                                                             absl::Duration timeout) {
+  proto::AttendRequest request;
+  request.set_replica(replica_);
+  request.set_worker_incarnation(incarnation_);
+  request.set_leaving(leaving);
+  proto::AttendResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  const absl::Status status = FromGrpcStatus(stub_->Attend(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<int64_t> MembershipClient::Join() {
+  const absl::Time deadline = absl::Now() + join_timeout_;
+  absl::Status last;
+  bool asked = false;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<proto::AttendResponse> answer = Call(false, lease_ / 2);
+    if (answer.ok() && answer->member()) {
+      LOG(INFO) << "worker replica " << replica_ << " joins at global step "
+                << answer->from_version();
+      heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+      return answer->from_version();
+    }
+    if (absl::IsInvalidArgument(answer.status())) return answer.status();
+    if (answer.ok() && !asked) {
+      LOG(INFO) << "worker replica " << replica_ << " waits for the chief to admit it";
+      asked = true;
+    }
+    if (!answer.ok()) last = answer.status();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "worker replica ", replica_, " was not admitted by the chief within ",
+      absl::FormatDuration(join_timeout_), last.ok() ? "" : ": ", last.message()));
+}
+
+void MembershipClient::HeartbeatLoop() {
+  bool member = true;
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 4);
+    if (stopping_) break;
+    mu_.Unlock();
+    absl::StatusOr<proto::AttendResponse> answer = Call(false, lease_ / 2);
+    mu_.Lock();
+    if (answer.ok() && answer->member() != member) {
+      member = answer->member();
+      LOG(WARNING) << "worker replica " << replica_
+                   << (member ? " is a member again from global step " +
+                                    std::to_string(answer->from_version())
+                              : " is not a member now (the chief dropped it or restarted); "
+                                "its pushes are dropped until the chief admits it again");
+    }
+  }
+}
+
+void MembershipClient::Leave() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  const absl::Status said = Call(true, lease_).status();
+  LOG_IF(WARNING, !said.ok()) << "the chief did not hear this worker leave: " << said.message()
+                              << " (it drops it after its lease)";
+}
+
+}  // namespace psrt

@@ -1,0 +1,140 @@
+// Elastic workers (sync mode, --max_workers): who trains at each version.
+//
+// The chief keeps the list (MembershipRegistry). Every other worker calls
+// its chief's Membership.Attend about four times per lease
+// (MembershipClient); the chief
+//  - admits a worker it has not heard from before (or that it dropped) at
+//    its next step boundary, from the first version the chief has not
+//    pushed yet: no shard can have completed that version, since every
+//    version waits for the chief's gradient;
+//  - drops a worker it has not heard from for a lease (killed, frozen, or
+//    gone with its host), or that said it leaves (drained), at once: the
+//    shards stop waiting for it at the version they are at;
+//  - trains only while at least --min_workers are members (itself
+//    included), waiting at its step boundary for more;
+// and sends each new list to every shard (ParameterStore::SetMembers),
+// logging each change with the version at which it took effect. The
+// chief cannot leave; a chief that restarts starts alone and admits the
+// others again as they call.
+//
+// The trainer sees ElasticMembership (worker/training/elastic_membership.h):
+// Join before training, AtStep before each step, Recovered after the
+// chief's recovery, Leave once drained.
+#ifndef PSRT_WORKER_WORKER_MEMBERSHIP_H_
+#define PSRT_WORKER_WORKER_MEMBERSHIP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "proto/psrt.grpc.pb.h"
+#include "worker/training/elastic_membership.h"
+
+namespace psrt {
+
+// The chief's list. Thread safety: thread-safe; the gRPC service calls
+// Attend concurrently with the trainer's AtStep and the lease thread.
+class MembershipRegistry final : public ElasticMembership {
+ public:
+  struct Options {
+    int min_workers = 1;
+    int max_workers = 1;  // Replicas 0..max_workers-1 may join.
+    absl::Duration lease = absl::Seconds(5);
+    // How long AtStep waits for --min_workers before it fails.
+    absl::Duration min_workers_timeout = absl::Seconds(300);
+  };
+  // Sends a list to every shard; the lowest version they answer with.
+  using Announce = std::function<absl::StatusOr<int64_t>(const proto::MembersRequest&)>;
+
+  // Starts the lease thread. REQUIRES: `announce` may be called from any
+  // thread until the registry is destroyed.
+  MembershipRegistry(const Options& options, Announce announce);
+  ~MembershipRegistry() override;
+
+  // The Membership service, for the chief's status server.
+  grpc::Service* service();
+  // A worker's call: InvalidArgument for a replica that may not join.
+  absl::StatusOr<proto::AttendResponse> Attend(const proto::AttendRequest& request);
+  // Members now, the chief included.
+  int members() const;
+
+  absl::StatusOr<int64_t> Join() override { return 0; }
+  // Waits for --min_workers (DeadlineExceeded after min_workers_timeout),
+  // admits the workers waiting from `version`, and sends the list when it
+  // changed; a list the shards do not all take is sent again next time.
+  absl::Status AtStep(int64_t version) override;
+  void Recovered() override;
+  bool draining() const override { return false; }
+  void Leave() override {}
+
+ private:
+  struct Worker {
+    uint64_t incarnation = 0;
+    absl::Time last_heard;
+    int64_t from_version = -1;  // -1: waiting to be admitted.
+  };
+  class Service;
+  // Sends the list as it is now (one announcement at a time); logs `what`
+  // with the version the shards answered.
+  absl::Status AnnounceNow(absl::string_view what) ABSL_LOCKS_EXCLUDED(mu_);
+  void LeaseLoop();
+
+  const Options options_;
+  const Announce announce_;
+  std::unique_ptr<Service> service_;
+  absl::Mutex announce_mu_;  // Taken before mu_.
+  mutable absl::Mutex mu_;
+  std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);  // Replicas 1.., members or waiting.
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;  // The shards' list is not the current one.
+  bool departed_ ABSL_GUARDED_BY(mu_) = false;  // A member left: announce at once.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar changed_;
+  std::thread lease_thread_;
+};
+
+// A worker's side: its calls to the chief. Thread safety: thread-safe.
+class MembershipClient final : public ElasticMembership {
+ public:
+  // `chief`: a channel to the chief's status address.
+  MembershipClient(std::shared_ptr<grpc::Channel> chief, int replica, absl::Duration lease,
+                   absl::Duration join_timeout);
+  ~MembershipClient() override;  // Stops calling (without a Leave).
+
+  // Calls until the chief admits this worker (a chief not up yet is waited
+  // for, up to join_timeout), then keeps calling from a thread. The chief's
+  // refusal (InvalidArgument: above --max_workers) is returned.
+  absl::StatusOr<int64_t> Join() override;
+  absl::Status AtStep(int64_t /*version*/) override { return absl::OkStatus(); }
+  void Recovered() override {}
+  bool draining() const override { return draining_.load(); }
+  // Tells the chief this worker leaves, and stops calling.
+  void Leave() override;
+  // psrtctl drain: leave at the next step boundary.
+  void RequestDrain() { draining_.store(true); }
+
+ private:
+  absl::StatusOr<proto::AttendResponse> Call(bool leaving, absl::Duration timeout);
+  void HeartbeatLoop();
+
+  const std::unique_ptr<proto::Membership::Stub> stub_;
+  const int replica_;
+  const absl::Duration lease_;
+  const absl::Duration join_timeout_;
+  const uint64_t incarnation_;
+  std::atomic<bool> draining_{false};
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_WORKER_MEMBERSHIP_H_
