@@ -26,10 +26,10 @@
 # workers' gradients, so it is not exact):
 #   chaos: run=I joined_at=J left=killed|drained at_step=K exit=E accuracy=A diff=D ok|FAIL
 #
-#   scripts/chaos.sh [N] [--model mlp] [--steps 600] [--replicas|--elastic]
+#   scripts/chaos.sh [N] [--model mlp] [--steps 600 (2000 --elastic)] [--replicas|--elastic]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=20 model=mlp steps=600 replicas=0 elastic=0
+runs=20 model=mlp steps="" replicas=0 elastic=0
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +40,8 @@ while [ $# -gt 0 ]; do
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# Elastic runs are longer: a joiner takes a second or two to start.
+[ -n "$steps" ] || steps=$([ "$elastic" = 1 ] && echo 2000 || echo 600)
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_chaos.XXXXXX)
 flags=(--model="$model" --sync_replicas --batch_size=100 --noshuffle --learning_rate=0.05
@@ -95,6 +97,11 @@ if [ "$elastic" = 1 ]; then
     build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
       "${flags[@]}" "${elastic_flags[@]}" >"$dir/worker-2.log" 2>&1 &
     joiner=$!
+    # The leave comes after the join (a joiner takes a second or two to start).
+    while kill -0 "$launcher" 2>/dev/null &&
+          ! grep -q 'worker replica(s) 2 join' "$dir/worker-0.log" 2>/dev/null; do
+      sleep 0.05
+    done
     wait_for_step "$launcher" "$dir" "$at"
     if [ "$left" = killed ]; then
       pid=$(pid_of "$dir/launch.out" worker/1 || true)
