@@ -11,7 +11,8 @@
 # join_ms is the time from the joiner's start to the chief's "join" line
 # (the joiner loads its data and model, then calls the chief), leave_ms from
 # the kill to the chief's "leave" line (the lease, --elastic_lease_secs,
-# and up to a quarter of it); the steps/s are the chief's medians before
+# from the worker's last call, a quarter of a lease apart, plus up to a
+# quarter of a lease until the chief looks); the steps/s are the chief's medians before
 # the join and while 3 workers train.
 #
 #   scripts/bench_elastic.sh [--model lenet] [--steps 600] [--runs 3] [--threads 1]

@@ -93,7 +93,9 @@ class MembershipRegistry final : public ElasticMembership {
   absl::Mutex announce_mu_;  // Taken before mu_.
   mutable absl::Mutex mu_;
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);  // Replicas 1.., members or waiting.
-  bool dirty_ ABSL_GUARDED_BY(mu_) = false;  // The shards' list is not the current one.
+  // The shards' list is not the current one: at first, a restarted
+  // chief's shards may list workers it has not heard from.
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool departed_ ABSL_GUARDED_BY(mu_) = false;  // A member left: announce at once.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;

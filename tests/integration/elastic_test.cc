@@ -119,6 +119,36 @@ TEST_F(ElasticTest, SyncWorkersJoinLeaveAndDrainMidRun) {
       << AllLogs();
 }
 
+// A chief killed -9 and restarted starts alone: it tells the shards so at
+// its first step, and admits the worker again as it calls.
+TEST_F(ElasticTest, ARestartedChiefAdmitsTheWorkersAgain) {
+  const std::string spec = MakeSpec(1, 2);
+  ps_.push_back(std::make_unique<TaskProcess>(
+      absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=0"),
+      dir_ + "/ps-0.log"));
+  ps_.back()->Start();
+  const std::string flags = absl::StrCat(kElasticFlags, " --train_steps=1000000");
+  StartWorker(spec, 0, flags);
+  StartWorker(spec, 1, flags);
+  const std::string chief_log = dir_ + "/worker-0.log";
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 60))) << AllLogs();
+  workers_[0]->Kill();
+  const long killed_at = ChiefStep();
+  workers_[0]->Start();  // Appends to the same log.
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 join at global step", 2)) << AllLogs();
+  ASSERT_TRUE(WaitForChiefStep(killed_at + 30)) << AllLogs();
+  CommandResult shutdown =
+      RunCommand(absl::StrCat(bin_, "/psrtctl shutdown --cluster_spec=", spec));
+  ASSERT_EQ(shutdown.exit_code, 0) << shutdown.output << AllLogs();
+  EXPECT_EQ(workers_[0]->Wait(absl::Seconds(120)), 0) << AllLogs();
+  EXPECT_EQ(workers_[1]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  EXPECT_EQ(ps_[0]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(ReadFile(chief_log), &step, &accuracy)) << AllLogs();
+  EXPECT_GT(step, killed_at + 30);
+}
+
 TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
   const std::string spec = MakeSpec(1, 3);
   const std::string worker = absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,
