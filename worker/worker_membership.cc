@@ -77,7 +77,7 @@ absl::StatusOr<proto::AttendResponse> MembershipRegistry::Attend(
   }
   worker.incarnation = request.worker_incarnation();
   worker.last_heard = absl::Now();
-  response.set_member(worker.from_version >= 0);
+  response.set_member(worker.from_version >= 0 && worker.announced);
   response.set_from_version(std::max<int64_t>(worker.from_version, 0));
   return response;
 }
@@ -152,11 +152,20 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what) {
     dirty_ = false;
   }
   absl::StatusOr<int64_t> version = announce_(request);
-  if (!version.ok()) {
+  {
     absl::MutexLock lock(&mu_);
-    dirty_ = true;  // Again at the next step.
-    return version.status();
+    // The workers listed may push now. Also when some shard did not take
+    // the list: the others did, and wait for their gradients; those that
+    // did not drop them until the list goes out again, at the next step.
+    for (int i = 1; i < request.replicas_size(); ++i) {
+      auto it = workers_.find(request.replicas(i));
+      if (it != workers_.end() && it->second.from_version == request.from_versions(i)) {
+        it->second.announced = true;
+      }
+    }
+    if (!version.ok()) dirty_ = true;
   }
+  if (!version.ok()) return version.status();
   LOG(INFO) << "elastic workers: " << what << " at global step " << *version << "; " << count
             << " members";
   return absl::OkStatus();

@@ -80,6 +80,9 @@ class MembershipRegistry final : public ElasticMembership {
     uint64_t incarnation = 0;
     absl::Time last_heard;
     int64_t from_version = -1;  // -1: waiting to be admitted.
+    // A list naming it went out to the shards: only then is it told it is
+    // a member (a push it made sooner could reach a shard before the list).
+    bool announced = false;
   };
   class Service;
   // Sends the list as it is now (one announcement at a time); logs `what`

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,8 +12,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
 #include "common/splitmix.h"
@@ -304,6 +304,12 @@ absl::Status RunWorkerTask(WorkerConfig config) {
     return absl::UnavailableError(
         absl::StrCat("allreduce mode: ", cluster.task.ToString(), " cannot serve the ring on ",
                      cluster.spec.address(cluster.task.job, cluster.task.index)));
+  }
+  if (registry != nullptr && status_server == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "elastic workers: the chief, ", cluster.task.ToString(),
+        ", cannot serve the workers' calls on ",
+        cluster.spec.address(cluster.task.job, cluster.task.index)));
   }
 
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Model>> tower_models, MakeTowers(config));

@@ -92,6 +92,29 @@ TEST(MembershipRegistryTest, AWorkerIsAdmittedAtTheChiefsNextStep) {
   EXPECT_EQ(announced.Last(), (Members{{0, 0}, {2, 12}}));
 }
 
+TEST(MembershipRegistryTest, AWorkerLearnsItIsAMemberOnlyOnceTheListWentOut) {
+  // While the list is on its way, the joiner is told to wait: a push of
+  // its could otherwise reach a shard that does not list it yet.
+  MembershipRegistry* registry_ptr = nullptr;
+  std::vector<bool> member_while_announcing;
+  MembershipRegistry registry(
+      RegistryOptions(1, 3), [&](const proto::MembersRequest&) -> absl::StatusOr<int64_t> {
+        member_while_announcing.push_back(registry_ptr->Attend(Call(1))->member());
+        return absl::UnavailableError("one shard is down");
+      });
+  registry_ptr = &registry;
+  ASSERT_TRUE(registry.Attend(Call(1)).ok());
+  // A shard that does not take the list does not stop the step (the
+  // chief's push finds the fault) ...
+  EXPECT_TRUE(registry.AtStep(4).ok());
+  EXPECT_EQ(member_while_announcing, std::vector<bool>{false});
+  // ... and the worker, listed on the shards that took it, may push.
+  EXPECT_TRUE(registry.Attend(Call(1))->member());
+  // The list goes out again at the next step.
+  EXPECT_TRUE(registry.AtStep(5).ok());
+  EXPECT_EQ(member_while_announcing.size(), 2u);
+}
+
 TEST(MembershipRegistryTest, ReplicasOutsideMaxWorkersAreRefused) {
   Announcements announced;
   MembershipRegistry registry(RegistryOptions(1, 3), announced.Announcer());
