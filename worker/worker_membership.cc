@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "glog/logging.h"
@@ -59,9 +60,11 @@ absl::StatusOr<proto::AttendResponse> MembershipRegistry::Attend(
   proto::AttendResponse response;
   absl::MutexLock lock(&mu_);
   if (request.leaving()) {
-    if (workers_.erase(r) > 0) {
+    auto it = workers_.find(r);
+    if (it != workers_.end()) {
       LOG(INFO) << "worker replica " << r << " leaves (drained)";
-      departed_ = true;
+      if (it->second.from_version >= 0) departed_.push_back(r);
+      workers_.erase(it);
       changed_.SignalAll();  // The lease thread announces it at once.
     }
     return response;
@@ -89,7 +92,8 @@ int MembershipRegistry::members() const {
   return count;
 }
 
-absl::Status MembershipRegistry::AtStep(int64_t version) {
+absl::Status MembershipRegistry::AtStep(int64_t version,
+                                        const std::function<bool()>& training_over) {
   std::string joined;
   {
     absl::MutexLock lock(&mu_);
@@ -100,14 +104,21 @@ absl::Status MembershipRegistry::AtStep(int64_t version) {
       if (!logged) {
         LOG(INFO) << "waiting at global step " << version << " for --min_workers="
                   << options_.min_workers << " workers (" << 1 + workers_.size()
-                  << " now)";
+                  << " so far)";
         logged = true;
       }
-      if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "only ", 1 + workers_.size(), " workers of --min_workers=", options_.min_workers,
             " joined within ", absl::FormatDuration(options_.min_workers_timeout),
             " (--startup_timeout_secs)"));
+      }
+      // Every second: has an operator ended training meanwhile?
+      if (changed_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Seconds(1)))) {
+        mu_.Unlock();
+        const bool over = training_over();
+        mu_.Lock();
+        if (over) return absl::OkStatus();
       }
     }
     for (auto& [r, worker] : workers_) {
@@ -121,9 +132,10 @@ absl::Status MembershipRegistry::AtStep(int64_t version) {
   // A shard that does not take the list (restarting, unreachable) is the
   // chief's next push's or pull's to find, and to recover from; the list
   // goes out again at the next step.
-  const absl::Status announced = AnnounceNow(
-      joined.empty() ? std::string("the members again")
-                     : absl::StrCat("worker replica(s) ", joined, " join"));
+  const absl::Status announced =
+      AnnounceNow(joined.empty() ? std::string("the members sent again")
+                                 : absl::StrCat("worker replica(s) ", joined, " join"),
+                  version);
   LOG_IF(WARNING, !announced.ok()) << "the shards did not all take the members (again at the "
                                       "next step): "
                                    << announced.message();
@@ -135,7 +147,7 @@ void MembershipRegistry::Recovered() {
   dirty_ = true;
 }
 
-absl::Status MembershipRegistry::AnnounceNow(absl::string_view what) {
+absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t version) {
   absl::MutexLock announcing(&announce_mu_);
   proto::MembersRequest request;
   request.add_replicas(0);
@@ -151,7 +163,7 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what) {
     }
     dirty_ = false;
   }
-  absl::StatusOr<int64_t> version = announce_(request);
+  absl::StatusOr<int64_t> shards_version = announce_(request);
   {
     absl::MutexLock lock(&mu_);
     // The workers listed may push now. Also when some shard did not take
@@ -163,11 +175,11 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what) {
         it->second.announced = true;
       }
     }
-    if (!version.ok()) dirty_ = true;
+    if (!shards_version.ok()) dirty_ = true;
   }
-  if (!version.ok()) return version.status();
-  LOG(INFO) << "elastic workers: " << what << " at global step " << *version << "; " << count
-            << " members";
+  if (!shards_version.ok()) return shards_version.status();
+  LOG(INFO) << "elastic workers: " << what << " at global step "
+            << (version >= 0 ? version : *shards_version) << "; members now: " << count;
   return absl::OkStatus();
 }
 
@@ -176,7 +188,6 @@ void MembershipRegistry::LeaseLoop() {
   while (!stopping_) {
     changed_.WaitWithTimeout(&mu_, options_.lease / 4);
     if (stopping_) break;
-    std::string dropped;
     const absl::Time now = absl::Now();
     for (auto it = workers_.begin(); it != workers_.end();) {
       if (now - it->second.last_heard < options_.lease) {
@@ -185,22 +196,21 @@ void MembershipRegistry::LeaseLoop() {
       }
       LOG(WARNING) << "worker replica " << it->first << " not heard from for "
                    << absl::FormatDuration(options_.lease) << ": dropped";
-      absl::StrAppend(&dropped, dropped.empty() ? "" : ", ", it->first);
-      if (it->second.from_version >= 0) departed_ = true;
+      if (it->second.from_version >= 0) departed_.push_back(it->first);
       it = workers_.erase(it);
     }
     // A member gone (dropped or drained) is announced at once: the shards
     // may be waiting for its gradient. Admissions wait for the chief's step.
-    if (departed_) {
-      departed_ = false;
+    if (!departed_.empty()) {
+      std::vector<int> gone;
+      gone.swap(departed_);
       mu_.Unlock();
-      const absl::Status announced = AnnounceNow(
-          dropped.empty() ? std::string("a member left")
-                          : absl::StrCat("worker replica(s) ", dropped, " leave"));
+      const absl::Status announced =
+          AnnounceNow(absl::StrCat("worker replica(s) ", absl::StrJoin(gone, ", "), " leave"));
       LOG_IF(WARNING, !announced.ok())
           << "the shards did not all take the members (trying again): " << announced.message();
       mu_.Lock();
-      if (!announced.ok()) departed_ = true;
+      if (!announced.ok()) departed_.insert(departed_.end(), gone.begin(), gone.end());
     }
   }
   mu_.Unlock();

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -70,7 +71,7 @@ class MembershipRegistry final : public ElasticMembership {
   // Waits for --min_workers (DeadlineExceeded after min_workers_timeout),
   // admits the workers waiting from `version`, and sends the list when it
   // changed; a list the shards do not all take is sent again next time.
-  absl::Status AtStep(int64_t version) override;
+  absl::Status AtStep(int64_t version, const std::function<bool()>& training_over) override;
   void Recovered() override;
   bool draining() const override { return false; }
   void Leave() override {}
@@ -86,8 +87,9 @@ class MembershipRegistry final : public ElasticMembership {
   };
   class Service;
   // Sends the list as it is now (one announcement at a time); logs `what`
-  // with the version the shards answered.
-  absl::Status AnnounceNow(absl::string_view what) ABSL_LOCKS_EXCLUDED(mu_);
+  // at `version`, or (-1) at the version the shards answered.
+  absl::Status AnnounceNow(absl::string_view what, int64_t version = -1)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void LeaseLoop();
 
   const Options options_;
@@ -99,7 +101,7 @@ class MembershipRegistry final : public ElasticMembership {
   // The shards' list is not the current one: at first, a restarted
   // chief's shards may list workers it has not heard from.
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
-  bool departed_ ABSL_GUARDED_BY(mu_) = false;  // A member left: announce at once.
+  std::vector<int> departed_ ABSL_GUARDED_BY(mu_);  // Members gone: announce at once.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;
   std::thread lease_thread_;
@@ -117,7 +119,9 @@ class MembershipClient final : public ElasticMembership {
   // for, up to join_timeout), then keeps calling from a thread. The chief's
   // refusal (InvalidArgument: above --max_workers) is returned.
   absl::StatusOr<int64_t> Join() override;
-  absl::Status AtStep(int64_t /*version*/) override { return absl::OkStatus(); }
+  absl::Status AtStep(int64_t /*version*/, const std::function<bool()>& /*training_over*/) override {
+    return absl::OkStatus();
+  }
   void Recovered() override {}
   bool draining() const override { return draining_.load(); }
   // Tells the chief this worker leaves, and stops calling.

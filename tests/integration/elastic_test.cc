@@ -92,7 +92,7 @@ TEST_F(ElasticTest, SyncWorkersJoinLeaveAndDrainMidRun) {
   EXPECT_NE(ReadFile(dir_ + "/worker-2.log").find("drained: left the job at global step"),
             std::string::npos)
       << AllLogs();
-  ASSERT_TRUE(WaitForLog(chief_log, "a member left at global step")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 2 leave at global step")) << AllLogs();
 
   // The chief and worker 3 train on, the chief alone waited for by no one.
   const long last_change = ChiefStep();

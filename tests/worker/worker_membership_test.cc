@@ -2,6 +2,8 @@
 // recording announcer, and MembershipClient against it over real gRPC.
 #include "worker/worker_membership.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -66,19 +68,22 @@ MembershipRegistry::Options RegistryOptions(int min_workers, int max_workers,
 
 using Members = std::vector<std::pair<int, int64_t>>;
 
+// Training is never ended by an operator.
+const std::function<bool()> kNever = [] { return false; };
+
 TEST(MembershipRegistryTest, AWorkerIsAdmittedAtTheChiefsNextStep) {
   Announcements announced;
   MembershipRegistry registry(RegistryOptions(1, 3), announced.Announcer());
   // The first step sends the chief's list (a restarted chief's shards may
   // still wait for workers it never heard from); then only changes go out.
-  EXPECT_TRUE(registry.AtStep(0).ok());
+  EXPECT_TRUE(registry.AtStep(0, kNever).ok());
   EXPECT_EQ(announced.Last(), (Members{{0, 0}}));
-  EXPECT_TRUE(registry.AtStep(1).ok());
+  EXPECT_TRUE(registry.AtStep(1, kNever).ok());
   EXPECT_EQ(announced.count(), 1);
   auto first = registry.Attend(Call(2));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_FALSE(first->member());
-  ASSERT_TRUE(registry.AtStep(12).ok());
+  ASSERT_TRUE(registry.AtStep(12, kNever).ok());
   EXPECT_EQ(announced.Last(), (Members{{0, 0}, {2, 12}}));
   auto admitted = registry.Attend(Call(2));
   ASSERT_TRUE(admitted.ok());
@@ -87,7 +92,7 @@ TEST(MembershipRegistryTest, AWorkerIsAdmittedAtTheChiefsNextStep) {
   EXPECT_EQ(registry.members(), 2);
   // After a recovery the same list goes out again.
   registry.Recovered();
-  ASSERT_TRUE(registry.AtStep(9).ok());
+  ASSERT_TRUE(registry.AtStep(9, kNever).ok());
   EXPECT_EQ(announced.count(), 3);
   EXPECT_EQ(announced.Last(), (Members{{0, 0}, {2, 12}}));
 }
@@ -106,12 +111,12 @@ TEST(MembershipRegistryTest, AWorkerLearnsItIsAMemberOnlyOnceTheListWentOut) {
   ASSERT_TRUE(registry.Attend(Call(1)).ok());
   // A shard that does not take the list does not stop the step (the
   // chief's push finds the fault) ...
-  EXPECT_TRUE(registry.AtStep(4).ok());
+  EXPECT_TRUE(registry.AtStep(4, kNever).ok());
   EXPECT_EQ(member_while_announcing, std::vector<bool>{false});
   // ... and the worker, listed on the shards that took it, may push.
   EXPECT_TRUE(registry.Attend(Call(1))->member());
   // The list goes out again at the next step.
-  EXPECT_TRUE(registry.AtStep(5).ok());
+  EXPECT_TRUE(registry.AtStep(5, kNever).ok());
   EXPECT_EQ(member_while_announcing.size(), 2u);
 }
 
@@ -131,7 +136,7 @@ TEST(MembershipRegistryTest, AStepWaitsForMinWorkers) {
   ASSERT_TRUE(registry.Attend(Call(1)).ok());
   absl::Notification stepped;
   std::thread chief([&] {
-    EXPECT_TRUE(registry.AtStep(0).ok());
+    EXPECT_TRUE(registry.AtStep(0, kNever).ok());
     stepped.Notify();
   });
   EXPECT_FALSE(stepped.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
@@ -141,13 +146,28 @@ TEST(MembershipRegistryTest, AStepWaitsForMinWorkers) {
   EXPECT_EQ(announced.Last(), (Members{{0, 0}, {1, 0}, {3, 0}}));
 }
 
+TEST(MembershipRegistryTest, AStepStopsWaitingOnceTrainingIsOver) {
+  Announcements announced;
+  MembershipRegistry registry(RegistryOptions(2, 3), announced.Announcer());
+  std::atomic<bool> over{false};
+  absl::Notification stepped;
+  std::thread chief([&] {
+    EXPECT_TRUE(registry.AtStep(30, [&] { return over.load(); }).ok());
+    stepped.Notify();
+  });
+  EXPECT_FALSE(stepped.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  over = true;  // psrtctl shutdown: the chief's push then ends its loop.
+  EXPECT_TRUE(stepped.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  chief.join();
+}
+
 TEST(MembershipRegistryTest, SilentAndLeavingWorkersAreDroppedAtOnce) {
   Announcements announced;
   MembershipRegistry registry(RegistryOptions(1, 4, absl::Milliseconds(400)),
                               announced.Announcer());
   ASSERT_TRUE(registry.Attend(Call(1)).ok());
   ASSERT_TRUE(registry.Attend(Call(2)).ok());
-  ASSERT_TRUE(registry.AtStep(5).ok());
+  ASSERT_TRUE(registry.AtStep(5, kNever).ok());
   EXPECT_EQ(announced.Last(), (Members{{0, 0}, {1, 5}, {2, 5}}));
   // Replica 1 keeps calling, 2 goes silent: 2 is dropped after its lease,
   // without waiting for the chief's step.
@@ -182,7 +202,7 @@ TEST(MembershipClientTest, JoinsOverGrpcAndLeaves) {
   std::thread chief([&] {
     const absl::Time until = absl::Now() + absl::Seconds(10);
     while (registry.members() < 2 && absl::Now() < until) {
-      EXPECT_TRUE(registry.AtStep(3).ok());
+      EXPECT_TRUE(registry.AtStep(3, kNever).ok());
       absl::SleepFor(absl::Milliseconds(20));
     }
   });

@@ -7,6 +7,7 @@
 #define PSRT_WORKER_TRAINING_ELASTIC_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 
@@ -18,8 +19,10 @@ class ElasticMembership {
   // Before training: the first version this worker's gradients count at.
   virtual absl::StatusOr<int64_t> Join() = 0;
   // The chief, before it pushes `version` (the first it has not pushed):
-  // admits, waits for --min_workers, announces. Others: nothing.
-  virtual absl::Status AtStep(int64_t version) = 0;
+  // admits, waits for --min_workers (giving up, OK, once `training_over`
+  // says so: an operator ended training meanwhile), announces. Others:
+  // nothing.
+  virtual absl::Status AtStep(int64_t version, const std::function<bool()>& training_over) = 0;
   // After the chief's recovery (a restored shard knows the chief alone).
   virtual void Recovered() = 0;
   // An operator asked this worker to leave (psrtctl drain).

@@ -364,8 +364,12 @@ absl::Status Trainer::Step() {
       return absl::OkStatus();
     }
     // The chief: the first version it has not pushed is where workers join.
-    const absl::Status admitted =
-        options_.membership->AtStep(pushing ? pulled_.version + 1 : pulled_.version);
+    const absl::Status admitted = options_.membership->AtStep(
+        pushing ? pulled_.version + 1 : pulled_.version, [this] {
+          absl::StatusOr<std::vector<proto::StatusResponse>> shards = client_->GetStatus();
+          return shards.ok() && std::any_of(shards->begin(), shards->end(),
+                                            [](const auto& s) { return s.training_done(); });
+        });
     if (!admitted.ok()) return RecoverOrFail(admitted);
   }
   if (!pushing && checkpoints_.Due(pulled_.version)) {
