@@ -430,6 +430,7 @@ absl::StatusOr<proto::MembersResponse> ParameterShard::SetMembers(
     }
     response.set_version(version_);
     TakeReadyWaiters(&ready);
+    changed_.SignalAll();  // WaitUntilFinished waits for the members alone.
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
   for (Waiter& w : moved) w.done(failure);

@@ -120,7 +120,9 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
     const bool rows_on_arrival = sparse && !async && config_.sparse_async();
     const bool resent = header.version() == version_ && pushed_.count(replica) > 0;
     const bool takes_rows =
-        sparse && (rows_on_arrival ? !retry && !training_done_ && !resent : takes_gradient);
+        sparse && (rows_on_arrival
+                       ? !retry && !training_done_ && !resent && WaitsForLocked(replica)
+                       : takes_gradient);
     std::string nonfinite_table;  // Of the embedding rows.
     if (takes_rows) {
       RETURN_IF_ERROR(tables_->Check(header.sparse(), message, dense_size, &nonfinite_table));

@@ -70,13 +70,15 @@ fi
 pid_of() {
   sed -n "s|^launch: \(re\)\{0,1\}started $2 .*(\(restart [0-9]* of at most [0-9]*, \)\{0,1\}pid \([0-9]*\).*|\3|p" "$1" | tail -1
 }
-# Waits while launcher $1 runs until $2's chief logged step $3.
+# Waits while launcher $1 runs until $2's chief logged step $3; 1 when the
+# launcher ended first.
 wait_for_step() {
   while kill -0 "$1" 2>/dev/null; do
     step=$(sed -n 's/.*step \([0-9]*\), loss.*/\1/p' "$2/worker-0.log" 2>/dev/null | tail -1 || true)
     [ "${step:-0}" -ge "$3" ] && return 0
     sleep 0.05
   done
+  return 1
 }
 
 if [ "$elastic" = 1 ]; then
@@ -93,27 +95,31 @@ if [ "$elastic" = 1 ]; then
     at=$((joined_at + 20 + RANDOM % (steps / 3)))
     left=killed
     [ $((i % 2)) = 0 ] && left=drained
-    wait_for_step "$launcher" "$dir" "$joined_at"
-    build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
-      "${flags[@]}" "${elastic_flags[@]}" >"$dir/worker-2.log" 2>&1 &
-    joiner=$!
+    joiner=""
+    if wait_for_step "$launcher" "$dir" "$joined_at"; then
+      build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
+        "${flags[@]}" "${elastic_flags[@]}" >"$dir/worker-2.log" 2>&1 &
+      joiner=$!
+    fi
     # The leave comes after the join (a joiner takes a second or two to start).
     while kill -0 "$launcher" 2>/dev/null &&
           ! grep -q 'worker replica(s) 2 join' "$dir/worker-0.log" 2>/dev/null; do
       sleep 0.05
     done
-    wait_for_step "$launcher" "$dir" "$at"
-    if [ "$left" = killed ]; then
+    wait_for_step "$launcher" "$dir" "$at" || left=missed
+    if [ "$left" = missed ]; then
+      :
+    elif [ "$left" = killed ]; then
       pid=$(pid_of "$dir/launch.out" worker/1 || true)
       { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; } || left=missed
     else
       address=$(build/bin/psrtctl tasks --cluster_spec="$dir/cluster.json" |
-                awk '$1 == "worker" && $2 == 1 {print $3}')
+                awk '$1 == "worker" && $2 == 1 {print $3}' || true)
       build/bin/psrtctl drain --address="$address" >>"$dir/launch.out" 2>&1 || left=missed
     fi
     code=0 joiner_code=0
     wait "$launcher" || code=$?
-    wait "$joiner" || joiner_code=$?
+    if [ -n "$joiner" ]; then wait "$joiner" || joiner_code=$?; else joiner_code=1; fi
     accuracy=$(final_accuracy "$dir" || true)
     final_step=$(sed -n 's/^final: global_step=\([0-9]*\).*/\1/p' "$dir/worker-0.log" | tail -1)
     verdict=FAIL diff=""
@@ -144,7 +150,7 @@ for ((i = 1; i <= runs; i++)); do
   victim=${tasks[RANDOM % ${#tasks[@]}]}
   # A step between the first checkpoint and the last quarter of the run.
   at=$((25 + RANDOM % (steps * 3 / 4 - 25)))
-  wait_for_step "$launcher" "$dir" "$at"
+  wait_for_step "$launcher" "$dir" "$at" || true
   pid=$(pid_of "$dir/launch.out" "$victim" || true)
   killed=missed
   if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$victim; fi

@@ -54,8 +54,9 @@
 # their backup. Its status reads "lost"; the job's outcome is the workers'.
 #
 # Elastic workers (--max_workers among the worker flags): a worker other
-# than the chief that exits non-zero and is not restarted does not fail the
-# job either: the chief drops it after its lease. Its status reads "lost".
+# than the chief that is killed by a signal and not restarted does not fail
+# the job either: the chief drops it after its lease. Its status reads
+# "lost". (One that exits with an error, bad flags say, still fails it.)
 #
 # Exit status: 0 when every task exited 0 (a lost replicated ps task or
 # elastic worker aside); 1 when a task failed for good (the launcher names it, shows the
@@ -445,7 +446,7 @@ while [ ${#task_of[@]} -gt 0 ] || [ ${#timer_of[@]} -gt 0 ]; do
     continue
   fi
   if [ "$workers_elastic" = 1 ] && [ "${task%/*}" = worker ] && [ "$task" != "$chief_job/0" ] &&
-     [ $job_done -eq 0 ]; then
+     [ "$code" -ge 128 ] && [ $job_done -eq 0 ]; then
     status_of[$task]="lost ($(describe_exit "$code"))"
     echo "launch: task $task exited ($(describe_exit "$code")), not restarted: $verdict;" \
          "the chief drops it from the elastic workers (--max_workers)" >&2

@@ -121,10 +121,26 @@ absl::Status MembershipRegistry::AtStep(int64_t version,
         if (over) return absl::OkStatus();
       }
     }
+    // From the version after `version`: a worker can only push it once it
+    // has pulled it, which takes the chief's push of `version`, which comes
+    // after the list reached the shards. (Counted from `version`, a
+    // re-admitted worker's push could beat the list to a shard, which
+    // would drop it and then wait for it.)
     for (auto& [r, worker] : workers_) {
       if (worker.from_version >= 0) continue;
-      worker.from_version = version;
+      worker.from_version = version + 1;
+      worker.announced = false;
       absl::StrAppend(&joined, joined.empty() ? "" : ", ", r);
+      dirty_ = true;
+    }
+    // After a recovery the restored shards list the chief alone and have
+    // dropped the others' pushes of `version`: every member counts from
+    // the next one.
+    if (recovered_) {
+      for (auto& [r, worker] : workers_) {
+        worker.from_version = std::max(worker.from_version, version + 1);
+      }
+      recovered_ = false;
       dirty_ = true;
     }
     if (!dirty_) return absl::OkStatus();
@@ -135,7 +151,7 @@ absl::Status MembershipRegistry::AtStep(int64_t version,
   const absl::Status announced =
       AnnounceNow(joined.empty() ? std::string("the members sent again")
                                  : absl::StrCat("worker replica(s) ", joined, " join"),
-                  version);
+                  version + 1);
   LOG_IF(WARNING, !announced.ok()) << "the shards did not all take the members (again at the "
                                       "next step): "
                                    << announced.message();
@@ -144,7 +160,7 @@ absl::Status MembershipRegistry::AtStep(int64_t version,
 
 void MembershipRegistry::Recovered() {
   absl::MutexLock lock(&mu_);
-  dirty_ = true;
+  recovered_ = true;
 }
 
 absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t version) {
@@ -166,13 +182,16 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
   absl::StatusOr<int64_t> shards_version = announce_(request);
   {
     absl::MutexLock lock(&mu_);
-    // The workers listed may push now. Also when some shard did not take
-    // the list: the others did, and wait for their gradients; those that
-    // did not drop them until the list goes out again, at the next step.
+    // The workers listed may push now. When some shard did not take the
+    // list, those not told yet wait to be admitted again, from a later
+    // version (the shards that took it stop waiting for them then).
     for (int i = 1; i < request.replicas_size(); ++i) {
       auto it = workers_.find(request.replicas(i));
-      if (it != workers_.end() && it->second.from_version == request.from_versions(i)) {
+      if (it == workers_.end() || it->second.from_version != request.from_versions(i)) continue;
+      if (shards_version.ok()) {
         it->second.announced = true;
+      } else if (!it->second.announced) {
+        it->second.from_version = -1;
       }
     }
     if (!shards_version.ok()) dirty_ = true;
@@ -186,7 +205,9 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
 void MembershipRegistry::LeaseLoop() {
   mu_.Lock();
   while (!stopping_) {
-    changed_.WaitWithTimeout(&mu_, options_.lease / 4);
+    // A departure signalled while the last announcement was on its way is
+    // in departed_ already: not waited for.
+    if (departed_.empty()) changed_.WaitWithTimeout(&mu_, options_.lease / 4);
     if (stopping_) break;
     const absl::Time now = absl::Now();
     for (auto it = workers_.begin(); it != workers_.end();) {

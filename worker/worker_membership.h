@@ -4,9 +4,12 @@
 // its chief's Membership.Attend about four times per lease
 // (MembershipClient); the chief
 //  - admits a worker it has not heard from before (or that it dropped) at
-//    its next step boundary, from the first version the chief has not
-//    pushed yet: no shard can have completed that version, since every
-//    version waits for the chief's gradient;
+//    its next step boundary, from the version after the first one the chief
+//    has not pushed yet: no shard can have completed that version, since
+//    every version waits for the chief's gradient, and the worker cannot
+//    push it before the list has reached the shards (the chief pushes the
+//    version before it only after sending the list); it is told it is a
+//    member once the shards have the list;
 //  - drops a worker it has not heard from for a lease (killed, frozen, or
 //    gone with its host), or that said it leaves (drained), at once: the
 //    shards stop waiting for it at the version they are at;
@@ -69,8 +72,10 @@ class MembershipRegistry final : public ElasticMembership {
 
   absl::StatusOr<int64_t> Join() override { return 0; }
   // Waits for --min_workers (DeadlineExceeded after min_workers_timeout),
-  // admits the workers waiting from `version`, and sends the list when it
-  // changed; a list the shards do not all take is sent again next time.
+  // admits the workers waiting from `version` + 1, and sends the list when
+  // it changed; a list the shards do not all take is sent again next time
+  // (the workers it admitted from a later version). After Recovered, every
+  // member counts from `version` + 1.
   absl::Status AtStep(int64_t version, const std::function<bool()>& training_over) override;
   void Recovered() override;
   bool draining() const override { return false; }
@@ -102,6 +107,7 @@ class MembershipRegistry final : public ElasticMembership {
   // chief's shards may list workers it has not heard from.
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> departed_ ABSL_GUARDED_BY(mu_);  // Members gone: announce at once.
+  bool recovered_ ABSL_GUARDED_BY(mu_) = false;     // Recovered(): members from the next step.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;
   std::thread lease_thread_;

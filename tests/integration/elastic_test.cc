@@ -71,7 +71,7 @@ TEST_F(ElasticTest, SyncWorkersJoinLeaveAndDrainMidRun) {
   // --min_workers=2: the chief waits for worker 1 before its first step.
   ASSERT_TRUE(WaitForLog(chief_log, "for --min_workers=2 workers")) << AllLogs();
   StartWorker(spec, 1, flags);
-  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 join at global step 0")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 join at global step 1")) << AllLogs();
 
   ASSERT_TRUE(WaitForChiefStep(RandomStep(20, 60))) << AllLogs();
   StartWorker(three, 2, flags);  // Joins from the grown spec.

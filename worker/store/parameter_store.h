@@ -117,7 +117,9 @@ class ParameterStore {
 
   // Elastic workers: the chief's list of members to every shard; the
   // lowest version the shards answer with. Unimplemented by a store
-  // without parameter servers.
+  // without parameter servers. Unlike the other methods, PsClient's may be
+  // called from another thread while the trainer uses the store (the
+  // chief's lease thread): it only makes calls (ShardCalls is thread-safe).
   virtual absl::StatusOr<int64_t> SetMembers(const proto::MembersRequest& request) {
     (void)request;
     return absl::UnimplementedError("elastic workers need parameter servers (ps mode)");

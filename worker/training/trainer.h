@@ -125,8 +125,9 @@ struct TrainerOptions {
 
   // Elastic workers (config.max_workers > 0): the chief's list of members,
   // or this worker's calls to it (worker/training/elastic_membership.h);
-  // null otherwise. Every replica then reads the whole training set, in an
-  // order of its own. REQUIRES: outlives the trainer.
+  // null otherwise. Every replica then reads the whole training set (of a
+  // Dataset; streamed inputs stay split num_replicas ways), in an order of
+  // its own. REQUIRES: outlives the trainer.
   ElasticMembership* membership = nullptr;
 
   // Progress for /metrics and the status RPC: state, steps, examples/sec
