@@ -207,7 +207,12 @@ TEST_F(ReplicationTest, BothCopiesLostFallBackToTheCheckpoint) {
   ps_[1]->Start();
   EXPECT_EQ(WaitForWorkers(), (std::vector<int>{0, 0})) << AllLogs();
   const std::string chief = ReadFile(dir_ + "/worker-0.log");
-  EXPECT_NE(chief.find("every parameter server restored checkpoint"), std::string::npos) << chief;
+  // The checkpoint path: every ps restored the same checkpoint, or (one
+  // had saved a newer one before the kill) the chief brought them all to
+  // the newest they all hold.
+  EXPECT_TRUE(chief.find("every parameter server restored checkpoint") != std::string::npos ||
+              chief.find("all of them now hold checkpoint") != std::string::npos)
+      << chief;
   EXPECT_TRUE(std::regex_search(chief, std::regex(R"(carrying on at global step \d+ \(\d+ steps rolled back\))")))
       << chief;
   EXPECT_EQ(MaxAbsDiff(params, Reference(kSyncFlags)), 0) << AllLogs();
