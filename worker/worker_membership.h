@@ -125,7 +125,8 @@ class MembershipClient final : public ElasticMembership {
   // for, up to join_timeout), then keeps calling from a thread. The chief's
   // refusal (InvalidArgument: above --max_workers) is returned.
   absl::StatusOr<int64_t> Join() override;
-  absl::Status AtStep(int64_t /*version*/, const std::function<bool()>& /*training_over*/) override {
+  absl::Status AtStep(int64_t /*version*/,
+                      const std::function<bool()>& /*training_over*/) override {
     return absl::OkStatus();
   }
   void Recovered() override {}

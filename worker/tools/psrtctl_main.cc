@@ -357,7 +357,8 @@ absl::Status Health() {
 // Asks one worker of an elastic job to leave it (WorkerStatus.Drain).
 absl::Status Drain() {
   if (FLAGS_address.empty()) {
-    return absl::InvalidArgumentError("--address (the worker's, from the cluster spec) is required");
+    return absl::InvalidArgumentError(
+        "--address (the worker's, from the cluster spec) is required");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const psrt::TransportSecurity> security, OperatorSecurity());
   auto stub = psrt::proto::WorkerStatus::NewStub(psrt::NewChannel(FLAGS_address, *security));
