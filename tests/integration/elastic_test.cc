@@ -1,6 +1,8 @@
 // Elastic workers (--max_workers) on real clusters on 127.0.0.1: workers
 // join a running sync job from a grown cluster spec, one is killed -9 and
 // another drained with psrtctl, and the job still ends at its final line.
+#include <signal.h>
+
 #include <memory>
 #include <regex>
 #include <string>
@@ -147,6 +149,40 @@ TEST_F(ElasticTest, ARestartedChiefAdmitsTheWorkersAgain) {
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(ReadFile(chief_log), &step, &accuracy)) << AllLogs();
   EXPECT_GT(step, killed_at + 30);
+}
+
+// Under launch.sh a killed elastic worker is "lost", not the job's end: the
+// chief drops it and the job finishes, the launcher exiting 0.
+TEST_F(ElasticTest, TheLauncherCarriesOnPastAKilledWorker) {
+  const std::string spec = MakeSpec(1, 2);
+  RunCommand(absl::StrCat("(PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
+                          "/scripts/launch.sh --cluster_spec ", spec, " --logdir ", dir_,
+                          " -- ", kElasticFlags, " --min_workers=1 --train_steps=1000000 > ",
+                          dir_, "/launch.out 2>&1; echo $? > ", dir_, "/launch.rc) > /dev/null 2>&1 &"));
+  // The chief trains alone (--min_workers=1) until worker 1 has joined.
+  ASSERT_TRUE(WaitForLog(dir_ + "/worker-0.log", "worker replica(s) 1 join at global step"))
+      << ReadFile(dir_ + "/launch.out");
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + RandomStep(20, 60)))
+      << ReadFile(dir_ + "/launch.out");
+  std::smatch m;
+  const std::string launched = ReadFile(dir_ + "/launch.out");
+  ASSERT_TRUE(std::regex_search(launched, m, std::regex(R"(started worker/1 on \S+ \(pid (\d+))")))
+      << launched;
+  ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
+  ASSERT_TRUE(WaitForLog(dir_ + "/worker-0.log", "worker replica(s) 1 leave at global step"))
+      << ReadFile(dir_ + "/launch.out");
+  const long left_at = ChiefStep();
+  ASSERT_TRUE(WaitForChiefStep(left_at + 20)) << ReadFile(dir_ + "/launch.out");
+  CommandResult shutdown =
+      RunCommand(absl::StrCat(bin_, "/psrtctl shutdown --cluster_spec=", spec));
+  ASSERT_EQ(shutdown.exit_code, 0) << shutdown.output;
+  ASSERT_TRUE(WaitForLog(dir_ + "/launch.rc", "\n", 1, absl::Seconds(120)))
+      << ReadFile(dir_ + "/launch.out");
+  const std::string out = ReadFile(dir_ + "/launch.out");
+  EXPECT_EQ(ReadFile(dir_ + "/launch.rc"), "0\n") << out;
+  EXPECT_NE(out.find("the chief drops it from the elastic workers"), std::string::npos) << out;
+  EXPECT_NE(ReadFile(dir_ + "/worker-0.log").find("final: global_step="), std::string::npos)
+      << out;
 }
 
 TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
