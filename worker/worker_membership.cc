@@ -204,10 +204,11 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
 
 void MembershipRegistry::LeaseLoop() {
   mu_.Lock();
+  bool failed = false;  // The last announcement: tried again a quarter lease later.
   while (!stopping_) {
     // A departure signalled while the last announcement was on its way is
     // in departed_ already: not waited for.
-    if (departed_.empty()) changed_.WaitWithTimeout(&mu_, options_.lease / 4);
+    if (departed_.empty() || failed) changed_.WaitWithTimeout(&mu_, options_.lease / 4);
     if (stopping_) break;
     const absl::Time now = absl::Now();
     for (auto it = workers_.begin(); it != workers_.end();) {
@@ -231,7 +232,8 @@ void MembershipRegistry::LeaseLoop() {
       LOG_IF(WARNING, !announced.ok())
           << "the shards did not all take the members (trying again): " << announced.message();
       mu_.Lock();
-      if (!announced.ok()) departed_.insert(departed_.end(), gone.begin(), gone.end());
+      failed = !announced.ok();
+      if (failed) departed_.insert(departed_.end(), gone.begin(), gone.end());
     }
   }
   mu_.Unlock();

@@ -195,6 +195,35 @@ TEST(MembershipRegistryTest, SilentAndLeavingWorkersAreDroppedAtOnce) {
   EXPECT_EQ(registry.members(), 1);
 }
 
+TEST(MembershipRegistryTest, AFailedDepartureIsSentAgainAQuarterLeaseLater) {
+  // The shards unreachable (a ps restarting): the list without the worker
+  // that left is tried again and again, each a quarter lease apart, not in
+  // a tight loop; once a shard takes it, it stops.
+  std::atomic<int> calls{0};
+  std::atomic<bool> reachable{true};
+  MembershipRegistry registry(
+      RegistryOptions(1, 3, absl::Milliseconds(400)),
+      [&](const proto::MembersRequest&) -> absl::StatusOr<int64_t> {
+        ++calls;
+        if (!reachable) return absl::UnavailableError("connection refused");
+        return 7;
+      });
+  ASSERT_TRUE(registry.Attend(Call(1)).ok());
+  ASSERT_TRUE(registry.AtStep(0, kNever).ok());
+  reachable = false;
+  const int before = calls.load();
+  ASSERT_TRUE(registry.Attend(Call(1, /*leaving=*/true)).ok());
+  absl::SleepFor(absl::Seconds(1));
+  const int failed_tries = calls.load() - before;
+  EXPECT_GE(failed_tries, 2);
+  EXPECT_LE(failed_tries, 30);  // About 10 (every 100 ms); a tight loop makes thousands.
+  reachable = true;
+  absl::SleepFor(absl::Milliseconds(500));
+  const int settled = calls.load();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(calls.load(), settled);
+}
+
 TEST(MembershipClientTest, JoinsOverGrpcAndLeaves) {
   Announcements announced;
   MembershipRegistry registry(RegistryOptions(1, 2), announced.Announcer());
