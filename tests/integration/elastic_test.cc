@@ -7,6 +7,7 @@
 #include <regex>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_fixture.h"
@@ -155,6 +156,8 @@ TEST_F(ElasticTest, ARestartedChiefAdmitsTheWorkersAgain) {
 // chief drops it and the job finishes, the launcher exiting 0.
 TEST_F(ElasticTest, TheLauncherCarriesOnPastAKilledWorker) {
   const std::string spec = MakeSpec(1, 2);
+  // A failed check leaves no job behind (it would train on until its timeout).
+  absl::Cleanup stop_job = [&] { RunCommand("pkill -f 'cluster_spec=" + spec + "'"); };
   RunCommand(absl::StrCat("(PSRT_BIN_DIR=", bin_, " timeout 300 ", source_,
                           "/scripts/launch.sh --cluster_spec ", spec, " --logdir ", dir_,
                           " -- ", kElasticFlags, " --min_workers=1 --train_steps=1000000 > ",
