@@ -31,16 +31,12 @@ done
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_bench_elastic.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-. scripts/lib/step_log.sh  # median
+. scripts/lib/step_log.sh  # median, log_seconds, wait_for_chief_step
 flags=(--model="$model" --sync_replicas --batch_size=100 --device=cpu --noshuffle
        --intra_op_threads="$threads" --train_steps="$steps" --progress=log
        --learning_rate=0.01 --save_checkpoint_secs=0)
 elastic_flags=(--max_workers=3 --min_workers=2 --elastic_lease_secs=2)
 
-# Seconds since the epoch of a glog line's time (today's date).
-log_seconds() {
-  date -d "$(date +%F) $(echo "$1" | sed -n 's/^[IWE][0-9]\{8\} \([0-9:.]*\) .*/\1/p')" +%s.%N
-}
 # The median steps/s of the chief's "step N, loss" lines of $1 (stdin: the
 # lines), intervals after the first.
 steps_per_s() {
@@ -74,19 +70,12 @@ sed '/"worker"/ s/, "[^"]*"\]/]/' "$dir/grown.json" >"$dir/cluster.json"
 scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" -- "${flags[@]}" \
   "${elastic_flags[@]}" --log_every_steps=10 >"$dir/launch.out" 2>&1 &
 launcher=$!
-wait_for_step() {
-  while kill -0 "$launcher" 2>/dev/null; do
-    step=$(sed -n 's/.* step \([0-9]*\), loss.*/\1/p' "$dir/worker-0.log" 2>/dev/null | tail -1 || true)
-    [ "${step:-0}" -ge "$1" ] && return 0
-    sleep 0.02
-  done
-}
-wait_for_step $((steps / 4))
+wait_for_chief_step "$launcher" "$dir/worker-0.log" $((steps / 4)) || true
 joiner_started=$(date +%s.%N)
 build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
   "${flags[@]}" "${elastic_flags[@]}" --log_every_steps=10 >"$dir/worker-2.log" 2>&1 &
 joiner=$!
-wait_for_step $((steps * 2 / 3))
+wait_for_chief_step "$launcher" "$dir/worker-0.log" $((steps * 2 / 3)) || true
 pid=$(sed -n 's|^launch: started worker/1 on .* (pid \([0-9]*\),.*|\1|p' "$dir/launch.out" | tail -1)
 killed_at=$(date +%s.%N)
 kill -9 "$pid"

@@ -30,17 +30,10 @@ done
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_bench_replicas.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-. scripts/lib/step_log.sh  # median, step_log_job_eps
+. scripts/lib/step_log.sh  # median, step_log_job_eps, log_seconds, wait_for_chief_step
 flags=(--model="$model" --sync_replicas --batch_size=100 --device=cpu --noshuffle
        --intra_op_threads="$threads" --train_steps="$steps" --progress=log
        --learning_rate=0.01)
-
-# Seconds since the epoch of a glog line's time (today's date).
-log_seconds() {
-  local t
-  t=$(echo "$1" | sed -n 's/^[IWE][0-9]\{8\} \([0-9:.]*\) .*/\1/p')
-  date -d "$(date +%F) $t" +%s.%N
-}
 
 for ((i = 1; i <= runs; i++)); do
   for replicas in 0 1; do
@@ -77,11 +70,7 @@ scripts/launch.sh --cluster_spec "$dir.json" --logdir "$dir" --ps_flags "--ps_re
   --ps_replicas=1 "${flags[@]}" --log_every_steps=1 >"$dir.out" 2>&1 &
 launcher=$!
 at=$((steps / 3))
-while kill -0 "$launcher" 2>/dev/null; do
-  step=$(sed -n 's/.* step \([0-9]*\), loss.*/\1/p' "$dir/worker-0.log" 2>/dev/null | tail -1 || true)
-  [ "${step:-0}" -ge "$at" ] && break
-  sleep 0.02
-done
+wait_for_chief_step "$launcher" "$dir/worker-0.log" "$at" || true
 pid=$(sed -n 's|^launch: started ps/0 on .* (pid \([0-9]*\),.*|\1|p' "$dir.out" | tail -1)
 killed_at=$(date +%s.%N)
 kill -9 "$pid"

@@ -44,6 +44,7 @@ done
 [ -n "$steps" ] || steps=$([ "$elastic" = 1 ] && echo 2000 || echo 600)
 scripts/setup.sh >/dev/null
 work=$(mktemp -d /tmp/psrt_chaos.XXXXXX)
+. scripts/lib/step_log.sh  # wait_for_chief_step
 flags=(--model="$model" --sync_replicas --batch_size=100 --noshuffle --learning_rate=0.05
        --train_steps="$steps" --save_checkpoint_steps=25 --log_every_steps=5
        --progress=log --pull_timeout_secs=60)
@@ -70,17 +71,6 @@ fi
 pid_of() {
   sed -n "s|^launch: \(re\)\{0,1\}started $2 .*(\(restart [0-9]* of at most [0-9]*, \)\{0,1\}pid \([0-9]*\).*|\3|p" "$1" | tail -1
 }
-# Waits while launcher $1 runs until $2's chief logged step $3; 1 when the
-# launcher ended first.
-wait_for_step() {
-  while kill -0 "$1" 2>/dev/null; do
-    step=$(sed -n 's/.*step \([0-9]*\), loss.*/\1/p' "$2/worker-0.log" 2>/dev/null | tail -1 || true)
-    [ "${step:-0}" -ge "$3" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
 if [ "$elastic" = 1 ]; then
   elastic_flags=(--max_workers=3 --min_workers=1 --elastic_lease_secs=2)
   for ((i = 1; i <= runs; i++)); do
@@ -96,7 +86,7 @@ if [ "$elastic" = 1 ]; then
     left=killed
     [ $((i % 2)) = 0 ] && left=drained
     joiner=""
-    if wait_for_step "$launcher" "$dir" "$joined_at"; then
+    if wait_for_chief_step "$launcher" "$dir/worker-0.log" "$joined_at"; then
       build/bin/psrt_worker --cluster_spec="$dir/grown.json" --job_name=worker --task_index=2 \
         "${flags[@]}" "${elastic_flags[@]}" >"$dir/worker-2.log" 2>&1 &
       joiner=$!
@@ -106,7 +96,7 @@ if [ "$elastic" = 1 ]; then
           ! grep -q 'worker replica(s) 2 join' "$dir/worker-0.log" 2>/dev/null; do
       sleep 0.05
     done
-    wait_for_step "$launcher" "$dir" "$at" || left=missed
+    wait_for_chief_step "$launcher" "$dir/worker-0.log" "$at" || left=missed
     if [ "$left" = missed ]; then
       :
     elif [ "$left" = killed ]; then
@@ -150,7 +140,7 @@ for ((i = 1; i <= runs; i++)); do
   victim=${tasks[RANDOM % ${#tasks[@]}]}
   # A step between the first checkpoint and the last quarter of the run.
   at=$((25 + RANDOM % (steps * 3 / 4 - 25)))
-  wait_for_step "$launcher" "$dir" "$at" || true
+  wait_for_chief_step "$launcher" "$dir/worker-0.log" "$at" || true
   pid=$(pid_of "$dir/launch.out" "$victim" || true)
   killed=missed
   if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$victim; fi

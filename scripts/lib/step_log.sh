@@ -6,7 +6,7 @@
 # each about the interval since the previous. The first interval holds the
 # start-up (first pulls, allocations, on a GPU the first kernels' set-up),
 # so both readers skip it and take the median of the rest.
-# Sourced by scripts/bench_step.sh and scripts/bench_gpu.sh.
+# Sourced by the benchmarks (scripts/bench_*.sh) and scripts/chaos.sh.
 
 # median: the median of the numbers on stdin, one a line; nothing when
 # there are none.
@@ -29,4 +29,23 @@ step_log_field() {
 step_log_job_eps() {
   grep -o '([0-9.]* examples/sec' "$1" | tr -d '(' |
     awk -v w="$2" 'NR > 1 {print $1 * w}' | median
+}
+
+# log_seconds LINE: seconds since the epoch of a glog line's time (today's
+# date).
+log_seconds() {
+  date -d "$(date +%F) $(echo "$1" | sed -n 's/^[IWE][0-9]\{8\} \([0-9:.]*\) .*/\1/p')" +%s.%N
+}
+
+# wait_for_chief_step PID LOG STEP: waits while process PID (a launcher)
+# runs until LOG (the chief's) has logged "step N, loss" with N >= STEP;
+# 1 when PID ended first.
+wait_for_chief_step() {
+  local step
+  while kill -0 "$1" 2>/dev/null; do
+    step=$(sed -n 's/.* step \([0-9]*\), loss.*/\1/p' "$2" 2>/dev/null | tail -1 || true)
+    [ "${step:-0}" -ge "$3" ] && return 0
+    sleep 0.02
+  done
+  return 1
 }
