@@ -53,14 +53,20 @@
 #                        [--math "fp32 tf32"] [--conv "auto cudnn im2col"] [--runs 5]
 #                        [--jobs | --no_jobs] [--job_models "MODELS"]
 #                        [--job_layouts "1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"] [--log_dir DIR]
+#                        [--job_timelines DIR]
 # (--conv: default auto, psrt's own default; each is passed on as --gpu_conv;
 # --jobs, the default: jobs for the models of --job_models, default all of
-# --models; --no_jobs: none.)
+# --models; --no_jobs: none. --job_timelines DIR: each job's chief writes
+# its --timeline, each ps shard's push and pull on a lane of its own, to
+# DIR/timeline-M-L.json.)
 #
 # PSRT_BIN_DIR=DIR takes the binaries from DIR (a GPU machine that has none
 # of the build's Debian packages: scripts/gpu_bundle.sh); otherwise
 # scripts/setup.sh builds them first. PYTHON (default python3) must import
 # torch with CUDA (and torchvision for resnet50 and inception_v3).
+# PEER_LD_LIBRARY_PATH, when set, is PyTorch's LD_LIBRARY_PATH instead of
+# psrt's: PyTorch refuses a cuDNN older than its own ("cuDNN version
+# incompatibility"), and the folder psrt's cuDNN came from may hold one.
 # For testing the script where there is no GPU: BENCH_GPU_DEVICE=cpu runs
 # step_bench and the jobs' workers with --device=cpu (1 thread each, no
 # --gpu_conv, conv=- in the lines); PyTorch and pushpull still ask for the
@@ -69,7 +75,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/step_log.sh  # step_log_field, step_log_job_eps
 models="lenet inception_mini resnet50 inception_v3" maths="fp32 tf32" convs="auto"
-runs=5 log_dir="" run_jobs=1 job_models="" job_layouts="1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"
+runs=5 log_dir="" job_timelines="" run_jobs=1 job_models="" job_layouts="1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w"
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -81,10 +87,12 @@ while [ $# -gt 0 ]; do
     --job_models) job_models="$2"; shift 2 ;;
     --job_layouts) job_layouts="$2"; shift 2 ;;
     --log_dir) log_dir="$2"; shift 2 ;;
+    --job_timelines) job_timelines="$2"; shift 2 ;;
     *) echo "bench_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$job_models" ] || job_models="$models"
+[ -z "$job_timelines" ] || mkdir -p "$job_timelines"
 if [ -z "${PSRT_BIN_DIR:-}" ]; then
   scripts/setup.sh >/dev/null || { echo "bench_gpu: scripts/setup.sh failed" >&2; exit 1; }
 fi
@@ -143,6 +151,7 @@ run_job() {
     return
   fi
   local start=$SECONDS rc
+  [ -z "$job_timelines" ] || task_flags+=(--timeline="$job_timelines/timeline-$model-$layout.json")
   conv_args "$job_conv"
   PSRT_BIN_DIR="$bin" timeout "$job_limit" scripts/launch.sh \
     --cluster_spec "$dir/cluster.json" --logdir "$dir" --ps_flags "$ps_flags" -- \
@@ -188,7 +197,8 @@ for model in $models; do
   single_eps="" job_conv=""
   for math in $maths; do
     tag="$model-$math"
-    torch_line=$("$python" scripts/peers/torch_train.py --model "$model" --device cuda \
+    torch_line=$(LD_LIBRARY_PATH="${PEER_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" \
+                 "$python" scripts/peers/torch_train.py --model "$model" --device cuda \
                    --synthetic --gpu_math "$math" --image_size "${shape[0]}" \
                    --channels "${shape[1]}" --classes "${shape[2]}" \
                    --batch_size "$batch" --steps "$steps" --runs "$runs" \

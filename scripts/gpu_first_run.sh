@@ -45,7 +45,10 @@
 #
 #   scripts/gpu_first_run.sh [--train] [--no_sanitizer] [--budget 540] [--out DIR]
 # PYTHON (default python3): the Python of PyTorch, also asked where its
-# nvidia-* wheels are.
+# nvidia-* wheels are. The bench stage's --conv, --job_models and
+# --job_layouts can be narrowed or widened by BENCH_CONVS (default "auto
+# cudnn im2col"), JOB_MODELS (default resnet50) and JOB_LAYOUTS (default
+# "1ps1w 1ps1w_s8 1ps1w_s8_p 1ps1w_s16_p 2ps1w_s8_p 1ps2w_s8_p ar2w").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=first out="${OUT:-/tmp/gpu_first_run}" sanitize=1 budget=540
@@ -137,6 +140,9 @@ if [ -n "$cudnn" ]; then
 else
   cudnn_note="; cuDNN 9 not found (psrt's convolutions fall back to im2col)"
 fi
+# PyTorch (the bench's peer) keeps the environment's own: it carries its
+# own cuDNN and refuses an older one found first.
+export PEER_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 if [ -n "$lib_dirs" ]; then  # An empty entry would mean the current folder.
   export LD_LIBRARY_PATH="${lib_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
@@ -225,9 +231,9 @@ if [ "$bench_limit" -lt 60 ]; then
   stage bench FAILED "not run: ${bench_limit}s left of the ${budget}s budget"
 else
   PSRT_BIN_DIR="$bundle/bin" PYTHON="$python" timeout "$bench_limit" scripts/bench_gpu.sh \
-    --models "resnet50 inception_v3 lenet" --math "tf32 fp32" --conv "auto cudnn im2col" \
-    --job_models resnet50 --runs 3 --log_dir "$work/bench" \
-    --job_layouts "1ps1w 1ps1w_s8 1ps1w_s8_p 1ps1w_s16_p 2ps1w_s8_p 1ps2w_s8_p ar2w" \
+    --models "resnet50 inception_v3 lenet" --math "tf32 fp32" --conv "${BENCH_CONVS:-auto cudnn im2col}" \
+    --job_models "${JOB_MODELS:-resnet50}" --runs 3 --log_dir "$work/bench" \
+    --job_layouts "${JOB_LAYOUTS:-1ps1w 1ps1w_s8 1ps1w_s8_p 1ps1w_s16_p 2ps1w_s8_p 1ps2w_s8_p ar2w}" \
     2>&1 | tee "$work/bench.out" \
     >"$out/bench.txt"  # Line by line: what a cut-off run measured still comes back.
   rc=$?
@@ -261,7 +267,10 @@ else
     PSRT_REQUIRE_GPU=1 timeout "$san_limit" "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bundle/bin/$t" >"$work/san-$t.log" 2>&1
     rc=$?
-    grep -E 'ERROR SUMMARY|FAILED|Invalid|========= ' "$work/san-$t.log" | head -n 60 >>"$out/sanitizer.txt"
+    # memcheck's findings, and what a failed test said (gtest's Failure
+    # lines and the few after them).
+    grep -E -A 4 'ERROR SUMMARY|FAILED|Invalid|========= |Failure$' "$work/san-$t.log" |
+      head -n 120 >>"$out/sanitizer.txt"
     [ $rc -eq 0 ] || { errors=$((errors + 1)); echo "$t: exit $rc$([ $rc -eq 124 ] && echo " (timed out after ${san_limit}s)")" >>"$work/san_failed"; }
   done
   if [ $errors -eq 0 ]; then

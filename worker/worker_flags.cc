@@ -200,7 +200,8 @@ DEFINE_double(fusion_mb, 4,
               "backward pass has finished it (with --overlap_comm), last layers first.");
 DEFINE_string(timeline, "",
               "Write a Chrome trace (chrome://tracing, ui.perfetto.dev) of each step's "
-              "compute, push and pull, and in allreduce mode of the fusion, "
+              "compute, push and pull (and of each ps shard's encoding, push and pull, "
+              "a lane a shard), and in allreduce mode of the fusion, "
               "reduce-scatter, all-gather and apply, to this file (the chief; replica r "
               "writes FILE with \"-r\" before its extension).");
 DEFINE_double(allreduce_timeout_secs, 120,

@@ -172,6 +172,7 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
                        std::max(1, num_ps * config.ps_stripes), config.placement));
   PsClient::Options options = config.ps_client;
   options.metrics = &metrics->transfers();
+  options.timeline = timeline;
   // Every variable, whole, and the placement's options: each shard saves
   // them, so that its checkpoints restore onto another number of shards.
   for (const VariableDef& variable : model.variables()) {

@@ -148,7 +148,8 @@ class PsClientTransportTest : public ::testing::TestWithParam<TensorTransport> {
                                    const std::vector<VariableDef>& vars,
                                    absl::Duration retry_timeout = absl::Seconds(60),
                                    int stripes = 1, proto::DataType wire = proto::DT_FLOAT,
-                                   std::vector<proto::TableMeta> tables = {}) {
+                                   std::vector<proto::TableMeta> tables = {},
+                                   Timeline* timeline = nullptr) {
     PsClient::Options options;
     for (LocalPs* ps : tasks) options.ps_addresses.push_back(ps->address());
     options.ps_stripes = stripes;
@@ -159,6 +160,7 @@ class PsClientTransportTest : public ::testing::TestWithParam<TensorTransport> {
     options.wire_dtype = wire;
     options.tensor_transport = GetParam();
     options.tables = std::move(tables);
+    options.timeline = timeline;
     absl::StatusOr<Placement> placement =
         ComputePlacement(vars, tasks.size() * stripes, PlacementOptions());
     EXPECT_TRUE(placement.ok()) << placement.status();

@@ -12,11 +12,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_util.h"
+#include "common/timeline.h"
 #include "common/transport_security.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
@@ -135,6 +138,43 @@ TEST_P(PsClientTransportTest, Bf16WireRoundsOnlyWhatTravels) {
   ASSERT_TRUE(client.Pull(1, &params).ok());
   EXPECT_EQ(params[0].data()[0], 1.0f / 1024);
   EXPECT_TRUE(client.Shutdown().ok());
+}
+
+// With a timeline, each shard's encoding, push and pull show on a lane of
+// that shard's, at the step pushed and the version pulled.
+TEST_P(PsClientTransportTest, TimelineShowsEachShardsPushAndPull) {
+  auto ps = Ps(0, /*stripes=*/2);
+  const auto vars = Variables(/*rows=*/100);
+  const std::string path = ::testing::TempDir() + "/ps_client_timeline.json";
+  auto timeline = Timeline::Open(path, 0);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  auto owner = Client({ps.get()}, 0, vars, absl::Seconds(60), 2, proto::DT_FLOAT, {},
+                      timeline->get());
+  PsClient& client = *owner;
+  ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(client.Init(SyncConfig(1), Filled(vars, 1.0f)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(client.Pull(0, &params).ok());
+  ASSERT_TRUE(client.Push(Filled(vars, 2.0f)).ok());
+  ASSERT_TRUE(client.Pull(1, &params).ok());
+  ASSERT_TRUE((*timeline)->Close().ok());
+  EXPECT_TRUE(client.Shutdown().ok());
+
+  std::ifstream in(path);
+  const std::string events((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (int k = 0; k < 2; ++k) {
+    // Lanes are threads, named in metadata events.
+    for (const std::string lane : {"push shard ", "pull shard "}) {
+      EXPECT_NE(events.find("\"" + lane + std::to_string(k) + "\""), std::string::npos)
+          << "no lane " << lane << k << " in " << events;
+    }
+  }
+  for (const char* event : {"{\"name\": \"encode\"", "{\"name\": \"push\"",
+                            "{\"name\": \"pull\""}) {
+    EXPECT_NE(events.find(event), std::string::npos) << event << " missing in " << events;
+  }
+  // Two pulls of two shards, at versions 0 and 1.
+  EXPECT_NE(events.find("\"args\": {\"step\": 1}"), std::string::npos) << events;
 }
 
 // A pull whose caller gives up (its deadline passes) while it waits is freed

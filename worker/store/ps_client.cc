@@ -13,6 +13,7 @@
 #include "common/random_id.h"
 #include "common/rpc_util.h"
 #include "common/status_macros.h"
+#include "common/timeline.h"
 #include "common/transport_security.h"
 #include "common/wire_dtype.h"
 #include "dataplane/frame_connection.h"
@@ -23,6 +24,14 @@
 #include "worker/store/slice_codec.h"
 
 namespace psrt {
+namespace {
+
+// The timeline lane of shard k's pushes or pulls.
+std::string ShardLane(absl::string_view what, int k) {
+  return absl::StrCat(what, " shard ", k);
+}
+
+}  // namespace
 
 PsClient::PsClient(Options options, Placement placement,
                    std::vector<VariableDef> variables)
@@ -416,6 +425,10 @@ absl::StatusOr<PsClient::PullResult> PsClient::CallPull(std::vector<proto::PullR
           RETURN_IF_ERROR(ReadRows(k, headers[k], dense_bytes, reply, features));
         }
         if (hooks != nullptr && hooks->arrived) hooks->arrived(k);
+        if (options_.timeline != nullptr) {
+          options_.timeline->Record("pull", ShardLane("pull", k), start, absl::Now(),
+                                    headers[k].version());
+        }
         return absl::OkStatus();
       },
       call));
@@ -453,8 +466,10 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
   // Shard k's request, from its gradients as they are now (backward may
   // still be computing the others'). CallAll returns once no attempt reads
   // them any more.
+  std::vector<absl::Time> sent(num_shards());  // For the timeline.
   call.prepare = [&](int k) -> absl::Status {
     if (hooks != nullptr && hooks->wait_until_ready) RETURN_IF_ERROR(hooks->wait_until_ready(k));
+    const absl::Time ready = absl::Now();
     proto::PushHeader& header = push_headers_[k];
     header.set_version(versions_[k]);
     header.set_worker_incarnation(worker_incarnation_);
@@ -464,12 +479,20 @@ absl::StatusOr<PsClient::PushResult> PsClient::Push(
     header.clear_sparse();
     if (sparse_ != nullptr) AddSparseGradients(k, *sparse_, &header, &requests[k].data);
     bytes += tensors().WireBytes(requests[k]);
+    sent[k] = absl::Now();
+    if (options_.timeline != nullptr) {
+      options_.timeline->Record("encode", ShardLane("push", k), ready, sent[k], push_step_);
+    }
     return absl::OkStatus();
   };
   std::vector<proto::PushResponse> responses(num_shards());
   const absl::Status status = calls_->CallAll(
       tensors(), PsMethod::kPush, options_.rpc_timeout, requests,
-      [&responses](int k, ShardReply& reply) -> absl::Status {
+      [&](int k, ShardReply& reply) -> absl::Status {
+        if (options_.timeline != nullptr) {
+          options_.timeline->Record("push", ShardLane("push", k), sent[k], absl::Now(),
+                                    push_step_);
+        }
         RETURN_IF_ERROR(reply.ParseMeta(&responses[k]));
         if (reply.data_size() != 0) {
           return absl::InternalError("push reply: a PushResponse carries no data");

@@ -68,6 +68,7 @@ class DataPlaneShardTransport;  // worker/store/dataplane_shard_transport.h
 class GrpcShardTransport;       // worker/store/grpc_shard_transport.h
 class ShardCalls;               // worker/store/shard_calls.h
 class SliceCodec;               // worker/store/slice_codec.h
+class Timeline;                 // common/timeline.h
 class TransportSecurity;        // common/transport_security.h
 
 class PsClient final : public ParameterStore {
@@ -113,6 +114,10 @@ class PsClient final : public ParameterStore {
     // The model's embedding tables (the chief's Init creates them on every
     // shard); empty for a dense model.
     std::vector<proto::TableMeta> tables;
+    // Where each shard's push (encoding, then the call to its reply) and
+    // pull (the call to its values decoded) show, one lane a shard; null:
+    // nowhere. REQUIRES: outlives the client.
+    Timeline* timeline = nullptr;
     // The whole model and what the placement was computed with: the
     // chief's Init hands it to every shard (InitHeader.layout), for their
     // checkpoints.
