@@ -294,6 +294,20 @@ class CudaDevice final : public DeviceOps<CudaContext, CudaConvolutions> {
     if (mark >= 0) PSRT_CUDA_RECORD(*ctx_, cudaEventSynchronize(marks_[mark]));
     return ctx_->status();
   }
+  bool HostCopiesLanded(int mark) override {
+    CHECK(mark < 0 || static_cast<size_t>(mark) < next_mark_)
+        << "mark " << mark << " was not handed out since the last wait";
+    if (mark < 0 || !ctx_->status().ok()) return true;
+    const cudaError_t landed = cudaEventQuery(marks_[mark]);
+    if (landed == cudaErrorNotReady) {
+      // Not an error; clear it where the runtime kept it as the last one,
+      // so that the next launch's check does not take it for its own.
+      if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+      return false;
+    }
+    PSRT_CUDA_RECORD(*ctx_, landed);  // A fault: the wait returns it.
+    return true;
+  }
   absl::Status WaitForHostCopies() override {
     next_mark_ = 0;
     PSRT_CUDA_RECORD(*ctx_, cudaStreamSynchronize(side_->download));

@@ -90,6 +90,7 @@ class CpuDevice final : public DeviceOps<CpuContext, Workspace> {
   int MarkHostCopies() override { return 0; }
   absl::Status WaitForHostCopies(int) override { return absl::OkStatus(); }
   absl::Status WaitForHostCopies() override { return absl::OkStatus(); }
+  bool HostCopiesLanded(int) override { return true; }
 
  protected:
   const CpuContext& ctx() const override { return ctx_; }

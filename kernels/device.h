@@ -30,7 +30,8 @@
 //   when the compute work queued so far is done and overlaps the work queued
 //   after it. MarkHostCopies names the downloads queued so far, so that
 //   WaitForHostCopies(mark) waits for those alone (a layer's gradients);
-//   WaitForHostCopies() waits for all, and ends the marks handed out.
+//   WaitForHostCopies() waits for all, and ends the marks handed out;
+//   HostCopiesLanded(mark) asks without waiting.
 // Synchronize waits for everything.
 //
 // Thread safety: not thread-safe; one device per thread (towers own one
@@ -137,6 +138,10 @@ class Device {
   // WaitForHostCopies().
   virtual absl::Status WaitForHostCopies(int mark) = 0;
   virtual absl::Status WaitForHostCopies() = 0;
+  // Whether WaitForHostCopies(mark) would return at once: the copies have
+  // landed (or the device faulted, which the wait then returns). Never
+  // blocks. REQUIRES: as WaitForHostCopies(mark).
+  virtual bool HostCopiesLanded(int mark) = 0;
 
   // ---- Ops (ops.h). ----
   virtual void MatMulForward(const MatMulShape& shape, const float* a,

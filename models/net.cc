@@ -131,6 +131,9 @@ class NetModel : public Model {
     const bool gpu = !device_->host_memory();
     const int loss_mark = gpu ? device_->MarkHostCopies() : 0;
     copy_marks_.clear();
+    announced_ = 0;
+    loss_announced_ = false;
+    faulted_ = false;
     device_->SoftmaxCrossEntropyBackward(logits, labels_, batch, num_classes_,
                                          grads_[last].Reserve(device_.get(), batch * num_classes_));
     grad_ready_[last] = true;
@@ -171,20 +174,15 @@ class NetModel : public Model {
                                           (*grads)[v].num_bytes());
         }
         copy_marks_.push_back({device_->MarkHostCopies(), i});
+        // The layers whose copies have landed already go out now, while
+        // this thread still queues the rest: queueing a large network's
+        // backward can take about as long as the GPU runs it.
+        AnnounceGradients(hooks, loss_mark, /*wait=*/false);
       } else if (hooks.gradients_ready) {
         hooks.gradients_ready(node.var_begin, node.var_end);
       }
     }
-    if (gpu) {
-      // Past a fault nothing is announced: its gradients are not real.
-      if (hooks.loss_ready && device_->WaitForHostCopies(loss_mark).ok()) {
-        hooks.loss_ready(step_result_.data()[0]);
-      }
-      for (const auto& [mark, i] : copy_marks_) {
-        if (!hooks.gradients_ready || !device_->WaitForHostCopies(mark).ok()) break;
-        hooks.gradients_ready(graph_.nodes[i].var_begin, graph_.nodes[i].var_end);
-      }
-    }
+    if (gpu) AnnounceGradients(hooks, loss_mark, /*wait=*/true);
     device_->WaitForHostCopies().IgnoreError();  // A fault stays in status().
     return step_result_.data()[0];
   }
@@ -217,6 +215,33 @@ class NetModel : public Model {
   // the CPU; on a GPU, device buffers that the batch is copied into here
   // (through page-locked staging unless the images are page-locked already)
   // and each layer's parameters in Forward.
+  // GPU: hands the hooks, in backward order, the loss and then each layer
+  // whose gradient copies have landed; with `wait`, every layer queued,
+  // waiting for their copies. Past a fault nothing more is announced: its
+  // gradients are not real.
+  void AnnounceGradients(const StepHooks& hooks, int loss_mark, bool wait) {
+    if (faulted_) return;
+    if (!loss_announced_ && hooks.loss_ready) {
+      if (!wait && !device_->HostCopiesLanded(loss_mark)) return;
+      if (!device_->WaitForHostCopies(loss_mark).ok()) {
+        faulted_ = true;
+        return;
+      }
+      hooks.loss_ready(step_result_.data()[0]);
+    }
+    loss_announced_ = true;
+    if (!hooks.gradients_ready) return;
+    for (; announced_ < copy_marks_.size(); ++announced_) {
+      const auto [mark, i] = copy_marks_[announced_];
+      if (!wait && !device_->HostCopiesLanded(mark)) return;
+      if (!device_->WaitForHostCopies(mark).ok()) {
+        faulted_ = true;
+        return;
+      }
+      hooks.gradients_ready(graph_.nodes[i].var_begin, graph_.nodes[i].var_end);
+    }
+  }
+
   void PlaceStep(const std::vector<Tensor>& params, const Tensor& images,
                  absl::Span<const int32_t> labels, std::vector<Tensor>* grads) {
     kernels::Device* dev = device_.get();
@@ -343,6 +368,9 @@ class NetModel : public Model {
   // ComputeGradients on a GPU: per layer with variables, in backward order,
   // the mark of its gradient copies and its node.
   std::vector<std::pair<int, int>> copy_marks_;
+  size_t announced_ = 0;         // copy_marks_[0, announced_) went to the hooks.
+  bool loss_announced_ = false;  // The loss went to loss_ready (or needs none).
+  bool faulted_ = false;         // A wait for the copies failed: announce no more.
   // Device scalars, and the host memory (page-locked on a GPU) that the
   // step's loss is copied into.
   DeviceArray<float> loss_;

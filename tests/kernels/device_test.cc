@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device_fault.h"
@@ -117,6 +118,48 @@ TEST(DeviceFaultTest, AFailedGpuCopyIsAStatusNotAnAbort) {
   EXPECT_THAT(std::string(fault.message()), HasSubstr("cudaMemcpyAsync"));
   EXPECT_EQ(device.WaitForHostCopies(), fault);
   EXPECT_EQ(device.Synchronize(), fault);
+}
+
+TEST(DeviceTest, TheCpusHostCopiesHaveAlwaysLanded) {
+  absl::StatusOr<std::unique_ptr<Device>> cpu = NewDevice(DeviceSpec{});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE((*cpu)->HostCopiesLanded((*cpu)->MarkHostCopies()));
+}
+
+// HostCopiesLanded answers without waiting: once it says yes the copy's
+// bytes are on the host, and its "not yet" is no fault (the next launch and
+// the waits still succeed).
+TEST(DeviceTest, HostCopiesLandedAsksWithoutWaiting) {
+  PSRT_SKIP_WITHOUT_GPU(VisibleGpuCount(), "the driver reports none");
+  DeviceSpec spec;
+  spec.type = DeviceType::kGpu;
+  absl::StatusOr<std::unique_ptr<Device>> gpu = NewDevice(spec);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Device& device = **gpu;
+  device.Bind();
+  constexpr int64_t kFloats = int64_t{1} << 24;  // 64 MB: some copying to do.
+  float* on_device = static_cast<float*>(device.Allocate(kFloats * sizeof(float)));
+  float* host = static_cast<float*>(device.host_allocator()->Allocate(kFloats * sizeof(float)));
+  ASSERT_NE(on_device, nullptr);
+  ASSERT_NE(host, nullptr);
+  host[kFloats - 1] = 0;
+  device.Fill(on_device, kFloats, 3.0f);
+  device.CopyToHostAfterCompute(host, on_device, kFloats * sizeof(float));
+  const int mark = device.MarkHostCopies();
+  int asked = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!device.HostCopiesLanded(mark) && absl::Now() < give_up) ++asked;
+  ASSERT_TRUE(device.HostCopiesLanded(mark)) << "not landed after 30 s";
+  EXPECT_EQ(host[kFloats - 1], 3.0f) << "landed, but the bytes are not there (asked "
+                                     << asked << " times before)";
+  EXPECT_TRUE(device.status().ok()) << device.status();
+  device.Fill(on_device, kFloats, 4.0f);  // A launch checks the last error.
+  EXPECT_TRUE(device.status().ok()) << device.status();
+  EXPECT_TRUE(device.WaitForHostCopies(mark).ok());
+  EXPECT_TRUE(device.WaitForHostCopies().ok());
+  EXPECT_TRUE(device.Synchronize().ok());
+  device.host_allocator()->Free(host);
+  device.Free(on_device);
 }
 
 }  // namespace

@@ -88,7 +88,11 @@ TwoSteps RunTwoSteps(Model& model, const std::vector<Tensor>& params, const Tens
 // from one perturbation to the next (the H100's difference was 5x the
 // nudges' in some), so the bound is one per step, not one per variable.
 // It catches wiring bugs, which move gradients by order 1; the op parity
-// tests (tests/kernels/cuda) hold each kernel to 1e-4.
+// tests (tests/kernels/cuda) hold each kernel to 1e-4. The loss is one
+// number where the gradients' bound is the worst of hundreds, so two
+// nudges sample its spread more thinly: it gets a wider margin (an H200
+// once differed from the CPU by 3.4x the larger nudge's loss move on
+// Inception-v3, 1.2e-4 of the loss; every other model stays on the floor).
 struct Tolerance {
   float loss[2];
   double gradients[2];  // Relative, in the 2-norm, for every variable.
@@ -97,7 +101,8 @@ struct Tolerance {
 Tolerance CpuRoundingTolerance(const Case& c, const TwoSteps& cpu,
                                const std::vector<Tensor>& params, const Tensor& images,
                                const std::vector<int32_t>& labels) {
-  constexpr double kMargin = 3;  // Over the larger of the two nudges.
+  constexpr double kMargin = 3;       // Over the larger of the two nudges.
+  constexpr double kLossMargin = 10;  // Likewise, for the loss.
   Tolerance tolerance;
   for (int step = 0; step < 2; ++step) {
     tolerance.loss[step] = 1e-4f * std::abs(cpu.loss[step]) + 1e-5f;
@@ -113,7 +118,7 @@ Tolerance CpuRoundingTolerance(const Case& c, const TwoSteps& cpu,
     for (int step = 0; step < 2; ++step) {
       tolerance.loss[step] =
           std::max(tolerance.loss[step],
-                   static_cast<float>(kMargin * std::abs(moved.loss[step] - cpu.loss[step])));
+                   static_cast<float>(kLossMargin * std::abs(moved.loss[step] - cpu.loss[step])));
       for (size_t v = 0; v < cpu.grads[step].size(); ++v) {
         const Tensor& reference = cpu.grads[step][v];
         tolerance.gradients[step] = std::max(
