@@ -273,6 +273,18 @@ class ParameterShard {
   // Ends the restoring state (Options::restore_at_start).
   absl::Status RestoreLatest();
 
+  // The whole state as a backup is filled with it (values, optimizer
+  // slots, moving averages, version, config, the dedup state): `state`
+  // describes it, `data` holds its tensors back to back. ImportState
+  // replaces this shard's state with one so exported (allreduce mode's
+  // elastic regroup: worker/store/allreduce_store.h), as a fill does;
+  // pulls waiting for a version of the old state are Aborted.
+  // FailedPrecondition before Init, and for a shard with embedding tables
+  // (their rows are not exported); ImportState: InvalidArgument for data
+  // of another size than `state` names.
+  absl::Status ExportState(proto::ReplicaState* state, std::string* data) const;
+  absl::Status ImportState(const proto::ReplicaState& state, ByteSource* data);
+
   // A message from the shard's other copy (proto ReplicateHeader); see
   // "Replicas" above. FailedPrecondition for a message of an older view.
   absl::StatusOr<proto::ReplicateResponse> Replicate(const proto::ReplicateHeader& header,
@@ -415,6 +427,11 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // This copy is a backup from now on, holding nothing it may serve.
   void DemoteLocked(std::vector<Waiter>* aborted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state a fill carries: `state`, and its tensors in `data` (views of
+  // the shard's buffers, valid while mu_ is held and nothing changes them).
+  void ExportStateLocked(proto::ReplicaState* state,
+                         std::vector<absl::Span<const char>>* data) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeFillLocked(const proto::ReplicaState& state, ByteSource* data,
                       std::vector<Waiter>* aborted, absl::Status* status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

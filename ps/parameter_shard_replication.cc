@@ -164,7 +164,24 @@ absl::Status ParameterShard::FillBackupLocked(bool now, std::vector<Waiter>* abo
   header.set_kind(proto::ReplicateHeader::FILL);
   header.set_view(view_);
   header.set_version(version_);
-  proto::ReplicaState& state = *header.mutable_state();
+  std::vector<absl::Span<const char>> data;
+  ExportStateLocked(header.mutable_state(), &data);
+  const int64_t bytes = static_cast<int64_t>(data.size()) * total_elements_ * sizeof(float);
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<proto::ReplicateResponse> answer = options_.peer->Call(
+      header, data, kUpdateTimeout + absl::Seconds(static_cast<double>(bytes) / 100e6));
+  RETURN_IF_ERROR(TakeReplicaAnswerLocked(answer, "fill", aborted));
+  if (backup_in_step_) {
+    LOG(INFO) << ShardLabel() << ": backup " << options_.peer->name() << " filled at version "
+              << version_ << " (view " << view_ << ", " << bytes << " bytes in "
+              << absl::Now() - start << ")";
+  }
+  return absl::OkStatus();
+}
+
+void ParameterShard::ExportStateLocked(proto::ReplicaState* state_out,
+                                       std::vector<absl::Span<const char>>* data) const {
+  proto::ReplicaState& state = *state_out;
   *state.mutable_init()->mutable_config() = config_;
   for (const proto::VariableMeta& meta : variables_) *state.mutable_init()->add_variables() = meta;
   *state.mutable_init()->mutable_layout() = layout_;
@@ -184,24 +201,45 @@ absl::Status ParameterShard::FillBackupLocked(bool now, std::vector<Waiter>* abo
   state.set_pushes_applied(pushes_applied_);
   state.set_stale_pushes_dropped(stale_dropped_);
   state.set_nonfinite_pushes_dropped(nonfinite_dropped_);
-  std::vector<absl::Span<const char>> data = {Bytes(current_->values.data(), total_elements_)};
+  data->assign({Bytes(current_->values.data(), total_elements_)});
   for (auto& [name, tensor] : optimizer_->slots()) {
     state.add_slot_names(name);
-    data.push_back(Bytes(tensor->data(), total_elements_));
+    data->push_back(Bytes(tensor->data(), total_elements_));
   }
   state.set_has_average(average_ != nullptr);
-  if (average_ != nullptr) data.push_back(Bytes(average_->values.data(), total_elements_));
-  const int64_t bytes = static_cast<int64_t>(data.size()) * total_elements_ * sizeof(float);
-  const absl::Time start = absl::Now();
-  const absl::StatusOr<proto::ReplicateResponse> answer = options_.peer->Call(
-      header, data, kUpdateTimeout + absl::Seconds(static_cast<double>(bytes) / 100e6));
-  RETURN_IF_ERROR(TakeReplicaAnswerLocked(answer, "fill", aborted));
-  if (backup_in_step_) {
-    LOG(INFO) << ShardLabel() << ": backup " << options_.peer->name() << " filled at version "
-              << version_ << " (view " << view_ << ", " << bytes << " bytes in "
-              << absl::Now() - start << ")";
+  if (average_ != nullptr) data->push_back(Bytes(average_->values.data(), total_elements_));
+}
+
+absl::Status ParameterShard::ExportState(proto::ReplicaState* state, std::string* data) const {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) return absl::FailedPreconditionError("export: the shard holds no model");
+  if (tables_ != nullptr) {
+    return absl::FailedPreconditionError("export: the shard holds embedding tables");
+  }
+  std::vector<absl::Span<const char>> spans;
+  ExportStateLocked(state, &spans);
+  size_t size = 0;
+  for (absl::Span<const char> span : spans) size += span.size();
+  data->resize(size);
+  char* out = data->data();
+  for (absl::Span<const char> span : spans) {
+    std::memcpy(out, span.data(), span.size());
+    out += span.size();
   }
   return absl::OkStatus();
+}
+
+absl::Status ParameterShard::ImportState(const proto::ReplicaState& state, ByteSource* data) {
+  std::vector<Waiter> aborted;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    TakeFillLocked(state, data, &aborted, &status);
+  }
+  for (Waiter& w : aborted) {
+    w.done(absl::AbortedError(absl::StrCat("pull: ", ShardLabel(), " took another state")));
+  }
+  return status;
 }
 
 void ParameterShard::TakeFillLocked(const proto::ReplicaState& state, ByteSource* data,

@@ -138,17 +138,17 @@ absl::Status SetEmbeddingPolicy(proto::TrainingConfig* config) {
 }  // namespace
 
 absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int replica,
-                                                       bool ring) {
+                                                       bool hybrid) {
   ElasticWorkers elastic;
   if (!(FLAGS_elastic_lease_secs > 0)) {
     return absl::InvalidArgumentError("--elastic_lease_secs must be positive");
   }
   elastic.lease = absl::Seconds(FLAGS_elastic_lease_secs);
   if (FLAGS_max_workers <= 0) return elastic;
-  if (ring) {
+  if (hybrid) {
     return absl::InvalidArgumentError(
-        "--max_workers: elastic workers need ps mode (the ring of allreduce mode and "
-        "--dense_allreduce is fixed)");
+        "--max_workers: elastic workers train in ps mode or allreduce mode, not with "
+        "--dense_allreduce (its ring is fixed)");
   }
   if (spec_workers > FLAGS_max_workers) {
     return absl::InvalidArgumentError(absl::StrCat("the cluster spec has ", spec_workers,
@@ -165,18 +165,19 @@ absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int rep
 }
 
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
-                                                              double* decay_epochs) {
+                                                              double* decay_epochs,
+                                                              bool allreduce) {
   proto::TrainingConfig config;
-  config.set_mode(FLAGS_sync_replicas ? proto::SYNC : proto::ASYNC);
+  config.set_mode(FLAGS_sync_replicas || allreduce ? proto::SYNC : proto::ASYNC);
   config.set_num_replicas(num_replicas);
   config.set_replicas_to_aggregate(
       FLAGS_replicas_to_aggregate > 0 ? FLAGS_replicas_to_aggregate : num_replicas);
   if (FLAGS_max_workers > 0 || FLAGS_min_workers > 0) {
-    if (!FLAGS_sync_replicas || FLAGS_replicas_to_aggregate > 0) {
+    if ((!FLAGS_sync_replicas && !allreduce) || FLAGS_replicas_to_aggregate > 0) {
       return absl::InvalidArgumentError(
           "--max_workers and --min_workers make sync training elastic: they need "
-          "--sync_replicas and no --replicas_to_aggregate (each step averages every member's "
-          "gradient)");
+          "--sync_replicas (or allreduce mode) and no --replicas_to_aggregate (each step "
+          "averages every member's gradient)");
     }
     if (FLAGS_max_workers <= 0 || FLAGS_min_workers > FLAGS_max_workers) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -19,16 +19,19 @@ struct ElasticWorkers {
   absl::Duration lease;
 };
 // InvalidArgument naming the flag when a worker of a spec of `spec_workers`
-// workers, replica `replica`, cannot be elastic (`ring`: allreduce mode or
-// --dense_allreduce).
-absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int replica, bool ring);
+// workers, replica `replica`, cannot be elastic (`hybrid`: --dense_allreduce,
+// whose ring and tables are not elastic).
+absl::StatusOr<ElasticWorkers> ElasticWorkersFromFlags(int spec_workers, int replica,
+                                                       bool hybrid);
 
 // The rule for a cluster of `num_replicas` workers. With --decay_epochs (no
 // --decay_steps) the decay steps wait for the training set's size
 // (*decay_epochs > 0; ResolveDecayEpochs), a provisional 1 letting
 // everything else be validated now. InvalidArgument naming the flag at fault.
+// `allreduce`: allreduce mode, synchronous whatever --sync_replicas says.
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags(int num_replicas,
-                                                              double* decay_epochs);
+                                                              double* decay_epochs,
+                                                              bool allreduce = false);
 
 }  // namespace psrt
 

@@ -38,6 +38,7 @@ struct WorkerConfig {
   bool evaluator = false;
   int replica = 0;  // -1: the evaluator.
   int num_replicas = 1;  // Elastic workers (--max_workers): the replicas that may join.
+  bool elastic = false;  // --max_workers: workers join and leave.
   absl::Duration elastic_lease = absl::Seconds(5);  // Elastic workers: the chief's lease.
   int restarts = 0;  // Times the launcher restarted this task.
 

@@ -410,6 +410,16 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
   // worker must choose alike: one over gRPC only is refused, naming it).
   ring.data_plane = transport == TensorTransport::kDataPlane ||
                     (transport == TensorTransport::kAuto && !config->security->tls());
+  // An elastic job's rings (worker/ring/elastic_ring.h) move their
+  // segments over gRPC.
+  if (config->allreduce && config->elastic) {
+    if (transport == TensorTransport::kDataPlane) {
+      return absl::InvalidArgumentError(
+          "--tensor_transport=data_plane: the rings of an elastic allreduce job "
+          "(--max_workers) move their segments over gRPC; use auto or grpc");
+    }
+    ring.data_plane = false;
+  }
   ASSIGN_OR_RETURN(ring.data_port, DataPortFromFlags());
   config->checkpoint_dir = FLAGS_checkpoint_dir;
   if (config->uses_ring() && FLAGS_fusion_mb <= 0) {  // The ring's flag alone.
@@ -457,7 +467,8 @@ absl::Status ReadTrainerFlags(WorkerConfig* config) {
   }
 
   ASSIGN_OR_RETURN(options.config,
-                   TrainingConfigFromFlags(config->num_replicas, &config->decay_epochs));
+                   TrainingConfigFromFlags(config->num_replicas, &config->decay_epochs,
+                                           config->allreduce));
   // Examples consumed per global step: every aggregated replica's batch in
   // sync mode, one batch per update in async mode.
   config->examples_per_step =
@@ -549,8 +560,9 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags() {
   }
   ASSIGN_OR_RETURN(const ElasticWorkers elastic,
                    ElasticWorkersFromFlags(spec.num_replicas(), config.replica,
-                                           config.uses_ring()));
+                                           config.dense_allreduce));
   if (elastic.max_workers > 0) config.num_replicas = elastic.max_workers;
+  config.elastic = elastic.max_workers > 0;
   config.elastic_lease = elastic.lease;
   if (!config.uses_ring() && !FLAGS_checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/random_id.h"
 #include "common/rpc_util.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 
@@ -79,10 +80,18 @@ absl::StatusOr<proto::AttendResponse> MembershipRegistry::Attend(
     LOG(INFO) << "worker replica " << r << " restarted; it stays a member";
   }
   worker.incarnation = request.worker_incarnation();
+  worker.ring_address = request.ring_address();
   worker.last_heard = absl::Now();
   response.set_member(worker.from_version >= 0 && worker.announced);
   response.set_from_version(std::max<int64_t>(worker.from_version, 0));
+  if (options_.ring) *response.mutable_members() = sent_;
   return response;
+}
+
+absl::StatusOr<int64_t> MembershipRegistry::Join() {
+  if (!options_.ring) return 0;
+  RETURN_IF_ERROR(AnnounceNow("the chief's ring starts", 0));
+  return 0;
 }
 
 int MembershipRegistry::members() const {
@@ -168,6 +177,7 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
   proto::MembersRequest request;
   request.add_replicas(0);
   request.add_from_versions(0);
+  if (options_.ring) request.add_ring_addresses(options_.ring_address);
   int count = 1;
   {
     absl::MutexLock lock(&mu_);
@@ -175,8 +185,10 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
       if (worker.from_version < 0) continue;
       request.add_replicas(r);
       request.add_from_versions(worker.from_version);
+      if (options_.ring) request.add_ring_addresses(worker.ring_address);
       ++count;
     }
+    request.set_generation(++generation_);
     dirty_ = false;
   }
   absl::StatusOr<int64_t> shards_version = announce_(request);
@@ -195,10 +207,17 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
       }
     }
     if (!shards_version.ok()) dirty_ = true;
+    if (shards_version.ok()) sent_ = request;
   }
   if (!shards_version.ok()) return shards_version.status();
-  LOG(INFO) << "elastic workers: " << what << " at global step "
-            << (version >= 0 ? version : *shards_version) << "; members now: " << count;
+  // In allreduce mode the change takes effect where the ring regroups
+  // (its log says at which step).
+  LOG(INFO) << "elastic workers: " << what
+            << (options_.ring ? ""
+                              : absl::StrCat(" at global step ",
+                                             version >= 0 ? version : *shards_version))
+            << "; members now: " << count
+            << (options_.ring ? absl::StrCat(" (list ", request.generation(), ")") : "");
   return absl::OkStatus();
 }
 
@@ -240,9 +259,12 @@ void MembershipRegistry::LeaseLoop() {
 }
 
 MembershipClient::MembershipClient(std::shared_ptr<grpc::Channel> chief, int replica,
-                                   absl::Duration lease, absl::Duration join_timeout)
+                                   absl::Duration lease, absl::Duration join_timeout,
+                                   std::string ring_address, OnList on_list)
     : stub_(proto::Membership::NewStub(std::move(chief))),
       replica_(replica),
+      ring_address_(std::move(ring_address)),
+      on_list_(std::move(on_list)),
       lease_(lease),
       join_timeout_(join_timeout),
       incarnation_(static_cast<uint64_t>(NewIncarnation())) {}
@@ -261,11 +283,17 @@ absl::StatusOr<proto::AttendResponse> MembershipClient::Call(bool leaving,
   request.set_replica(replica_);
   request.set_worker_incarnation(incarnation_);
   request.set_leaving(leaving);
+  request.set_ring_address(ring_address_);
   proto::AttendResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   const absl::Status status = FromGrpcStatus(stub_->Attend(&context, request, &response));
   if (!status.ok()) return status;
+  const int64_t generation = response.members().generation();
+  if (on_list_ != nullptr && generation > heard_generation_.load()) {
+    heard_generation_.store(generation);
+    on_list_(response.members());
+  }
   return response;
 }
 

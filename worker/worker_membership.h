@@ -20,6 +20,13 @@
 // chief cannot leave; a chief that restarts starts alone and admits the
 // others again as they call.
 //
+// In allreduce mode (Options::ring) there are no shards: each list is
+// numbered (its generation) and names where every member serves the ring,
+// and it goes to the chief's ring (the announce callback) and, in the
+// answers to their calls, to the other members' rings
+// (worker/ring/elastic_ring.h), which regroup on it; the chief's Join makes
+// the first list (itself alone).
+//
 // The trainer sees ElasticMembership (worker/training/elastic_membership.h):
 // Join before training, AtStep before each step, Recovered after the
 // chief's recovery, Leave once drained.
@@ -31,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -54,6 +62,10 @@ class MembershipRegistry final : public ElasticMembership {
     absl::Duration lease = absl::Seconds(5);
     // How long AtStep waits for --min_workers before it fails.
     absl::Duration min_workers_timeout = absl::Seconds(300);
+    // Allreduce mode: the lists name where each member serves the ring,
+    // the chief at `ring_address`.
+    bool ring = false;
+    std::string ring_address;
   };
   // Sends a list to every shard; the lowest version they answer with.
   using Announce = std::function<absl::StatusOr<int64_t>(const proto::MembersRequest&)>;
@@ -70,7 +82,8 @@ class MembershipRegistry final : public ElasticMembership {
   // Members now, the chief included.
   int members() const;
 
-  absl::StatusOr<int64_t> Join() override { return 0; }
+  // Allreduce mode: makes the first list (the chief alone). 0.
+  absl::StatusOr<int64_t> Join() override;
   // Waits for --min_workers (DeadlineExceeded after min_workers_timeout),
   // admits the workers waiting from `version` + 1, and sends the list when
   // it changed; a list the shards do not all take is sent again next time
@@ -84,6 +97,7 @@ class MembershipRegistry final : public ElasticMembership {
  private:
   struct Worker {
     uint64_t incarnation = 0;
+    std::string ring_address;  // Allreduce mode.
     absl::Time last_heard;
     int64_t from_version = -1;  // -1: waiting to be admitted.
     // A list naming it went out to the shards: only then is it told it is
@@ -107,6 +121,10 @@ class MembershipRegistry final : public ElasticMembership {
   // chief's shards may list workers it has not heard from.
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> departed_ ABSL_GUARDED_BY(mu_);  // Members gone: announce at once.
+  // The lists made so far, and the newest one sent (allreduce mode: told
+  // in every answer).
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  proto::MembersRequest sent_ ABSL_GUARDED_BY(mu_);
   bool recovered_ ABSL_GUARDED_BY(mu_) = false;     // Recovered(): members from the next step.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;
@@ -116,9 +134,14 @@ class MembershipRegistry final : public ElasticMembership {
 // A worker's side: its calls to the chief. Thread safety: thread-safe.
 class MembershipClient final : public ElasticMembership {
  public:
-  // `chief`: a channel to the chief's status address.
+  // Allreduce mode: each newer list the chief's answers carry.
+  using OnList = std::function<void(const proto::MembersRequest& list)>;
+  // `chief`: a channel to the chief's status address. Allreduce mode:
+  // `ring_address` is where this worker serves the ring, and `on_list`
+  // hears the lists (from the Join's and the heartbeat's thread).
   MembershipClient(std::shared_ptr<grpc::Channel> chief, int replica, absl::Duration lease,
-                   absl::Duration join_timeout);
+                   absl::Duration join_timeout, std::string ring_address = "",
+                   OnList on_list = nullptr);
   ~MembershipClient() override;  // Stops calling (without a Leave).
 
   // Calls until the chief admits this worker (a chief not up yet is waited
@@ -137,11 +160,15 @@ class MembershipClient final : public ElasticMembership {
   void RequestDrain() { draining_.store(true); }
 
  private:
+  // Hands on_list_ the answer's list when it is newer than the last.
   absl::StatusOr<proto::AttendResponse> Call(bool leaving, absl::Duration timeout);
   void HeartbeatLoop();
 
   const std::unique_ptr<proto::Membership::Stub> stub_;
   const int replica_;
+  const std::string ring_address_;
+  const OnList on_list_;
+  std::atomic<int64_t> heard_generation_{0};
   const absl::Duration lease_;
   const absl::Duration join_timeout_;
   const uint64_t incarnation_;

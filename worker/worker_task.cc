@@ -25,6 +25,7 @@
 #include "worker/store/allreduce_store.h"
 #include "worker/store/hybrid_store.h"
 #include "worker/ring/collective.h"
+#include "worker/ring/elastic_ring.h"
 #include "worker/store/ps_client.h"
 #include "worker/training/towers.h"
 #include "worker/training/trainer.h"
@@ -126,7 +127,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfi
 
 absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& config,
                                                           const Model& model,
-                                                          Collective* ring, Timeline* timeline,
+                                                          Collective* ring,
+                                                          ElasticRing* elastic_ring,
+                                                          Timeline* timeline,
                                                           WorkerMetrics* metrics) {
   const std::string task = config.cluster.task.ToString();
   if (config.allreduce && !model.tables().empty()) {
@@ -155,6 +158,11 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
     }
     AllreduceStore::Options options;
     options.collective = ring;
+    options.elastic = elastic_ring;
+    // A ring that broke waits for the chief's list without the member
+    // gone: its lease, then a member's call period and a margin.
+    options.membership_wait = config.elastic_lease * 1.5 + absl::Seconds(2);
+    options.regroup_timeout = config.trainer.startup_timeout;
     options.checkpoint_dir = dir;
     options.fusion_bytes = config.fusion_bytes;
     options.timeline = timeline;
@@ -248,8 +256,10 @@ absl::Status RunWorkerTask(WorkerConfig config) {
                      Timeline::Open(config.timeline_path, std::max(config.replica, 0)));
   }
   // Allreduce mode and --dense_allreduce: the ring of the workers, served
-  // on each one's address.
+  // on each one's address; an elastic job's rings, one per list of members.
+  const bool elastic = config.trainer.config.max_workers() > 0 && !config.evaluator;
   std::unique_ptr<Collective> ring;
+  std::unique_ptr<ElasticRing> elastic_ring;
   std::vector<grpc::Service*> services;
   if (config.uses_ring()) {
     Collective::Options options = config.ring;
@@ -259,13 +269,24 @@ absl::Status RunWorkerTask(WorkerConfig config) {
     if (SplitHostPort(options.addresses[options.rank], &host, &port).ok()) {
       options.data_listen_host = ListenHost(config.bind_host, host);
     }
-    ring = std::make_unique<Collective>(options);
-    services.push_back(ring->service());
+    if (elastic) {
+      elastic_ring = std::make_unique<ElasticRing>(options, config.replica);
+      services.push_back(elastic_ring->service());
+    } else {
+      ring = std::make_unique<Collective>(options);
+      services.push_back(ring->service());
+    }
   }
+  // Tells this worker's elastic ring a list of the chief's.
+  auto tell_ring = [ring = elastic_ring.get()](const proto::MembersRequest& list) {
+    absl::StatusOr<ElasticRing::Members> members = ElasticRing::FromList(list);
+    if (!members.ok()) return members.status();
+    ring->MembersChanged(*std::move(members));
+    return absl::OkStatus();
+  };
   // Elastic workers: the chief keeps the list of members and announces it
-  // to the shards, once the store to announce with exists; the others
-  // call the chief.
-  const bool elastic = config.trainer.config.max_workers() > 0 && !config.evaluator;
+  // to the shards, once the store to announce with exists (in allreduce
+  // mode to its ring); the others call the chief.
   struct AnnounceTarget {
     absl::Mutex mu;
     ParameterStore* store ABSL_GUARDED_BY(mu) = nullptr;
@@ -280,9 +301,16 @@ absl::Status RunWorkerTask(WorkerConfig config) {
     options.max_workers = config.trainer.config.max_workers();
     options.lease = config.elastic_lease;
     options.min_workers_timeout = config.trainer.startup_timeout;
+    options.ring = elastic_ring != nullptr;
+    if (options.ring) options.ring_address = config.ring.addresses[config.replica];
     registry = std::make_unique<MembershipRegistry>(
         options,
-        [announce_target](const proto::MembersRequest& request) -> absl::StatusOr<int64_t> {
+        [announce_target, tell_ring, allreduce = options.ring](
+            const proto::MembersRequest& request) -> absl::StatusOr<int64_t> {
+          if (allreduce) {
+            RETURN_IF_ERROR(tell_ring(request));
+            return int64_t{0};
+          }
           absl::MutexLock lock(&announce_target->mu);
           if (announce_target->store == nullptr) {
             return absl::UnavailableError("the parameter servers are not reached yet");
@@ -291,9 +319,18 @@ absl::Status RunWorkerTask(WorkerConfig config) {
         });
     services.push_back(registry->service());
   } else if (elastic) {
+    MembershipClient::OnList on_list;
+    std::string ring_address;
+    if (elastic_ring != nullptr) {
+      ring_address = config.ring.addresses[config.replica];
+      on_list = [tell_ring](const proto::MembersRequest& list) {
+        const absl::Status told = tell_ring(list);
+        LOG_IF(WARNING, !told.ok()) << told.message();
+      };
+    }
     membership_client = std::make_unique<MembershipClient>(
         NewChannel(cluster.spec.ReplicaAddress(0), *config.security), config.replica,
-        config.elastic_lease, config.trainer.startup_timeout);
+        config.elastic_lease, config.trainer.startup_timeout, ring_address, std::move(on_list));
     drain = [client = membership_client.get()] {
       client->RequestDrain();
       return absl::OkStatus();
@@ -320,8 +357,8 @@ absl::Status RunWorkerTask(WorkerConfig config) {
   LOG(INFO) << cluster.task.ToString() << ": " << input.train_examples << " training examples";
   RETURN_IF_ERROR(ResolveDecayEpochs(input.train_examples, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterStore> store,
-                   MakeStore(config, *towers.tower(0), ring.get(), timeline.get(),
-                             &worker_metrics));
+                   MakeStore(config, *towers.tower(0), ring.get(), elastic_ring.get(),
+                             timeline.get(), &worker_metrics));
 
   {
     absl::MutexLock lock(&announce_target->mu);

@@ -3,8 +3,10 @@
 // the optimizer, its slots, the moving averages and the version; Read gets
 // what a pull that does not wait gets.
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "common/byte_source.h"
 #include "gtest/gtest.h"
 #include "ps/parameter_shard.h"
 #include "tests/ps/shard_test_util.h"
@@ -50,6 +52,41 @@ TEST(ParameterShardLocalTest, ApplyGradientIsOneSyncStepOfOneReplica) {
   EXPECT_NE(Values(&applied, true), Values(&applied, false));
   EXPECT_EQ(applied.Read(false)->header.version(), 3);
   EXPECT_EQ(applied.GetStatus().version(), 3);
+}
+
+// An elastic ring's regroup: one shard's whole state (optimizer slots,
+// moving averages and version included) exported into a fresh one, which
+// then trains on bit for bit as the first.
+TEST(ParameterShardLocalTest, AnExportedStateCarriesOnBitForBitWhereItIsImported) {
+  proto::TrainingConfig config = Config(proto::SYNC, 1, 1, /*learning_rate=*/0.1f);
+  config.set_optimizer(proto::MOMENTUM);
+  config.set_momentum(0.9f);
+  config.set_moving_average_decay(0.99f);
+  ParameterShard source({}), fresh({});
+  proto::ReplicaState state;
+  std::string data;
+  EXPECT_EQ(source.ExportState(&state, &data).code(), absl::StatusCode::kFailedPrecondition);
+  InitShard(&source, config, {1, -2, 3, 0.5f});
+  ASSERT_TRUE(source.ApplyGradient(std::vector<float>{0.3f, -1, 2, 0.125f}).ok());
+  ASSERT_TRUE(source.ApplyGradient(std::vector<float>{1e-3f, 7, -0.5f, 3}).ok());
+  ASSERT_TRUE(source.ExportState(&state, &data).ok());
+  // Values, the momentum slot and the moving averages.
+  EXPECT_EQ(data.size(), 3 * kSize * sizeof(float));
+
+  SpanByteSource short_data(absl::Span<const char>(data.data(), data.size() - 4));
+  EXPECT_EQ(fresh.ImportState(state, &short_data).code(), absl::StatusCode::kInvalidArgument);
+  SpanByteSource bytes(absl::Span<const char>(data.data(), data.size()));
+  ASSERT_TRUE(fresh.ImportState(state, &bytes).ok());
+  EXPECT_EQ(fresh.GetStatus().version(), 2);
+  EXPECT_TRUE(fresh.GetStatus().ready());
+  EXPECT_EQ(Values(&fresh, false), Values(&source, false));
+  EXPECT_EQ(Values(&fresh, true), Values(&source, true));
+  const std::vector<float> next = {-2, 0, 0.25f, 1};
+  ASSERT_TRUE(source.ApplyGradient(next).ok());
+  ASSERT_TRUE(fresh.ApplyGradient(next).ok());
+  EXPECT_EQ(Values(&fresh, false), Values(&source, false)) << "the momentum slot differs";
+  EXPECT_EQ(Values(&fresh, true), Values(&source, true));
+  EXPECT_EQ(fresh.GetStatus().version(), 3);
 }
 
 TEST(ParameterShardLocalTest, ANonFiniteMeanIsRefusedAndNothingApplied) {

@@ -55,8 +55,33 @@ TEST(RingPeerRulesTest, NamesTheNeighboursAndTimesTheFirstOpLonger) {
   EXPECT_EQ(header.step(), 1);
   EXPECT_EQ(header.sender(), 0);
   EXPECT_NE(header.incarnation(), 0);
-  EXPECT_TRUE(rules.CheckSender(2).ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(rules.CheckSender(1)));
+  EXPECT_EQ(header.generation(), 0);
+  EXPECT_TRUE(rules.CheckSender(From(1, 0, 2, 7)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(rules.CheckSender(From(1, 0, 1, 7))));
+}
+
+// An elastic job's rings (elastic_ring.h): a message of an earlier
+// generation is refused for good, one of a later generation retried, each
+// whatever its sender's rank was in that ring.
+TEST(RingPeerRulesTest, TakesOnlyItsOwnGenerationsMessages) {
+  FakeControl control;
+  RingOptions options = ThreeWorkers(0);
+  options.generation = 4;
+  RingPeerRules rules(options, &control);
+  EXPECT_EQ(rules.Header(1, 0).generation(), 4);
+  proto::CollectiveHeader message = From(1, 0, 2, 7);
+  message.set_generation(4);
+  EXPECT_TRUE(rules.CheckSender(message).ok());
+  message.set_generation(3);
+  message.set_sender(1);  // Its rank in that ring.
+  const absl::Status earlier = rules.CheckSender(message);
+  EXPECT_TRUE(absl::IsFailedPrecondition(earlier)) << earlier;
+  EXPECT_NE(earlier.message().find("list 3's ring"), std::string::npos) << earlier;
+  message.set_generation(5);
+  const absl::Status later = rules.CheckSender(message);
+  EXPECT_TRUE(absl::IsUnavailable(later)) << later;
+  EXPECT_NE(later.message().find("not joined the ring of list 5"), std::string::npos)
+      << later;
 }
 
 TEST(RingPeerRulesTest, TheProcessThatJoinsIsTheOneTakenAndARetryIsDropped) {

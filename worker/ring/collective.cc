@@ -37,4 +37,13 @@ absl::Status Collective::Broadcast(absl::Span<char> data, int root) {
   return schedule_.Broadcast(data, root);
 }
 
+absl::Status Collective::Deliver(const grpc::ByteBuffer& frame, proto::CollectiveAck* ack) {
+  return grpc_->Deliver(frame, ack);
+}
+
+void Collective::Abort(const absl::Status& why) {
+  CHECK(data_plane_ == nullptr) << "Abort: the ring's segments travel over the data plane";
+  grpc_->Abort(why);
+}
+
 }  // namespace psrt

@@ -33,10 +33,12 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "proto/psrt.pb.h"
 #include "worker/ring/ring_options.h"
 #include "worker/ring/ring_schedule.h"
 
 namespace grpc {
+class ByteBuffer;
 class Service;
 }  // namespace grpc
 
@@ -71,6 +73,15 @@ class Collective {
   absl::Status AllreduceSum(absl::Span<float> data);
   // Replaces `data` on every worker by `root`'s.
   absl::Status Broadcast(absl::Span<char> data, int root);
+
+  // What service() does with a message (or a ping) of a neighbour, for a
+  // service of another's that hands this ring its messages
+  // (elastic_ring.h): `ack` is the answer when OK.
+  absl::Status Deliver(const grpc::ByteBuffer& frame, proto::CollectiveAck* ack);
+  // Fails the op in progress and every later one with `why`, from any
+  // thread. REQUIRES: the segments travel over gRPC (not
+  // RingOptions::data_plane).
+  void Abort(const absl::Status& why);
 
  private:
   const Options options_;

@@ -431,7 +431,7 @@ absl::Status DataPlaneRingTransport::ReadSegment(FrameConnection* in, int64_t op
     return refuse(absl::InvalidArgumentError(absl::StrCat(
         "allreduce: ", in->peer(), " sent this worker's ring a frame that is no ring segment")));
   }
-  if (absl::Status sender = rules_.CheckSender(segment.sender()); !sender.ok()) {
+  if (absl::Status sender = rules_.CheckSender(segment); !sender.ok()) {
     return refuse(sender);
   }
   RingPeerRules::Verdict verdict;

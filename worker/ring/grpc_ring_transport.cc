@@ -28,12 +28,9 @@ class GrpcRingTransport::Service final
   grpc::ServerUnaryReactor* Deliver(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override {
-    absl::Status status = transport_->Deliver(*request);
-    if (status.ok()) {
-      proto::CollectiveAck ack;
-      ack.set_data_address(transport_->data_address_);
-      *response = SerializeToByteBuffer(ack);
-    }
+    proto::CollectiveAck ack;
+    absl::Status status = transport_->Deliver(*request, &ack);
+    if (status.ok()) *response = SerializeToByteBuffer(ack);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
@@ -86,17 +83,36 @@ GrpcRingTransport::~GrpcRingTransport() { RemoveRefusedCallListener(refused_list
 
 grpc::Service* GrpcRingTransport::service() { return service_.get(); }
 
-absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame) {
+void GrpcRingTransport::Abort(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (peer_error_.ok()) peer_error_ = why;
+}
+
+absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame,
+                                        proto::CollectiveAck* ack) {
+  ack->set_data_address(data_address_);
   TensorFrameReader reader;
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(frame, &header));
   // Op 0 is a neighbour asking whether this process still answers (the
-  // next worker), or where it takes segments (the previous one).
+  // next worker), or where it takes segments (the previous one); in an
+  // elastic job, maybe a neighbour of another generation's ring.
   if (header.op() == 0 &&
-      (header.sender() == rules_.next_rank() || header.sender() == rules_.previous_rank())) {
+      (header.sender() == rules_.next_rank() || header.sender() == rules_.previous_rank() ||
+       header.generation() != rules_.options().generation)) {
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(rules_.CheckSender(header.sender()));
+  if (absl::Status sender = rules_.CheckSender(header); !sender.ok()) {
+    // A neighbour in a newer list's ring: this ring's members changed, and
+    // an op of it would wait for a neighbour that has moved on.
+    if (header.generation() > rules_.options().generation) {
+      Abort(absl::AbortedError(absl::StrCat(
+          "allreduce: a neighbour is in the ring of the elastic job's list ",
+          header.generation(), ", this worker in that of list ", rules_.options().generation,
+          ": the members changed")));
+    }
+    return sender;
+  }
   absl::MutexLock lock(&mu_);
   RingPeerRules::Verdict verdict = rules_.Judge(header);
   if (!verdict.failure.ok() && peer_error_.ok()) peer_error_ = std::move(verdict.failure);

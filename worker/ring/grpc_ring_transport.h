@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "proto/psrt.pb.h"
 #include "worker/ring/ring_control.h"
 #include "worker/ring/ring_options.h"
 #include "worker/ring/ring_peer_rules.h"
@@ -57,6 +58,14 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   // called before service() is registered.
   void set_data_address(std::string address) { data_address_ = std::move(address); }
 
+  // What the service does with a message of the previous worker (or a
+  // neighbour's ping): `ack` is its answer when OK. For a service that
+  // hands messages on to this transport (elastic_ring.h).
+  absl::Status Deliver(const grpc::ByteBuffer& frame, proto::CollectiveAck* ack);
+  // Fails the op in progress (its receive returns at once, its send is not
+  // retried) and every later one with `why`.
+  void Abort(const absl::Status& why);
+
   absl::Status PingPrevious(absl::Duration deadline) override;
   absl::StatusOr<std::string> NextDataAddress(absl::Duration deadline) override;
 
@@ -74,8 +83,6 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   void RetryWhenDue(Call* call);
   // A Deliver of op 0 to `stub`'s worker, answered within `deadline`.
   absl::StatusOr<proto::CollectiveAck> PingOver(grpc::GenericStub* stub, absl::Duration deadline);
-  // From the service: a message of the previous worker.
-  absl::Status Deliver(const grpc::ByteBuffer& frame);
 
   // Its state (Judge, Took, the refusals of Deliver calls without this
   // process's token) under mu_.

@@ -43,6 +43,10 @@ struct RingOptions {
   // addresses[rank]'s host and that port.)
   std::string data_listen_host;
   int data_port = 0;
+  // An elastic job's list of members this ring is (elastic_ring.h): its
+  // messages carry it, and a worker takes only its own generation's. 0: a
+  // fixed ring.
+  int64_t generation = 0;
   // Records each AllreduceSum's reduce_scatter and all_gather phases;
   // null: none. REQUIRES: outlives the Collective.
   Timeline* timeline = nullptr;

@@ -54,6 +54,7 @@ proto::CollectiveHeader RingPeerRules::Header(int64_t op, int step) const {
   header.set_step(step);
   header.set_sender(options_.rank);
   header.set_incarnation(incarnation_);
+  header.set_generation(options_.generation);
   return header;
 }
 
@@ -66,7 +67,19 @@ absl::Status RingPeerRules::SendError(const absl::Status& status) const {
                        : ""));
 }
 
-absl::Status RingPeerRules::CheckSender(int sender) const {
+absl::Status RingPeerRules::CheckSender(const proto::CollectiveHeader& header) const {
+  if (header.generation() < options_.generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allreduce: worker/", options_.rank, " is in the ring of the elastic job's list ",
+        options_.generation, "; a message of list ", header.generation(),
+        "'s ring comes from a ring that is gone"));
+  }
+  if (header.generation() > options_.generation) {
+    return absl::UnavailableError(absl::StrCat(
+        "allreduce: worker/", options_.rank, " has not joined the ring of list ",
+        header.generation(), " yet (it is in list ", options_.generation, "'s)"));
+  }
+  const int sender = header.sender();
   if (sender == previous_rank_) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "allreduce: worker/", options_.rank, " takes messages from worker/", previous_rank_,

@@ -2,7 +2,11 @@
 // written once for both transports (grpc_ring_transport.h,
 // data_plane_ring_transport.h), which call it:
 //
-// - Only the previous worker sends segments (CheckSender).
+// - Only the previous worker sends segments, of this ring's generation
+//   (CheckSender): an elastic job's message of an earlier generation is
+//   refused (FailedPrecondition: its sender's ring is gone), one of a later
+//   generation is Unavailable (its sender retries until this worker has
+//   joined that ring).
 // - The previous worker's process is the one that joins (op 1). Until one
 //   has, a message of a later op comes from a process of the run before
 //   this one started (a job restarting after a fault): it is refused
@@ -74,8 +78,8 @@ class RingPeerRules {
   // The error of a send that failed with `status`, naming the next worker.
   absl::Status SendError(const absl::Status& status) const;
 
-  // OK when worker `sender` may send segments to this one.
-  absl::Status CheckSender(int sender) const;
+  // OK when `header`'s sender may send segments to this one.
+  absl::Status CheckSender(const proto::CollectiveHeader& header) const;
   // What becomes of a message of the previous worker (its sender checked).
   struct Verdict {
     bool take = false;     // New: take it (then Took).

@@ -1,10 +1,12 @@
 #include "worker/store/allreduce_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/byte_source.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -18,7 +20,9 @@ ParameterShard::Options ShardOptions(const AllreduceStore::Options& options) {
   shard.checkpoint_dir = options.checkpoint_dir;
   // The chief resumes from its newest checkpoint; the others restore the one
   // it resumed from (WaitForModelReady).
-  shard.restore_at_start = options.collective->rank() == 0 && !options.checkpoint_dir.empty();
+  const int replica =
+      options.elastic != nullptr ? options.elastic->replica() : options.collective->rank();
+  shard.restore_at_start = replica == 0 && !options.checkpoint_dir.empty();
   return shard;
 }
 
@@ -68,7 +72,7 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
       variables_(std::move(variables)),
       placement_(FusionGroups(variables_, options_.fusion_bytes)),
       shard_(ShardOptions(options_)) {
-  CHECK(options_.collective != nullptr);
+  CHECK((options_.collective != nullptr) != (options_.elastic != nullptr));
   int64_t elements = 0;
   for (const VariableSlice& slice : placement_.slices) {
     elements += slice.num_bytes / static_cast<int64_t>(sizeof(float));
@@ -91,8 +95,12 @@ AllreduceStore::AllreduceStore(Options options, std::vector<VariableDef> variabl
             << " bytes (a larger variable alone)";
 }
 
+int AllreduceStore::replica() const {
+  return options_.elastic != nullptr ? options_.elastic->replica() : options_.collective->rank();
+}
+
 std::string AllreduceStore::ShardName(int /*group*/) const {
-  return absl::StrCat("worker/", rank(), "'s own parameters (allreduce mode)");
+  return absl::StrCat("worker/", replica(), "'s own parameters (allreduce mode)");
 }
 
 proto::TrainingConfig AllreduceStore::ShardConfig(proto::TrainingConfig config) const {
@@ -124,7 +132,9 @@ absl::Status AllreduceStore::InitShard(const proto::TrainingConfig& config,
 }
 
 absl::Status AllreduceStore::WaitForServers(absl::Duration /*timeout*/) {
-  if (rank() == 0 && shard_.GetStatus().restoring()) RETURN_IF_ERROR(shard_.RestoreLatest());
+  if (replica() == 0 && shard_.GetStatus().restoring()) RETURN_IF_ERROR(shard_.RestoreLatest());
+  // Elastic: the ring is joined when the members are known (Regroup).
+  if (options_.elastic != nullptr) return absl::OkStatus();
   // Every worker is up, and each reaches the next one, before any model
   // state moves.
   return options_.collective->Join();
@@ -141,9 +151,15 @@ absl::Status AllreduceStore::Init(const proto::TrainingConfig& config,
 
 absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
     absl::Duration /*timeout*/) {
+  if (options_.elastic != nullptr) {
+    // The chief's initialized (or restored) model reaches every member.
+    RETURN_IF_ERROR(Regroup());
+    return shard_.GetStatus().config();
+  }
   ChiefState chief;
   std::string config;  // The chief's, serialized.
-  if (rank() == 0) {
+  const int rank = options_.collective->rank();
+  if (rank == 0) {
     const proto::StatusResponse status = shard_.GetStatus();
     config = status.config().SerializeAsString();
     chief.config_bytes = static_cast<int64_t>(config.size());
@@ -170,7 +186,7 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
     return absl::InternalError("allreduce mode: the chief's training config does not parse");
   }
   if (chief.restored_step < 0) {  // A fresh start: the chief's initial values.
-    if (rank() == 0) {
+    if (rank == 0) {
       std::vector<Tensor> values;
       for (const VariableDef& v : variables_) values.emplace_back(v.shape);
       RETURN_IF_ERROR(Pull(0, &values).status());
@@ -178,13 +194,13 @@ absl::StatusOr<proto::TrainingConfig> AllreduceStore::WaitForModelReady(
     }
     RETURN_IF_ERROR(options_.collective->Broadcast(
         {reinterpret_cast<char*>(flat_.data()), flat_.num_bytes()}, /*root=*/0));
-    if (rank() != 0) RETURN_IF_ERROR(InitShard(chief_config));
-  } else if (rank() != 0) {
+    if (rank != 0) RETURN_IF_ERROR(InitShard(chief_config));
+  } else if (rank != 0) {
     absl::Status restored = shard_.Restore(chief.restored_step);
     if (!restored.ok()) {
       return absl::Status(restored.code(), absl::StrCat(
           "allreduce mode: the chief resumed from checkpoint ", chief.restored_step,
-          ", which worker/", rank(), " cannot restore from --checkpoint_dir=\"",
+          ", which worker/", rank, " cannot restore from --checkpoint_dir=\"",
           options_.checkpoint_dir, "\" (every worker must read the chief's checkpoint "
           "directory: one host, or a shared volume): ", restored.message()));
     }
@@ -220,6 +236,11 @@ absl::StatusOr<ParameterStore::PullResult> AllreduceStore::Pull(
 
 absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vector<Tensor>& grads,
                                                                 const ShardHooks* hooks) {
+  // Elastic: a ring whose list is not the newest takes no step.
+  if (options_.elastic != nullptr && options_.elastic->stale()) {
+    return absl::AbortedError("allreduce: the elastic job's members changed: the workers regroup");
+  }
+  Collective* const ring = this->ring();
   // Every worker reduces the groups in this order, last layers first,
   // whatever `hooks` asks: each group as soon as its gradients are final.
   for (int group = num_groups() - 1; group >= 0; --group) {
@@ -228,11 +249,12 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
       Timeline::Span fusion(options_.timeline, "fusion", "allreduce", version_);
       Flatten(grads, group);
     }
-    RETURN_IF_ERROR(options_.collective->AllreduceSum(flat_.flat().subspan(
-        group_start_[group], group_start_[group + 1] - group_start_[group])));
+    const absl::Status reduced = ring->AllreduceSum(flat_.flat().subspan(
+        group_start_[group], group_start_[group + 1] - group_start_[group]));
+    if (!reduced.ok()) return RingFailure(reduced);
   }
   Timeline::Span apply(options_.timeline, "apply", "allreduce", version_);
-  kernels::Scale(1.0f / options_.collective->size(), flat_.flat());
+  kernels::Scale(1.0f / ring->size(), flat_.flat());
   // The mean goes straight into the optimizer: no push, no copy.
   ASSIGN_OR_RETURN(const proto::PushResponse response, shard_.ApplyGradient(flat_.flat()));
   PushResult result;
@@ -242,7 +264,93 @@ absl::StatusOr<ParameterStore::PushResult> AllreduceStore::Push(const std::vecto
 }
 
 absl::Status AllreduceStore::Shutdown() {
-  shard_.Shutdown(rank());
+  shard_.Shutdown(replica());
+  return absl::OkStatus();
+}
+
+absl::Status AllreduceStore::RingFailure(absl::Status status) const {
+  if (options_.elastic == nullptr || absl::IsAborted(status)) return status;
+  // A member that died breaks the ring before the chief's lease drops it:
+  // a newer list coming soon says so.
+  const absl::Time deadline = absl::Now() + options_.membership_wait;
+  while (!options_.elastic->stale() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!options_.elastic->stale()) return status;
+  return absl::AbortedError(
+      absl::StrCat("the elastic job's members changed: ", status.message()));
+}
+
+absl::Status AllreduceStore::Regroup() {
+  if (options_.elastic == nullptr) return ParameterStore::Regroup();
+  const absl::Time deadline = absl::Now() + options_.regroup_timeout;
+  while (true) {
+    absl::Status status = options_.elastic->Regroup(deadline - absl::Now());
+    if (status.ok()) status = SyncState();
+    if (status.ok()) return absl::OkStatus();
+    // A ring that broke (a member died) waits for the list without it.
+    status = RingFailure(status);
+    if (!absl::IsAborted(status) || absl::Now() >= deadline) return status;
+    LOG(INFO) << status.message() << "; regrouping again";
+  }
+}
+
+absl::Status AllreduceStore::SyncState() {
+  Collective& ring = *this->ring();
+  const int w = ring.size();
+  // Each member's version + 1 (0: it holds no model yet), exactly: floats
+  // carry 24 bits, so each count travels as three 21-bit parts.
+  constexpr int kParts = 3;
+  constexpr int kPartBits = 21;
+  const proto::StatusResponse status = shard_.GetStatus();
+  const int64_t mine = status.initialized() && status.ready() ? status.version() + 1 : 0;
+  std::vector<float> parts(static_cast<size_t>(kParts) * w, 0.0f);
+  for (int k = 0; k < kParts; ++k) {
+    parts[ring.rank() * kParts + k] =
+        static_cast<float>((mine >> (kPartBits * k)) & ((int64_t{1} << kPartBits) - 1));
+  }
+  RETURN_IF_ERROR(ring.AllreduceSum(absl::MakeSpan(parts)));
+  std::vector<int64_t> held(w, 0);
+  int root = 0;
+  for (int r = 0; r < w; ++r) {
+    for (int k = 0; k < kParts; ++k) {
+      held[r] |= static_cast<int64_t>(parts[r * kParts + k]) << (kPartBits * k);
+    }
+    if (held[r] > held[root]) root = r;
+  }
+  if (held[root] == 0) {
+    return absl::FailedPreconditionError("allreduce: no member of the ring holds the model");
+  }
+  const int64_t version = held[root] - 1;
+  const ElasticRing::Members& members = options_.elastic->members();
+  const std::string ring_of = absl::StrCat("allreduce: the ring of list ", members.generation,
+                                           " (worker replicas ",
+                                           absl::StrJoin(members.replicas, ", "), ")");
+  if (std::all_of(held.begin(), held.end(), [&](int64_t v) { return v == held[root]; })) {
+    LOG(INFO) << ring_of << " carries on at global step " << version
+              << " (every member holds it)";
+    return absl::OkStatus();
+  }
+  // The root's state, whole: its description, then its tensors.
+  proto::ReplicaState state;
+  std::string data;
+  if (ring.rank() == root) RETURN_IF_ERROR(shard_.ExportState(&state, &data));
+  std::string described = state.SerializeAsString();
+  int64_t sizes[2] = {static_cast<int64_t>(described.size()), static_cast<int64_t>(data.size())};
+  RETURN_IF_ERROR(ring.Broadcast({reinterpret_cast<char*>(sizes), sizeof(sizes)}, root));
+  described.resize(sizes[0]);
+  data.resize(sizes[1]);
+  RETURN_IF_ERROR(ring.Broadcast(absl::MakeSpan(described), root));
+  RETURN_IF_ERROR(ring.Broadcast(absl::MakeSpan(data), root));
+  if (ring.rank() != root) {
+    if (!state.ParseFromString(described)) {
+      return absl::InternalError("allreduce: a member's state does not parse");
+    }
+    SpanByteSource bytes(absl::Span<const char>(data.data(), data.size()));
+    RETURN_IF_ERROR(shard_.ImportState(state, &bytes));
+  }
+  LOG(INFO) << ring_of << " carries on at global step " << version
+            << " from the state of worker replica " << members.replicas[root];
   return absl::OkStatus();
 }
 

@@ -33,6 +33,22 @@
 // (the launcher's restart policy, or Kubernetes) and resumes from the last
 // checkpoint.
 //
+// Elastic workers (Options::elastic, --max_workers): the ring follows the
+// chief's lists of members (worker/ring/elastic_ring.h, which the chief's
+// membership registry and the others' membership calls tell). A push on
+// a ring whose list is no longer the newest fails with Aborted, and so does
+// one whose ring broke when a newer list comes within a lease of it (a
+// member died: the chief drops it after its lease); Regroup then joins the
+// newest ring, and its members carry on from the newest state one of them
+// holds (Horovod Elastic's reset from the last commit: a step is
+// committed once any member applied it, since the ring gives every member
+// the same sum): they tell each other their versions with an allreduce,
+// and the first member at the newest one broadcasts its whole state
+// (values, optimizer slots, moving averages, version, config). A worker
+// that joins regroups in WaitForModelReady and gets the model so; no
+// checkpoint is read. The chief cannot leave (if it dies, the job fails
+// and restarts from the last checkpoint, as without elastic workers).
+//
 // Thread safety: not thread-safe (ParameterStore).
 #ifndef PSRT_WORKER_STORE_ALLREDUCE_STORE_H_
 #define PSRT_WORKER_STORE_ALLREDUCE_STORE_H_
@@ -45,6 +61,7 @@
 #include "common/timeline.h"
 #include "ps/parameter_shard.h"
 #include "worker/ring/collective.h"
+#include "worker/ring/elastic_ring.h"
 #include "worker/store/parameter_store.h"
 
 namespace psrt {
@@ -54,6 +71,14 @@ class AllreduceStore final : public ParameterStore {
   struct Options {
     // This worker's rank is collective->rank(). REQUIRES: outlives the store.
     Collective* collective = nullptr;
+    // Instead of `collective`: an elastic job's rings, this worker replica
+    // elastic->replica(). REQUIRES: outlives the store.
+    ElasticRing* elastic = nullptr;
+    // Elastic: how long a push whose ring broke waits for a newer list
+    // before it fails (the chief's lease, plus its members' call period),
+    // and how long Regroup may take.
+    absl::Duration membership_wait = absl::Seconds(10);
+    absl::Duration regroup_timeout = absl::Seconds(300);
     std::string checkpoint_dir;  // Empty: no checkpoints.
     // Tensor fusion: the gradients are reduced in groups of consecutive
     // variables of at most this many bytes (a larger variable alone), each
@@ -84,6 +109,8 @@ class AllreduceStore final : public ParameterStore {
   absl::Status Save(int64_t step, int64_t version, int keep, int64_t keep_step = -1) override;
   absl::Status Restore(int64_t step, int64_t recovery_epoch) override;
   void ForgetIncarnations() override {}
+  bool regroups() const override { return options_.elastic != nullptr; }
+  absl::Status Regroup() override;
 
   const Placement& placement() const override { return placement_; }
   proto::DataType wire_dtype() const override { return proto::DT_FLOAT; }
@@ -100,7 +127,18 @@ class AllreduceStore final : public ParameterStore {
   // Copies `tensors` (one per variable) into flat_, back to back: those of
   // fusion group `group`, or all of them (-1).
   void Flatten(const std::vector<Tensor>& tensors, int group);
-  int rank() const { return options_.collective->rank(); }
+  // The ring of the moment (elastic: null before the first Regroup).
+  Collective* ring() const {
+    return options_.elastic != nullptr ? options_.elastic->ring() : options_.collective;
+  }
+  // This worker's replica index (its rank in a fixed ring).
+  int replica() const;
+  // Elastic: every member's state is the newest one's (see the header
+  // comment). REQUIRES: the ring was joined.
+  absl::Status SyncState();
+  // What becomes of a ring op's failure `status`: Aborted when a newer
+  // list of members comes within membership_wait (elastic), else itself.
+  absl::Status RingFailure(absl::Status status) const;
   int num_groups() const { return placement_.num_shards; }
 
   const Options options_;

@@ -125,6 +125,17 @@ class ParameterStore {
     return absl::UnimplementedError("elastic workers need parameter servers (ps mode)");
   }
 
+  // Elastic workers in allreduce mode (AllreduceStore with an ElasticRing):
+  // whether the store regroups. Its calls fail with Aborted when the
+  // members changed; the trainer then calls Regroup, which joins the ring
+  // of the newest members and brings every member to the newest state one
+  // of them holds, and pulls it. WaitForModelReady regroups too (a worker
+  // that joins gets the model so). Only this thread calls Regroup.
+  virtual bool regroups() const { return false; }
+  virtual absl::Status Regroup() {
+    return absl::UnimplementedError("only an elastic allreduce ring regroups");
+  }
+
   virtual const Placement& placement() const = 0;
   int num_shards() const { return placement().num_shards; }
   virtual proto::DataType wire_dtype() const = 0;

@@ -270,6 +270,14 @@ absl::StatusOr<bool> Trainer::Start() {
       ASSIGN_OR_RETURN(events_, EventWriter::Open(options_.logdir));
     }
   }
+  // An elastic ring's members are the chief's to say: a worker joins
+  // before its ring can be built.
+  int64_t first_version = 0;
+  const bool joined_first = options_.membership != nullptr && client_->regroups();
+  if (joined_first) {
+    // Its ring hands it the newest state, whatever version it was admitted at.
+    RETURN_IF_ERROR(options_.membership->Join().status());
+  }
   absl::StatusOr<proto::TrainingConfig> ready =
       client_->WaitForModelReady(options_.startup_timeout);
   if (absl::IsCancelled(ready.status())) {
@@ -288,8 +296,7 @@ absl::StatusOr<bool> Trainer::Start() {
         proto::SyncMode_Name(chief_config.mode()), " with ", chief_config.num_replicas(),
         " (--max_workers=", chief_config.max_workers(), "): give every worker the same flags"));
   }
-  int64_t first_version = 0;
-  if (options_.membership != nullptr) {
+  if (options_.membership != nullptr && !joined_first) {
     ASSIGN_OR_RETURN(first_version, options_.membership->Join());
   }
   ASSIGN_OR_RETURN(pulled_, client_->Pull(first_version, &params_));
@@ -330,14 +337,23 @@ absl::Status Trainer::RecoverOrFail(const absl::Status& status) {
   computed_ = false;
   batch_pulled_ = false;
   if (!absl::IsAborted(status)) return status;
-  RETURN_IF_ERROR(recovery_.Recover(status, &params_, &pulled_));
-  if (options_.membership != nullptr) options_.membership->Recovered();
+  if (client_->regroups()) {
+    // An elastic ring's members changed: the newest ring, the newest state.
+    LOG(INFO) << status.message();
+    RETURN_IF_ERROR(client_->Regroup());
+    ASSIGN_OR_RETURN(pulled_, client_->Pull(0, &params_));
+  } else {
+    RETURN_IF_ERROR(recovery_.Recover(status, &params_, &pulled_));
+    if (options_.membership != nullptr) options_.membership->Recovered();
+  }
   RETURN_IF_ERROR(DataFromStep(pulled_.version));
   clock_base_ = result_.local_steps;
   // The shards hold a checkpoint of this step (the next ones are saved
-  // again on schedule).
-  checkpoints_.Recovered(chief() && recovery_.checkpoints(),
-                         recovery_.newest_common_checkpoint(), pulled_.version);
+  // again on schedule); a regrouped ring restored none.
+  if (!client_->regroups()) {
+    checkpoints_.Recovered(chief() && recovery_.checkpoints(),
+                           recovery_.newest_common_checkpoint(), pulled_.version);
+  }
   last_eval_step_ = std::min(last_eval_step_, pulled_.version);
   return absl::OkStatus();
 }
