@@ -1,6 +1,7 @@
 // Elastic workers (--max_workers) on real clusters on 127.0.0.1: workers
-// join a running sync job from a grown cluster spec, one is killed -9 and
-// another drained with psrtctl, and the job still ends at its final line.
+// join a running sync job (ps mode, and allreduce mode) from a grown
+// cluster spec, one is killed -9 and another drained with psrtctl, and the
+// job still ends at its final line.
 #include <signal.h>
 
 #include <memory>
@@ -188,6 +189,67 @@ TEST_F(ElasticTest, TheLauncherCarriesOnPastAKilledWorker) {
       << out;
 }
 
+// Allreduce mode: each list of members is a ring of its own. Workers 0 and
+// 1 start; 2 joins from a grown spec and gets the model from the ring; 1 is
+// killed -9; 2 is drained; the chief ends at its final line, having trained
+// every step once (the rings carry on at non-decreasing steps).
+TEST_F(ElasticTest, AllreduceWorkersJoinLeaveAndDrainMidRun) {
+  const std::string grown = MakeSpec(0, 3, "grown.json");
+  const std::string spec = ShrinkSpec(grown, "cluster.json");
+  const std::string flags =
+      "--max_workers=3 --elastic_lease_secs=2 --model=lenet --optimizer=momentum "
+      "--learning_rate=0.02 --batch_size=50 --intra_op_threads=1 --log_every_steps=5 "
+      "--train_steps=1500";
+  StartWorker(spec, 0, flags);
+  StartWorker(spec, 1, flags);
+  const std::string chief_log = dir_ + "/worker-0.log";
+  ASSERT_TRUE(WaitForLog(chief_log, "(worker replicas 0, 1) carries on at global step"))
+      << AllLogs();
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + RandomStep(20, 60))) << AllLogs();
+  StartWorker(grown, 2, flags);
+  ASSERT_TRUE(WaitForLog(chief_log, "(worker replicas 0, 1, 2) carries on at global step"))
+      << AllLogs();
+  // The joiner got the model from the ring, not from a checkpoint.
+  ASSERT_TRUE(WaitForLog(dir_ + "/worker-2.log", "from the state of worker replica 0"))
+      << AllLogs();
+
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + 20)) << AllLogs();
+  workers_[1]->Kill();
+  ASSERT_TRUE(WaitForLog(chief_log, "worker replica(s) 1 leave")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "(worker replicas 0, 2) carries on at global step"))
+      << AllLogs();
+
+  ASSERT_TRUE(WaitForChiefStep(ChiefStep() + 20)) << AllLogs();
+  CommandResult drain = RunCommand(absl::StrCat(bin_, "/psrtctl drain --address=",
+                                                WorkerAddress(grown, 2)));
+  ASSERT_EQ(drain.exit_code, 0) << drain.output << AllLogs();
+  EXPECT_EQ(workers_[2]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  EXPECT_NE(ReadFile(dir_ + "/worker-2.log").find("drained: left the job at global step"),
+            std::string::npos)
+      << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "(worker replicas 0) carries on at global step", 2))
+      << AllLogs();
+
+  EXPECT_EQ(workers_[0]->Wait(absl::Seconds(240)), 0) << AllLogs();
+  const std::string chief = ReadFile(chief_log);
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << AllLogs();
+  EXPECT_EQ(step, 1500);
+  EXPECT_GT(accuracy, 0.6);
+  // Every ring carried on from where the one before it got to.
+  const std::regex carried(R"(carries on at global step (\d+))");
+  long last = 0;
+  int rings = 0;
+  for (auto it = std::sregex_iterator(chief.begin(), chief.end(), carried);
+       it != std::sregex_iterator(); ++it, ++rings) {
+    const long at = std::stol((*it)[1]);
+    EXPECT_GE(at, last) << chief;
+    last = at;
+  }
+  EXPECT_GE(rings, 5) << chief;  // Lists 1 (the chief alone) to 5 at least.
+}
+
 TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
   const std::string spec = MakeSpec(1, 3);
   const std::string worker = absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,
@@ -204,6 +266,17 @@ TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
   EXPECT_NE(bounds.exit_code, 0);
   EXPECT_NE(bounds.output.find("--min_workers=4 needs --max_workers"), std::string::npos)
       << bounds.output;
+  // An elastic ring moves its segments over gRPC; the hybrid's is fixed.
+  const std::string ring = MakeSpec(0, 2, "ring.json");
+  CommandResult data_plane = RunCommand(absl::StrCat(
+      bin_, "/psrt_worker --cluster_spec=", ring,
+      " --job_name=worker --task_index=0 --max_workers=2 --tensor_transport=data_plane"));
+  EXPECT_NE(data_plane.exit_code, 0);
+  EXPECT_NE(data_plane.output.find("move their segments over gRPC"), std::string::npos)
+      << data_plane.output;
+  CommandResult hybrid = RunCommand(worker + "--sync_replicas --max_workers=3 --dense_allreduce");
+  EXPECT_NE(hybrid.exit_code, 0);
+  EXPECT_NE(hybrid.output.find("not with --dense_allreduce"), std::string::npos) << hybrid.output;
 }
 
 }  // namespace
