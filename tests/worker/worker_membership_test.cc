@@ -36,6 +36,10 @@ struct Announcements {
     absl::MutexLock lock(&mu);
     return static_cast<int>(lists.size());
   }
+  proto::MembersRequest LastList() {
+    absl::MutexLock lock(&mu);
+    return lists.empty() ? proto::MembersRequest() : lists.back();
+  }
   // The last list as (replica, from_version) pairs.
   std::vector<std::pair<int, int64_t>> Last() {
     absl::MutexLock lock(&mu);
@@ -257,6 +261,69 @@ TEST(MembershipClientTest, JoinsOverGrpcAndLeaves) {
                          absl::Seconds(2), absl::Seconds(20));
   const absl::Status refused = extra.Join().status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  server->Shutdown();
+}
+
+// Allreduce mode: every list is numbered and names where each member
+// serves the ring; the chief's Join makes the first (itself alone), and a
+// worker hears each newer list in the answers to its calls.
+TEST(MembershipClientTest, RingListsReachTheWorkersWithTheirAddresses) {
+  Announcements announced;
+  MembershipRegistry::Options options = RegistryOptions(1, 3);
+  options.ring = true;
+  options.ring_address = "chief:1";
+  MembershipRegistry registry(options, announced.Announcer());
+  ASSERT_TRUE(registry.Join().ok());
+  ASSERT_EQ(announced.count(), 1);
+  EXPECT_EQ(announced.LastList().generation(), 1);
+  EXPECT_EQ(announced.LastList().ring_addresses(0), "chief:1");
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(registry.service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  absl::Mutex mu;
+  std::vector<proto::MembersRequest> heard;
+  const TransportSecurity insecure;
+  MembershipClient client(NewChannel(absl::StrCat("127.0.0.1:", port), insecure), 2,
+                          absl::Seconds(1), absl::Seconds(20), "two:2",
+                          [&](const proto::MembersRequest& list) {
+                            absl::MutexLock lock(&mu);
+                            heard.push_back(list);
+                          });
+  std::thread chief([&] {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (registry.members() < 2 && absl::Now() < until) {
+      EXPECT_TRUE(registry.AtStep(3, kNever).ok());
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  const absl::Status joined = client.Join().status();
+  chief.join();
+  ASSERT_TRUE(joined.ok()) << joined;
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_FALSE(heard.empty());
+    const proto::MembersRequest& list = heard.back();
+    EXPECT_EQ(list.generation(), 2);
+    ASSERT_EQ(list.replicas_size(), 2);
+    EXPECT_EQ(list.replicas(1), 2);
+    EXPECT_EQ(list.ring_addresses(0), "chief:1");
+    EXPECT_EQ(list.ring_addresses(1), "two:2");
+    // Each list heard once, newest last.
+    for (size_t i = 1; i < heard.size(); ++i) {
+      EXPECT_GT(heard[i].generation(), heard[i - 1].generation());
+    }
+  }
+  EXPECT_EQ(announced.LastList().generation(), 2);
+  client.Leave();
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (announced.count() < 3 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_EQ(announced.count(), 3);
+  EXPECT_EQ(announced.LastList().generation(), 3);
+  EXPECT_EQ(announced.LastList().replicas_size(), 1);
   server->Shutdown();
 }
 
