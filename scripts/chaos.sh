@@ -25,11 +25,14 @@
 # accuracy within 0.05 of the undisturbed run's (the steps average other
 # workers' gradients, so it is not exact):
 #   chaos: run=I joined_at=J left=killed|drained at_step=K exit=E accuracy=A diff=D ok|FAIL
+# --elastic --allreduce: the same with 2 workers in allreduce mode (no ps
+# tasks), each change logged where the ring carries on with its new members.
 #
-#   scripts/chaos.sh [N] [--model mlp] [--steps 600 (2000 --elastic)] [--replicas|--elastic]
+#   scripts/chaos.sh [N] [--model mlp] [--steps 600 (2000 --elastic)]
+#                    [--replicas|--elastic [--allreduce]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=20 model=mlp steps="" replicas=0 elastic=0
+runs=20 model=mlp steps="" replicas=0 elastic=0 num_ps=2
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then runs="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,9 +40,14 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift 2 ;;
     --replicas) replicas=1; shift ;;
     --elastic) elastic=1; shift ;;
+    --allreduce) num_ps=0; shift ;;
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ "$num_ps" = 0 ] && [ "$elastic" = 0 ]; then
+  echo "chaos.sh: --allreduce goes with --elastic" >&2
+  exit 2
+fi
 # Elastic runs are longer: a joiner takes a second or two to start.
 [ -n "$steps" ] || steps=$([ "$elastic" = 1 ] && echo 2000 || echo 600)
 scripts/setup.sh >/dev/null
@@ -54,7 +62,7 @@ final_accuracy() {
   sed -n 's/^final: global_step=[0-9]* test_accuracy=\([0-9.]*\).*/\1/p' "$1/worker-0.log" | tail -1
 }
 
-scripts/make_cluster_spec.sh --ps 2 --workers 2 --out "$work/reference.json"
+scripts/make_cluster_spec.sh --ps "$num_ps" --workers 2 --out "$work/reference.json"
 scripts/launch.sh --cluster_spec "$work/reference.json" --logdir "$work/reference" \
   --checkpoint_dir "$work/reference/ckpt" -- "${flags[@]}" >"$work/reference.out" 2>&1 ||
   { echo "chaos: the undisturbed run failed; see $work/reference.out" >&2; exit 1; }
@@ -73,10 +81,17 @@ pid_of() {
 }
 if [ "$elastic" = 1 ]; then
   elastic_flags=(--max_workers=3 --min_workers=1 --elastic_lease_secs=2)
+  # Where the chief logs that each change took effect.
+  joined_line='worker replica(s) 2 join at global step'
+  left_line='worker replica(s) 1 leave at global step'
+  if [ "$num_ps" = 0 ]; then
+    joined_line='(worker replicas 0, 1, 2) carries on at global step'
+    left_line='(worker replicas 0, 2) carries on at global step'
+  fi
   for ((i = 1; i <= runs; i++)); do
     dir="$work/run-$i"
     mkdir -p "$dir"
-    scripts/make_cluster_spec.sh --ps 2 --workers 3 --out "$dir/grown.json"
+    scripts/make_cluster_spec.sh --ps "$num_ps" --workers 3 --out "$dir/grown.json"
     sed '/"worker"/ s/, "[^"]*"\]/]/' "$dir/grown.json" >"$dir/cluster.json"
     scripts/launch.sh --cluster_spec "$dir/cluster.json" --logdir "$dir" \
       --checkpoint_dir "$dir/ckpt" -- "${flags[@]}" "${elastic_flags[@]}" >"$dir/launch.out" 2>&1 &
@@ -115,8 +130,8 @@ if [ "$elastic" = 1 ]; then
     verdict=FAIL diff=""
     if [ "$left" != missed ] && [ "$code" -eq 0 ] && [ "$joiner_code" -eq 0 ] &&
        [ -n "$accuracy" ] && [ "$final_step" = "$steps" ] &&
-       grep -q 'worker replica(s) 2 join at global step' "$dir/worker-0.log" &&
-       grep -q 'worker replica(s) 1 leave at global step' "$dir/worker-0.log"; then
+       grep -qF "$joined_line" "$dir/worker-0.log" &&
+       grep -qF "$left_line" "$dir/worker-0.log"; then
       diff=$(awk -v a="$accuracy" -v b="$reference" 'BEGIN {d = a - b; if (d < 0) d = -d; printf "%.4f", d}')
       if awk -v d="$diff" 'BEGIN {exit !(d <= 0.05)}'; then verdict=ok; fi
     fi
