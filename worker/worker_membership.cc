@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "worker/ring/ring_options.h"
 
 namespace psrt {
 
@@ -37,6 +38,7 @@ MembershipRegistry::MembershipRegistry(const Options& options, Announce announce
     : options_(options),
       announce_(std::move(announce)),
       service_(std::make_unique<Service>(this)),
+      generation_(absl::ToUnixMillis(absl::Now()) << kListBits),
       lease_thread_([this] { LeaseLoop(); }) {}
 
 MembershipRegistry::~MembershipRegistry() {
@@ -217,7 +219,8 @@ absl::Status MembershipRegistry::AnnounceNow(absl::string_view what, int64_t ver
                               : absl::StrCat(" at global step ",
                                              version >= 0 ? version : *shards_version))
             << "; members now: " << count
-            << (options_.ring ? absl::StrCat(" (list ", request.generation(), ")") : "");
+            << (options_.ring ? absl::StrCat(" (list ", ListNumber(request.generation()), ")")
+                              : "");
   return absl::OkStatus();
 }
 

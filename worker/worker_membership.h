@@ -121,9 +121,10 @@ class MembershipRegistry final : public ElasticMembership {
   // chief's shards may list workers it has not heard from.
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> departed_ ABSL_GUARDED_BY(mu_);  // Members gone: announce at once.
-  // The lists made so far, and the newest one sent (allreduce mode: told
-  // in every answer).
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The newest list's number (worker/ring/ring_options.h: from a base of
+  // this chief's start time), and the newest list sent (allreduce mode:
+  // told in every answer).
+  int64_t generation_ ABSL_GUARDED_BY(mu_);
   proto::MembersRequest sent_ ABSL_GUARDED_BY(mu_);
   bool recovered_ ABSL_GUARDED_BY(mu_) = false;     // Recovered(): members from the next step.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

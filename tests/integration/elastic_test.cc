@@ -250,6 +250,41 @@ TEST_F(ElasticTest, AllreduceWorkersJoinLeaveAndDrainMidRun) {
   EXPECT_GE(rings, 5) << chief;  // Lists 1 (the chief alone) to 5 at least.
 }
 
+// Allreduce mode: a chief killed -9 and restarted restores its checkpoint,
+// but the ring carries on from the newest state a member holds, the
+// surviving worker's: no step is rolled back.
+TEST_F(ElasticTest, AllreduceRingOutlivesItsChief) {
+  const std::string spec = MakeSpec(0, 2);
+  const std::string flags = absl::StrCat(
+      "--max_workers=2 --elastic_lease_secs=2 --model=lenet --optimizer=momentum "
+      "--learning_rate=0.02 --batch_size=50 --intra_op_threads=1 --log_every_steps=5 "
+      "--train_steps=800 --save_checkpoint_steps=50 --checkpoint_dir=",
+      dir_, "/ckpt");
+  StartWorker(spec, 0, flags);
+  StartWorker(spec, 1, flags);
+  const std::string chief_log = dir_ + "/worker-0.log";
+  ASSERT_TRUE(WaitForLog(chief_log, "(worker replicas 0, 1) carries on at global step"))
+      << AllLogs();
+  ASSERT_TRUE(WaitForChiefStep(RandomStep(80, 150))) << AllLogs();
+  workers_[0]->Kill();
+  const long killed_at = ChiefStep();
+  workers_[0]->Start();  // Appends to the same log.
+  ASSERT_TRUE(WaitForLog(chief_log, "restored checkpoint")) << AllLogs();
+  ASSERT_TRUE(WaitForLog(chief_log, "from the state of worker replica 1")) << AllLogs();
+  EXPECT_EQ(workers_[0]->Wait(absl::Seconds(240)), 0) << AllLogs();
+  EXPECT_EQ(workers_[1]->Wait(absl::Seconds(60)), 0) << AllLogs();
+  const std::string chief = ReadFile(chief_log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      chief, m, std::regex(R"(carries on at global step (\d+) from the state of worker replica 1)")))
+      << chief;
+  EXPECT_GE(std::stol(m[1]), killed_at) << chief;
+  long step = 0;
+  double accuracy = 0;
+  ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << AllLogs();
+  EXPECT_EQ(step, 800);
+}
+
 TEST_F(ElasticTest, BadElasticFlagsAreRefusedNamingTheFlag) {
   const std::string spec = MakeSpec(1, 3);
   const std::string worker = absl::StrCat(bin_, "/psrt_worker --cluster_spec=", spec,

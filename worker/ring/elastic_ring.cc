@@ -46,7 +46,7 @@ class ElasticRing::Service final
 absl::StatusOr<ElasticRing::Members> ElasticRing::FromList(const proto::MembersRequest& list) {
   if (list.generation() <= 0 || list.ring_addresses_size() != list.replicas_size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("allreduce: the chief's list ", list.generation(), " names ",
+        absl::StrCat("allreduce: the chief's list ", ListNumber(list.generation()), " names ",
                      list.replicas_size(), " members and ", list.ring_addresses_size(),
                      " ring addresses"));
   }
@@ -66,8 +66,8 @@ grpc::Service* ElasticRing::service() { return service_.get(); }
 
 absl::Status ElasticRing::Superseded(int64_t generation) const {
   return absl::AbortedError(absl::StrCat("allreduce: the elastic job's members changed (list ",
-                                         newest_.generation, " after ", generation,
-                                         "): the workers regroup"));
+                                         ListNumber(newest_.generation), " after ",
+                                         ListNumber(generation), "): the workers regroup"));
 }
 
 void ElasticRing::MembersChanged(Members members) {
@@ -103,7 +103,7 @@ absl::Status ElasticRing::Regroup(absl::Duration timeout) {
     if (!mu_.AwaitWithTimeout(absl::Condition(&listed), timeout)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "allreduce: worker replica ", replica_, " was in no list of the chief's newer than ",
-          generation_, " within ", absl::FormatDuration(timeout),
+          ListNumber(generation_), " within ", absl::FormatDuration(timeout),
           newest_.generation > generation_ ? " (the newest leaves it out)" : ""));
     }
     members = newest_;

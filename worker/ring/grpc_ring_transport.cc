@@ -107,9 +107,9 @@ absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame,
     // an op of it would wait for a neighbour that has moved on.
     if (header.generation() > rules_.options().generation) {
       Abort(absl::AbortedError(absl::StrCat(
-          "allreduce: a neighbour is in the ring of the elastic job's list ",
-          header.generation(), ", this worker in that of list ", rules_.options().generation,
-          ": the members changed")));
+          "allreduce: a neighbour is in a newer list's ring (the chief's list ",
+          ListNumber(header.generation()), "; this worker is in list ",
+          ListNumber(rules_.options().generation), "'s): the members changed")));
     }
     return sender;
   }

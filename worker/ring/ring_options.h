@@ -5,6 +5,7 @@
 #ifndef PSRT_WORKER_RING_RING_OPTIONS_H_
 #define PSRT_WORKER_RING_RING_OPTIONS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,16 @@ namespace psrt {
 
 class Timeline;           // common/timeline.h
 class TransportSecurity;  // common/transport_security.h
+
+// An elastic job's lists of members (elastic_ring.h) are numbered by the
+// chief from a base of its start time, in milliseconds since the epoch,
+// times 2^kListBits: the lists of a chief that restarted are newer than
+// its predecessor's. ListNumber is a list's count within its chief's
+// life (1, 2, ...), for logs.
+constexpr int kListBits = 20;
+inline int64_t ListNumber(int64_t generation) {
+  return generation & ((int64_t{1} << kListBits) - 1);
+}
 
 struct RingOptions {
   int rank = 0;

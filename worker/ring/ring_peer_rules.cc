@@ -71,13 +71,14 @@ absl::Status RingPeerRules::CheckSender(const proto::CollectiveHeader& header) c
   if (header.generation() < options_.generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "allreduce: worker/", options_.rank, " is in the ring of the elastic job's list ",
-        options_.generation, "; a message of list ", header.generation(),
+        ListNumber(options_.generation), "; a message of list ", ListNumber(header.generation()),
         "'s ring comes from a ring that is gone"));
   }
   if (header.generation() > options_.generation) {
     return absl::UnavailableError(absl::StrCat(
         "allreduce: worker/", options_.rank, " has not joined the ring of list ",
-        header.generation(), " yet (it is in list ", options_.generation, "'s)"));
+        ListNumber(header.generation()), " yet (it is in list ",
+        ListNumber(options_.generation), "'s)"));
   }
   const int sender = header.sender();
   if (sender == previous_rank_) return absl::OkStatus();

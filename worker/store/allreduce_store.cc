@@ -323,7 +323,8 @@ absl::Status AllreduceStore::SyncState() {
   }
   const int64_t version = held[root] - 1;
   const ElasticRing::Members& members = options_.elastic->members();
-  const std::string ring_of = absl::StrCat("allreduce: the ring of list ", members.generation,
+  const std::string ring_of = absl::StrCat("allreduce: the ring of list ",
+                                           ListNumber(members.generation),
                                            " (worker replicas ",
                                            absl::StrJoin(members.replicas, ", "), ")");
   if (std::all_of(held.begin(), held.end(), [&](int64_t v) { return v == held[root]; })) {

@@ -46,8 +46,8 @@
 // and the first member at the newest one broadcasts its whole state
 // (values, optimizer slots, moving averages, version, config). A worker
 // that joins regroups in WaitForModelReady and gets the model so; no
-// checkpoint is read. The chief cannot leave (if it dies, the job fails
-// and restarts from the last checkpoint, as without elastic workers).
+// checkpoint is read. A chief that restarts restores its checkpoint, but
+// the survivors' newer state wins when they regroup with it.
 //
 // Thread safety: not thread-safe (ParameterStore).
 #ifndef PSRT_WORKER_STORE_ALLREDUCE_STORE_H_
