@@ -97,16 +97,22 @@ TEST(DeviceFaultTest, TheCpuNeverFaults) {
   EXPECT_TRUE((*cpu)->status().ok());
 }
 
+// gpu:0, bound to this thread.
+absl::StatusOr<std::unique_ptr<Device>> BoundGpu() {
+  DeviceSpec spec;
+  spec.type = DeviceType::kGpu;
+  absl::StatusOr<std::unique_ptr<Device>> gpu = NewDevice(spec);
+  if (gpu.ok()) (*gpu)->Bind();
+  return gpu;
+}
+
 // A failed copy on a GPU is recorded, named, returned by the waits and
 // sticky; the process goes on.
 TEST(DeviceFaultTest, AFailedGpuCopyIsAStatusNotAnAbort) {
   PSRT_SKIP_WITHOUT_GPU(VisibleGpuCount(), "the driver reports none");
-  DeviceSpec spec;
-  spec.type = DeviceType::kGpu;
-  absl::StatusOr<std::unique_ptr<Device>> gpu = NewDevice(spec);
+  absl::StatusOr<std::unique_ptr<Device>> gpu = BoundGpu();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   Device& device = **gpu;
-  device.Bind();
   EXPECT_TRUE(device.status().ok());
   const float host[4] = {1, 2, 3, 4};
   // Not a device pointer: cudaMemcpyAsync refuses it.
@@ -131,12 +137,9 @@ TEST(DeviceTest, TheCpusHostCopiesHaveAlwaysLanded) {
 // the waits still succeed).
 TEST(DeviceTest, HostCopiesLandedAsksWithoutWaiting) {
   PSRT_SKIP_WITHOUT_GPU(VisibleGpuCount(), "the driver reports none");
-  DeviceSpec spec;
-  spec.type = DeviceType::kGpu;
-  absl::StatusOr<std::unique_ptr<Device>> gpu = NewDevice(spec);
+  absl::StatusOr<std::unique_ptr<Device>> gpu = BoundGpu();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   Device& device = **gpu;
-  device.Bind();
   constexpr int64_t kFloats = int64_t{1} << 24;  // 64 MB: some copying to do.
   float* on_device = static_cast<float*>(device.Allocate(kFloats * sizeof(float)));
   float* host = static_cast<float*>(device.host_allocator()->Allocate(kFloats * sizeof(float)));

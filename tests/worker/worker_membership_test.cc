@@ -73,6 +73,14 @@ MembershipRegistry::Options RegistryOptions(int min_workers, int max_workers,
 
 using Members = std::vector<std::pair<int, int64_t>>;
 
+// `registry`'s Membership service on a free port of 127.0.0.1 (*port).
+std::unique_ptr<grpc::Server> Serve(MembershipRegistry* registry, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(registry->service());
+  return builder.BuildAndStart();
+}
+
 // Training is never ended by an operator.
 const std::function<bool()> kNever = [] { return false; };
 
@@ -232,11 +240,8 @@ TEST(MembershipRegistryTest, AFailedDepartureIsSentAgainAQuarterLeaseLater) {
 TEST(MembershipClientTest, JoinsOverGrpcAndLeaves) {
   Announcements announced;
   MembershipRegistry registry(RegistryOptions(1, 2), announced.Announcer());
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(registry.service());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = Serve(&registry, &port);
   ASSERT_GT(port, 0);
   const TransportSecurity insecure;
   MembershipClient client(NewChannel(absl::StrCat("127.0.0.1:", port), insecure), 1,
@@ -281,11 +286,8 @@ TEST(MembershipClientTest, RingListsReachTheWorkersWithTheirAddresses) {
   EXPECT_GT(announced.LastList().generation() >> kListBits, int64_t{1} << 40);
   EXPECT_EQ(announced.LastList().ring_addresses(0), "chief:1");
 
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(registry.service());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = Serve(&registry, &port);
   ASSERT_GT(port, 0);
   absl::Mutex mu;
   std::vector<proto::MembersRequest> heard;
