@@ -4,6 +4,7 @@
 
 #include "glog/logging.h"
 #include "kernels/cuda_launch.cuh"
+#include "kernels/layer_functors.h"
 #include "kernels/layers_cuda.h"
 
 namespace psrt {
@@ -207,24 +208,6 @@ void Col2Im(const CudaContext& ctx, const ConvGeometry& g, const float* col, int
   LaunchColumnKernel<Col2ImLauncher>(ctx, g, col, images, dx);
 }
 
-// dst[n, h, w, c] = src[n, h - offset_height, w - offset_width, c], or 0
-// where that is outside src; run over (dst pixel, channel).
-struct ImageWindowCopy {
-  const float* src;
-  float* dst;
-  int64_t channels, src_height, src_width, dst_height, dst_width, offset_height, offset_width;
-  __device__ void operator()(int64_t pixel, int64_t c) const {
-    const int64_t image_row = pixel / dst_width;
-    const int64_t w = pixel - image_row * dst_width;
-    const int64_t n = image_row / dst_height;
-    const int64_t h = image_row - n * dst_height;
-    const int64_t sh = h - offset_height, sw = w - offset_width;
-    dst[pixel * channels + c] = sh >= 0 && sh < src_height && sw >= 0 && sw < src_width
-                                    ? src[((n * src_height + sh) * src_width + sw) * channels + c]
-                                    : 0.0f;
-  }
-};
-
 void CheckShape(const Conv2DShape& s) {
   CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.in_channels > 0 &&
         s.filter_height > 0 && s.filter_width > 0 && s.out_channels > 0 && s.stride_height > 0 &&
@@ -237,9 +220,10 @@ void CheckShape(const Conv2DShape& s) {
 void CopyImageWindow(const CudaContext& ctx, const float* src, int64_t batch, int64_t src_height,
                      int64_t src_width, int64_t channels, int64_t dst_height, int64_t dst_width,
                      int64_t offset_height, int64_t offset_width, float* dst) {
-  cuda::LaunchForEachRowCol(ctx, batch * dst_height * dst_width, channels,
-                            ImageWindowCopy{src, dst, channels, src_height, src_width, dst_height,
-                                            dst_width, offset_height, offset_width});
+  cuda::LaunchForEachPixelChannel(
+      ctx, batch * dst_height * dst_width, channels,
+      functor::ImageWindowCopy{src, dst, channels, src_height, src_width, dst_height, dst_width,
+                               offset_height, offset_width});
 }
 
 CudaWorkspace::~CudaWorkspace() {

@@ -214,6 +214,8 @@ class Device {
   virtual void ConcatChannelsBackward(int64_t pixels, const float* dy,
                                       absl::Span<const int64_t> channels,
                                       absl::Span<float* const> dinputs) = 0;
+  virtual void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) = 0;
+  virtual void ZeroPad2DBackward(const Pad2DShape& shape, const float* dy, float* dx) = 0;
   virtual void DropoutForward(const float* x, int64_t n, float keep_prob,
                               uint64_t seed, float* y) = 0;
   virtual void DropoutBackward(const float* dy, int64_t n, float keep_prob,

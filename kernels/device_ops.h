@@ -130,6 +130,12 @@ class DeviceOps : public Device {
                               absl::Span<float* const> dinputs) override {
     kernels::ConcatChannelsBackward(ctx(), pixels, dy, channels, dinputs);
   }
+  void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) override {
+    kernels::ZeroPad2DForward(ctx(), shape, x, y);
+  }
+  void ZeroPad2DBackward(const Pad2DShape& shape, const float* dy, float* dx) override {
+    kernels::ZeroPad2DBackward(ctx(), shape, dy, dx);
+  }
   void DropoutForward(const float* x, int64_t n, float keep_prob,
                       uint64_t seed, float* y) override {
     kernels::DropoutForward(ctx(), x, n, keep_prob, seed, y);

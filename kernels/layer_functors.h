@@ -388,6 +388,41 @@ struct Dropout {
   }
 };
 
+// Copies a window of NHWC images: dst [batch, dst_height, dst_width,
+// channels] gets dst[n, h, w, c] = src[n, h - offset_height,
+// w - offset_width, c], 0 outside src, for dst pixel `pixel` and channels
+// [c_begin, c_end). Positive offsets pad (a zero padding's forward, the
+// explicit padding of cuDNN convolutions), negative ones crop (their
+// gradients).
+struct ImageWindowCopy {
+  const float* src;
+  float* dst;
+  int64_t channels, src_height, src_width, dst_height, dst_width, offset_height, offset_width;
+  PSRT_HOST_DEVICE void operator()(int64_t pixel, int64_t c_begin, int64_t c_end) const {
+    const int64_t image_row = pixel / dst_width;
+    const int64_t w = pixel - image_row * dst_width;
+    const int64_t n = image_row / dst_height;
+    const int64_t h = image_row - n * dst_height;
+    const int64_t sh = h - offset_height, sw = w - offset_width;
+    float* out = dst + pixel * channels;
+    if (sh < 0 || sh >= src_height || sw < 0 || sw >= src_width) {
+      for (int64_t c = c_begin; c < c_end; ++c) out[c] = 0.0f;
+      return;
+    }
+    const float* in = src + ((n * src_height + sh) * src_width + sw) * channels;
+    for (int64_t c = c_begin; c < c_end; ++c) out[c] = in[c];
+  }
+};
+
+// A zero padding's forward (pad) and backward (crop) as window copies.
+inline ImageWindowCopy ZeroPad2D(const Pad2DShape& s, const float* x, float* y) {
+  return {x, y, s.channels, s.in_height, s.in_width, s.out_height(), s.out_width(), s.top, s.left};
+}
+inline ImageWindowCopy ZeroPad2DGrad(const Pad2DShape& s, const float* dy, float* dx) {
+  return {dy, dx, s.channels, s.out_height(), s.out_width(), s.in_height, s.in_width, -s.top,
+          -s.left};
+}
+
 // dx[i] = dloss * x[i]: the gradient of dloss * sum(x^2) / 2.
 struct L2LossGrad {
   const float* x;

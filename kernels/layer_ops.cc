@@ -21,7 +21,36 @@ int64_t TotalChannels(absl::Span<const int64_t> channels) {
   return total;
 }
 
+// Runs f(pixel, 0, channels) over the pixels, a run of them per task.
+template <class F>
+void ForEachPixel(const CpuContext& ctx, int64_t pixels, int64_t channels, const F& f) {
+  ctx.ParallelFor(pixels, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(channels, 1)),
+                  [&](int64_t begin, int64_t end) {
+                    const F local = f;  // See ForEachIndex.
+                    for (int64_t p = begin; p < end; ++p) local(p, 0, channels);
+                  });
+}
+
+void CheckPad(const Pad2DShape& s) {
+  CHECK(s.batch >= 0 && s.in_height >= 0 && s.in_width >= 0 && s.channels >= 0 && s.top >= 0 &&
+        s.bottom >= 0 && s.left >= 0 && s.right >= 0)
+      << "a zero padding of negative sizes";
+}
+
 }  // namespace
+
+void ZeroPad2DForward(const CpuContext& ctx, const Pad2DShape& shape, const float* x, float* y) {
+  CheckPad(shape);
+  ForEachPixel(ctx, shape.batch * shape.out_height() * shape.out_width(), shape.channels,
+               functor::ZeroPad2D(shape, x, y));
+}
+
+void ZeroPad2DBackward(const CpuContext& ctx, const Pad2DShape& shape, const float* dy,
+                       float* dx) {
+  CheckPad(shape);
+  ForEachPixel(ctx, shape.batch * shape.in_height * shape.in_width, shape.channels,
+               functor::ZeroPad2DGrad(shape, dy, dx));
+}
 
 void ConcatChannelsForward(const CpuContext& ctx, int64_t pixels,
                            absl::Span<const float* const> inputs,

@@ -1,5 +1,5 @@
 // The small layer ops: channel concatenation (Inception's module output),
-// dropout and TensorFlow's l2_loss. Same conventions as ops.h: raw
+// zero padding, dropout and TensorFlow's l2_loss. Same conventions as ops.h: raw
 // row-major floats, an explicit CpuContext, caller-owned outputs, and the
 // math in functors shared with the CUDA versions (layers_cuda.h).
 #ifndef PSRT_KERNELS_LAYER_OPS_H_
@@ -9,6 +9,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/cpu_context.h"
+#include "kernels/window.h"
 
 namespace psrt {
 namespace kernels {
@@ -40,6 +41,14 @@ void DropoutForward(const CpuContext& ctx, const float* x, int64_t n,
 // Overwrites dx; dx may equal dy.
 void DropoutBackward(const CpuContext& ctx, const float* dy, int64_t n,
                      float keep_prob, uint64_t seed, float* dx);
+
+// Zero padding (Keras's ZeroPadding2D): y [shape.output_size()] is x
+// [shape.input_size()] with shape's border of zeros. Overwrites y.
+// REQUIRES: the sizes and paddings are non-negative; y overlaps no input.
+void ZeroPad2DForward(const CpuContext& ctx, const Pad2DShape& shape, const float* x, float* y);
+// dx = dy without the border. Overwrites dx.
+void ZeroPad2DBackward(const CpuContext& ctx, const Pad2DShape& shape, const float* dy,
+                       float* dx);
 
 // Returns sum(x^2) / 2 (tf.nn.l2_loss), accumulated in double.
 float L2LossForward(const CpuContext& ctx, const float* x, int64_t n);

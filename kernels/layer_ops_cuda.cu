@@ -67,6 +67,17 @@ void ConcatChannelsBackward(const CudaContext& ctx, int64_t pixels,
   }
 }
 
+void ZeroPad2DForward(const CudaContext& ctx, const Pad2DShape& s, const float* x, float* y) {
+  CopyImageWindow(ctx, x, s.batch, s.in_height, s.in_width, s.channels, s.out_height(),
+                  s.out_width(), s.top, s.left, y);
+}
+
+void ZeroPad2DBackward(const CudaContext& ctx, const Pad2DShape& s, const float* dy,
+                       float* dx) {
+  CopyImageWindow(ctx, dy, s.batch, s.out_height(), s.out_width(), s.channels, s.in_height,
+                  s.in_width, -s.top, -s.left, dx);
+}
+
 void DropoutForward(const CudaContext& ctx, const float* x, int64_t n,
                     float keep_prob, uint64_t seed, float* y) {
   CHECK(keep_prob > 0.0f && keep_prob <= 1.0f);

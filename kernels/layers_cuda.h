@@ -67,6 +67,11 @@ void CopyImageWindow(const CudaContext& ctx, const float* src, int64_t batch,
                      int64_t dst_height, int64_t dst_width,
                      int64_t offset_height, int64_t offset_width, float* dst);
 
+// ---- layer_ops.h: zero padding, as window copies (CopyImageWindow). ----
+void ZeroPad2DForward(const CudaContext& ctx, const Pad2DShape& shape, const float* x, float* y);
+void ZeroPad2DBackward(const CudaContext& ctx, const Pad2DShape& shape, const float* dy,
+                       float* dx);
+
 // ---- pool.h ----
 void MaxPoolForward(const CudaContext& ctx, const Pool2DShape& shape,
                     const float* x, float* y);

@@ -118,6 +118,26 @@ struct Pool2DShape {
   }
 };
 
+// Zero padding around x [batch, in_height, in_width, channels] (NHWC):
+// y [batch, out_height(), out_width(), channels] holds x at rows
+// [top, top + in_height) and columns [left, left + in_width), zeros
+// elsewhere (Keras's ZeroPadding2D).
+struct Pad2DShape {
+  int64_t batch = 0;
+  int64_t in_height = 0;
+  int64_t in_width = 0;
+  int64_t channels = 0;
+  int64_t top = 0;
+  int64_t bottom = 0;
+  int64_t left = 0;
+  int64_t right = 0;
+
+  PSRT_HOST_DEVICE int64_t out_height() const { return in_height + top + bottom; }
+  PSRT_HOST_DEVICE int64_t out_width() const { return in_width + left + right; }
+  int64_t input_size() const { return batch * in_height * in_width * channels; }
+  int64_t output_size() const { return batch * out_height() * out_width() * channels; }
+};
+
 }  // namespace kernels
 }  // namespace psrt
 

@@ -344,6 +344,39 @@ absl::StatusOr<Padding> KerasFile::PaddingOf(const KerasLayer& layer) const {
   return LayerError(layer, absl::StrCat("padding \"", *padding, "\"; want same or valid"));
 }
 
+absl::StatusOr<std::array<int64_t, 4>> KerasFile::ZeroPadding(const KerasLayer& layer) const {
+  const Value* v = Field(*layer.config, "padding");
+  // A padding amount of at most 2^20 (a larger one is a mistake).
+  auto amount = [](const Value& n, int64_t* out) {
+    if (!n.has_number_value() || !(n.number_value() >= 0) || n.number_value() > (1 << 20) ||
+        n.number_value() != static_cast<int64_t>(n.number_value())) {
+      return false;
+    }
+    *out = static_cast<int64_t>(n.number_value());
+    return true;
+  };
+  std::array<int64_t, 4> sides{};
+  if (v != nullptr && amount(*v, &sides[0])) return std::array<int64_t, 4>{sides[0], sides[0],
+                                                                          sides[0], sides[0]};
+  if (v != nullptr && v->has_list_value() && v->list_value().values_size() == 2) {
+    bool ok = true;
+    for (int axis = 0; axis < 2 && ok; ++axis) {
+      const Value& pair = v->list_value().values(axis);
+      if (amount(pair, &sides[2 * axis])) {
+        sides[2 * axis + 1] = sides[2 * axis];
+      } else {
+        ok = pair.has_list_value() && pair.list_value().values_size() == 2 &&
+             amount(pair.list_value().values(0), &sides[2 * axis]) &&
+             amount(pair.list_value().values(1), &sides[2 * axis + 1]);
+      }
+    }
+    if (ok) return sides;
+  }
+  return LayerError(layer,
+                    "\"padding\" is not a number, two numbers or two pairs of numbers "
+                    "(non-negative whole numbers)");
+}
+
 absl::StatusOr<std::string> KerasFile::Activation(const KerasLayer& layer) const {
   absl::StatusOr<std::string> activation = String(layer, "activation", "linear");
   if (!activation.ok()) return activation.status();

@@ -9,6 +9,7 @@
 #ifndef PSRT_MODELS_KERAS_FILE_H_
 #define PSRT_MODELS_KERAS_FILE_H_
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -87,6 +88,10 @@ class KerasFile {
   absl::StatusOr<VariableInit> Initializer(const KerasLayer& layer, const std::string& key,
                                            double fan_in, double fan_out) const;
   absl::StatusOr<kernels::Padding> PaddingOf(const KerasLayer& layer) const;
+  // ZeroPadding2D's "padding": an int (every side), two ints (rows above
+  // and below, columns left and right) or two pairs ((top, bottom), (left,
+  // right)), as {top, bottom, left, right}.
+  absl::StatusOr<std::array<int64_t, 4>> ZeroPadding(const KerasLayer& layer) const;
   // The activation of a layer: "relu", "linear" or "softmax".
   absl::StatusOr<std::string> Activation(const KerasLayer& layer) const;
   // An error naming the first of `keys` that the layer sets to anything but

@@ -46,6 +46,37 @@ class KerasNetwork {
     }
     return absl::OkStatus();
   }
+  // A BatchNormalization's options, refusing what psrt would compute
+  // otherwise than Keras (regularizers, constraints, renorm, other axes or
+  // initial values).
+  absl::StatusOr<BatchNormSpec> BatchNormOf(const KerasLayer& norm) const {
+    RETURN_IF_ERROR(file_.RequireDefaults(
+        norm, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+               "renorm", "virtual_batch_size", "adjustment", "synchronized"}));
+    BatchNormSpec spec;
+    ASSIGN_OR_RETURN(spec.center, file_.Bool(norm, "center", true));
+    ASSIGN_OR_RETURN(spec.scale, file_.Bool(norm, "scale", true));
+    if (!file_.OnChannels(norm)) {
+      return file_.LayerError(norm, "only batch norm over the channels is supported");
+    }
+    for (const char* key : {"gamma_initializer", "beta_initializer", "moving_mean_initializer",
+                            "moving_variance_initializer"}) {
+      ASSIGN_OR_RETURN(const VariableInit init, file_.Initializer(norm, key, 1, 1));
+      const bool ones = std::string(key) == "gamma_initializer" ||
+                        std::string(key) == "moving_variance_initializer";
+      if (init.random() || init.value != (ones ? 1.0f : 0.0f)) {
+        return file_.LayerError(norm, absl::StrCat(key, " other than its default"));
+      }
+    }
+    ASSIGN_OR_RETURN(const double epsilon, file_.Number(norm, "epsilon", 1e-3));
+    ASSIGN_OR_RETURN(const double momentum, file_.Number(norm, "momentum", 0.99));
+    if (!(epsilon > 0) || !(momentum >= 0 && momentum <= 1)) {
+      return file_.LayerError(norm, "epsilon must be positive and momentum in [0, 1]");
+    }
+    spec.epsilon = static_cast<float>(epsilon);
+    spec.momentum = static_cast<float>(momentum);
+    return spec;
+  }
   // Whether every input of `layer` is a vector.
   bool AllFlat(const KerasLayer& layer, const std::vector<bool>& flat) const {
     for (const std::string& name : layer.inputs) {
@@ -139,45 +170,25 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       if (!spec.weights_init.random()) {
         return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
-      // Conv2D > BatchNormalization (> ReLU): one fused layer.
+      // Conv2D > BatchNormalization (> ReLU): one fused layer, when the
+      // conv has no bias or activation and the batch norm centers and
+      // scales; otherwise the batch norm is a layer of its own.
       std::vector<int> fused = {i};
       const int bn = file_.OnlyConsumer(i);
       if (!spec.bias && !spec.relu && bn >= 0 &&
           file_.layers()[bn].class_name == "BatchNormalization" &&
           file_.layers()[bn].inputs.size() == 1) {
-        const KerasLayer& norm = file_.layers()[bn];
-        RETURN_IF_ERROR(file_.RequireDefaults(
-            norm, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
-                   "renorm", "virtual_batch_size", "adjustment", "synchronized"}));
-        ASSIGN_OR_RETURN(const bool center, file_.Bool(norm, "center", true));
-        ASSIGN_OR_RETURN(const bool scale, file_.Bool(norm, "scale", true));
-        if (!center || !scale || !file_.OnChannels(norm)) {
-          return file_.LayerError(norm,
-                                  "only batch norm over the channels with center and scale is "
-                                  "supported");
-        }
-        for (const char* key : {"gamma_initializer", "beta_initializer", "moving_mean_initializer",
-                                "moving_variance_initializer"}) {
-          ASSIGN_OR_RETURN(const VariableInit init, file_.Initializer(norm, key, 1, 1));
-          const bool ones = std::string(key) == "gamma_initializer" ||
-                            std::string(key) == "moving_variance_initializer";
-          if (init.random() || init.value != (ones ? 1.0f : 0.0f)) {
-            return file_.LayerError(norm, absl::StrCat(key, " other than its default"));
+        ASSIGN_OR_RETURN(const BatchNormSpec norm, BatchNormOf(file_.layers()[bn]));
+        if (norm.center && norm.scale) {
+          spec.batch_norm = true;
+          spec.bn_epsilon = norm.epsilon;
+          spec.bn_momentum = norm.momentum;
+          fused.push_back(bn);
+          const int relu = file_.OnlyConsumer(bn);
+          if (relu >= 0 && file_.IsRelu(relu)) {
+            spec.relu = true;
+            fused.push_back(relu);
           }
-        }
-        ASSIGN_OR_RETURN(const double epsilon, file_.Number(norm, "epsilon", 1e-3));
-        ASSIGN_OR_RETURN(const double momentum, file_.Number(norm, "momentum", 0.99));
-        if (!(epsilon > 0) || !(momentum >= 0 && momentum <= 1)) {
-          return file_.LayerError(norm, "epsilon must be positive and momentum in [0, 1]");
-        }
-        spec.batch_norm = true;
-        spec.bn_epsilon = static_cast<float>(epsilon);
-        spec.bn_momentum = static_cast<float>(momentum);
-        fused.push_back(bn);
-        const int relu = file_.OnlyConsumer(bn);
-        if (relu >= 0 && file_.IsRelu(relu)) {
-          spec.relu = true;
-          fused.push_back(relu);
         }
       }
       out = net->Conv(layer.name, x, spec);
@@ -188,9 +199,18 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       }
       continue;
     } else if (kind == "BatchNormalization") {
-      return file_.LayerError(layer,
-                              "batch norm is supported only directly after a Conv2D without "
-                              "bias or activation, which alone reads it");
+      RETURN_IF_ERROR(need_one_input());
+      ASSIGN_OR_RETURN(const BatchNormSpec norm, BatchNormOf(layer));
+      out = net->BatchNorm(layer.name, x, norm);
+      out_flat = x_flat;
+    } else if (kind == "ZeroPadding2D") {
+      RETURN_IF_ERROR(need_one_input());
+      RETURN_IF_ERROR(file_.RequireDefaults(layer, {"data_format"}));
+      if (x_flat && x != NetBuilder::kInput) {
+        return file_.LayerError(layer, "a padding of a vector (after Flatten or Dense)");
+      }
+      ASSIGN_OR_RETURN(const auto sides, file_.ZeroPadding(layer));
+      out = net->ZeroPad(x, ZeroPadSpec{sides[0], sides[1], sides[2], sides[3]});
     } else if (kind == "Dense") {
       RETURN_IF_ERROR(need_one_input());
       const Dims d = net->dims(x);
@@ -208,19 +228,20 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         return file_.LayerError(layer, "over 2^31 weights");
       }
       ASSIGN_OR_RETURN(const bool bias, file_.Bool(layer, "use_bias", true));
-      if (!bias) return file_.LayerError(layer, "use_bias false is not supported");
       ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
       if (activation == "softmax" && i != file_.output()) {
         return file_.LayerError(layer, "softmax is supported only in the last layer");
       }
       ASSIGN_OR_RETURN(const VariableInit weights,
                        file_.Initializer(layer, "kernel_initializer", d.size(), units));
-      ASSIGN_OR_RETURN(const VariableInit biases,
-                       file_.Initializer(layer, "bias_initializer", units, units));
+      VariableInit biases;
+      if (bias) {
+        ASSIGN_OR_RETURN(biases, file_.Initializer(layer, "bias_initializer", units, units));
+      }
       if (!weights.random()) {
         return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
-      out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases);
+      out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases, bias);
       out_flat = true;
     } else if (kind == "MaxPooling2D" || kind == "AveragePooling2D") {
       RETURN_IF_ERROR(need_one_input());

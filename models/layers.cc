@@ -15,10 +15,76 @@ using Params = absl::Span<const float* const>;
 using Inputs = absl::Span<const float* const>;
 using Grads = absl::Span<float* const>;
 
+// A batch norm's state across steps, on the step's device: the moving
+// statistics (non-trainable, kept here, not on the parameter servers;
+// they start at mean 0, variance 1), the batch statistics saved for the
+// backward, and for a batch norm without scale or center the constant
+// gamma (1) or beta (0) and a scratch for their unused gradients.
+class BatchNormState {
+ public:
+  explicit BatchNormState(const BatchNormSpec& spec) : spec_(spec) {}
+
+  // y = the batch norm of x [rows, channels]; a null gamma or beta is the
+  // constant. y may equal x.
+  void Forward(const StepContext& ctx, int64_t rows, const float* x, const float* gamma,
+               const float* beta, float* y) {
+    kernels::Device* dev = ctx.device;
+    Initialize(dev);
+    if (gamma == nullptr) gamma = ones_.data();
+    if (beta == nullptr) beta = zeros_.data();
+    if (ctx.training) {
+      dev->BatchNormTrainingForward(Shape(rows), x, gamma, beta, moving_mean_.data(),
+                                    moving_var_.data(), saved_mean_.data(),
+                                    saved_inv_std_.data(), y);
+    } else {
+      dev->BatchNormInferenceForward(Shape(rows), x, gamma, beta, moving_mean_.data(),
+                                     moving_var_.data(), y);
+    }
+  }
+  // From the forward's x and dy: dx (may equal dy) and the gradients of
+  // gamma and beta (null: not variables).
+  void Backward(const StepContext& ctx, int64_t rows, const float* x, const float* dy,
+                const float* gamma, float* dx, float* dgamma, float* dbeta) {
+    const int64_t c = spec_.channels;
+    ctx.device->BatchNormTrainingBackward(
+        Shape(rows), x, dy, gamma != nullptr ? gamma : ones_.data(), saved_mean_.data(),
+        saved_inv_std_.data(), dx, dgamma != nullptr ? dgamma : unused_.Reserve(ctx.device, c),
+        dbeta != nullptr ? dbeta : unused_.Reserve(ctx.device, 2 * c) + c);
+  }
+
+ private:
+  kernels::BatchNormShape Shape(int64_t rows) const {
+    return kernels::BatchNormShape{rows, spec_.channels, spec_.epsilon, spec_.momentum};
+  }
+  void Initialize(kernels::Device* dev) {
+    if (moving_mean_.data() != nullptr) return;
+    const int64_t c = spec_.channels;
+    dev->Fill(moving_mean_.Reserve(dev, c), c, 0.0f);
+    dev->Fill(moving_var_.Reserve(dev, c), c, 1.0f);
+    dev->Fill(ones_.Reserve(dev, c), c, 1.0f);
+    dev->Fill(zeros_.Reserve(dev, c), c, 0.0f);
+    saved_mean_.Reserve(dev, c);
+    saved_inv_std_.Reserve(dev, c);
+    unused_.Reserve(dev, 2 * c);
+  }
+
+  const BatchNormSpec spec_;
+  DeviceArray<float> moving_mean_;
+  DeviceArray<float> moving_var_;
+  DeviceArray<float> saved_mean_;
+  DeviceArray<float> saved_inv_std_;
+  DeviceArray<float> ones_;
+  DeviceArray<float> zeros_;
+  DeviceArray<float> unused_;
+};
+
 class ConvLayer : public Layer {
  public:
   ConvLayer(const ConvSpec& spec, Dims in, int first_var)
-      : spec_(spec), in_(in), var_(first_var) {}
+      : spec_(spec),
+        in_(in),
+        var_(first_var),
+        bn_(BatchNormSpec{spec.out_channels, spec.bn_epsilon, spec.bn_momentum}) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs,
                int64_t batch, float* out) override {
@@ -26,29 +92,13 @@ class ConvLayer : public Layer {
     const kernels::Conv2DShape shape = Shape(batch);
     const int64_t rows = batch * shape.out_height() * shape.out_width();
     const int64_t channels = spec_.out_channels;
-    float* conv_out = out;
-    if (spec_.batch_norm) {
-      InitializeBatchNorm(&dev);
-      conv_out = conv_out_.Reserve(&dev, rows * channels);
-    }
+    float* conv_out = spec_.batch_norm ? conv_out_.Reserve(&dev, rows * channels) : out;
     dev.Conv2DForward(shape, inputs[0], params[var_], conv_out);
     if (spec_.bias) {
       dev.BiasAddForward(conv_out, params[var_ + 1], rows, channels, out);
     }
     if (spec_.batch_norm) {
-      const kernels::BatchNormShape bn = BnShape(rows);
-      const float* gamma = params[var_ + 1];
-      const float* beta = params[var_ + 2];
-      if (ctx.training) {
-        dev.BatchNormTrainingForward(bn, conv_out, gamma, beta,
-                                     moving_mean_.data(), moving_var_.data(),
-                                     saved_mean_.data(), saved_inv_std_.data(),
-                                     out);
-      } else {
-        dev.BatchNormInferenceForward(bn, conv_out, gamma, beta,
-                                      moving_mean_.data(), moving_var_.data(),
-                                      out);
-      }
+      bn_.Forward(ctx, rows, conv_out, params[var_ + 1], params[var_ + 2], out);
     }
     if (spec_.relu) dev.ReluForward(out, rows * channels, out);
   }
@@ -64,10 +114,8 @@ class ConvLayer : public Layer {
     if (spec_.relu) dev.ReluBackward(out, d, rows * channels, d);
     if (spec_.bias) dev.BiasAddBackward(d, rows, channels, grads[var_ + 1]);
     if (spec_.batch_norm) {
-      dev.BatchNormTrainingBackward(BnShape(rows), conv_out_.data(), d,
-                                    params[var_ + 1], saved_mean_.data(),
-                                    saved_inv_std_.data(), d, grads[var_ + 1],
-                                    grads[var_ + 2]);
+      bn_.Backward(ctx, rows, conv_out_.data(), d, params[var_ + 1], d, grads[var_ + 1],
+                   grads[var_ + 2]);
     }
     dev.Conv2DBackward(shape, inputs[0], params[var_], d, din[0],
                        grads[var_]);
@@ -86,43 +134,85 @@ class ConvLayer : public Layer {
                                 spec_.stride,
                                 spec_.padding};
   }
-  kernels::BatchNormShape BnShape(int64_t rows) const {
-    return kernels::BatchNormShape{rows, spec_.out_channels, spec_.bn_epsilon,
-                                   spec_.bn_momentum};
-  }
-  // The moving statistics start at mean 0, variance 1, on the first use.
-  void InitializeBatchNorm(kernels::Device* dev) {
-    if (moving_mean_.data() != nullptr) return;
-    const int64_t c = spec_.out_channels;
-    dev->Fill(moving_mean_.Reserve(dev, c), c, 0.0f);
-    dev->Fill(moving_var_.Reserve(dev, c), c, 1.0f);
-    saved_mean_.Reserve(dev, c);
-    saved_inv_std_.Reserve(dev, c);
-  }
 
   const ConvSpec spec_;
   const Dims in_;
   const int var_;
-  // Batch norm only: the convolution's output (the batch norm's input),
-  // the moving statistics (non-trainable state, kept here, not on the
-  // parameter servers) and the batch statistics saved for the backward.
+  // Batch norm only: the convolution's output (the batch norm's input) and
+  // the batch norm's state.
   DeviceArray<float> conv_out_;
-  DeviceArray<float> moving_mean_;
-  DeviceArray<float> moving_var_;
-  DeviceArray<float> saved_mean_;
-  DeviceArray<float> saved_inv_std_;
+  BatchNormState bn_;
+};
+
+// A batch norm of its own (after any layer), over the channels of
+// [batch * pixels, channels]; gamma and beta at first_var when scaled and
+// centered.
+class BatchNormLayer : public Layer {
+ public:
+  BatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var)
+      : spec_(spec), in_(in), var_(first_var), bn_(spec) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    bn_.Forward(ctx, batch * in_.pixels(), inputs[0], Gamma(params), Beta(params), out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    // dx goes to dout first: the layer's input gradient may be unwanted,
+    // but gamma's and beta's are not.
+    float* dx = din[0] != nullptr ? din[0] : dout;
+    bn_.Backward(ctx, batch * in_.pixels(), inputs[0], dout, Gamma(params), dx,
+                 spec_.scale ? grads[var_] : nullptr,
+                 spec_.center ? grads[var_ + (spec_.scale ? 1 : 0)] : nullptr);
+  }
+
+ private:
+  const float* Gamma(Params params) const { return spec_.scale ? params[var_] : nullptr; }
+  const float* Beta(Params params) const {
+    return spec_.center ? params[var_ + (spec_.scale ? 1 : 0)] : nullptr;
+  }
+
+  const BatchNormSpec spec_;
+  const Dims in_;
+  const int var_;
+  BatchNormState bn_;
+};
+
+// Keras's ZeroPadding2D.
+class ZeroPadLayer : public Layer {
+ public:
+  ZeroPadLayer(const ZeroPadSpec& spec, Dims in) : spec_(spec), in_(in) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    ctx.device->ZeroPad2DForward(Shape(batch), inputs[0], out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    if (din[0] != nullptr) ctx.device->ZeroPad2DBackward(Shape(batch), dout, din[0]);
+  }
+
+ private:
+  kernels::Pad2DShape Shape(int64_t batch) const {
+    return kernels::Pad2DShape{batch,        in_.height,    in_.width,    in_.channels,
+                               spec_.top,    spec_.bottom,  spec_.left,   spec_.right};
+  }
+  const ZeroPadSpec spec_;
+  const Dims in_;
 };
 
 class FullyConnectedLayer : public Layer {
  public:
-  FullyConnectedLayer(Dims in, int64_t units, bool relu, int first_var)
-      : in_size_(in.size()), units_(units), relu_(relu), var_(first_var) {}
+  FullyConnectedLayer(Dims in, int64_t units, bool bias, bool relu, int first_var)
+      : in_size_(in.size()), units_(units), bias_(bias), relu_(relu), var_(first_var) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs,
                int64_t batch, float* out) override {
     kernels::Device& dev = *ctx.device;
     dev.MatMulForward(Shape(batch), inputs[0], params[var_], out);
-    dev.BiasAddForward(out, params[var_ + 1], batch, units_, out);
+    if (bias_) dev.BiasAddForward(out, params[var_ + 1], batch, units_, out);
     if (relu_) dev.ReluForward(out, batch * units_, out);
   }
 
@@ -131,7 +221,7 @@ class FullyConnectedLayer : public Layer {
                 absl::Span<float* const> din, Grads grads) override {
     kernels::Device& dev = *ctx.device;
     if (relu_) dev.ReluBackward(out, dout, batch * units_, dout);
-    dev.BiasAddBackward(dout, batch, units_, grads[var_ + 1]);
+    if (bias_) dev.BiasAddBackward(dout, batch, units_, grads[var_ + 1]);
     dev.MatMulBackward(Shape(batch), inputs[0], params[var_], dout, din[0],
                        grads[var_]);
   }
@@ -142,6 +232,7 @@ class FullyConnectedLayer : public Layer {
   }
   const int64_t in_size_;
   const int64_t units_;
+  const bool bias_;
   const bool relu_;
   const int var_;
 };
@@ -302,9 +393,18 @@ std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
   return std::make_unique<ConvLayer>(spec, in, first_var);
 }
 
-std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool relu,
+std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool bias, bool relu,
                                               int first_var) {
-  return std::make_unique<FullyConnectedLayer>(in, units, relu, first_var);
+  return std::make_unique<FullyConnectedLayer>(in, units, bias, relu, first_var);
+}
+
+std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var) {
+  CHECK_EQ(spec.channels, in.channels);
+  return std::make_unique<BatchNormLayer>(spec, in, first_var);
+}
+
+std::unique_ptr<Layer> NewZeroPadLayer(const ZeroPadSpec& spec, Dims in) {
+  return std::make_unique<ZeroPadLayer>(spec, in);
 }
 
 std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,

@@ -5,8 +5,9 @@
 // to models/.
 //
 // A layer owns only what is its own across steps: batch-norm moving
-// statistics and the intermediate buffers of a fused conv + batch norm,
-// allocated on the step's device at their first use. Outputs, gradients and
+// statistics (and a batch norm's constant gamma or beta when it has none)
+// and the intermediate buffers of a fused conv + batch norm, allocated on
+// the step's device at their first use. Outputs, gradients and
 // parameters belong to Net.
 #ifndef PSRT_MODELS_LAYERS_H_
 #define PSRT_MODELS_LAYERS_H_
@@ -93,9 +94,31 @@ struct ConvSpec {
 
 std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
                                     int first_var);
-// Fully connected over the flattened input; variables weights, biases.
-std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool relu,
+// Fully connected over the flattened input; variables weights, then biases
+// if `bias`.
+std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool bias, bool relu,
                                               int first_var);
+
+// A batch norm over the channels: y = gamma (x - mean) / sqrt(var +
+// epsilon) + beta, with the batch's statistics in training and the moving
+// ones (kept by the layer, as a fused conv's are) at inference. Without
+// `scale` gamma is 1, without `center` beta is 0; the variables at
+// first_var are gamma (if scale), then beta (if center).
+struct BatchNormSpec {
+  int64_t channels = 0;
+  float epsilon = 1e-3f;
+  float momentum = 0.99f;
+  bool center = true;
+  bool scale = true;
+};
+std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var);
+
+// Zero rows above and below, zero columns left and right (Keras's
+// ZeroPadding2D).
+struct ZeroPadSpec {
+  int64_t top = 0, bottom = 0, left = 0, right = 0;
+};
+std::unique_ptr<Layer> NewZeroPadLayer(const ZeroPadSpec& spec, Dims in);
 std::unique_ptr<Layer> NewPoolLayer(bool max, int64_t window, int64_t stride,
                                     kernels::Padding padding, Dims in);
 std::unique_ptr<Layer> NewGlobalAvgPoolLayer(Dims in);

@@ -88,6 +88,11 @@ class Model {
   // valid through it, its rows pulled for its ids. Ignored by dense models.
   virtual void SetSparseFeatures(SparseFeatures* features) { (void)features; }
 
+  // The floats of non-trainable state it keeps itself (batch norms' moving
+  // means and variances), which Keras's count_params() counts beside the
+  // variables.
+  virtual int64_t num_moving_statistics() const { return 0; }
+
   // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
   virtual std::string device_name() const = 0;
   // Its device allocator's counters (device.h), for tests and reports.

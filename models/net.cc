@@ -30,6 +30,7 @@ struct NetBuilder::Graph {
   std::vector<Node> nodes;
   std::vector<VariableDef> variables;
   std::vector<VariableInit> inits;
+  int64_t moving_statistics = 0;  // Two per batch-normed channel.
 };
 
 namespace {
@@ -79,6 +80,7 @@ class NetModel : public Model {
   }
 
   const std::vector<VariableDef>& variables() const override { return graph_.variables; }
+  int64_t num_moving_statistics() const override { return graph_.moving_statistics; }
   std::string device_name() const override { return device_->name(); }
   HostAllocator* input_allocator() const override { return device_->host_allocator(); }
   kernels::DeviceMemoryStats device_memory() const override { return device_->memory_stats(); }
@@ -432,6 +434,7 @@ int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) 
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});
     AddVariable(scope + "/BatchNorm/beta", {spec.out_channels}, {0, 0});
+    graph_->moving_statistics += 2 * spec.out_channels;
   }
   const Dims out{
       kernels::WindowOutputSize(in.height, spec.filter_height, spec.stride, spec.padding),
@@ -441,15 +444,34 @@ int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) 
 }
 
 int NetBuilder::FullyConnected(const std::string& scope, int input, int64_t units, bool relu,
-                               VariableInit weights_init, VariableInit bias_init) {
+                               VariableInit weights_init, VariableInit bias_init, bool bias) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
   if (!weights_init.random()) {
     weights_init = VariableInit{std::sqrt((relu ? 2.0 : 1.0) / in.size()), 0};
   }
   AddVariable(scope + "/weights", {in.size(), units}, weights_init);
-  AddVariable(scope + "/biases", {units}, bias_init);
-  return Add(NewFullyConnectedLayer(in, units, relu, first_var), {input}, Dims{1, 1, units}, scope);
+  if (bias) AddVariable(scope + "/biases", {units}, bias_init);
+  return Add(NewFullyConnectedLayer(in, units, bias, relu, first_var), {input},
+             Dims{1, 1, units}, scope);
+}
+
+int NetBuilder::BatchNorm(const std::string& scope, int input, BatchNormSpec spec) {
+  const Dims in = dims(input);
+  spec.channels = in.channels;
+  const int first_var = static_cast<int>(graph_->variables.size());
+  if (spec.scale) AddVariable(scope + "/gamma", {in.channels}, {0, 1});
+  if (spec.center) AddVariable(scope + "/beta", {in.channels}, {0, 0});
+  graph_->moving_statistics += 2 * in.channels;
+  return Add(NewBatchNormLayer(spec, in, first_var), {input}, in, scope);
+}
+
+int NetBuilder::ZeroPad(int input, const ZeroPadSpec& spec) {
+  const Dims in = dims(input);
+  const Dims out{in.height + spec.top + spec.bottom, in.width + spec.left + spec.right,
+                 in.channels};
+  return Add(NewZeroPadLayer(spec, in), {input}, out,
+             absl::StrCat("zero padding after ", graph_->nodes[input].what));
 }
 
 int NetBuilder::MaxPool(int input, int64_t window, int64_t stride, Padding padding) {

@@ -13,7 +13,8 @@
 // Variables are declared in the order their layers are added, with
 // TensorFlow-style names: "<scope>/weights" [fh, fw, in, out] (HWIO) or
 // [in, units], "<scope>/biases", or for a batch-normed conv
-// "<scope>/BatchNorm/gamma" and "<scope>/BatchNorm/beta". Initial values
+// "<scope>/BatchNorm/gamma" and "<scope>/BatchNorm/beta" (a batch norm of
+// its own: "<scope>/gamma", "<scope>/beta"). Initial values
 // (from the seed alone): weights truncated normal with He's stddev
 // sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases and
 // beta 0, gamma 1. Batch-norm moving statistics are not variables: each
@@ -55,9 +56,16 @@ class NetBuilder {
   // Each returns the new node. A layer that does not fit its input (a VALID
   // window larger than the image) records an error that Build returns.
   int Conv(const std::string& scope, int input, const ConvSpec& spec);
-  // weights_init: the initial weights; not random(): He's above.
+  // weights_init: the initial weights; not random(): He's above. Without
+  // `bias`, no "<scope>/biases".
   int FullyConnected(const std::string& scope, int input, int64_t units, bool relu,
-                     VariableInit weights_init = {}, VariableInit bias_init = {});
+                     VariableInit weights_init = {}, VariableInit bias_init = {},
+                     bool bias = true);
+  // A batch norm of its own over the input's channels (spec.channels is
+  // set from it): variables "<scope>/gamma" (with scale) and
+  // "<scope>/beta" (with center), starting at 1 and 0.
+  int BatchNorm(const std::string& scope, int input, BatchNormSpec spec);
+  int ZeroPad(int input, const ZeroPadSpec& spec);
   int MaxPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
   int AvgPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
   int GlobalAvgPool(int input);

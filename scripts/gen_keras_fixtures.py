@@ -2,8 +2,9 @@
 """Writes the Keras model files that tests/models/keras_model_test.cc reads
 (tests/data/keras/): each model in Keras 3's format (TensorFlow 2.21's
 keras) and in Keras 2's (tf_keras, what tf.keras wrote before TF 2.16), with
-its count_params() in a .params file beside it; and, for the models of
-EXACT, what Keras computes on a batch: NAME_keras3.safetensors holds the
+its count_params() in a .params file beside it; keras.applications' CNNs
+(apps/, gzipped, with their counts); and, for the models of EXACT, what
+Keras computes on a batch: NAME_keras3.safetensors holds the
 weights under psrt's variable names, the images [B, H*W*C] and labels, the
 mean softmax cross-entropy (training mode: batch norm on batch statistics)
 and its gradient for every weight ("grad:" + the name). The suite itself
@@ -344,8 +345,49 @@ def write_zoo(keras):
                 f.write(model.to_json())
 
 
+def app_blocks(keras):
+    """The keras.applications layers beyond the plain ones: an asymmetric
+    ZeroPadding2D, a biased Conv2D > BatchNormalization > ReLU (ResNet50's),
+    BatchNormalization(scale=False) (InceptionV3's), pre-activation batch
+    norms after Add and Concatenate (ResNetV2's, DenseNet's), center=False,
+    a batch norm after a Dense without bias."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(12, 12, 3))
+    x = layers.ZeroPadding2D(((1, 2), (0, 1)))(inputs)
+    x = layers.Conv2D(8, 3, strides=2, name="conv_bias")(x)
+    x = layers.BatchNormalization(epsilon=1.001e-5, name="conv_bias_bn")(x)
+    x = layers.Activation("relu")(x)
+    y = layers.Conv2D(8, 3, padding="same", use_bias=False, name="conv_noscale")(x)
+    y = layers.BatchNormalization(scale=False, name="noscale_bn")(y)
+    y = layers.Activation("relu")(y)
+    a = layers.Add()([x, y])
+    a = layers.BatchNormalization(name="preact_bn")(a)
+    a = layers.Activation("relu")(a)
+    z = layers.Conv2D(4, 1, use_bias=False, name="conv_1x1")(a)
+    c = layers.Concatenate()([a, z])
+    c = layers.BatchNormalization(center=False, momentum=0.9, name="nocenter_bn")(c)
+    c = layers.ZeroPadding2D(1)(c)
+    c = layers.MaxPooling2D(2)(c)
+    g = layers.GlobalAveragePooling2D()(c)
+    d = layers.Dense(6, use_bias=False, name="dense_nobias")(g)
+    d = layers.BatchNormalization(name="dense_bn")(d)
+    d = layers.Activation("relu")(d)
+    out = layers.Dense(5, name="logits")(d)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
-EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block)]
+EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks)]
+
+
+def fused_into_conv(norm):
+    """Whether psrt fuses this BatchNormalization into the Conv2D before it:
+    a conv without bias or activation that only it reads, and a batch norm
+    that centers and scales."""
+    conv = norm._inbound_nodes[0].parent_nodes[0].operation
+    return (type(conv).__name__ == "Conv2D" and not conv.use_bias and
+            conv.activation.__name__ == "linear" and len(conv._outbound_nodes) == 1 and
+            norm.center and norm.scale)
 
 
 def psrt_names(model):
@@ -358,11 +400,15 @@ def psrt_names(model):
             names.append((layer.kernel, f"{layer.name}/weights"))
             if layer.use_bias:
                 names.append((layer.bias, f"{layer.name}/biases"))
-        elif kind == "BatchNormalization":
-            conv = layer._inbound_nodes[0].parent_nodes[0].operation if hasattr(
-                layer._inbound_nodes[0], "parent_nodes") else None
+        elif kind == "BatchNormalization" and fused_into_conv(layer):
+            conv = layer._inbound_nodes[0].parent_nodes[0].operation
             names.append((layer.gamma, f"{conv.name}/BatchNorm/gamma"))
             names.append((layer.beta, f"{conv.name}/BatchNorm/beta"))
+        elif kind == "BatchNormalization":  # A batch norm of its own.
+            if layer.scale:
+                names.append((layer.gamma, f"{layer.name}/gamma"))
+            if layer.center:
+                names.append((layer.beta, f"{layer.name}/beta"))
     return names
 
 
@@ -418,6 +464,37 @@ def write_exact(keras):
         print(name, "loss", float(loss))
 
 
+# keras.applications' CNNs, as Keras writes them (weights=None, the
+# published input size (224x224 where Keras leaves it open), 1000 classes).
+APPLICATIONS = [
+    "ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2", "ResNet152V2",
+    "VGG16", "VGG19", "InceptionV3", "InceptionResNetV2", "Xception", "MobileNet",
+    "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large", "DenseNet121", "DenseNet169",
+    "DenseNet201", "EfficientNetB0", "EfficientNetB1", "EfficientNetB2", "EfficientNetB3",
+    "ConvNeXtTiny"]
+
+
+def write_applications(keras):
+    """apps/NAME.json.gz, and apps/counts.txt: NAME, count_params() (moving
+    statistics included) and the trainable weights' count, a line each."""
+    import gzip
+    import numpy as np
+    apps = os.path.join(OUT, "apps")
+    os.makedirs(apps, exist_ok=True)
+    lines = []
+    for name in APPLICATIONS:
+        model = getattr(keras.applications, name)(weights=None)
+        if None in model.inputs[0].shape[1:]:  # MobileNetV3's default: any size.
+            model = getattr(keras.applications, name)(weights=None, input_shape=(224, 224, 3))
+        with gzip.GzipFile(os.path.join(apps, f"{name}.json.gz"), "wb", mtime=0) as f:
+            f.write(model.to_json().encode())
+        trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+        lines.append(f"{name} {model.count_params()} {trainable}\n")
+        print(name, model.count_params(), trainable)
+    with open(os.path.join(apps, "counts.txt"), "w") as f:
+        f.write("".join(lines))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     import keras  # Keras 3, as TensorFlow 2.21 ships it.
@@ -425,6 +502,7 @@ def main():
     write(keras, "keras3")
     write_exact(keras)
     write_zoo(keras)
+    write_applications(keras)
     import tf_keras  # Keras 2.
     write(tf_keras, "keras2")
     return 0

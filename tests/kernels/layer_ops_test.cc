@@ -1,4 +1,4 @@
-// Channel concat, dropout and L2 loss on the CPU: values and gradients.
+// Channel concat, zero padding, dropout and L2 loss on the CPU: values and gradients.
 #include "kernels/layer_ops.h"
 
 #include <vector>
@@ -61,6 +61,42 @@ TEST(ConcatTest, GradientSplitsAndSkipsNull) {
       {std::vector<float>(dxs[0].begin(), dxs[0].begin() + 30)});
   float* only_middle[] = {nullptr, dxs[1].data(), nullptr};
   ConcatChannelsBackward(ctx, pixels, weights.data(), channels, only_middle);
+}
+
+// Keras's ZeroPadding2D((1, 2), (0, 3)) of a 2x2 image of 2 channels.
+TEST(ZeroPad2DTest, ForwardPadsAndBackwardCrops) {
+  CpuContext ctx(2);
+  const Pad2DShape s{1, 2, 2, 2, /*top=*/1, /*bottom=*/2, /*left=*/0, /*right=*/3};
+  ASSERT_EQ(s.out_height(), 5);
+  ASSERT_EQ(s.out_width(), 5);
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> y = Garbage(s.output_size());
+  ZeroPad2DForward(ctx, s, x.data(), y.data());
+  std::vector<float> want(50, 0.0f);
+  for (int h = 0; h < 2; ++h) {
+    for (int w = 0; w < 2; ++w) {
+      for (int c = 0; c < 2; ++c) want[((h + 1) * 5 + w) * 2 + c] = x[(h * 2 + w) * 2 + c];
+    }
+  }
+  EXPECT_EQ(y, want);
+  std::vector<float> dx = Garbage(x.size());
+  ZeroPad2DBackward(ctx, s, y.data(), dx.data());
+  EXPECT_EQ(dx, x);
+}
+
+TEST(ZeroPad2DTest, GradientMatchesFiniteDifferences) {
+  CpuContext ctx(3);
+  const Pad2DShape s{3, 5, 4, 3, 2, 0, 1, 1};
+  std::vector<float> x = RandomVector(s.input_size(), 61);
+  const std::vector<float> weights = RandomVector(s.output_size(), 62);
+  std::vector<float> y(s.output_size());
+  auto loss = [&] {
+    ZeroPad2DForward(ctx, s, x.data(), y.data());
+    return Dot(y, weights);
+  };
+  std::vector<float> dx = Garbage(x.size());
+  ZeroPad2DBackward(ctx, s, weights.data(), dx.data());
+  ExpectGradientsMatch({&x}, loss, {dx});
 }
 
 TEST(DropoutTest, KeepsAboutKeepProbAndScales) {

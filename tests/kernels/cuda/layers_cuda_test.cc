@@ -1,5 +1,5 @@
-// CPU/GPU parity of the layer ops (conv, pools, batch norm, concat,
-// dropout, L2 loss): every CUDA op against its CPU version, the oracle.
+// CPU/GPU parity of the layer ops (conv, pools, batch norm, zero padding,
+// concat, dropout, L2 loss): every CUDA op against its CPU version, the oracle.
 // Skips itself where there is no GPU (fails under PSRT_REQUIRE_GPU=1).
 // Built only with PSRT_CUDA.
 #include "kernels/layers_cuda.h"
@@ -157,6 +157,21 @@ TEST_F(LayersCudaTest, BatchNorm) {
   EXPECT_TRUE(NearInNorm(gdgamma.ToHost(), dgamma, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gy_inf.ToHost(), y_inf, kSumTolerance));
+}
+
+TEST_F(LayersCudaTest, ZeroPad2D) {
+  const Pad2DShape s{3, 7, 5, 6, 3, 1, 0, 2};
+  const std::vector<float> x = RandomVector(s.input_size(), 71);
+  const std::vector<float> dy = RandomVector(s.output_size(), 72);
+  std::vector<float> y(s.output_size()), dx(s.input_size());
+  ZeroPad2DForward(cpu_, s, x.data(), y.data());
+  ZeroPad2DBackward(cpu_, s, dy.data(), dx.data());
+  DeviceArray<float> gx(x), gdy(dy), gy(y.size()), gdx(dx.size());
+  ZeroPad2DForward(*gpu_, s, gx.get(), gy.get());
+  ZeroPad2DBackward(*gpu_, s, gdy.get(), gdx.get());
+  Sync();
+  EXPECT_EQ(gy.ToHost(), y);  // Copies: bit for bit.
+  EXPECT_EQ(gdx.ToHost(), dx);
 }
 
 TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {

@@ -1,0 +1,96 @@
+// keras.applications' CNNs as Keras writes them (tests/data/keras/apps/,
+// scripts/gen_keras_fixtures.py): those psrt reads build with Keras's own
+// counts (count_params(), moving statistics included, and the trainable
+// weights'); the others are refused naming the layer and why.
+#include <zlib.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "models/keras_model.h"
+#include "models/model.h"
+
+namespace psrt {
+namespace {
+
+std::string AppsDir() { return absl::StrCat(PSRT_SOURCE_DIR, "/tests/data/keras/apps/"); }
+
+// NAME.json.gz, whole.
+std::string ReadGzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  if (f == nullptr) return "";
+  std::string text;
+  char buffer[1 << 16];
+  int n;
+  while ((n = gzread(f, buffer, sizeof(buffer))) > 0) text.append(buffer, n);
+  EXPECT_EQ(n, 0) << path;
+  gzclose(f);
+  return text;
+}
+
+// NAME -> (count_params(), trainable), as Keras counted them.
+std::map<std::string, std::pair<int64_t, int64_t>> KerasCounts() {
+  std::map<std::string, std::pair<int64_t, int64_t>> counts;
+  std::ifstream in(AppsDir() + "counts.txt");
+  std::string name;
+  int64_t total = 0, trainable = 0;
+  while (in >> name >> total >> trainable) counts[name] = {total, trainable};
+  return counts;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadApp(const std::string& name) {
+  ModelOptions options;
+  options.intra_op_threads = 1;
+  return NewKerasModel(ReadGzip(AppsDir() + name + ".json.gz"), name + ".json", options);
+}
+
+TEST(KerasApplicationsTest, ReadAppsBuildWithKerassCounts) {
+  const auto counts = KerasCounts();
+  ASSERT_EQ(counts.size(), 23u) << "counts.txt";
+  for (const char* name :
+       {"ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2", "ResNet152V2", "VGG16",
+        "VGG19", "InceptionV3", "DenseNet121", "DenseNet169", "DenseNet201"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadApp(name);
+    ASSERT_TRUE(model.ok()) << model.status();
+    int64_t params = 0;
+    for (const VariableDef& v : (*model)->variables()) params += NumElements(v.shape);
+    ASSERT_EQ(counts.count(name), 1u);
+    EXPECT_EQ(params, counts.at(name).second);
+    EXPECT_EQ(params + (*model)->num_moving_statistics(), counts.at(name).first);
+  }
+}
+
+// The rest need layers psrt does not read yet (docs/models-and-kernels.md):
+// each is refused at the first such layer, naming it and why.
+TEST(KerasApplicationsTest, TheOthersAreRefusedNamingTheLayer) {
+  for (const auto& [name, refusal] : std::map<std::string, std::string>{
+           {"InceptionResNetV2", "(CustomScaleLayer): this layer class is not supported"},
+           {"Xception", "(SeparableConv2D): this layer class is not supported"},
+           {"MobileNet", "(ReLU): max_value, negative_slope and threshold are not supported"},
+           {"MobileNetV2", "(ReLU): max_value, negative_slope and threshold are not supported"},
+           {"MobileNetV3Small", "(Rescaling): this layer class is not supported"},
+           {"MobileNetV3Large", "(Rescaling): this layer class is not supported"},
+           {"EfficientNetB0", "(Rescaling): this layer class is not supported"},
+           {"EfficientNetB1", "(Rescaling): this layer class is not supported"},
+           {"EfficientNetB2", "(Rescaling): this layer class is not supported"},
+           {"EfficientNetB3", "(Rescaling): this layer class is not supported"},
+           {"ConvNeXtTiny", "(Normalization): this layer class is not supported"}}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadApp(name);
+    ASSERT_FALSE(model.ok()) << name;
+    EXPECT_NE(model.status().message().find(refusal), std::string::npos)
+        << name << ": " << model.status();
+    EXPECT_NE(model.status().message().find(name + ".json"), std::string::npos)
+        << model.status();
+  }
+}
+
+}  // namespace
+}  // namespace psrt
