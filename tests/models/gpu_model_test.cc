@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
@@ -31,14 +34,33 @@ struct Case {
   int channels;
   int classes;
   int batch;
+  // The "keras" model's file, in tests/data/keras/.
+  std::string keras_file = "";
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
+// The built-in model's name, or the Keras file's.
+std::string Label(const Case& c) {
+  return c.keras_file.empty() ? c.model : c.keras_file.substr(0, c.keras_file.find('.'));
+}
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.model; }
+void PrintTo(const Case& c, std::ostream* os) { *os << Label(c); }
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return Label(info.param); }
 
 ModelOptions OptionsFor(const Case& c, kernels::DeviceSpec device) {
   ModelOptions options;
+  if (!c.keras_file.empty()) {
+    // From the repository root where the tests run (a GPU machine's copy of
+    // the tree, scripts/gpu_first_run.sh), else from the build's source.
+    options.model_file = absl::StrCat("tests/data/keras/", c.keras_file);
+    if (!std::ifstream(options.model_file)) {
+      options.model_file = absl::StrCat(PSRT_SOURCE_DIR, "/", options.model_file);
+    }
+    std::ifstream in(options.model_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    options.model_json = text.str();
+  }
   options.input_height = options.input_width = c.size;
   options.input_channels = c.channels;
   options.num_classes = c.classes;
@@ -171,7 +193,7 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
   const TwoSteps on_gpu = RunTwoSteps(**gpu, gpu_params, images, labels);
   const Tolerance tolerance = CpuRoundingTolerance(c, on_cpu, params, images, labels);
   for (int step = 0; step < 2; ++step) {
-    std::printf("%s step %d: tolerance: loss %.3g, gradients %.3g\n", c.model.c_str(), step,
+    std::printf("%s step %d: tolerance: loss %.3g, gradients %.3g\n", Label(c).c_str(), step,
                 tolerance.loss[step], tolerance.gradients[step]);
     EXPECT_NEAR(on_gpu.loss[step], on_cpu.loss[step], tolerance.loss[step]) << "step " << step;
     ASSERT_EQ(on_gpu.grads[step].size(), on_cpu.grads[step].size());
@@ -255,7 +277,9 @@ TEST_P(GpuModelTest, SteadyStateAllocatesNoDeviceMemory) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuModelTest,
                          ::testing::Values(Case{"mlp", 28, 1, 10, 16}, Case{"lenet", 28, 1, 10, 16},
                                            Case{"inception_mini", 28, 1, 10, 8},
-                                           Case{"inception_v3", 75, 3, 5, 4}, Case{"resnet50", 32, 3, 5, 4}),
+                                           Case{"inception_v3", 75, 3, 5, 4}, Case{"resnet50", 32, 3, 5, 4},
+                                           // Zero padding and batch norms of their own.
+                                           Case{"keras", 12, 3, 5, 6, "app_blocks_keras3.json"}),
                          CaseName);
 
 TEST(GpuModelErrorTest, AGpuThatIsNotThereIsAClearError) {
