@@ -45,11 +45,11 @@ class BatchNormState {
   // gamma and beta (null: not variables).
   void Backward(const StepContext& ctx, int64_t rows, const float* x, const float* dy,
                 const float* gamma, float* dx, float* dgamma, float* dbeta) {
-    const int64_t c = spec_.channels;
+    // The scratch holds both unused gradients (Initialize made it 2 x C).
     ctx.device->BatchNormTrainingBackward(
         Shape(rows), x, dy, gamma != nullptr ? gamma : ones_.data(), saved_mean_.data(),
-        saved_inv_std_.data(), dx, dgamma != nullptr ? dgamma : unused_.Reserve(ctx.device, c),
-        dbeta != nullptr ? dbeta : unused_.Reserve(ctx.device, 2 * c) + c);
+        saved_inv_std_.data(), dx, dgamma != nullptr ? dgamma : unused_.data(),
+        dbeta != nullptr ? dbeta : unused_.data() + spec_.channels);
   }
 
  private:
