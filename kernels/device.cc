@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_context.h"

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/ops.h"
 #include "kernels/window.h"
@@ -171,7 +172,7 @@ class Device {
   // acc[i] += x[i].
   virtual void Accumulate(const float* x, float* acc, int64_t n) = 0;
 
-  // ---- Layer ops (conv.h, pool.h, batch_norm.h, layer_ops.h). ----
+  // ---- Layer ops (conv.h, pool.h, batch_norm.h, layer_ops.h, activation.h). ----
   // The convolutions use the device's own workspace.
   virtual void Conv2DForward(const Conv2DShape& shape, const float* x,
                              const float* filter, float* y) = 0;
@@ -214,6 +215,10 @@ class Device {
   virtual void ConcatChannelsBackward(int64_t pixels, const float* dy,
                                       absl::Span<const int64_t> channels,
                                       absl::Span<float* const> dinputs) = 0;
+  virtual void ActivationForward(const ActivationSpec& spec, const float* x, int64_t n,
+                                 float* y) = 0;
+  virtual void ActivationBackward(const ActivationSpec& spec, const float* x, const float* dy,
+                                  int64_t n, float* dx) = 0;
   virtual void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) = 0;
   virtual void ZeroPad2DBackward(const Pad2DShape& shape, const float* dy, float* dx) = 0;
   virtual void DropoutForward(const float* x, int64_t n, float keep_prob,

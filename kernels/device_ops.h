@@ -130,6 +130,14 @@ class DeviceOps : public Device {
                               absl::Span<float* const> dinputs) override {
     kernels::ConcatChannelsBackward(ctx(), pixels, dy, channels, dinputs);
   }
+  void ActivationForward(const ActivationSpec& spec, const float* x, int64_t n,
+                         float* y) override {
+    kernels::ActivationForward(ctx(), spec, x, n, y);
+  }
+  void ActivationBackward(const ActivationSpec& spec, const float* x, const float* dy,
+                          int64_t n, float* dx) override {
+    kernels::ActivationBackward(ctx(), spec, x, dy, n, dx);
+  }
   void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) override {
     kernels::ZeroPad2DForward(ctx(), shape, x, y);
   }

@@ -1,5 +1,5 @@
 // The CUDA versions of the layer ops (conv.h, pool.h, batch_norm.h,
-// layer_ops.h): the same arguments with a CudaContext and device pointers,
+// layer_ops.h, activation.h): the same arguments with a CudaContext and device pointers,
 // and the same contracts (overwrite or add, aliasing, null outputs). The
 // CPU ops are their oracle (tests/kernels/cuda).
 //
@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/window.h"
@@ -66,6 +67,12 @@ void CopyImageWindow(const CudaContext& ctx, const float* src, int64_t batch,
                      int64_t src_height, int64_t src_width, int64_t channels,
                      int64_t dst_height, int64_t dst_width,
                      int64_t offset_height, int64_t offset_width, float* dst);
+
+// ---- activation.h ----
+void ActivationForward(const CudaContext& ctx, const ActivationSpec& spec, const float* x,
+                       int64_t n, float* y);
+void ActivationBackward(const CudaContext& ctx, const ActivationSpec& spec, const float* x,
+                        const float* dy, int64_t n, float* dx);
 
 // ---- layer_ops.h: zero padding, as window copies (CopyImageWindow). ----
 void ZeroPad2DForward(const CudaContext& ctx, const Pad2DShape& shape, const float* x, float* y);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -45,6 +46,10 @@ absl::Status KerasFile::Parse(absl::string_view json) {
         "no \"class_name\" and \"config\" at the top: not a Keras model file (model.to_json())");
   }
   const std::string& kind = class_name->string_value();
+  // Keras 2 writes its version at the top, Keras 3 does not.
+  const Value* version = Field(*root_, "keras_version");
+  keras2_ = version != nullptr && version->has_string_value() &&
+            absl::StartsWith(version->string_value(), "2.");
   absl::Status status;
   if (kind == "Sequential") {
     status = ParseSequential(config->struct_value());
@@ -377,14 +382,64 @@ absl::StatusOr<std::array<int64_t, 4>> KerasFile::ZeroPadding(const KerasLayer& 
                     "(non-negative whole numbers)");
 }
 
+namespace {
+
+// The activations psrt computes, by Keras's names (aliases included).
+const std::map<std::string, kernels::Activation>& ActivationNames() {
+  using kernels::Activation;
+  static const auto* names = new std::map<std::string, Activation>{
+      {"relu", Activation::kRelu},          {"relu6", Activation::kRelu},
+      {"sigmoid", Activation::kSigmoid},    {"tanh", Activation::kTanh},
+      {"swish", Activation::kSwish},        {"silu", Activation::kSwish},
+      {"hard_sigmoid", Activation::kHardSigmoid}, {"hard_swish", Activation::kHardSwish},
+      {"hard_silu", Activation::kHardSwish}, {"gelu", Activation::kGelu}};
+  return *names;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> KerasFile::Activation(const KerasLayer& layer) const {
   absl::StatusOr<std::string> activation = String(layer, "activation", "linear");
   if (!activation.ok()) return activation.status();
-  if (*activation == "relu" || *activation == "linear" || *activation == "softmax") {
+  if (*activation == "linear" || *activation == "softmax" ||
+      ActivationNames().count(*activation) > 0) {
     return activation;
   }
-  return LayerError(layer, absl::StrCat("activation \"", *activation,
-                                        "\"; supported: relu, linear, and softmax last"));
+  std::string known;
+  for (const auto& [name, kind] : ActivationNames()) absl::StrAppend(&known, name, ", ");
+  return LayerError(layer, absl::StrCat("activation \"", *activation, "\"; supported: ", known,
+                                        "linear, and softmax last"));
+}
+
+kernels::ActivationSpec KerasFile::ActivationSpecOf(const std::string& name) const {
+  kernels::ActivationSpec spec;
+  spec.kind = ActivationNames().at(name);
+  if (name == "relu6") spec.max_value = 6;
+  // Keras 2's hard sigmoid is 0.2 x + 0.5, Keras 3's relu6(x + 3) / 6.
+  if (keras2_ && name == "hard_sigmoid") spec.hard_slope = 0.2f;
+  return spec;
+}
+
+absl::StatusOr<kernels::ActivationSpec> KerasFile::ReluLayerSpec(const KerasLayer& layer) const {
+  kernels::ActivationSpec spec;
+  const Value* cap = Field(*layer.config, "max_value");
+  if (!IsNull(cap)) {
+    if (!cap->has_number_value() || !(cap->number_value() >= 0)) {
+      return LayerError(layer, "max_value is not a non-negative number");
+    }
+    spec.max_value = static_cast<float>(cap->number_value());
+  }
+  ASSIGN_OR_RETURN(const double slope, Number(layer, "negative_slope", 0));
+  ASSIGN_OR_RETURN(const double threshold, Number(layer, "threshold", 0));
+  if (!(slope >= 0) || !std::isfinite(threshold)) {
+    return LayerError(layer, "negative_slope must be non-negative and threshold a number");
+  }
+  spec.negative_slope = static_cast<float>(slope);
+  spec.threshold = static_cast<float>(threshold);
+  if (spec.threshold > spec.max_value) {
+    return LayerError(layer, "threshold above max_value");
+  }
+  return spec;
 }
 
 absl::StatusOr<VariableInit> KerasFile::Initializer(const KerasLayer& layer, const std::string& key,

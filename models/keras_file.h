@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/activation.h"
 #include "kernels/window.h"
 #include "models/keras_model.h"
 #include "models/layers.h"
@@ -92,8 +93,16 @@ class KerasFile {
   // and below, columns left and right) or two pairs ((top, bottom), (left,
   // right)), as {top, bottom, left, right}.
   absl::StatusOr<std::array<int64_t, 4>> ZeroPadding(const KerasLayer& layer) const;
-  // The activation of a layer: "relu", "linear" or "softmax".
+  // A layer's activation (its "activation" field, "linear" when absent):
+  // "linear", "softmax", "relu", or another that Spec gives.
   absl::StatusOr<std::string> Activation(const KerasLayer& layer) const;
+  // What activation `name` (not linear or softmax) computes, as this file's
+  // Keras computes it (hard_sigmoid differs between Keras 2 and 3).
+  kernels::ActivationSpec ActivationSpecOf(const std::string& name) const;
+  // The ReLU layer's (max_value, negative_slope, threshold).
+  absl::StatusOr<kernels::ActivationSpec> ReluLayerSpec(const KerasLayer& layer) const;
+  // Written by Keras 2 (tf.keras before TensorFlow 2.16, tf_keras).
+  bool keras2() const { return keras2_; }
   // An error naming the first of `keys` that the layer sets to anything but
   // null, false or "channels_last" (a regularizer, a constraint, ...: what
   // psrt does not do, and would otherwise ignore).
@@ -120,6 +129,7 @@ class KerasFile {
   std::map<std::string, int> index_;
   int input_ = -1;
   int output_ = -1;
+  bool keras2_ = false;
   KerasModelShape shape_;
 };
 

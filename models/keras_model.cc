@@ -156,6 +156,8 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       spec.filter_width = kernel.second;
       spec.out_channels = filters;
       spec.relu = activation == "relu";
+      // Another activation than ReLU (or none) is a layer after the conv.
+      const bool activated = activation != "relu" && activation != "linear";
       const double in_channels = net->dims(x).channels;
       const double taps = static_cast<double>(kernel.first) * kernel.second;
       if (taps * in_channels * filters > kMaxVariableElements) {
@@ -175,7 +177,7 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       // scales; otherwise the batch norm is a layer of its own.
       std::vector<int> fused = {i};
       const int bn = file_.OnlyConsumer(i);
-      if (!spec.bias && !spec.relu && bn >= 0 &&
+      if (!spec.bias && activation == "linear" && bn >= 0 &&
           file_.layers()[bn].class_name == "BatchNormalization" &&
           file_.layers()[bn].inputs.size() == 1) {
         ASSIGN_OR_RETURN(const BatchNormSpec norm, BatchNormOf(file_.layers()[bn]));
@@ -192,6 +194,7 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         }
       }
       out = net->Conv(layer.name, x, spec);
+      if (activated) out = net->Activate(out, file_.ActivationSpecOf(activation));
       if (!net->status().ok()) return file_.LayerError(layer, net->status().message());
       for (int f : fused) {
         node[f] = out;
@@ -242,6 +245,9 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
       out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases, bias);
+      if (activation != "relu" && activation != "linear" && activation != "softmax") {
+        out = net->Activate(out, file_.ActivationSpecOf(activation));
+      }
       out_flat = true;
     } else if (kind == "MaxPooling2D" || kind == "AveragePooling2D") {
       RETURN_IF_ERROR(need_one_input());
@@ -275,13 +281,19 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       if (kind == "Activation") {
         ASSIGN_OR_RETURN(activation, file_.Activation(layer));
       }
-      if (kind == "ReLU" && !file_.IsRelu(i)) {
-        return file_.LayerError(layer, "max_value, negative_slope and threshold are not supported");
-      }
       if (activation == "softmax" && i != file_.output()) {
         return file_.LayerError(layer, "softmax is supported only in the last layer");
       }
-      out = activation == "relu" ? net->Relu(x) : x;  // softmax: the loss's.
+      if (kind == "ReLU" && !file_.IsRelu(i)) {  // A cap, a slope or a threshold.
+        ASSIGN_OR_RETURN(const kernels::ActivationSpec relu, file_.ReluLayerSpec(layer));
+        out = net->Activate(x, relu);
+      } else if (activation == "relu") {
+        out = net->Relu(x);
+      } else if (activation == "linear" || activation == "softmax") {
+        out = x;  // softmax: the loss's.
+      } else {
+        out = net->Activate(x, file_.ActivationSpecOf(activation));
+      }
       out_flat = x_flat;
     } else if (kind == "Add") {
       if (in.size() < 2) return file_.LayerError(layer, "an Add of fewer than 2 inputs");

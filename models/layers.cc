@@ -352,6 +352,27 @@ class SumLayer : public Layer {
   const bool relu_;
 };
 
+class ActivationLayer : public Layer {
+ public:
+  ActivationLayer(const kernels::ActivationSpec& spec, int64_t size) : spec_(spec), size_(size) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    ctx.device->ActivationForward(spec_, inputs[0], batch * size_, out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    if (din[0] != nullptr) {
+      ctx.device->ActivationBackward(spec_, inputs[0], dout, batch * size_, din[0]);
+    }
+  }
+
+ private:
+  const kernels::ActivationSpec spec_;
+  const int64_t size_;
+};
+
 class DropoutLayer : public Layer {
  public:
   DropoutLayer(float keep_prob, int64_t size, uint64_t salt)
@@ -427,6 +448,10 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu) {
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt) {
   return std::make_unique<DropoutLayer>(keep_prob, size, salt);
+}
+
+std::unique_ptr<Layer> NewActivationLayer(const kernels::ActivationSpec& spec, int64_t size) {
+  return std::make_unique<ActivationLayer>(spec, size);
 }
 
 }  // namespace psrt

@@ -129,6 +129,8 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu);
 // Identity at inference.
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt);
+// An element-wise activation (kernels/activation.h) of `size` per example.
+std::unique_ptr<Layer> NewActivationLayer(const kernels::ActivationSpec& spec, int64_t size);
 
 }  // namespace psrt
 

@@ -540,6 +540,12 @@ int NetBuilder::Relu(int input) {
              absl::StrCat("relu after ", graph_->nodes[input].what));
 }
 
+int NetBuilder::Activate(int input, const kernels::ActivationSpec& spec) {
+  const Dims in = dims(input);
+  return Add(NewActivationLayer(spec, in.size()), {input}, in,
+             absl::StrCat("activation after ", graph_->nodes[input].what));
+}
+
 int NetBuilder::Dropout(int input, float keep_prob) {
   const Dims in = dims(input);
   return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size()), {input}, in, "dropout");

@@ -77,6 +77,8 @@ class NetBuilder {
   int Sum(const std::vector<int>& inputs, bool relu);
   // max(x, 0).
   int Relu(int input);
+  // Any other element-wise activation (kernels/activation.h).
+  int Activate(int input, const kernels::ActivationSpec& spec);
 
   // The model whose logits are the last node added. InvalidArgument (naming
   // `model_name` and the layer) when a layer did not fit or the logits do

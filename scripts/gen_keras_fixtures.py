@@ -376,8 +376,28 @@ def app_blocks(keras):
     return keras.Model(inputs, out)
 
 
+def activations(keras):
+    """Every activation psrt reads, each on a branch of one conv's output:
+    ReLU layers with a cap and with a slope below a threshold, relu6,
+    sigmoid, tanh, silu, hard_sigmoid, hard_silu and gelu; then a conv and a
+    Dense with activations of their own."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(6, 6, 3))
+    a = layers.Conv2D(6, 3, padding="same", name="conv_a")(inputs)
+    branches = [layers.ReLU(max_value=0.5)(a), layers.ReLU(negative_slope=0.1, threshold=0.2)(a)]
+    for name in ("relu6", "sigmoid", "tanh", "silu", "hard_sigmoid", "hard_silu", "gelu"):
+        branches.append(layers.Activation(name)(a))
+    x = layers.Concatenate()(branches)
+    x = layers.Conv2D(4, 1, activation="swish", name="conv_swish")(x)
+    g = layers.GlobalAveragePooling2D()(x)
+    d = layers.Dense(6, activation="tanh", name="dense_tanh")(g)
+    out = layers.Dense(3, name="logits")(d)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
-EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks)]
+EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
+         ("activations", activations)]
 
 
 def fused_into_conv(norm):
@@ -483,6 +503,7 @@ def write_applications(keras):
     os.makedirs(apps, exist_ok=True)
     lines = []
     for name in APPLICATIONS:
+        keras.utils.clear_session()  # Layer names that do not hang on what came before.
         model = getattr(keras.applications, name)(weights=None)
         if None in model.inputs[0].shape[1:]:  # MobileNetV3's default: any size.
             model = getattr(keras.applications, name)(weights=None, input_shape=(224, 224, 3))

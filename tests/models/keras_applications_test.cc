@@ -74,8 +74,8 @@ TEST(KerasApplicationsTest, TheOthersAreRefusedNamingTheLayer) {
   for (const auto& [name, refusal] : std::map<std::string, std::string>{
            {"InceptionResNetV2", "(CustomScaleLayer): this layer class is not supported"},
            {"Xception", "(SeparableConv2D): this layer class is not supported"},
-           {"MobileNet", "(ReLU): max_value, negative_slope and threshold are not supported"},
-           {"MobileNetV2", "(ReLU): max_value, negative_slope and threshold are not supported"},
+           {"MobileNet", "(DepthwiseConv2D): this layer class is not supported"},
+           {"MobileNetV2", "(DepthwiseConv2D): this layer class is not supported"},
            {"MobileNetV3Small", "(Rescaling): this layer class is not supported"},
            {"MobileNetV3Large", "(Rescaling): this layer class is not supported"},
            {"EfficientNetB0", "(Rescaling): this layer class is not supported"},

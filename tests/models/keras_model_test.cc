@@ -193,9 +193,11 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // Concatenate, global pooling), and the keras.applications blocks
 // (app_blocks: an asymmetric ZeroPadding2D, a batch norm after a biased
 // conv, without scale, without center, after Add, Concatenate and a Dense
-// without bias).
+// without bias), and every activation (activations: capped and leaky ReLU
+// layers, relu6, sigmoid, tanh, silu, hard_sigmoid, hard_silu, gelu, and a
+// conv's and a Dense's own).
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
-  for (const char* name : {"plain_cnn", "residual_block", "app_blocks"}) {
+  for (const char* name : {"plain_cnn", "residual_block", "app_blocks", "activations"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
@@ -361,8 +363,8 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
       {"[1, 2]", "not JSON, or not a JSON object"},
       {R"({"class_name": "Sequential"})", "no \"class_name\" and \"config\""},
       {R"({"class_name": "Subclassed", "config": {}})", "only Sequential and Functional"},
-      {absl::StrReplaceAll(convnet, {{R"("activation": "relu")", R"("activation": "tanh")"}}),
-       "activation \"tanh\""},
+      {absl::StrReplaceAll(convnet, {{R"("activation": "relu")", R"("activation": "elu")"}}),
+       "activation \"elu\""},
       // Dense straight on the 5x5x64 maps, which Keras would apply per pixel.
       {absl::StrReplaceAll(convnet, {{R"("class_name": "Flatten")", R"("class_name": "Dropout")"}}),
        "put a Flatten or a pooling before it"},

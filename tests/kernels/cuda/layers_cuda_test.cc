@@ -1,5 +1,5 @@
-// CPU/GPU parity of the layer ops (conv, pools, batch norm, zero padding,
-// concat, dropout, L2 loss): every CUDA op against its CPU version, the oracle.
+// CPU/GPU parity of the layer ops (conv, pools, batch norm, activations,
+// zero padding, concat, dropout, L2 loss): every CUDA op against its CPU version, the oracle.
 // Skips itself where there is no GPU (fails under PSRT_REQUIRE_GPU=1).
 // Built only with PSRT_CUDA.
 #include "kernels/layers_cuda.h"
@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_context.h"
@@ -157,6 +158,33 @@ TEST_F(LayersCudaTest, BatchNorm) {
   EXPECT_TRUE(NearInNorm(gdgamma.ToHost(), dgamma, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gy_inf.ToHost(), y_inf, kSumTolerance));
+}
+
+// Each activation, forward and backward, against the CPU's: the same
+// formulas, with the GPU's own exp, tanh and erf (a few ulps apart).
+TEST_F(LayersCudaTest, Activations) {
+  const int64_t n = 50001;
+  const std::vector<float> x = RandomVector(n, 91, -5, 5);
+  const std::vector<float> dy = RandomVector(n, 92);
+  ActivationSpec capped;
+  capped.max_value = 6;
+  capped.negative_slope = 0.2f;
+  DeviceArray<float> gx(x), gdy(dy), gy(n), gdx(n);
+  for (Activation kind :
+       {Activation::kRelu, Activation::kSigmoid, Activation::kTanh, Activation::kSwish,
+        Activation::kHardSigmoid, Activation::kHardSwish, Activation::kGelu}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    ActivationSpec spec = capped;
+    spec.kind = kind;
+    std::vector<float> y(n), dx(n);
+    ActivationForward(cpu_, spec, x.data(), n, y.data());
+    ActivationBackward(cpu_, spec, x.data(), dy.data(), n, dx.data());
+    ActivationForward(*gpu_, spec, gx.get(), n, gy.get());
+    ActivationBackward(*gpu_, spec, gx.get(), gdy.get(), n, gdx.get());
+    Sync();
+    EXPECT_TRUE(NearInNorm(gy.ToHost(), y, 1e-6));
+    EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, 1e-6));
+  }
 }
 
 TEST_F(LayersCudaTest, ZeroPad2D) {
