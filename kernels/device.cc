@@ -11,6 +11,7 @@
 #include "kernels/activation.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
+#include "kernels/depthwise_conv.h"
 #include "kernels/cpu_context.h"
 #include "kernels/layer_ops.h"
 #include "kernels/ops.h"

@@ -172,13 +172,19 @@ class Device {
   // acc[i] += x[i].
   virtual void Accumulate(const float* x, float* acc, int64_t n) = 0;
 
-  // ---- Layer ops (conv.h, pool.h, batch_norm.h, layer_ops.h, activation.h). ----
+  // ---- Layer ops (conv.h, depthwise_conv.h, pool.h, batch_norm.h, layer_ops.h,
+  // activation.h). ----
   // The convolutions use the device's own workspace.
   virtual void Conv2DForward(const Conv2DShape& shape, const float* x,
                              const float* filter, float* y) = 0;
   virtual void Conv2DBackward(const Conv2DShape& shape, const float* x,
                               const float* filter, const float* dy, float* dx,
                               float* dfilter) = 0;
+  virtual void DepthwiseConv2DForward(const DepthwiseConv2DShape& shape, const float* x,
+                                      const float* filter, float* y) = 0;
+  virtual void DepthwiseConv2DBackward(const DepthwiseConv2DShape& shape, const float* x,
+                                       const float* filter, const float* dy, float* dx,
+                                       float* dfilter) = 0;
   virtual void MaxPoolForward(const Pool2DShape& shape, const float* x,
                               float* y) = 0;
   virtual void MaxPoolBackward(const Pool2DShape& shape, const float* x,

@@ -72,6 +72,15 @@ class DeviceOps : public Device {
     kernels::Conv2DBackward(ctx(), shape, x, filter, dy, dx, dfilter,
                             conv_workspace());
   }
+  void DepthwiseConv2DForward(const DepthwiseConv2DShape& shape, const float* x,
+                              const float* filter, float* y) override {
+    kernels::DepthwiseConv2DForward(ctx(), shape, x, filter, y, conv_workspace());
+  }
+  void DepthwiseConv2DBackward(const DepthwiseConv2DShape& shape, const float* x,
+                               const float* filter, const float* dy, float* dx,
+                               float* dfilter) override {
+    kernels::DepthwiseConv2DBackward(ctx(), shape, x, filter, dy, dx, dfilter, conv_workspace());
+  }
   void MaxPoolForward(const Pool2DShape& shape, const float* x,
                       float* y) override {
     kernels::MaxPoolForward(ctx(), shape, x, y);

@@ -1,5 +1,5 @@
-// The CUDA versions of the layer ops (conv.h, pool.h, batch_norm.h,
-// layer_ops.h, activation.h): the same arguments with a CudaContext and device pointers,
+// The CUDA versions of the layer ops (conv.h, depthwise_conv.h, pool.h,
+// batch_norm.h, layer_ops.h, activation.h): the same arguments with a CudaContext and device pointers,
 // and the same contracts (overwrite or add, aliasing, null outputs). The
 // CPU ops are their oracle (tests/kernels/cuda).
 //
@@ -28,6 +28,8 @@
 
 namespace psrt {
 namespace kernels {
+
+class CudaConvolutions;  // cudnn_conv.h
 
 // CudaWorkspace: a device buffer that the CUDA ops borrow for one call and
 // that the caller keeps across calls (the GPU counterpart of Workspace).
@@ -67,6 +69,15 @@ void CopyImageWindow(const CudaContext& ctx, const float* src, int64_t batch,
                      int64_t src_height, int64_t src_width, int64_t channels,
                      int64_t dst_height, int64_t dst_width,
                      int64_t offset_height, int64_t offset_width, float* dst);
+
+// ---- depthwise_conv.h: with the device's convolutions, as Conv2D's entry
+// points (cudnn_conv.h) take them; these need no scratch and do not use it.
+void DepthwiseConv2DForward(const CudaContext& ctx, const DepthwiseConv2DShape& shape,
+                            const float* x, const float* filter, float* y,
+                            CudaConvolutions* convolutions);
+void DepthwiseConv2DBackward(const CudaContext& ctx, const DepthwiseConv2DShape& shape,
+                             const float* x, const float* filter, const float* dy, float* dx,
+                             float* dfilter, CudaConvolutions* convolutions);
 
 // ---- activation.h ----
 void ActivationForward(const CudaContext& ctx, const ActivationSpec& spec, const float* x,

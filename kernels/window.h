@@ -118,6 +118,48 @@ struct Pool2DShape {
   }
 };
 
+// A depthwise convolution (Keras's DepthwiseConv2D): x [batch, in_height,
+// in_width, channels] (NHWC) and filter [filter_height, filter_width,
+// channels, multiplier]; output channel c * multiplier + k of y [batch,
+// out_height(), out_width(), out_channels()] is input channel c convolved
+// with the filter's [:, :, c, k], with strides, a dilation (taps that
+// many pixels apart) and TensorFlow's SAME or VALID padding of the
+// dilated window.
+struct DepthwiseConv2DShape {
+  int64_t batch = 0;
+  int64_t in_height = 0;
+  int64_t in_width = 0;
+  int64_t channels = 0;
+  int64_t filter_height = 0;
+  int64_t filter_width = 0;
+  int64_t multiplier = 1;
+  int64_t stride_height = 1;
+  int64_t stride_width = 1;
+  int64_t dilation_height = 1;
+  int64_t dilation_width = 1;
+  Padding padding = Padding::kValid;
+
+  // The dilated window's extent.
+  PSRT_HOST_DEVICE int64_t window_height() const { return (filter_height - 1) * dilation_height + 1; }
+  PSRT_HOST_DEVICE int64_t window_width() const { return (filter_width - 1) * dilation_width + 1; }
+  PSRT_HOST_DEVICE int64_t out_height() const {
+    return WindowOutputSize(in_height, window_height(), stride_height, padding);
+  }
+  PSRT_HOST_DEVICE int64_t out_width() const {
+    return WindowOutputSize(in_width, window_width(), stride_width, padding);
+  }
+  PSRT_HOST_DEVICE int64_t pad_top() const {
+    return WindowPaddingBefore(in_height, window_height(), stride_height, padding);
+  }
+  PSRT_HOST_DEVICE int64_t pad_left() const {
+    return WindowPaddingBefore(in_width, window_width(), stride_width, padding);
+  }
+  PSRT_HOST_DEVICE int64_t out_channels() const { return channels * multiplier; }
+  int64_t input_size() const { return batch * in_height * in_width * channels; }
+  int64_t output_size() const { return batch * out_height() * out_width() * out_channels(); }
+  int64_t filter_size() const { return filter_height * filter_width * channels * multiplier; }
+};
+
 // Zero padding around x [batch, in_height, in_width, channels] (NHWC):
 // y [batch, out_height(), out_width(), channels] holds x at rows
 // [top, top + in_height) and columns [left, left + in_width), zeros

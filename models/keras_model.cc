@@ -201,6 +201,56 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         done[f] = true;
       }
       continue;
+    } else if (kind == "DepthwiseConv2D") {
+      RETURN_IF_ERROR(need_one_input());
+      if (x_flat && x != NetBuilder::kInput) {
+        return file_.LayerError(layer, "a convolution of a vector (after Flatten or Dense)");
+      }
+      RETURN_IF_ERROR(file_.RequireDefaults(
+          layer, {"data_format", "depthwise_regularizer", "bias_regularizer",
+                  "activity_regularizer", "depthwise_constraint", "bias_constraint"}));
+      DepthwiseConvSpec spec;
+      ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
+      spec.filter_height = kernel.first;
+      spec.filter_width = kernel.second;
+      ASSIGN_OR_RETURN(spec.multiplier, file_.SquareInt(layer, "depth_multiplier", 1));
+      ASSIGN_OR_RETURN(spec.stride, file_.SquareInt(layer, "strides", 1));
+      ASSIGN_OR_RETURN(spec.dilation, file_.SquareInt(layer, "dilation_rate", 1));
+      if (spec.multiplier < 1 || spec.stride < 1 || spec.dilation < 1) {
+        return file_.LayerError(layer,
+                                "depth_multiplier, strides and dilation_rate must be positive");
+      }
+      if (spec.stride > 1 && spec.dilation > 1) {
+        return file_.LayerError(layer, "strides and dilation_rate both above 1 (Keras refuses it)");
+      }
+      ASSIGN_OR_RETURN(spec.padding, file_.PaddingOf(layer));
+      ASSIGN_OR_RETURN(spec.bias, file_.Bool(layer, "use_bias", true));
+      ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
+      if (activation == "softmax") return file_.LayerError(layer, "a softmax convolution");
+      const double channels = net->dims(x).channels;
+      const double taps = static_cast<double>(kernel.first) * kernel.second;
+      if (taps * channels * spec.multiplier > kMaxVariableElements) {
+        return file_.LayerError(layer, "a kernel of over 2^31 weights");
+      }
+      // Keras's fans of a [h, w, channels, multiplier] kernel.
+      ASSIGN_OR_RETURN(spec.weights_init,
+                       file_.Initializer(layer, "depthwise_initializer", taps * channels,
+                                         taps * spec.multiplier));
+      if (spec.bias) {
+        const double units = channels * spec.multiplier;
+        ASSIGN_OR_RETURN(spec.bias_init,
+                         file_.Initializer(layer, "bias_initializer", units, units));
+      }
+      if (!spec.weights_init.random()) {
+        return file_.LayerError(layer,
+                                "a constant depthwise_initializer (the layer could not learn)");
+      }
+      out = net->DepthwiseConv(layer.name, x, spec);
+      if (activation == "relu") {
+        out = net->Relu(out);
+      } else if (activation != "linear") {
+        out = net->Activate(out, file_.ActivationSpecOf(activation));
+      }
     } else if (kind == "BatchNormalization") {
       RETURN_IF_ERROR(need_one_input());
       ASSIGN_OR_RETURN(const BatchNormSpec norm, BatchNormOf(layer));

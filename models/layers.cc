@@ -144,6 +144,54 @@ class ConvLayer : public Layer {
   BatchNormState bn_;
 };
 
+class DepthwiseConvLayer : public Layer {
+ public:
+  DepthwiseConvLayer(const DepthwiseConvSpec& spec, Dims in, int first_var)
+      : spec_(spec), in_(in), var_(first_var) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    const kernels::DepthwiseConv2DShape shape = Shape(batch);
+    ctx.device->DepthwiseConv2DForward(shape, inputs[0], params[var_], out);
+    if (spec_.bias) {
+      ctx.device->BiasAddForward(out, params[var_ + 1],
+                                 batch * shape.out_height() * shape.out_width(),
+                                 shape.out_channels(), out);
+    }
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    const kernels::DepthwiseConv2DShape shape = Shape(batch);
+    if (spec_.bias) {
+      ctx.device->BiasAddBackward(dout, batch * shape.out_height() * shape.out_width(),
+                                  shape.out_channels(), grads[var_ + 1]);
+    }
+    ctx.device->DepthwiseConv2DBackward(shape, inputs[0], params[var_], dout, din[0],
+                                        grads[var_]);
+  }
+
+ private:
+  kernels::DepthwiseConv2DShape Shape(int64_t batch) const {
+    kernels::DepthwiseConv2DShape s;
+    s.batch = batch;
+    s.in_height = in_.height;
+    s.in_width = in_.width;
+    s.channels = in_.channels;
+    s.filter_height = spec_.filter_height;
+    s.filter_width = spec_.filter_width;
+    s.multiplier = spec_.multiplier;
+    s.stride_height = s.stride_width = spec_.stride;
+    s.dilation_height = s.dilation_width = spec_.dilation;
+    s.padding = spec_.padding;
+    return s;
+  }
+
+  const DepthwiseConvSpec spec_;
+  const Dims in_;
+  const int var_;
+};
+
 // A batch norm of its own (after any layer), over the channels of
 // [batch * pixels, channels]; gamma and beta at first_var when scaled and
 // centered.
@@ -417,6 +465,11 @@ std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
 std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool bias, bool relu,
                                               int first_var) {
   return std::make_unique<FullyConnectedLayer>(in, units, bias, relu, first_var);
+}
+
+std::unique_ptr<Layer> NewDepthwiseConvLayer(const DepthwiseConvSpec& spec, Dims in,
+                                             int first_var) {
+  return std::make_unique<DepthwiseConvLayer>(spec, in, first_var);
 }
 
 std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var) {

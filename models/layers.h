@@ -99,6 +99,23 @@ std::unique_ptr<Layer> NewConvLayer(const ConvSpec& spec, Dims in,
 std::unique_ptr<Layer> NewFullyConnectedLayer(Dims in, int64_t units, bool bias, bool relu,
                                               int first_var);
 
+// A depthwise convolution (kernels/depthwise_conv.h) and an optional bias;
+// variables at first_var: the filter [h, w, channels, multiplier], then
+// the biases [channels * multiplier].
+struct DepthwiseConvSpec {
+  int64_t filter_height = 3;
+  int64_t filter_width = 3;
+  int64_t multiplier = 1;
+  int64_t stride = 1;
+  int64_t dilation = 1;
+  kernels::Padding padding = kernels::Padding::kSame;
+  bool bias = false;
+  VariableInit weights_init;  // Not random(): He's (net.h).
+  VariableInit bias_init;
+};
+std::unique_ptr<Layer> NewDepthwiseConvLayer(const DepthwiseConvSpec& spec, Dims in,
+                                             int first_var);
+
 // A batch norm over the channels: y = gamma (x - mean) / sqrt(var +
 // epsilon) + beta, with the batch's statistics in training and the moving
 // ones (kept by the layer, as a fused conv's are) at inference. Without

@@ -466,6 +466,24 @@ int NetBuilder::BatchNorm(const std::string& scope, int input, BatchNormSpec spe
   return Add(NewBatchNormLayer(spec, in, first_var), {input}, in, scope);
 }
 
+int NetBuilder::DepthwiseConv(const std::string& scope, int input, const DepthwiseConvSpec& spec) {
+  const Dims in = dims(input);
+  const int first_var = static_cast<int>(graph_->variables.size());
+  const int64_t out_channels = in.channels * spec.multiplier;
+  const int64_t fan_in = spec.filter_height * spec.filter_width;  // Per output channel.
+  AddVariable(scope + "/depthwise_weights",
+              {spec.filter_height, spec.filter_width, in.channels, spec.multiplier},
+              spec.weights_init.random() ? spec.weights_init
+                                         : VariableInit{std::sqrt(2.0 / fan_in), 0});
+  if (spec.bias) AddVariable(scope + "/biases", {out_channels}, spec.bias_init);
+  const int64_t window_h = (spec.filter_height - 1) * spec.dilation + 1;
+  const int64_t window_w = (spec.filter_width - 1) * spec.dilation + 1;
+  const Dims out{kernels::WindowOutputSize(in.height, window_h, spec.stride, spec.padding),
+                 kernels::WindowOutputSize(in.width, window_w, spec.stride, spec.padding),
+                 out_channels};
+  return Add(NewDepthwiseConvLayer(spec, in, first_var), {input}, out, scope);
+}
+
 int NetBuilder::ZeroPad(int input, const ZeroPadSpec& spec) {
   const Dims in = dims(input);
   const Dims out{in.height + spec.top + spec.bottom, in.width + spec.left + spec.right,

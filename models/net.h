@@ -66,6 +66,9 @@ class NetBuilder {
   // "<scope>/beta" (with center), starting at 1 and 0.
   int BatchNorm(const std::string& scope, int input, BatchNormSpec spec);
   int ZeroPad(int input, const ZeroPadSpec& spec);
+  // Variables "<scope>/depthwise_weights" [h, w, channels, multiplier] and,
+  // with spec.bias, "<scope>/biases".
+  int DepthwiseConv(const std::string& scope, int input, const DepthwiseConvSpec& spec);
   int MaxPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
   int AvgPool(int input, int64_t window, int64_t stride, kernels::Padding padding);
   int GlobalAvgPool(int input);

@@ -395,9 +395,30 @@ def activations(keras):
     return keras.Model(inputs, out)
 
 
+def depthwise(keras):
+    """DepthwiseConv2D as MobileNetV2 uses it (3x3, same, no bias, then batch
+    norm and relu6; strided after an asymmetric ZeroPadding2D), and with a
+    channel multiplier, a bias, a dilation, valid padding and its own
+    activation."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(9, 9, 3))
+    x = layers.Conv2D(8, 1, use_bias=False, name="expand")(inputs)
+    x = layers.DepthwiseConv2D(3, padding="same", use_bias=False, name="dw_same")(x)
+    x = layers.BatchNormalization(name="dw_same_bn")(x)
+    x = layers.ReLU(6.0)(x)
+    x = layers.ZeroPadding2D(((0, 1), (0, 1)))(x)
+    x = layers.DepthwiseConv2D(3, strides=2, use_bias=False, name="dw_strided")(x)
+    x = layers.DepthwiseConv2D((3, 2), depth_multiplier=2, dilation_rate=2, padding="same",
+                               activation="silu", name="dw_multiplier")(x)
+    x = layers.DepthwiseConv2D(2, name="dw_valid_bias")(x)
+    g = layers.GlobalAveragePooling2D()(x)
+    out = layers.Dense(3, name="logits")(g)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
-         ("activations", activations)]
+         ("activations", activations), ("depthwise", depthwise)]
 
 
 def fused_into_conv(norm):
@@ -418,6 +439,10 @@ def psrt_names(model):
         kind = type(layer).__name__
         if kind in ("Conv2D", "Dense"):
             names.append((layer.kernel, f"{layer.name}/weights"))
+            if layer.use_bias:
+                names.append((layer.bias, f"{layer.name}/biases"))
+        elif kind == "DepthwiseConv2D":
+            names.append((layer.kernel, f"{layer.name}/depthwise_weights"))
             if layer.use_bias:
                 names.append((layer.bias, f"{layer.name}/biases"))
         elif kind == "BatchNormalization" and fused_into_conv(layer):

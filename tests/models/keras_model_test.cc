@@ -195,9 +195,11 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // conv, without scale, without center, after Add, Concatenate and a Dense
 // without bias), and every activation (activations: capped and leaky ReLU
 // layers, relu6, sigmoid, tanh, silu, hard_sigmoid, hard_silu, gelu, and a
-// conv's and a Dense's own).
+// conv's and a Dense's own), and DepthwiseConv2D (depthwise: MobileNetV2's, and
+// with a multiplier, a dilation, a bias, valid padding and an activation).
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
-  for (const char* name : {"plain_cnn", "residual_block", "app_blocks", "activations"}) {
+  for (const char* name :
+       {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();

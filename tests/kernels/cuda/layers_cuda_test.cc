@@ -1,5 +1,6 @@
-// CPU/GPU parity of the layer ops (conv, pools, batch norm, activations,
-// zero padding, concat, dropout, L2 loss): every CUDA op against its CPU version, the oracle.
+// CPU/GPU parity of the layer ops (conv, depthwise conv, pools, batch norm,
+// activations, zero padding, concat, dropout, L2 loss): every CUDA op
+// against its CPU version, the oracle.
 // Skips itself where there is no GPU (fails under PSRT_REQUIRE_GPU=1).
 // Built only with PSRT_CUDA.
 #include "kernels/layers_cuda.h"
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -15,6 +17,7 @@
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_context.h"
+#include "kernels/depthwise_conv.h"
 #include "kernels/layer_ops.h"
 #include "kernels/pool.h"
 #include "kernels/workspace.h"
@@ -158,6 +161,44 @@ TEST_F(LayersCudaTest, BatchNorm) {
   EXPECT_TRUE(NearInNorm(gdgamma.ToHost(), dgamma, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kSumTolerance));
   EXPECT_TRUE(NearInNorm(gy_inf.ToHost(), y_inf, kSumTolerance));
+}
+
+// The depthwise convolution (strided and dilated, SAME and VALID, with a
+// channel multiplier): forward and both gradients against the CPU's.
+TEST_F(LayersCudaTest, DepthwiseConv2D) {
+  for (const auto& [stride, dilation, m, padding] :
+       {std::tuple<int64_t, int64_t, int64_t, Padding>{1, 1, 1, Padding::kSame},
+        {2, 1, 1, Padding::kValid}, {2, 1, 2, Padding::kSame}, {1, 2, 1, Padding::kSame}}) {
+    SCOPED_TRACE(::testing::Message() << "stride " << stride << " dilation " << dilation
+                                      << " multiplier " << m);
+    DepthwiseConv2DShape s;
+    s.batch = 3;
+    s.in_height = 17;
+    s.in_width = 13;
+    s.channels = 70;
+    s.filter_height = s.filter_width = 3;
+    s.multiplier = m;
+    s.stride_height = s.stride_width = stride;
+    s.dilation_height = s.dilation_width = dilation;
+    s.padding = padding;
+    const std::vector<float> x = RandomVector(s.input_size(), 93);
+    const std::vector<float> filter = RandomVector(s.filter_size(), 94);
+    const std::vector<float> dy = RandomVector(s.output_size(), 95);
+    std::vector<float> y(s.output_size()), dx(s.input_size()), dfilter(s.filter_size());
+    Workspace workspace;
+    DepthwiseConv2DForward(cpu_, s, x.data(), filter.data(), y.data());
+    DepthwiseConv2DBackward(cpu_, s, x.data(), filter.data(), dy.data(), dx.data(),
+                            dfilter.data(), &workspace);
+    DeviceArray<float> gx(x), gfilter(filter), gdy(dy), gy(y.size()), gdx(dx.size()),
+        gdfilter(dfilter.size());
+    DepthwiseConv2DForward(*gpu_, s, gx.get(), gfilter.get(), gy.get(), nullptr);
+    DepthwiseConv2DBackward(*gpu_, s, gx.get(), gfilter.get(), gdy.get(), gdx.get(),
+                            gdfilter.get(), nullptr);
+    Sync();
+    EXPECT_TRUE(NearInNorm(gy.ToHost(), y, kSumTolerance));
+    EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kSumTolerance));
+    EXPECT_TRUE(NearInNorm(gdfilter.ToHost(), dfilter, kSumTolerance));
+  }
 }
 
 // Each activation, forward and backward, against the CPU's: the same
