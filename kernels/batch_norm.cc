@@ -72,7 +72,7 @@ void BatchNormTrainingForward(const CpuContext& ctx, const BatchNormShape& s,
       saved_inv_std);
   ForEachIndex(
       0, cols,
-      functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, saved_mean,
+      functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, s.bessel, saved_mean,
                                  saved_inv_std, moving_mean, moving_var});
   RunRowCol(ctx, s.rows, cols,
             functor::BatchNormApply{x, saved_mean, saved_inv_std, gamma, beta,

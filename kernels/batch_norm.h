@@ -30,6 +30,10 @@ struct BatchNormShape {
   int64_t channels = 0;
   float epsilon = 1e-3f;   // TensorFlow's default.
   float momentum = 0.99f;  // Keras' default (TensorFlow's "decay").
+  // The moving variance follows the batch's variance with Bessel's
+  // correction (n / (n - 1): TensorFlow's fused batch norm, Keras 2,
+  // PyTorch), or without (Keras 3).
+  bool bessel = true;
 };
 
 // y = gamma * (x - mean) / sqrt(var + epsilon) + beta with this batch's

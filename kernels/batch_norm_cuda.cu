@@ -58,7 +58,7 @@ void BatchNormTrainingForward(const CudaContext& ctx, const BatchNormShape& s,
              saved_inv_std);
   cuda::LaunchForEachIndex(
       ctx, cols,
-      functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, saved_mean,
+      functor::BatchNormFinalize{s.rows, s.epsilon, s.momentum, s.bessel, saved_mean,
                                  saved_inv_std, moving_mean, moving_var});
   cuda::LaunchForEachRowCol(
       ctx, s.rows, cols,

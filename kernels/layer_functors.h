@@ -285,11 +285,13 @@ struct CopyColumns {
 // follow TensorFlow/Keras' momentum (decay):
 //   moving_mean = momentum * moving_mean + (1 - momentum) * mean
 //   moving_var  = momentum * moving_var  + (1 - momentum) * var * n/(n-1)
-// (the unbiased variance, as TensorFlow's and PyTorch's batch norms use).
+// (with `bessel`, the unbiased variance, as TensorFlow's fused and
+// PyTorch's batch norms use; Keras 3's takes var itself).
 struct BatchNormFinalize {
   int64_t rows;
   float epsilon;
   float momentum;
+  bool bessel;
   const float* mean;
   float* inv_std;
   float* moving_mean;  // Or null.
@@ -298,10 +300,10 @@ struct BatchNormFinalize {
     const float var = inv_std[c] / static_cast<float>(rows);
     inv_std[c] = RsqrtF(var + epsilon);
     if (moving_mean != nullptr) {
-      const float unbiased =
-          rows > 1 ? var * static_cast<float>(rows) / (rows - 1) : var;
+      const float follow =
+          bessel && rows > 1 ? var * static_cast<float>(rows) / (rows - 1) : var;
       moving_mean[c] = momentum * moving_mean[c] + (1.0f - momentum) * mean[c];
-      moving_var[c] = momentum * moving_var[c] + (1.0f - momentum) * unbiased;
+      moving_var[c] = momentum * moving_var[c] + (1.0f - momentum) * follow;
     }
   }
 };

@@ -75,6 +75,9 @@ class KerasNetwork {
     }
     spec.epsilon = static_cast<float>(epsilon);
     spec.momentum = static_cast<float>(momentum);
+    // Keras 2's moving variance follows the batch's with Bessel's
+    // correction (TensorFlow's fused batch norm), Keras 3's without.
+    spec.bessel = file_.keras2();
     return spec;
   }
   // Whether every input of `layer` is a vector.
@@ -185,6 +188,7 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
           spec.batch_norm = true;
           spec.bn_epsilon = norm.epsilon;
           spec.bn_momentum = norm.momentum;
+          spec.bn_bessel = norm.bessel;
           fused.push_back(bn);
           const int relu = file_.OnlyConsumer(bn);
           if (relu >= 0 && file_.IsRelu(relu)) {

@@ -54,7 +54,8 @@ class BatchNormState {
 
  private:
   kernels::BatchNormShape Shape(int64_t rows) const {
-    return kernels::BatchNormShape{rows, spec_.channels, spec_.epsilon, spec_.momentum};
+    return kernels::BatchNormShape{rows, spec_.channels, spec_.epsilon, spec_.momentum,
+                                   spec_.bessel};
   }
   void Initialize(kernels::Device* dev) {
     if (moving_mean_.data() != nullptr) return;
@@ -84,7 +85,8 @@ class ConvLayer : public Layer {
       : spec_(spec),
         in_(in),
         var_(first_var),
-        bn_(BatchNormSpec{spec.out_channels, spec.bn_epsilon, spec.bn_momentum}) {}
+        bn_(BatchNormSpec{spec.out_channels, spec.bn_epsilon, spec.bn_momentum,
+                          /*center=*/true, /*scale=*/true, spec.bn_bessel}) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs,
                int64_t batch, float* out) override {

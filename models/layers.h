@@ -87,6 +87,7 @@ struct ConvSpec {
   bool relu = true;
   float bn_epsilon = 1e-3f;
   float bn_momentum = 0.99f;
+  bool bn_bessel = true;  // kernels::BatchNormShape's: false for Keras 3's.
   // The weights' initial values; not random(): He's (net.h). The biases'.
   VariableInit weights_init;
   VariableInit bias_init;
@@ -127,6 +128,7 @@ struct BatchNormSpec {
   float momentum = 0.99f;
   bool center = true;
   bool scale = true;
+  bool bessel = true;  // kernels::BatchNormShape's: false for Keras 3's.
 };
 std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var);
 

@@ -7,7 +7,8 @@ its count_params() in a .params file beside it; keras.applications' CNNs
 Keras computes on a batch: NAME_keras3.safetensors holds the
 weights under psrt's variable names, the images [B, H*W*C] and labels, the
 mean softmax cross-entropy (training mode: batch norm on batch statistics)
-and its gradient for every weight ("grad:" + the name). The suite itself
+and its gradient for every weight ("grad:" + the name), and the loss in
+inference mode after that step ("eval_loss"). The suite itself
 needs no Python; rerun this only to change the fixtures:
 
   python3 -m venv ~/.cache/psrt-bench/tf-venv
@@ -497,11 +498,15 @@ def write_exact(keras):
             loss = loss_fn(labels, logits)
         names = psrt_names(model)
         grads = tape.gradient(loss, [w for w, _ in names])
+        # Inference mode after that one training step (batch norm's moving
+        # statistics moved once, by the file's momentum).
+        eval_loss = loss_fn(labels, model(images, training=False))
         tensors = [(n, w.numpy()) for w, n in names]
         tensors += [("grad:" + n, g.numpy()) for (_, n), g in zip(names, grads)]
         tensors.append(("images", images.reshape(batch, -1)))
         tensors.append(("labels", labels.astype("float32")))
         tensors.append(("loss", np.array([float(loss)], dtype="float32")))
+        tensors.append(("eval_loss", np.array([float(eval_loss)], dtype="float32")))
         with open(os.path.join(OUT, f"{name}_keras3.json"), "w") as f:
             f.write(model.to_json())
         write_safetensors(os.path.join(OUT, f"{name}_keras3.safetensors"), tensors,

@@ -54,6 +54,20 @@ TEST(BatchNormTest, TrainingForwardNormalizesAndUpdatesMovingStatistics) {
   EXPECT_EQ(in_place, y);
 }
 
+// Keras 3's moving variance follows the batch's variance itself, without
+// Bessel's correction.
+TEST(BatchNormTest, MovingVarianceWithoutBesselsCorrection) {
+  CpuContext ctx(1);
+  const BatchNormShape s{4, 1, 1e-3f, 0.5f, /*bessel=*/false};
+  const std::vector<float> x = {1, 2, 3, 6}, gamma = {1}, beta = {0};
+  std::vector<float> moving_mean = {0}, moving_var = {1}, mean(1), inv_std(1), y(4);
+  BatchNormTrainingForward(ctx, s, x.data(), gamma.data(), beta.data(), moving_mean.data(),
+                           moving_var.data(), mean.data(), inv_std.data(), y.data());
+  // Mean 3, variance (4 + 1 + 0 + 9) / 4 = 3.5.
+  EXPECT_FLOAT_EQ(moving_mean[0], 0.5f * 3);
+  EXPECT_FLOAT_EQ(moving_var[0], 0.5f + 0.5f * 3.5f);
+}
+
 TEST(BatchNormTest, InferenceUsesMovingStatistics) {
   CpuContext ctx(1);
   const BatchNormShape s{2, 2, 0.01f, 0.99f};

@@ -197,6 +197,7 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // layers, relu6, sigmoid, tanh, silu, hard_sigmoid, hard_silu, gelu, and a
 // conv's and a Dense's own), and DepthwiseConv2D (depthwise: MobileNetV2's, and
 // with a multiplier, a dilation, a bias, valid padding and an activation).
+// Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise"}) {
@@ -221,6 +222,11 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
     const float loss = (*model)->ComputeGradients(params, *fixture.at("images"), labels, &grads);
     const float want = fixture.at("loss")->data()[0];
     EXPECT_NEAR(loss, want, 1e-5 * std::abs(want));
+    // Inference mode after the step: batch norm on its moving statistics,
+    // moved once by the file's momentum.
+    const float eval_loss = (*model)->Evaluate(params, *fixture.at("images"), labels).mean_loss;
+    const float want_eval = fixture.at("eval_loss")->data()[0];
+    EXPECT_NEAR(eval_loss, want_eval, 1e-5 * std::abs(want_eval));
     for (size_t v = 0; v < params.size(); ++v) {
       const std::string& var = (*model)->variables()[v].name;
       const Tensor& keras = *fixture.at("grad:" + var);
