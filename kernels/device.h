@@ -50,6 +50,7 @@
 #include "common/tensor.h"
 #include "kernels/activation.h"
 #include "kernels/batch_norm.h"
+#include "kernels/layer_ops.h"
 #include "kernels/ops.h"
 #include "kernels/window.h"
 
@@ -225,6 +226,12 @@ class Device {
                                  float* y) = 0;
   virtual void ActivationBackward(const ActivationSpec& spec, const float* x, const float* dy,
                                   int64_t n, float* dx) = 0;
+  virtual void ChannelAffineForward(const float* x, const float* scale, const float* offset,
+                                    int64_t pixels, int64_t channels, float* y) = 0;
+  virtual void MultiplyForward(const MultiplyShape& shape, const float* a, const float* b,
+                               float* y) = 0;
+  virtual void MultiplyBackward(const MultiplyShape& shape, const float* a, const float* b,
+                                const float* dy, float* da, float* db) = 0;
   virtual void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) = 0;
   virtual void ZeroPad2DBackward(const Pad2DShape& shape, const float* dy, float* dx) = 0;
   virtual void DropoutForward(const float* x, int64_t n, float keep_prob,

@@ -147,6 +147,18 @@ class DeviceOps : public Device {
                           int64_t n, float* dx) override {
     kernels::ActivationBackward(ctx(), spec, x, dy, n, dx);
   }
+  void ChannelAffineForward(const float* x, const float* scale, const float* offset,
+                            int64_t pixels, int64_t channels, float* y) override {
+    kernels::ChannelAffineForward(ctx(), x, scale, offset, pixels, channels, y);
+  }
+  void MultiplyForward(const MultiplyShape& shape, const float* a, const float* b,
+                       float* y) override {
+    kernels::MultiplyForward(ctx(), shape, a, b, y);
+  }
+  void MultiplyBackward(const MultiplyShape& shape, const float* a, const float* b,
+                        const float* dy, float* da, float* db) override {
+    kernels::MultiplyBackward(ctx(), shape, a, b, dy, da, db);
+  }
   void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) override {
     kernels::ZeroPad2DForward(ctx(), shape, x, y);
   }

@@ -278,6 +278,49 @@ struct CopyColumns {
   }
 };
 
+// y[r, c] = x[r, c] * scale[c] + offset[c] (Keras's Rescaling and
+// Normalization; with offset 0, their gradient). y may alias x.
+struct ChannelAffine {
+  const float* x;
+  const float* scale;
+  const float* offset;
+  int64_t channels;
+  float* y;
+  PSRT_HOST_DEVICE void operator()(int64_t r, int64_t c) const {
+    y[r * channels + c] = x[r * channels + c] * scale[c] + offset[c];
+  }
+};
+
+// The element-wise product y = a * b (Keras's Multiply) of [batch * pixels,
+// channels] rows, b either alike or [batch, channels], broadcast over each
+// image's pixels (squeeze-and-excitation). Also the gradient of either
+// factor: dy times the other. y may alias a.
+struct Multiply {
+  const float* a;
+  const float* b;
+  int64_t pixels;  // Per image.
+  int64_t channels;
+  bool broadcast;  // b is [batch, channels].
+  float* y;
+  PSRT_HOST_DEVICE void operator()(int64_t r, int64_t c) const {
+    const int64_t j = (broadcast ? r / pixels : r) * channels + c;
+    y[r * channels + c] = a[r * channels + c] * b[j];
+  }
+};
+
+// The broadcast factor's gradient, one term: dy[n, p, c] * a[n, p, c], as
+// a column sum over the image's pixels p of column j = n * channels + c.
+struct MultiplyBroadcastGradTerm {
+  const float* dy;
+  const float* a;
+  int64_t pixels;
+  int64_t channels;
+  PSRT_HOST_DEVICE float operator()(int64_t p, int64_t j) const {
+    const int64_t i = ((j / channels) * pixels + p) * channels + j % channels;
+    return dy[i] * a[i];
+  }
+};
+
 // Batch norm statistics of channel c from its sums over `rows` rows:
 // mean[c] holds sum(x) / rows on entry; inv_std[c] holds sum((x - mean)^2)
 // on entry and 1 / sqrt(var + epsilon) on exit (var = that sum / rows, the

@@ -52,6 +52,42 @@ void ZeroPad2DBackward(const CpuContext& ctx, const Pad2DShape& shape, const flo
                functor::ZeroPad2DGrad(shape, dy, dx));
 }
 
+void ChannelAffineForward(const CpuContext& ctx, const float* x, const float* scale,
+                          const float* offset, int64_t pixels, int64_t channels, float* y) {
+  const functor::ChannelAffine f{x, scale, offset, channels, y};
+  ctx.ParallelFor(pixels, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(channels, 1)),
+                  [&](int64_t begin, int64_t end) { ForEachRowCol(begin, end, channels, f); });
+}
+
+void MultiplyForward(const CpuContext& ctx, const MultiplyShape& s, const float* a,
+                     const float* b, float* y) {
+  const functor::Multiply f{a, b, s.pixels, s.channels, s.broadcast, y};
+  ctx.ParallelFor(s.batch * s.pixels,
+                  std::max<int64_t>(1, kElementGrain / std::max<int64_t>(s.channels, 1)),
+                  [&](int64_t begin, int64_t end) { ForEachRowCol(begin, end, s.channels, f); });
+}
+
+void MultiplyBackward(const CpuContext& ctx, const MultiplyShape& s, const float* a,
+                      const float* b, const float* dy, float* da, float* db) {
+  if (da != nullptr) MultiplyForward(ctx, s, dy, b, da);
+  if (db == nullptr) return;
+  if (!s.broadcast) {
+    MultiplyForward(ctx, s, dy, a, db);
+    return;
+  }
+  // Each image's column sums, over its pixels in order.
+  const functor::MultiplyBroadcastGradTerm term{dy, a, s.pixels, s.channels};
+  ctx.ParallelFor(s.batch, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      float* out = db + n * s.channels;
+      std::fill(out, out + s.channels, 0.0f);
+      for (int64_t p = 0; p < s.pixels; ++p) {
+        for (int64_t c = 0; c < s.channels; ++c) out[c] += term(p, n * s.channels + c);
+      }
+    }
+  });
+}
+
 void ConcatChannelsForward(const CpuContext& ctx, int64_t pixels,
                            absl::Span<const float* const> inputs,
                            absl::Span<const int64_t> channels, float* y) {

@@ -1,5 +1,6 @@
 // The small layer ops: channel concatenation (Inception's module output),
-// zero padding, dropout and TensorFlow's l2_loss. Same conventions as ops.h: raw
+// zero padding, per-channel affine maps, products, dropout and
+// TensorFlow's l2_loss. Same conventions as ops.h: raw
 // row-major floats, an explicit CpuContext, caller-owned outputs, and the
 // math in functors shared with the CUDA versions (layers_cuda.h).
 #ifndef PSRT_KERNELS_LAYER_OPS_H_
@@ -49,6 +50,29 @@ void ZeroPad2DForward(const CpuContext& ctx, const Pad2DShape& shape, const floa
 // dx = dy without the border. Overwrites dx.
 void ZeroPad2DBackward(const CpuContext& ctx, const Pad2DShape& shape, const float* dy,
                        float* dx);
+
+// y[p, c] = x[p, c] * scale[c] + offset[c] over [pixels, channels]
+// (Keras's Rescaling and Normalization; its gradient is dx = dy * scale,
+// the same op with offset 0). Overwrites y; y may equal x.
+void ChannelAffineForward(const CpuContext& ctx, const float* x, const float* scale,
+                          const float* offset, int64_t pixels, int64_t channels, float* y);
+
+// The element-wise product of a [batch * pixels, channels] and b, either
+// alike or [batch, channels] broadcast over each image's pixels
+// (`broadcast`: Keras's Multiply in squeeze-and-excitation). Overwrites y;
+// y may equal a.
+struct MultiplyShape {
+  int64_t batch = 0;
+  int64_t pixels = 0;  // Per image.
+  int64_t channels = 0;
+  bool broadcast = false;
+};
+void MultiplyForward(const CpuContext& ctx, const MultiplyShape& shape, const float* a,
+                     const float* b, float* y);
+// da = dy * b and db = dy * a (summed over each image's pixels when b is
+// broadcast). Overwrites da and db; a null one is skipped.
+void MultiplyBackward(const CpuContext& ctx, const MultiplyShape& shape, const float* a,
+                      const float* b, const float* dy, float* da, float* db);
 
 // Returns sum(x^2) / 2 (tf.nn.l2_loss), accumulated in double.
 float L2LossForward(const CpuContext& ctx, const float* x, int64_t n);

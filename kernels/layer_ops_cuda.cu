@@ -67,6 +67,30 @@ void ConcatChannelsBackward(const CudaContext& ctx, int64_t pixels,
   }
 }
 
+void ChannelAffineForward(const CudaContext& ctx, const float* x, const float* scale,
+                          const float* offset, int64_t pixels, int64_t channels, float* y) {
+  cuda::LaunchForEachRowCol(ctx, pixels, channels,
+                            functor::ChannelAffine{x, scale, offset, channels, y});
+}
+
+void MultiplyForward(const CudaContext& ctx, const MultiplyShape& s, const float* a,
+                     const float* b, float* y) {
+  cuda::LaunchForEachRowCol(ctx, s.batch * s.pixels, s.channels,
+                            functor::Multiply{a, b, s.pixels, s.channels, s.broadcast, y});
+}
+
+void MultiplyBackward(const CudaContext& ctx, const MultiplyShape& s, const float* a,
+                      const float* b, const float* dy, float* da, float* db) {
+  if (da != nullptr) MultiplyForward(ctx, s, dy, b, da);
+  if (db == nullptr) return;
+  if (!s.broadcast) {
+    MultiplyForward(ctx, s, dy, a, db);
+    return;
+  }
+  cuda::ColumnSums(ctx, s.pixels, s.batch * s.channels,
+                   functor::MultiplyBroadcastGradTerm{dy, a, s.pixels, s.channels}, db);
+}
+
 void ZeroPad2DForward(const CudaContext& ctx, const Pad2DShape& s, const float* x, float* y) {
   CopyImageWindow(ctx, x, s.batch, s.in_height, s.in_width, s.channels, s.out_height(),
                   s.out_width(), s.top, s.left, y);

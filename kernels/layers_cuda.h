@@ -1,7 +1,8 @@
 // The CUDA versions of the layer ops (conv.h, depthwise_conv.h, pool.h,
-// batch_norm.h, layer_ops.h, activation.h): the same arguments with a CudaContext and device pointers,
-// and the same contracts (overwrite or add, aliasing, null outputs). The
-// CPU ops are their oracle (tests/kernels/cuda).
+// batch_norm.h, layer_ops.h, activation.h): the same arguments with a
+// CudaContext and device pointers, and the same contracts (overwrite or
+// add, aliasing, null outputs). The CPU ops are their oracle
+// (tests/kernels/cuda).
 //
 // Convolution here is an im2col kernel + cuBLAS GEMM over a chunk of the
 // batch at a time, and a gathering col2im for the input gradient: the
@@ -23,6 +24,7 @@
 #include "absl/types/span.h"
 #include "kernels/activation.h"
 #include "kernels/batch_norm.h"
+#include "kernels/layer_ops.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/window.h"
 
@@ -84,6 +86,14 @@ void ActivationForward(const CudaContext& ctx, const ActivationSpec& spec, const
                        int64_t n, float* y);
 void ActivationBackward(const CudaContext& ctx, const ActivationSpec& spec, const float* x,
                         const float* dy, int64_t n, float* dx);
+
+// ---- layer_ops.h: affine maps and products. ----
+void ChannelAffineForward(const CudaContext& ctx, const float* x, const float* scale,
+                          const float* offset, int64_t pixels, int64_t channels, float* y);
+void MultiplyForward(const CudaContext& ctx, const MultiplyShape& shape, const float* a,
+                     const float* b, float* y);
+void MultiplyBackward(const CudaContext& ctx, const MultiplyShape& shape, const float* a,
+                      const float* b, const float* dy, float* da, float* db);
 
 // ---- layer_ops.h: zero padding, as window copies (CopyImageWindow). ----
 void ZeroPad2DForward(const CudaContext& ctx, const Pad2DShape& shape, const float* x, float* y);

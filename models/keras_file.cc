@@ -1,5 +1,6 @@
 #include "models/keras_file.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
@@ -280,6 +281,52 @@ absl::StatusOr<double> KerasFile::Number(const KerasLayer& layer, const std::str
   return v->number_value();
 }
 
+absl::StatusOr<std::vector<float>> KerasFile::PerChannel(const KerasLayer& layer,
+                                                          const std::string& key,
+                                                          int64_t channels, float fallback) const {
+  const Value* v = Field(*layer.config, key);
+  std::vector<float> values(channels, fallback);
+  if (IsNull(v)) return values;
+  if (v->has_number_value() && std::isfinite(v->number_value())) {
+    std::fill(values.begin(), values.end(), static_cast<float>(v->number_value()));
+    return values;
+  }
+  if (v->has_list_value() && v->list_value().values_size() == channels) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const Value& n = v->list_value().values(c);
+      if (!n.has_number_value() || !std::isfinite(n.number_value())) break;
+      values[c] = static_cast<float>(n.number_value());
+      if (c + 1 == channels) return values;
+    }
+  }
+  return LayerError(layer, absl::StrCat("\"", key, "\" is not a number or a list of ", channels,
+                                        " numbers (one per channel)"));
+}
+
+bool KerasFile::IsNullField(const KerasLayer& layer, const std::string& key) const {
+  return IsNull(Field(*layer.config, key));
+}
+
+absl::StatusOr<std::vector<int64_t>> KerasFile::Ints(const KerasLayer& layer,
+                                                     const std::string& key) const {
+  const Value* v = Field(*layer.config, key);
+  std::vector<int64_t> ints;
+  if (v != nullptr && v->has_list_value()) {
+    for (const Value& n : v->list_value().values()) {
+      if (!n.has_number_value() || !(n.number_value() >= 1) || n.number_value() > (1 << 30) ||
+          n.number_value() != static_cast<int64_t>(n.number_value())) {
+        ints.clear();
+        break;
+      }
+      ints.push_back(static_cast<int64_t>(n.number_value()));
+    }
+  }
+  if (ints.empty()) {
+    return LayerError(layer, absl::StrCat("\"", key, "\" is not a list of positive whole numbers"));
+  }
+  return ints;
+}
+
 absl::StatusOr<bool> KerasFile::Bool(const KerasLayer& layer, const std::string& key,
                                      bool fallback) const {
   const Value* v = Field(*layer.config, key);
@@ -485,6 +532,25 @@ absl::StatusOr<VariableInit> KerasFile::Initializer(const KerasLayer& layer, con
       number("minval", -0.05) == -number("maxval", 0.05)) {
     return VariableInit{0, 0, number("maxval", 0.05)};
   }
+  if (kind == "VarianceScaling" || kind == "variance_scaling") {
+    // Keras's general form: scale / n for n the fan in, out or their mean.
+    auto text = [&](const char* name, const char* fallback) {
+      const Value* x = config == nullptr ? nullptr : Field(*config, name);
+      return x != nullptr && x->has_string_value() ? x->string_value() : std::string(fallback);
+    };
+    const std::string mode = text("mode", "fan_in");
+    const std::string distribution = text("distribution", "truncated_normal");
+    const double scale = number("scale", 1.0);
+    const double n = mode == "fan_in" ? fan_in : mode == "fan_out" ? fan_out
+                     : mode == "fan_avg" ? (fan_in + fan_out) / 2 : 0;
+    if (n > 0 && scale > 0) {
+      // Keras 2 calls the truncated normal "normal".
+      if (distribution == "truncated_normal" || distribution == "normal") {
+        return VariableInit{std::sqrt(scale / n), 0};
+      }
+      if (distribution == "uniform") return VariableInit{0, 0, std::sqrt(3 * scale / n)};
+    }
+  }
   if (kind == "Zeros" || kind == "zeros") return VariableInit{0, 0};
   if (kind == "Ones" || kind == "ones") return VariableInit{0, 1};
   if (kind == "Constant" || kind == "constant") {
@@ -494,6 +560,7 @@ absl::StatusOr<VariableInit> KerasFile::Initializer(const KerasLayer& layer, con
                     absl::StrCat(key, " ", kind.empty() ? "(none)" : kind,
                                  " is not supported; supported: GlorotUniform, GlorotNormal, "
                                  "HeNormal, HeUniform, LecunNormal, LecunUniform, "
+                                 "VarianceScaling (truncated normal or uniform), "
                                  "TruncatedNormal (mean 0), RandomUniform (symmetric), Zeros, "
                                  "Ones, Constant"));
 }

@@ -75,6 +75,13 @@ class KerasFile {
                                      const std::string& fallback) const;
   absl::StatusOr<double> Number(const KerasLayer& layer, const std::string& key,
                                 double fallback) const;
+  // A number or a list of numbers, as one value per channel of `channels`
+  // (a list of another length is an error); `fallback` for each when
+  // absent or null.
+  absl::StatusOr<std::vector<float>> PerChannel(const KerasLayer& layer, const std::string& key,
+                                                int64_t channels, float fallback) const;
+  // A list of positive ints (Reshape's "target_shape").
+  absl::StatusOr<std::vector<int64_t>> Ints(const KerasLayer& layer, const std::string& key) const;
   // An int or a list of equal ints ("strides": [2, 2]); `fallback` when
   // absent or null.
   absl::StatusOr<int64_t> SquareInt(const KerasLayer& layer, const std::string& key,
@@ -82,6 +89,8 @@ class KerasFile {
   // The (height, width) of "kernel_size": an int or a list of two.
   absl::StatusOr<std::pair<int64_t, int64_t>> KernelSize(const KerasLayer& layer) const;
   absl::StatusOr<bool> Bool(const KerasLayer& layer, const std::string& key, bool fallback) const;
+  // Whether `key` is absent or null.
+  bool IsNullField(const KerasLayer& layer, const std::string& key) const;
   // Whether the layer's "axis" (a number, or a list of one) is the
   // channels' (-1 or 3).
   bool OnChannels(const KerasLayer& layer) const;

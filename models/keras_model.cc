@@ -1,5 +1,6 @@
 #include "models/keras_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -268,6 +269,72 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       }
       ASSIGN_OR_RETURN(const auto sides, file_.ZeroPadding(layer));
       out = net->ZeroPad(x, ZeroPadSpec{sides[0], sides[1], sides[2], sides[3]});
+    } else if (kind == "Rescaling") {
+      RETURN_IF_ERROR(need_one_input());
+      const int64_t channels = net->dims(x).channels;
+      ASSIGN_OR_RETURN(std::vector<float> scale, file_.PerChannel(layer, "scale", channels, 1));
+      ASSIGN_OR_RETURN(std::vector<float> offset, file_.PerChannel(layer, "offset", channels, 0));
+      out = net->ChannelAffine(layer.name, x, std::move(scale), std::move(offset));
+      out_flat = x_flat;
+    } else if (kind == "Normalization") {
+      RETURN_IF_ERROR(need_one_input());
+      ASSIGN_OR_RETURN(const bool invert, file_.Bool(layer, "invert", false));
+      if (invert || !file_.OnChannels(layer)) {
+        return file_.LayerError(layer, "only a normalization over the channels, not inverted, "
+                                       "is supported");
+      }
+      const int64_t channels = net->dims(x).channels;
+      // Without "mean" and "variance" the layer keeps them as weights that
+      // adapt() or a weights file fills (Keras counts them, and a count):
+      // until then mean 0 and variance 1.
+      const bool given = !file_.IsNullField(layer, "mean");
+      ASSIGN_OR_RETURN(const std::vector<float> mean, file_.PerChannel(layer, "mean", channels, 0));
+      ASSIGN_OR_RETURN(const std::vector<float> variance,
+                       file_.PerChannel(layer, "variance", channels, 1));
+      // Keras: (x - mean) / max(sqrt(variance), 1e-7).
+      std::vector<float> scale(channels), offset(channels);
+      for (int64_t c = 0; c < channels; ++c) {
+        if (!(variance[c] >= 0)) return file_.LayerError(layer, "a negative variance");
+        scale[c] = 1.0f / std::max(std::sqrt(variance[c]), 1e-7f);
+        offset[c] = -mean[c] * scale[c];
+      }
+      out = net->ChannelAffine(layer.name, x, std::move(scale), std::move(offset),
+                               given ? 0 : 2 * channels + 1);
+      out_flat = x_flat;
+    } else if (kind == "Reshape") {
+      RETURN_IF_ERROR(need_one_input());
+      ASSIGN_OR_RETURN(const std::vector<int64_t> target, file_.Ints(layer, "target_shape"));
+      const Dims d = net->dims(x);
+      Dims to;
+      if (target.size() == 1) {
+        to = Dims{1, 1, target[0]};
+      } else if (target.size() == 3) {
+        to = Dims{target[0], target[1], target[2]};
+      } else {
+        return file_.LayerError(layer, "a target_shape of other than 1 or 3 dimensions");
+      }
+      if (to.size() != d.size()) {
+        return file_.LayerError(layer, absl::StrCat("a reshape of ", d.size(), " values into ",
+                                                    to.size()));
+      }
+      out = net->Reshape(x, to);
+      out_flat = target.size() == 1;
+    } else if (kind == "Multiply") {
+      if (in.size() != 2) {
+        return file_.LayerError(layer, absl::StrCat(
+            "a Multiply of ", in.size(), " tensors (an operation with a constant, such as "
+            "MobileNetV3's x * (1 / 6), is not supported); want 2"));
+      }
+      RETURN_IF_ERROR(DistinctInputs(layer, in));
+      const Dims a = net->dims(in[0]), b = net->dims(in[1]);
+      const bool alike = a.height == b.height && a.width == b.width;
+      if (a.channels != b.channels || (!alike && a.pixels() != 1 && b.pixels() != 1)) {
+        return file_.LayerError(layer, absl::StrCat(
+            "a product of ", a.height, "x", a.width, "x", a.channels, " and ", b.height, "x",
+            b.width, "x", b.channels, " (want equal shapes, or one 1x1 of the other's channels)"));
+      }
+      out = net->Multiply(in[0], in[1]);
+      out_flat = AllFlat(layer, flat);
     } else if (kind == "Dense") {
       RETURN_IF_ERROR(need_one_input());
       const Dims d = net->dims(x);

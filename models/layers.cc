@@ -423,6 +423,78 @@ class ActivationLayer : public Layer {
   const int64_t size_;
 };
 
+class ChannelAffineLayer : public Layer {
+ public:
+  ChannelAffineLayer(std::vector<float> scale, std::vector<float> offset, Dims in)
+      : scale_(std::move(scale)), offset_(std::move(offset)), in_(in) {
+    CHECK_EQ(static_cast<int64_t>(scale_.size()), in.channels);
+    CHECK_EQ(static_cast<int64_t>(offset_.size()), in.channels);
+  }
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    Upload(ctx.device);
+    ctx.device->ChannelAffineForward(inputs[0], scale_d_.data(), offset_d_.data(),
+                                     batch * in_.pixels(), in_.channels, out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    if (din[0] == nullptr) return;
+    ctx.device->ChannelAffineForward(dout, scale_d_.data(), zeros_d_.data(),
+                                     batch * in_.pixels(), in_.channels, din[0]);
+  }
+
+ private:
+  // The constants on the step's device, once.
+  void Upload(kernels::Device* dev) {
+    if (scale_d_.data() != nullptr) return;
+    const int64_t c = in_.channels;
+    dev->CopyToDevice(scale_d_.Reserve(dev, c), scale_.data(), c * sizeof(float));
+    dev->CopyToDevice(offset_d_.Reserve(dev, c), offset_.data(), c * sizeof(float));
+    dev->Fill(zeros_d_.Reserve(dev, c), c, 0.0f);
+  }
+
+  const std::vector<float> scale_;
+  const std::vector<float> offset_;
+  const Dims in_;
+  DeviceArray<float> scale_d_;
+  DeviceArray<float> offset_d_;
+  DeviceArray<float> zeros_d_;
+};
+
+class MultiplyLayer : public Layer {
+ public:
+  // The input of more pixels is `full`; the other is broadcast when it has
+  // one pixel and the full one more.
+  MultiplyLayer(Dims a, Dims b)
+      : full_(b.pixels() > a.pixels() ? 1 : 0),
+        shape_{0, std::max(a.pixels(), b.pixels()), a.channels, a.pixels() != b.pixels()} {
+    CHECK_EQ(a.channels, b.channels);
+    CHECK(a.pixels() == b.pixels() || std::min(a.pixels(), b.pixels()) == 1);
+  }
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    ctx.device->MultiplyForward(Shape(batch), inputs[full_], inputs[1 - full_], out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    ctx.device->MultiplyBackward(Shape(batch), inputs[full_], inputs[1 - full_], dout,
+                                 din[full_], din[1 - full_]);
+  }
+
+ private:
+  kernels::MultiplyShape Shape(int64_t batch) const {
+    kernels::MultiplyShape s = shape_;
+    s.batch = batch;
+    return s;
+  }
+  const int full_;
+  const kernels::MultiplyShape shape_;
+};
+
 class DropoutLayer : public Layer {
  public:
   DropoutLayer(float keep_prob, int64_t size, uint64_t salt)
@@ -503,6 +575,15 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu) {
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt) {
   return std::make_unique<DropoutLayer>(keep_prob, size, salt);
+}
+
+std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,
+                                             Dims in) {
+  return std::make_unique<ChannelAffineLayer>(std::move(scale), std::move(offset), in);
+}
+
+std::unique_ptr<Layer> NewMultiplyLayer(Dims a, Dims b) {
+  return std::make_unique<MultiplyLayer>(a, b);
 }
 
 std::unique_ptr<Layer> NewActivationLayer(const kernels::ActivationSpec& spec, int64_t size) {

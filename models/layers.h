@@ -148,6 +148,13 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu);
 // Identity at inference.
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt);
+// y = x * scale[c] + offset[c], constants per channel (Keras's Rescaling
+// and Normalization).
+std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,
+                                             Dims in);
+// The element-wise product of two inputs (Keras's Multiply): of equal dims,
+// or one of them 1x1 with the other's channels, broadcast over its pixels.
+std::unique_ptr<Layer> NewMultiplyLayer(Dims a, Dims b);
 // An element-wise activation (kernels/activation.h) of `size` per example.
 std::unique_ptr<Layer> NewActivationLayer(const kernels::ActivationSpec& spec, int64_t size);
 

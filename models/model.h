@@ -88,10 +88,10 @@ class Model {
   // valid through it, its rows pulled for its ids. Ignored by dense models.
   virtual void SetSparseFeatures(SparseFeatures* features) { (void)features; }
 
-  // The floats of non-trainable state it keeps itself (batch norms' moving
-  // means and variances), which Keras's count_params() counts beside the
-  // variables.
-  virtual int64_t num_moving_statistics() const { return 0; }
+  // The floats of non-trainable state it keeps itself that Keras's
+  // count_params() counts beside the variables: batch norms' moving means
+  // and variances, a Normalization's mean, variance and count.
+  virtual int64_t num_non_trainable() const { return 0; }
 
   // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
   virtual std::string device_name() const = 0;

@@ -30,7 +30,7 @@ struct NetBuilder::Graph {
   std::vector<Node> nodes;
   std::vector<VariableDef> variables;
   std::vector<VariableInit> inits;
-  int64_t moving_statistics = 0;  // Two per batch-normed channel.
+  int64_t non_trainable = 0;  // Model::num_non_trainable().
 };
 
 namespace {
@@ -80,7 +80,7 @@ class NetModel : public Model {
   }
 
   const std::vector<VariableDef>& variables() const override { return graph_.variables; }
-  int64_t num_moving_statistics() const override { return graph_.moving_statistics; }
+  int64_t num_non_trainable() const override { return graph_.non_trainable; }
   std::string device_name() const override { return device_->name(); }
   HostAllocator* input_allocator() const override { return device_->host_allocator(); }
   kernels::DeviceMemoryStats device_memory() const override { return device_->memory_stats(); }
@@ -434,7 +434,7 @@ int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) 
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});
     AddVariable(scope + "/BatchNorm/beta", {spec.out_channels}, {0, 0});
-    graph_->moving_statistics += 2 * spec.out_channels;
+    graph_->non_trainable += 2 * spec.out_channels;
   }
   const Dims out{
       kernels::WindowOutputSize(in.height, spec.filter_height, spec.stride, spec.padding),
@@ -462,7 +462,7 @@ int NetBuilder::BatchNorm(const std::string& scope, int input, BatchNormSpec spe
   const int first_var = static_cast<int>(graph_->variables.size());
   if (spec.scale) AddVariable(scope + "/gamma", {in.channels}, {0, 1});
   if (spec.center) AddVariable(scope + "/beta", {in.channels}, {0, 0});
-  graph_->moving_statistics += 2 * in.channels;
+  graph_->non_trainable += 2 * in.channels;
   return Add(NewBatchNormLayer(spec, in, first_var), {input}, in, scope);
 }
 
@@ -562,6 +562,26 @@ int NetBuilder::Activate(int input, const kernels::ActivationSpec& spec) {
   const Dims in = dims(input);
   return Add(NewActivationLayer(spec, in.size()), {input}, in,
              absl::StrCat("activation after ", graph_->nodes[input].what));
+}
+
+int NetBuilder::ChannelAffine(const std::string& scope, int input, std::vector<float> scale,
+                              std::vector<float> offset, int64_t non_trainable) {
+  const Dims in = dims(input);
+  graph_->non_trainable += non_trainable;
+  return Add(NewChannelAffineLayer(std::move(scale), std::move(offset), in), {input}, in, scope);
+}
+
+int NetBuilder::Multiply(int a, int b) {
+  const Dims da = dims(a), db = dims(b);
+  return Add(NewMultiplyLayer(da, db), {a, b}, da.pixels() >= db.pixels() ? da : db,
+             absl::StrCat("product after ", graph_->nodes[a].what));
+}
+
+int NetBuilder::Reshape(int input, Dims out) {
+  const Dims in = dims(input);
+  CHECK_EQ(in.size(), out.size()) << "a reshape of another size";
+  return Add(NewSumLayer(in.size(), /*relu=*/false), {input}, out,
+             absl::StrCat("reshape after ", graph_->nodes[input].what));
 }
 
 int NetBuilder::Dropout(int input, float keep_prob) {

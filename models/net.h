@@ -82,6 +82,16 @@ class NetBuilder {
   int Relu(int input);
   // Any other element-wise activation (kernels/activation.h).
   int Activate(int input, const kernels::ActivationSpec& spec);
+  // x * scale[c] + offset[c], constants (one per channel). `non_trainable`
+  // floats of state Keras counts beside it (a Normalization's mean,
+  // variance and count) go to num_non_trainable().
+  int ChannelAffine(const std::string& scope, int input, std::vector<float> scale,
+                    std::vector<float> offset, int64_t non_trainable = 0);
+  // The element-wise product of two nodes (net.h's MultiplyLayer: equal
+  // dims, or one 1x1 of the other's channels). REQUIRES: they fit.
+  int Multiply(int a, int b);
+  // The same values as `dims`. REQUIRES: dims.size() is the input's.
+  int Reshape(int input, Dims dims);
 
   // The model whose logits are the last node added. InvalidArgument (naming
   // `model_name` and the layer) when a layer did not fit or the logits do

@@ -417,9 +417,33 @@ def depthwise(keras):
     return keras.Model(inputs, out)
 
 
+def squeeze_excite(keras):
+    """EfficientNet's input and a squeeze-and-excitation block: Rescaling,
+    Normalization (with constants, and without: its weights' 0 and 1),
+    GlobalAveragePooling2D, Reshape to 1x1, two 1x1 convs (swish, sigmoid)
+    and the broadcast Multiply; then MobileNet's head: keepdims pooling, a
+    1x1 conv, Reshape to a vector."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(8, 8, 3))
+    x = layers.Rescaling(2.0, offset=-1.0)(inputs)
+    x = layers.Normalization(mean=[0.1, 0.2, 0.3], variance=[0.5, 1.5, 2.0])(x)
+    x = layers.Normalization()(x)
+    x = layers.Conv2D(8, 3, padding="same", activation="swish", name="stem")(x)
+    se = layers.GlobalAveragePooling2D()(x)
+    se = layers.Reshape((1, 1, 8))(se)
+    se = layers.Conv2D(2, 1, activation="swish", name="se_reduce")(se)
+    se = layers.Conv2D(8, 1, activation="sigmoid", name="se_expand")(se)
+    x = layers.Multiply()([x, se])
+    g = layers.GlobalAveragePooling2D(keepdims=True)(x)
+    g = layers.Conv2D(4, 1, name="head")(g)
+    out = layers.Reshape((4,))(g)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
-         ("activations", activations), ("depthwise", depthwise)]
+         ("activations", activations), ("depthwise", depthwise),
+         ("squeeze_excite", squeeze_excite)]
 
 
 def fused_into_conv(norm):

@@ -238,7 +238,7 @@ absl::Status DescribeModel(const WorkerConfig& config) {
   // Each batch norm keeps a moving mean and variance per channel (state,
   // not variables): Keras's count_params() counts them.
   std::printf("params_with_moving_statistics=%lld\n",
-              static_cast<long long>(params + model->num_moving_statistics()));
+              static_cast<long long>(params + model->num_non_trainable()));
   std::printf("params=%lld\n", static_cast<long long>(params));
   return absl::OkStatus();
 }

@@ -1,4 +1,5 @@
-// Channel concat, zero padding, dropout and L2 loss on the CPU: values and gradients.
+// Channel concat, zero padding, affine maps, products, dropout and L2 loss
+// on the CPU: values and gradients.
 #include "kernels/layer_ops.h"
 
 #include <vector>
@@ -97,6 +98,43 @@ TEST(ZeroPad2DTest, GradientMatchesFiniteDifferences) {
   std::vector<float> dx = Garbage(x.size());
   ZeroPad2DBackward(ctx, s, weights.data(), dx.data());
   ExpectGradientsMatch({&x}, loss, {dx});
+}
+
+TEST(ChannelAffineTest, ScalesAndShiftsEachChannel) {
+  CpuContext ctx(2);
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // [3 pixels, 2]
+  const float scale[] = {2, -1}, offset[] = {0.5f, 10};
+  std::vector<float> y = Garbage(6);
+  ChannelAffineForward(ctx, x.data(), scale, offset, 3, 2, y.data());
+  EXPECT_THAT(y, ElementsAre(2.5f, 8, 6.5f, 6, 10.5f, 4));
+}
+
+// Squeeze-and-excitation's product, b broadcast over each image's pixels,
+// and the plain element-wise one: values and both gradients.
+TEST(MultiplyTest, BroadcastAndElementWiseGradients) {
+  CpuContext ctx(3);
+  for (bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast);
+    const MultiplyShape s{3, 10, 7, broadcast};
+    const int64_t n = s.batch * s.pixels * s.channels;
+    std::vector<float> a = RandomVector(n, 31);
+    std::vector<float> b = RandomVector(broadcast ? s.batch * s.channels : n, 32);
+    const std::vector<float> weights = RandomVector(n, 33);
+    std::vector<float> y(n);
+    auto loss = [&] {
+      MultiplyForward(ctx, s, a.data(), b.data(), y.data());
+      return Dot(y, weights);
+    };
+    loss();
+    const int64_t i = (2 * s.pixels + 4) * s.channels + 5;  // Image 2, pixel 4, channel 5.
+    EXPECT_FLOAT_EQ(y[i], a[i] * b[broadcast ? 2 * s.channels + 5 : i]);
+    std::vector<float> da = Garbage(a.size()), db = Garbage(b.size());
+    MultiplyBackward(ctx, s, a.data(), b.data(), weights.data(), da.data(), db.data());
+    ExpectGradientsMatch({&a, &b}, loss, {da, db});
+    std::vector<float> db_alone = Garbage(b.size());
+    MultiplyBackward(ctx, s, a.data(), b.data(), weights.data(), nullptr, db_alone.data());
+    EXPECT_EQ(db_alone, db);
+  }
 }
 
 TEST(DropoutTest, KeepsAboutKeepProbAndScales) {

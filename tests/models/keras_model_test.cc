@@ -61,7 +61,7 @@ double Norm(const Tensor& t) {
 
 // Keras's count_params(), which counts batch norm's moving statistics too.
 int64_t KerasCount(const Model& model) {
-  return CountParameters(model) + model.num_moving_statistics();
+  return CountParameters(model) + model.num_non_trainable();
 }
 
 class KerasFormatTest : public ::testing::TestWithParam<std::string> {
@@ -196,11 +196,14 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // without bias), and every activation (activations: capped and leaky ReLU
 // layers, relu6, sigmoid, tanh, silu, hard_sigmoid, hard_silu, gelu, and a
 // conv's and a Dense's own), and DepthwiseConv2D (depthwise: MobileNetV2's, and
-// with a multiplier, a dilation, a bias, valid padding and an activation).
+// with a multiplier, a dilation, a bias, valid padding and an activation),
+// and squeeze-and-excitation (squeeze_excite: Rescaling, Normalization with
+// and without constants, Reshape, a broadcast Multiply, MobileNet's head).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
-       {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise"}) {
+       {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
+        "squeeze_excite"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();

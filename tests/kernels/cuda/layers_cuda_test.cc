@@ -228,6 +228,34 @@ TEST_F(LayersCudaTest, Activations) {
   }
 }
 
+TEST_F(LayersCudaTest, ChannelAffineAndMultiply) {
+  const int64_t pixels = 3 * 21 * 13, channels = 40;
+  const std::vector<float> x = RandomVector(pixels * channels, 101);
+  const std::vector<float> scale = RandomVector(channels, 102), offset = RandomVector(channels, 103);
+  std::vector<float> y(x.size());
+  ChannelAffineForward(cpu_, x.data(), scale.data(), offset.data(), pixels, channels, y.data());
+  DeviceArray<float> gx(x), gscale(scale), goffset(offset), gy(y.size());
+  ChannelAffineForward(*gpu_, gx.get(), gscale.get(), goffset.get(), pixels, channels, gy.get());
+  Sync();
+  EXPECT_TRUE(NearInNorm(gy.ToHost(), y, 1e-6));
+  for (bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast);
+    const MultiplyShape s{3, 21 * 13, channels, broadcast};
+    const std::vector<float> b = RandomVector(broadcast ? 3 * channels : x.size(), 104);
+    const std::vector<float> dy = RandomVector(x.size(), 105);
+    std::vector<float> prod(x.size()), da(x.size()), db(b.size());
+    MultiplyForward(cpu_, s, x.data(), b.data(), prod.data());
+    MultiplyBackward(cpu_, s, x.data(), b.data(), dy.data(), da.data(), db.data());
+    DeviceArray<float> gb(b), gdy(dy), gprod(prod.size()), gda(da.size()), gdb(db.size());
+    MultiplyForward(*gpu_, s, gx.get(), gb.get(), gprod.get());
+    MultiplyBackward(*gpu_, s, gx.get(), gb.get(), gdy.get(), gda.get(), gdb.get());
+    Sync();
+    EXPECT_EQ(gprod.ToHost(), prod);  // One product each: bit for bit.
+    EXPECT_EQ(gda.ToHost(), da);
+    EXPECT_TRUE(NearInNorm(gdb.ToHost(), db, kSumTolerance));
+  }
+}
+
 TEST_F(LayersCudaTest, ZeroPad2D) {
   const Pad2DShape s{3, 7, 5, 6, 3, 1, 0, 2};
   const std::vector<float> x = RandomVector(s.input_size(), 71);
