@@ -235,9 +235,9 @@ class Device {
   virtual void ZeroPad2DForward(const Pad2DShape& shape, const float* x, float* y) = 0;
   virtual void ZeroPad2DBackward(const Pad2DShape& shape, const float* dy, float* dx) = 0;
   virtual void DropoutForward(const float* x, int64_t n, float keep_prob,
-                              uint64_t seed, float* y) = 0;
+                              uint64_t seed, float* y, const DropoutNoise& noise) = 0;
   virtual void DropoutBackward(const float* dy, int64_t n, float keep_prob,
-                               uint64_t seed, float* dx) = 0;
+                               uint64_t seed, float* dx, const DropoutNoise& noise) = 0;
 };
 
 // The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES

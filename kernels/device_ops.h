@@ -166,12 +166,12 @@ class DeviceOps : public Device {
     kernels::ZeroPad2DBackward(ctx(), shape, dy, dx);
   }
   void DropoutForward(const float* x, int64_t n, float keep_prob,
-                      uint64_t seed, float* y) override {
-    kernels::DropoutForward(ctx(), x, n, keep_prob, seed, y);
+                      uint64_t seed, float* y, const DropoutNoise& noise) override {
+    kernels::DropoutForward(ctx(), x, n, keep_prob, seed, y, noise);
   }
   void DropoutBackward(const float* dy, int64_t n, float keep_prob,
-                       uint64_t seed, float* dx) override {
-    kernels::DropoutBackward(ctx(), dy, n, keep_prob, seed, dx);
+                       uint64_t seed, float* dx, const DropoutNoise& noise) override {
+    kernels::DropoutBackward(ctx(), dy, n, keep_prob, seed, dx, noise);
   }
 
  protected:

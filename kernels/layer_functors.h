@@ -421,15 +421,22 @@ PSRT_HOST_DEVICE inline bool DropoutKeep(uint64_t seed, int64_t i,
   return u < keep_prob;
 }
 
-// Inverted dropout: y[i] = x[i] / keep_prob where kept, else 0. Its own
-// backward (dx = dy masked and scaled the same way). y may alias x.
+// Inverted dropout: y[i] = x[i] / keep_prob where kept, else 0, a draw per
+// element, example or (example, channel) (DropoutNoise). Its own backward
+// (dx = dy masked and scaled the same way). y may alias x.
 struct Dropout {
   const float* x;
   float keep_prob;
   uint64_t seed;
+  DropoutNoise noise;
   float* y;
   PSRT_HOST_DEVICE void operator()(int64_t i) const {
-    y[i] = DropoutKeep(seed, i, keep_prob) ? x[i] * (1.0f / keep_prob) : 0.0f;
+    int64_t draw = i;
+    if (noise.example > 0) {
+      draw = i / noise.example;
+      if (noise.channels > 0) draw = draw * noise.channels + i % noise.channels;
+    }
+    y[i] = DropoutKeep(seed, draw, keep_prob) ? x[i] * (1.0f / keep_prob) : 0.0f;
   }
 };
 

@@ -127,19 +127,19 @@ void ConcatChannelsBackward(const CpuContext& ctx, int64_t pixels,
 }
 
 void DropoutForward(const CpuContext& ctx, const float* x, int64_t n,
-                    float keep_prob, uint64_t seed, float* y) {
+                    float keep_prob, uint64_t seed, float* y, const DropoutNoise& noise) {
   CHECK(keep_prob > 0.0f && keep_prob <= 1.0f)
       << "keep_prob " << keep_prob << " is outside (0, 1]";
-  const functor::Dropout f{x, keep_prob, seed, y};
+  const functor::Dropout f{x, keep_prob, seed, noise, y};
   ctx.ParallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
     ForEachIndex(begin, end, f);
   });
 }
 
 void DropoutBackward(const CpuContext& ctx, const float* dy, int64_t n,
-                     float keep_prob, uint64_t seed, float* dx) {
+                     float keep_prob, uint64_t seed, float* dx, const DropoutNoise& noise) {
   // The forward is linear in x with a fixed mask: its own adjoint.
-  DropoutForward(ctx, dy, n, keep_prob, seed, dx);
+  DropoutForward(ctx, dy, n, keep_prob, seed, dx, noise);
 }
 
 float L2LossForward(const CpuContext& ctx, const float* x, int64_t n) {

@@ -30,18 +30,20 @@ void ConcatChannelsBackward(const CpuContext& ctx, int64_t pixels,
                             absl::Span<float* const> dinputs);
 
 // Training-mode (inverted) dropout: y[i] = x[i] / keep_prob where element i
-// is kept, else 0. The mask is a pure function of (seed, i) (see
-// functor::DropoutKeep), so a step passes a fresh seed and the backward
-// recomputes the mask from it. Inference is the identity: do not call.
-// Overwrites y; y may equal x.
+// is kept, else 0. The mask is a pure function of (seed, the draw of i)
+// (see functor::DropoutKeep), so a step passes a fresh seed and the
+// backward recomputes the mask from it. Inference is the identity: do not
+// call. Overwrites y; y may equal x.
 // REQUIRES: 0 < keep_prob <= 1.
 void DropoutForward(const CpuContext& ctx, const float* x, int64_t n,
-                    float keep_prob, uint64_t seed, float* y);
+                    float keep_prob, uint64_t seed, float* y,
+                    const DropoutNoise& noise = {});
 
 // dx = dy masked and scaled like the forward with the same seed.
 // Overwrites dx; dx may equal dy.
 void DropoutBackward(const CpuContext& ctx, const float* dy, int64_t n,
-                     float keep_prob, uint64_t seed, float* dx);
+                     float keep_prob, uint64_t seed, float* dx,
+                     const DropoutNoise& noise = {});
 
 // Zero padding (Keras's ZeroPadding2D): y [shape.output_size()] is x
 // [shape.input_size()] with shape's border of zeros. Overwrites y.
@@ -59,14 +61,8 @@ void ChannelAffineForward(const CpuContext& ctx, const float* x, const float* sc
 
 // The element-wise product of a [batch * pixels, channels] and b, either
 // alike or [batch, channels] broadcast over each image's pixels
-// (`broadcast`: Keras's Multiply in squeeze-and-excitation). Overwrites y;
-// y may equal a.
-struct MultiplyShape {
-  int64_t batch = 0;
-  int64_t pixels = 0;  // Per image.
-  int64_t channels = 0;
-  bool broadcast = false;
-};
+// (`broadcast`: Keras's Multiply in squeeze-and-excitation; MultiplyShape).
+// Overwrites y; y may equal a.
 void MultiplyForward(const CpuContext& ctx, const MultiplyShape& shape, const float* a,
                      const float* b, float* y);
 // da = dy * b and db = dy * a (summed over each image's pixels when b is

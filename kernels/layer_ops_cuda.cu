@@ -103,14 +103,14 @@ void ZeroPad2DBackward(const CudaContext& ctx, const Pad2DShape& s, const float*
 }
 
 void DropoutForward(const CudaContext& ctx, const float* x, int64_t n,
-                    float keep_prob, uint64_t seed, float* y) {
+                    float keep_prob, uint64_t seed, float* y, const DropoutNoise& noise) {
   CHECK(keep_prob > 0.0f && keep_prob <= 1.0f);
-  cuda::LaunchForEachIndex(ctx, n, functor::Dropout{x, keep_prob, seed, y});
+  cuda::LaunchForEachIndex(ctx, n, functor::Dropout{x, keep_prob, seed, noise, y});
 }
 
 void DropoutBackward(const CudaContext& ctx, const float* dy, int64_t n,
-                     float keep_prob, uint64_t seed, float* dx) {
-  DropoutForward(ctx, dy, n, keep_prob, seed, dx);
+                     float keep_prob, uint64_t seed, float* dx, const DropoutNoise& noise) {
+  DropoutForward(ctx, dy, n, keep_prob, seed, dx, noise);
 }
 
 void L2LossForward(const CudaContext& ctx, const float* x, int64_t n,

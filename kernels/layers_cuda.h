@@ -24,7 +24,6 @@
 #include "absl/types/span.h"
 #include "kernels/activation.h"
 #include "kernels/batch_norm.h"
-#include "kernels/layer_ops.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/window.h"
 
@@ -141,9 +140,11 @@ void ConcatChannelsBackward(const CudaContext& ctx, int64_t pixels,
                             const float* dy, absl::Span<const int64_t> channels,
                             absl::Span<float* const> dinputs);
 void DropoutForward(const CudaContext& ctx, const float* x, int64_t n,
-                    float keep_prob, uint64_t seed, float* y);
+                    float keep_prob, uint64_t seed, float* y,
+                    const DropoutNoise& noise = {});
 void DropoutBackward(const CudaContext& ctx, const float* dy, int64_t n,
-                     float keep_prob, uint64_t seed, float* dx);
+                     float keep_prob, uint64_t seed, float* dx,
+                     const DropoutNoise& noise = {});
 // Unlike the CPU op, writes sum(x^2) / 2 to the device scalar *loss.
 void L2LossForward(const CudaContext& ctx, const float* x, int64_t n,
                    float* loss);

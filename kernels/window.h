@@ -160,6 +160,26 @@ struct DepthwiseConv2DShape {
   int64_t filter_size() const { return filter_height * filter_width * channels * multiplier; }
 };
 
+// The element-wise product of a [batch * pixels, channels] and b, either
+// alike or [batch, channels] broadcast over each image's pixels
+// (`broadcast`: squeeze-and-excitation).
+struct MultiplyShape {
+  int64_t batch = 0;
+  int64_t pixels = 0;  // Per image.
+  int64_t channels = 0;
+  bool broadcast = false;
+};
+
+// What one draw of dropout's mask covers (Keras's noise_shape): an
+// element (the default), a whole example of `example` values ((None, 1, 1,
+// 1): EfficientNet's stochastic depth), or a channel of an example of
+// `example` values in `channels` channels ((None, 1, 1, C): Keras's
+// SpatialDropout2D).
+struct DropoutNoise {
+  int64_t example = 0;   // 0: a draw per element.
+  int64_t channels = 0;  // With `example`: a draw per (example, channel).
+};
+
 // Zero padding around x [batch, in_height, in_width, channels] (NHWC):
 // y [batch, out_height(), out_width(), channels] holds x at rows
 // [top, top + in_height) and columns [left, left + in_width), zeros

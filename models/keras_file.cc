@@ -303,6 +303,21 @@ absl::StatusOr<std::vector<float>> KerasFile::PerChannel(const KerasLayer& layer
                                         " numbers (one per channel)"));
 }
 
+absl::StatusOr<bool> KerasFile::NoiseShapePerExample(const KerasLayer& layer) const {
+  const Value* v = Field(*layer.config, "noise_shape");
+  bool per_example = v != nullptr && v->has_list_value() && v->list_value().values_size() >= 2 &&
+                     IsNull(&v->list_value().values(0));
+  for (int i = 1; per_example && i < v->list_value().values_size(); ++i) {
+    const Value& d = v->list_value().values(i);
+    per_example = d.has_number_value() && d.number_value() == 1;
+  }
+  if (!per_example) {
+    return LayerError(layer, "a noise_shape other than (None, 1, ..., 1), a draw per example, "
+                             "is not supported");
+  }
+  return true;
+}
+
 bool KerasFile::IsNullField(const KerasLayer& layer, const std::string& key) const {
   return IsNull(Field(*layer.config, key));
 }

@@ -89,6 +89,9 @@ class KerasFile {
   // The (height, width) of "kernel_size": an int or a list of two.
   absl::StatusOr<std::pair<int64_t, int64_t>> KernelSize(const KerasLayer& layer) const;
   absl::StatusOr<bool> Bool(const KerasLayer& layer, const std::string& key, bool fallback) const;
+  // Dropout's "noise_shape" of a draw per example, (None, 1, ..., 1): true;
+  // any other is an error.
+  absl::StatusOr<bool> NoiseShapePerExample(const KerasLayer& layer) const;
   // Whether `key` is absent or null.
   bool IsNullField(const KerasLayer& layer, const std::string& key) const;
   // Whether the layer's "axis" (a number, or a list of one) is the

@@ -389,12 +389,20 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       RETURN_IF_ERROR(file_.RequireDefaults(layer, {"data_format"}));
       out = x;  // Dense reads its input flattened, in the same (NHWC) order.
       out_flat = true;
-    } else if (kind == "Dropout") {
+    } else if (kind == "Dropout" || kind == "SpatialDropout2D") {
       RETURN_IF_ERROR(need_one_input());
-      RETURN_IF_ERROR(file_.RequireDefaults(layer, {"noise_shape"}));
       ASSIGN_OR_RETURN(const double rate, file_.Number(layer, "rate", 0));
       if (rate < 0 || rate >= 1) return file_.LayerError(layer, "rate outside [0, 1)");
-      out = rate == 0 ? x : net->Dropout(x, static_cast<float>(1 - rate));
+      // A noise_shape of (None, 1, 1, 1) draws per example (stochastic
+      // depth), SpatialDropout2D per channel of an example.
+      bool per_example = false;
+      if (kind == "Dropout" && !file_.IsNullField(layer, "noise_shape")) {
+        ASSIGN_OR_RETURN(per_example, file_.NoiseShapePerExample(layer));
+      }
+      if (kind == "SpatialDropout2D") RETURN_IF_ERROR(file_.RequireDefaults(layer, {"data_format"}));
+      out = rate == 0 ? x
+                      : net->Dropout(x, static_cast<float>(1 - rate), per_example,
+                                     kind == "SpatialDropout2D");
       out_flat = x_flat;
     } else if (kind == "Activation" || kind == "ReLU") {
       RETURN_IF_ERROR(need_one_input());

@@ -497,8 +497,8 @@ class MultiplyLayer : public Layer {
 
 class DropoutLayer : public Layer {
  public:
-  DropoutLayer(float keep_prob, int64_t size, uint64_t salt)
-      : keep_prob_(keep_prob), size_(size), salt_(salt) {}
+  DropoutLayer(float keep_prob, int64_t size, uint64_t salt, kernels::DropoutNoise noise)
+      : keep_prob_(keep_prob), size_(size), salt_(salt), noise_(noise) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs,
                int64_t batch, float* out) override {
@@ -508,7 +508,7 @@ class DropoutLayer : public Layer {
       return;
     }
     ctx.device->DropoutForward(inputs[0], batch * size_, keep_prob_, Seed(ctx),
-                               out);
+                               out, noise_);
   }
 
   void Backward(const StepContext& ctx, Params params, Inputs inputs,
@@ -516,7 +516,7 @@ class DropoutLayer : public Layer {
                 absl::Span<float* const> din, Grads grads) override {
     if (din[0] == nullptr) return;
     ctx.device->DropoutBackward(dout, batch * size_, keep_prob_, Seed(ctx),
-                                din[0]);
+                                din[0], noise_);
   }
 
  private:
@@ -526,6 +526,7 @@ class DropoutLayer : public Layer {
   const float keep_prob_;
   const int64_t size_;
   const uint64_t salt_;
+  const kernels::DropoutNoise noise_;
 };
 
 }  // namespace
@@ -573,8 +574,8 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu) {
 }
 
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
-                                       uint64_t salt) {
-  return std::make_unique<DropoutLayer>(keep_prob, size, salt);
+                                       uint64_t salt, kernels::DropoutNoise noise) {
+  return std::make_unique<DropoutLayer>(keep_prob, size, salt, noise);
 }
 
 std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,

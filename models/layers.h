@@ -145,9 +145,10 @@ std::unique_ptr<Layer> NewConcatLayer(std::vector<int64_t> channels, Dims out);
 // The element-wise sum of its inputs (each of `size` per example), then a
 // ReLU if `relu`: a residual connection (with one input and `relu`, a ReLU).
 std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu);
-// Identity at inference.
+// Identity at inference. `noise`: what one draw of the mask covers (an
+// element, an example, or a channel of an example).
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
-                                       uint64_t salt);
+                                       uint64_t salt, kernels::DropoutNoise noise = {});
 // y = x * scale[c] + offset[c], constants per channel (Keras's Rescaling
 // and Normalization).
 std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,

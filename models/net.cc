@@ -584,9 +584,13 @@ int NetBuilder::Reshape(int input, Dims out) {
              absl::StrCat("reshape after ", graph_->nodes[input].what));
 }
 
-int NetBuilder::Dropout(int input, float keep_prob) {
+int NetBuilder::Dropout(int input, float keep_prob, bool per_example, bool per_channel) {
   const Dims in = dims(input);
-  return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size()), {input}, in, "dropout");
+  kernels::DropoutNoise noise;
+  if (per_example || per_channel) noise.example = in.size();
+  if (per_channel) noise.channels = in.channels;
+  return Add(NewDropoutLayer(keep_prob, in.size(), graph_->nodes.size(), noise), {input}, in,
+             "dropout");
 }
 
 absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(const std::string& model_name) {

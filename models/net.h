@@ -74,7 +74,10 @@ class NetBuilder {
   int GlobalAvgPool(int input);
   // REQUIRES: the inputs have the same height and width.
   int Concat(const std::vector<int>& inputs);
-  int Dropout(int input, float keep_prob);
+  // Dropout with a draw per element, or (`per_example`) a draw per example
+  // (stochastic depth), or (`per_channel`) a draw per channel of an example
+  // (SpatialDropout2D).
+  int Dropout(int input, float keep_prob, bool per_example = false, bool per_channel = false);
   // The element-wise sum of two or more nodes (a residual connection), then
   // a ReLU if `relu`. REQUIRES: the inputs have the same dims.
   int Sum(const std::vector<int>& inputs, bool relu);

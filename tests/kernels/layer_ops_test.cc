@@ -158,6 +158,34 @@ TEST(DropoutTest, KeepsAboutKeepProbAndScales) {
   EXPECT_EQ(z, x);
 }
 
+// A draw per example (stochastic depth: noise_shape (None, 1, 1, 1)) and a
+// draw per channel of an example (SpatialDropout2D): each kept or dropped
+// whole, and about keep_prob of them kept.
+TEST(DropoutTest, ADrawPerExampleOrPerChannelOfAnExample) {
+  CpuContext ctx(2);
+  const int64_t examples = 400, pixels = 6, channels = 5, size = pixels * channels;
+  const std::vector<float> x(examples * size, 1.0f);
+  std::vector<float> y(x.size());
+  for (bool per_channel : {false, true}) {
+    SCOPED_TRACE(per_channel);
+    const DropoutNoise noise{size, per_channel ? channels : 0};
+    DropoutForward(ctx, x.data(), static_cast<int64_t>(x.size()), 0.8f, 5, y.data(), noise);
+    int64_t kept = 0, draws = 0;
+    for (int64_t n = 0; n < examples; ++n) {
+      for (int64_t c = 0; c < (per_channel ? channels : 1); ++c) {
+        const float first = y[n * size + c];
+        for (int64_t i = c; i < size; i += per_channel ? channels : 1) {
+          ASSERT_EQ(y[n * size + i], first) << n << " " << i;
+        }
+        EXPECT_TRUE(first == 0.0f || first == 1.0f / 0.8f);
+        kept += first != 0.0f;
+        ++draws;
+      }
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / draws, 0.8, 0.05);
+  }
+}
+
 TEST(DropoutTest, GradientMatchesFiniteDifferences) {
   CpuContext ctx(1);
   const int64_t n = 50;
