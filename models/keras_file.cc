@@ -221,6 +221,9 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
     layer.class_name = class_name->string_value();
     layer.config = &layer_config->struct_value();
     layer.name = name->string_value();
+    const Value* module = Field(e, "module");
+    layer.operation = module != nullptr && module->has_string_value() &&
+                      absl::StartsWith(module->string_value(), "keras.src.ops");
     const Value* nodes = Field(e, "inbound_nodes");
     if (nodes != nullptr && nodes->has_list_value() && nodes->list_value().values_size() > 0) {
       if (nodes->list_value().values_size() > 1) {
@@ -230,6 +233,11 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
       if (node.has_struct_value()) {  // Keras 3: {"args": [...], "kwargs": {...}}.
         const Value* args = Field(node.struct_value(), "args");
         if (args != nullptr) CollectHistories(*args, &layer.inputs);
+        if (args != nullptr && args->has_list_value()) {
+          for (const Value& arg : args->list_value().values()) {
+            if (arg.has_number_value()) layer.constants.push_back(arg.number_value());
+          }
+        }
       } else if (node.has_list_value()) {  // Keras 2: [["name", 0, 0, {}], ...].
         for (const Value& in : node.list_value().values()) {
           if (in.has_list_value() && in.list_value().values_size() > 0 &&

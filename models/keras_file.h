@@ -41,6 +41,11 @@ struct KerasLayer {
   const google::protobuf::Struct* config = nullptr;  // In the file's tree.
   std::vector<std::string> inputs;                   // The layers it reads, in order.
   std::vector<int> consumers;                        // The layers that read it.
+  // Keras 3 records arithmetic on tensors (x + 3.0) as operations of module
+  // "keras.src.ops.numpy" (an Add of one tensor and a number); their
+  // number arguments, in order.
+  bool operation = false;
+  std::vector<double> constants;
 };
 
 class KerasFile {

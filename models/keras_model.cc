@@ -206,14 +206,16 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         done[f] = true;
       }
       continue;
-    } else if (kind == "DepthwiseConv2D") {
+    } else if (kind == "DepthwiseConv2D" || kind == "SeparableConv2D") {
       RETURN_IF_ERROR(need_one_input());
       if (x_flat && x != NetBuilder::kInput) {
         return file_.LayerError(layer, "a convolution of a vector (after Flatten or Dense)");
       }
+      const bool separable = kind == "SeparableConv2D";
       RETURN_IF_ERROR(file_.RequireDefaults(
-          layer, {"data_format", "depthwise_regularizer", "bias_regularizer",
-                  "activity_regularizer", "depthwise_constraint", "bias_constraint"}));
+          layer, {"data_format", "depthwise_regularizer", "pointwise_regularizer",
+                  "bias_regularizer", "activity_regularizer", "depthwise_constraint",
+                  "pointwise_constraint", "bias_constraint"}));
       DepthwiseConvSpec spec;
       ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
       spec.filter_height = kernel.first;
@@ -229,28 +231,55 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         return file_.LayerError(layer, "strides and dilation_rate both above 1 (Keras refuses it)");
       }
       ASSIGN_OR_RETURN(spec.padding, file_.PaddingOf(layer));
-      ASSIGN_OR_RETURN(spec.bias, file_.Bool(layer, "use_bias", true));
+      ASSIGN_OR_RETURN(const bool bias, file_.Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
       if (activation == "softmax") return file_.LayerError(layer, "a softmax convolution");
       const double channels = net->dims(x).channels;
       const double taps = static_cast<double>(kernel.first) * kernel.second;
-      if (taps * channels * spec.multiplier > kMaxVariableElements) {
+      const double depthwise_out = channels * spec.multiplier;
+      if (taps * depthwise_out > kMaxVariableElements) {
         return file_.LayerError(layer, "a kernel of over 2^31 weights");
       }
       // Keras's fans of a [h, w, channels, multiplier] kernel.
       ASSIGN_OR_RETURN(spec.weights_init,
                        file_.Initializer(layer, "depthwise_initializer", taps * channels,
                                          taps * spec.multiplier));
-      if (spec.bias) {
-        const double units = channels * spec.multiplier;
-        ASSIGN_OR_RETURN(spec.bias_init,
-                         file_.Initializer(layer, "bias_initializer", units, units));
-      }
       if (!spec.weights_init.random()) {
         return file_.LayerError(layer,
                                 "a constant depthwise_initializer (the layer could not learn)");
       }
+      // A SeparableConv2D is the depthwise convolution, then a 1x1 one
+      // ("<layer>/pointwise") with the layer's bias.
+      spec.bias = bias && !separable;
+      if (spec.bias) {
+        ASSIGN_OR_RETURN(spec.bias_init,
+                         file_.Initializer(layer, "bias_initializer", depthwise_out, depthwise_out));
+      }
       out = net->DepthwiseConv(layer.name, x, spec);
+      if (separable) {
+        ConvSpec pointwise;
+        ASSIGN_OR_RETURN(pointwise.out_channels, file_.SquareInt(layer, "filters", 0));
+        if (pointwise.out_channels < 1) return file_.LayerError(layer, "filters must be positive");
+        if (depthwise_out * pointwise.out_channels > kMaxVariableElements) {
+          return file_.LayerError(layer, "a pointwise kernel of over 2^31 weights");
+        }
+        pointwise.filter_height = pointwise.filter_width = 1;
+        pointwise.bias = bias;
+        pointwise.relu = false;
+        ASSIGN_OR_RETURN(pointwise.weights_init,
+                         file_.Initializer(layer, "pointwise_initializer", depthwise_out,
+                                           pointwise.out_channels));
+        if (bias) {
+          ASSIGN_OR_RETURN(pointwise.bias_init,
+                           file_.Initializer(layer, "bias_initializer", pointwise.out_channels,
+                                             pointwise.out_channels));
+        }
+        if (!pointwise.weights_init.random()) {
+          return file_.LayerError(layer,
+                                  "a constant pointwise_initializer (the layer could not learn)");
+        }
+        out = net->Conv(layer.name + "/pointwise", out, pointwise);
+      }
       if (activation == "relu") {
         out = net->Relu(out);
       } else if (activation != "linear") {
@@ -269,6 +298,14 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       }
       ASSIGN_OR_RETURN(const auto sides, file_.ZeroPadding(layer));
       out = net->ZeroPad(x, ZeroPadSpec{sides[0], sides[1], sides[2], sides[3]});
+    } else if ((kind == "Add" || kind == "Multiply") && layer.operation && in.size() == 1 &&
+               layer.constants.size() == 1) {
+      // Keras 3's x + c and x * c (MobileNetV3's hard sigmoid).
+      const int64_t channels = net->dims(x).channels;
+      const float c = static_cast<float>(layer.constants[0]);
+      out = net->ChannelAffine(layer.name, in[0], std::vector<float>(channels, kind == "Add" ? 1 : c),
+                               std::vector<float>(channels, kind == "Add" ? c : 0));
+      out_flat = flat[file_.index(layer.inputs[0])];
     } else if (kind == "Rescaling") {
       RETURN_IF_ERROR(need_one_input());
       const int64_t channels = net->dims(x).channels;

@@ -400,7 +400,8 @@ def depthwise(keras):
     """DepthwiseConv2D as MobileNetV2 uses it (3x3, same, no bias, then batch
     norm and relu6; strided after an asymmetric ZeroPadding2D), and with a
     channel multiplier, a bias, a dilation, valid padding and its own
-    activation."""
+    activation; then a SeparableConv2D (Xception's layer) with a multiplier,
+    a bias and an activation."""
     layers = keras.layers
     inputs = keras.Input(shape=(9, 9, 3))
     x = layers.Conv2D(8, 1, use_bias=False, name="expand")(inputs)
@@ -412,6 +413,8 @@ def depthwise(keras):
     x = layers.DepthwiseConv2D((3, 2), depth_multiplier=2, dilation_rate=2, padding="same",
                                activation="silu", name="dw_multiplier")(x)
     x = layers.DepthwiseConv2D(2, name="dw_valid_bias")(x)
+    x = layers.SeparableConv2D(5, 3, padding="same", depth_multiplier=2, activation="relu",
+                               name="separable")(x)
     g = layers.GlobalAveragePooling2D()(x)
     out = layers.Dense(3, name="logits")(g)
     return keras.Model(inputs, out)
@@ -440,10 +443,26 @@ def squeeze_excite(keras):
     return keras.Model(inputs, out)
 
 
+def ops_constants(keras):
+    """MobileNetV3's hard sigmoid as it writes it, arithmetic with constants
+    (x + 3.0, x * (1 / 6)) that Keras records as operations of one tensor,
+    in its squeeze-and-excitation block."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(6, 6, 3))
+    x = layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+    se = layers.GlobalAveragePooling2D(keepdims=True)(x)
+    se = layers.Conv2D(4, 1, name="se")(se)
+    se = layers.ReLU(6.0)(se + 3.0) * (1.0 / 6.0)
+    x = layers.Multiply()([x, se])
+    g = layers.GlobalAveragePooling2D()(x)
+    out = layers.Dense(3, name="logits")(g)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
          ("activations", activations), ("depthwise", depthwise),
-         ("squeeze_excite", squeeze_excite)]
+         ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants)]
 
 
 def fused_into_conv(norm):
@@ -470,6 +489,11 @@ def psrt_names(model):
             names.append((layer.kernel, f"{layer.name}/depthwise_weights"))
             if layer.use_bias:
                 names.append((layer.bias, f"{layer.name}/biases"))
+        elif kind == "SeparableConv2D":
+            names.append((layer.depthwise_kernel, f"{layer.name}/depthwise_weights"))
+            names.append((layer.pointwise_kernel, f"{layer.name}/pointwise/weights"))
+            if layer.use_bias:
+                names.append((layer.bias, f"{layer.name}/pointwise/biases"))
         elif kind == "BatchNormalization" and fused_into_conv(layer):
             conv = layer._inbound_nodes[0].parent_nodes[0].operation
             names.append((layer.gamma, f"{conv.name}/BatchNorm/gamma"))

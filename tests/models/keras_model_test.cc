@@ -196,14 +196,17 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // without bias), and every activation (activations: capped and leaky ReLU
 // layers, relu6, sigmoid, tanh, silu, hard_sigmoid, hard_silu, gelu, and a
 // conv's and a Dense's own), and DepthwiseConv2D (depthwise: MobileNetV2's, and
-// with a multiplier, a dilation, a bias, valid padding and an activation),
+// with a multiplier, a dilation, a bias, valid padding and an activation;
+// and a SeparableConv2D),
 // and squeeze-and-excitation (squeeze_excite: Rescaling, Normalization with
-// and without constants, Reshape, a broadcast Multiply, MobileNet's head).
+// and without constants, Reshape, a broadcast Multiply, MobileNet's head),
+// and MobileNetV3's arithmetic with constants (ops_constants: x + 3.0,
+// x * (1 / 6)).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
-        "squeeze_excite"}) {
+        "squeeze_excite", "ops_constants"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
