@@ -359,8 +359,7 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
     } else if (kind == "Multiply") {
       if (in.size() != 2) {
         return file_.LayerError(layer, absl::StrCat(
-            "a Multiply of ", in.size(), " tensors (an operation with a constant, such as "
-            "MobileNetV3's x * (1 / 6), is not supported); want 2"));
+            "a Multiply of ", in.size(), " tensors; want 2, or one and a constant"));
       }
       RETURN_IF_ERROR(DistinctInputs(layer, in));
       const Dims a = net->dims(in[0]), b = net->dims(in[1]);

@@ -336,11 +336,13 @@ ZOO_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models
 def write_zoo(keras):
     os.makedirs(ZOO_OUT, exist_ok=True)
     for name, (build, full, small) in ZOO.items():
+        keras.utils.clear_session()  # Auto names (input_layer, flatten) that do not drift.
         model = build(keras, *full)
         with open(os.path.join(ZOO_OUT, f"{name}.json"), "w") as f:
             f.write(model.to_json())
         print("zoo", name, model.count_params())
         if small is not None:
+            keras.utils.clear_session()
             model = build(keras, *small)
             with open(os.path.join(OUT, f"zoo_{name}_small_keras3.json"), "w") as f:
                 f.write(model.to_json())
