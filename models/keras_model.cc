@@ -47,6 +47,13 @@ class KerasNetwork {
     }
     return absl::OkStatus();
   }
+  // Whether the output layer's `activation` over `units` is the loss's
+  // (left out of the network): softmax, or a sigmoid over one unit (a
+  // binary classifier; see Build).
+  bool IsLossActivation(const std::string& activation, int layer, int64_t units) const {
+    return layer == file_.output() &&
+           (activation == "softmax" || (activation == "sigmoid" && units == 1));
+  }
   // A BatchNormalization's options, refusing what psrt would compute
   // otherwise than Keras (regularizers, constraints, renorm, other axes or
   // initial values).
@@ -402,7 +409,7 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
       out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases, bias);
-      if (activation != "relu" && activation != "linear" && activation != "softmax") {
+      if (activation != "relu" && activation != "linear" && !IsLossActivation(activation, i, units)) {
         out = net->Activate(out, file_.ActivationSpecOf(activation));
       }
       out_flat = true;
@@ -454,8 +461,9 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         out = net->Activate(x, relu);
       } else if (activation == "relu") {
         out = net->Relu(x);
-      } else if (activation == "linear" || activation == "softmax") {
-        out = x;  // softmax: the loss's.
+      } else if (activation == "linear" ||
+                 IsLossActivation(activation, i, net->dims(x).channels)) {
+        out = x;
       } else {
         out = net->Activate(x, file_.ActivationSpecOf(activation));
       }
@@ -517,6 +525,15 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
   }
   if (d.channels > (1 << 24))
     return file_.LayerError(file_.layers()[file_.output()], "over 2^24 classes");
+  if (d.channels == 1) {
+    // One unit: a binary classifier, trained as Keras's
+    // BinaryCrossentropy(from_logits=True) of labels 0 and 1 trains it.
+    // That is the softmax cross-entropy of the scores (0, z), so the model
+    // gets them, and two classes: z > 0 predicts class 1.
+    const int zero = net->ChannelAffine("binary_logits", logits, {0.0f}, {0.0f});
+    net->Concat({zero, logits});
+    return 2;
+  }
   return static_cast<int>(d.channels);
 }
 

@@ -2,16 +2,13 @@
 // Keras 3's format (TensorFlow 2.16 on) and Keras 2's (tf.keras before it),
 // for Sequential and Functional models, built with NetBuilder (net.h).
 //
-// Layers: InputLayer; Conv2D (strides, padding same/valid, use_bias,
-// activation relu or linear); Dense (relu, linear, or softmax as the last
-// layer: the loss applies the softmax); BatchNormalization directly after a
-// Conv2D without bias or activation (fused with it; epsilon, momentum);
-// MaxPooling2D, AveragePooling2D (square windows); GlobalAveragePooling2D;
-// Flatten; Dropout; Activation and ReLU (relu, linear, a last softmax);
-// Add; Concatenate (channels). Initializers: GlorotUniform, GlorotNormal,
-// HeNormal, HeUniform, LecunNormal, LecunUniform, TruncatedNormal,
-// RandomUniform (symmetric), Zeros, Ones, Constant. The input shape comes
-// from the input layer, the class count from the last Dense layer's units.
+// The layers, activations and initializers read are listed in
+// docs/models-and-kernels.md (Conv2D, Dense, BatchNormalization,
+// DepthwiseConv2D and SeparableConv2D, pooling, Add, Concatenate, Multiply,
+// Rescaling, Normalization, Dropout, ...). The input shape comes from the
+// input layer, the class count from the output's units; a softmax last is
+// the loss's, and one output unit (linear, or a sigmoid) is a binary
+// classifier of two classes, trained as Keras's binary cross-entropy.
 // Anything else is an InvalidArgument error naming the layer, its class and
 // the file.
 //

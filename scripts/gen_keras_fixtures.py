@@ -461,10 +461,22 @@ def ops_constants(keras):
     return keras.Model(inputs, out)
 
 
+def binary(keras):
+    """A binary classifier as Keras's image-classification guide ends one:
+    a single sigmoid unit, trained with binary cross-entropy."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(6, 6, 2))
+    x = layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    x = layers.GlobalAveragePooling2D()(x)
+    out = layers.Dense(1, activation="sigmoid", name="logit")(x)
+    return keras.Model(inputs, out)
+
+
 # Models whose computation the suite checks against Keras's.
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
          ("activations", activations), ("depthwise", depthwise),
-         ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants)]
+         ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants),
+         ("binary", binary)]
 
 
 def fused_into_conv(norm):
@@ -541,8 +553,13 @@ def write_exact(keras):
         batch = 6
         images = rng.uniform(0, 1, (batch,) + tuple(shape)).astype("float32")
         classes = model.outputs[0].shape[-1]
-        labels = (np.arange(batch) * 3 + 1) % classes
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if classes == 1:  # A sigmoid unit: labels 0 and 1, binary cross-entropy.
+            labels = (np.arange(batch) * 3 + 1) % 2
+            binary_loss = keras.losses.BinaryCrossentropy()
+            loss_fn = lambda y, p: binary_loss(y.reshape(-1, 1).astype("float32"), p)
+        else:
+            labels = (np.arange(batch) * 3 + 1) % classes
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
@@ -557,6 +574,9 @@ def write_exact(keras):
         tensors.append(("labels", labels.astype("float32")))
         tensors.append(("loss", np.array([float(loss)], dtype="float32")))
         tensors.append(("eval_loss", np.array([float(eval_loss)], dtype="float32")))
+        if classes == 1:  # Keras's predicted classes, by its 0.5 threshold.
+            probability = model(images, training=False).numpy()[:, 0]
+            tensors.append(("predictions", (probability > 0.5).astype("float32")))
         with open(os.path.join(OUT, f"{name}_keras3.json"), "w") as f:
             f.write(model.to_json())
         write_safetensors(os.path.join(OUT, f"{name}_keras3.safetensors"), tensors,

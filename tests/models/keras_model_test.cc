@@ -59,6 +59,13 @@ double Norm(const Tensor& t) {
   return std::sqrt(sum);
 }
 
+// A fixture's tensors by name.
+std::map<std::string, const Tensor*> ByName(const SafetensorsFile& file) {
+  std::map<std::string, const Tensor*> tensors;
+  for (const auto& [key, tensor] : file.tensors) tensors[key] = &tensor;
+  return tensors;
+}
+
 // Keras's count_params(), which counts batch norm's moving statistics too.
 int64_t KerasCount(const Model& model) {
   return CountParameters(model) + model.num_non_trainable();
@@ -201,20 +208,20 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // and squeeze-and-excitation (squeeze_excite: Rescaling, Normalization with
 // and without constants, Reshape, a broadcast Multiply, MobileNet's head),
 // and MobileNetV3's arithmetic with constants (ops_constants: x + 3.0,
-// x * (1 / 6)).
+// x * (1 / 6)), and a binary classifier (binary: one sigmoid unit, against
+// Keras's binary cross-entropy).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
-        "squeeze_excite", "ops_constants"}) {
+        "squeeze_excite", "ops_constants", "binary"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<SafetensorsFile> file =
         ReadSafetensors(Fixture(absl::StrCat(name, "_keras3.safetensors")));
     ASSERT_TRUE(file.ok()) << file.status();
-    std::map<std::string, const Tensor*> fixture;
-    for (const auto& [key, tensor] : file->tensors) fixture[key] = &tensor;
+    const std::map<std::string, const Tensor*> fixture = ByName(*file);
     std::vector<Tensor> params, grads;
     (*model)->Initialize(1, &params);
     for (size_t v = 0; v < params.size(); ++v) {
@@ -246,6 +253,46 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
           psrt::testing::NearInNorm(grads[v].data(), keras.data(), keras.num_elements(), 1e-4))
           << var;
     }
+  }
+}
+
+// A single output unit is a binary classifier whether the file ends it with
+// a sigmoid (the loss's, as softmax is) or linearly (Keras's guide, with
+// from_logits=True): two classes, the same loss, and class 1 predicted
+// where the unit's logit is above 0.
+TEST(KerasModelTest, OneUnitIsABinaryClassifier) {
+  const std::string sigmoid = ReadText(Fixture("binary_keras3.json"));
+  const std::string linear = absl::StrReplaceAll(sigmoid, {{"\"sigmoid\"", "\"linear\""}});
+  ASSERT_NE(linear, sigmoid);
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(Fixture("binary_keras3.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::map<std::string, const Tensor*> fixture = ByName(*file);
+  for (const std::string& json : {sigmoid, linear}) {
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(json, "binary.json");
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->num_classes, 2);
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        NewKerasModel(json, "binary.json", ModelOptions());
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<Tensor> params;
+    (*model)->Initialize(1, &params);
+    for (size_t v = 0; v < params.size(); ++v) {
+      params[v] = fixture.at((*model)->variables()[v].name)->Clone();
+    }
+    const Tensor& images = *fixture.at("images");
+    std::vector<int32_t> labels, predictions, others;
+    for (float l : fixture.at("labels")->flat()) labels.push_back(static_cast<int32_t>(l));
+    for (float p : fixture.at("predictions")->flat()) {
+      predictions.push_back(static_cast<int32_t>(p));
+      others.push_back(1 - static_cast<int32_t>(p));
+    }
+    std::vector<Tensor> grads;
+    const float want = fixture.at("loss")->data()[0];
+    EXPECT_NEAR((*model)->ComputeGradients(params, images, labels, &grads), want, 1e-5 * want);
+    // Keras's predictions (probability above 0.5) are psrt's, every one.
+    EXPECT_EQ((*model)->Evaluate(params, images, predictions).correct,
+              static_cast<int64_t>(predictions.size()));
+    EXPECT_EQ((*model)->Evaluate(params, images, others).correct, 0);
   }
 }
 
