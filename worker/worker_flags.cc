@@ -67,6 +67,11 @@ DEFINE_string(corrupt_images, "stop",
 DEFINE_int32(label_offset, 1,
              "Image records: class id = image/class/label - label_offset (1: "
              "build_image_data.py's labels 1..N become 0..N-1).");
+DEFINE_string(pixel_range, "0-1",
+              "Pixels of images read from files: \"0-1\" (byte / 255, psrt's models) or "
+              "\"0-255\" (the bytes, as Keras's image_dataset_from_directory gives them: for "
+              "Keras files that rescale their input themselves, such as EfficientNet's or "
+              "a Rescaling(1 / 255) first).");
 DEFINE_bool(synthetic_data, false,
             "Train and evaluate on random images of the model's input size (one batch, "
             "reused) instead of a data set: times a model alone.");
@@ -317,6 +322,11 @@ absl::Status ReadInputFlags(WorkerConfig* config) {
   input.decoder_threads = FLAGS_input_threads;
   input.prefetch_batches = FLAGS_input_prefetch_batches;
   input.label_offset = FLAGS_label_offset;
+  if (FLAGS_pixel_range != "0-1" && FLAGS_pixel_range != "0-255") {
+    return absl::InvalidArgumentError("--pixel_range: \"" + FLAGS_pixel_range +
+                                      "\" is not 0-1 or 0-255");
+  }
+  input.pixel_max = FLAGS_pixel_range == "0-1" ? 1 : 255;
   if (FLAGS_malformed_lines != "stop" && FLAGS_malformed_lines != "skip") {
     return absl::InvalidArgumentError("--malformed_lines: \"" + FLAGS_malformed_lines +
                                       "\" is not stop or skip");

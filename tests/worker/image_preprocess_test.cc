@@ -21,9 +21,10 @@ Image Gray(int height, int width, std::vector<uint8_t> pixels) {
   return image;
 }
 
-std::vector<float> Preprocess(const Image& image, const CropBox& box, int h, int w, bool flip) {
+std::vector<float> Preprocess(const Image& image, const CropBox& box, int h, int w, bool flip,
+                              float pixel_max = 1) {
   std::vector<float> out(size_t{1} * h * w * image.channels, -1);
-  CropResizeFlip(image, box, h, w, flip, out.data());
+  CropResizeFlip(image, box, h, w, flip, out.data(), pixel_max);
   return out;
 }
 
@@ -51,6 +52,9 @@ TEST(ImagePreprocessTest, BilinearUpsampleMatchesHandComputedFixture) {
       200, 160,    80,    40};
   EXPECT_THAT(Preprocess(image, {0, 0, 2, 2}, 4, 4, false),
               Pointwise(FloatNear(1e-5), Scaled(expected)));
+  // --pixel_range=0-255: the same values, unscaled.
+  EXPECT_THAT(Preprocess(image, {0, 0, 2, 2}, 4, 4, false, 255),
+              Pointwise(FloatNear(1e-4), expected));
 }
 
 // 4 -> 2 samples the middle of pixel pairs: coordinates 0.5 and 2.5.

@@ -1,5 +1,8 @@
 #include "worker/input/input_factory.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -51,6 +54,23 @@ TEST(InputFactoryTest, ReadsIdxFilesAndRefusesAnotherImageSize) {
   ASSERT_TRUE(input.ok()) << input.status();
   EXPECT_EQ(input->train_examples, 60000);
   EXPECT_EQ(input->test.size(), 0);  // Replica 1 does not evaluate.
+
+  // --pixel_range=0-255: the file's bytes themselves.
+  InputOptions bytes = options;
+  bytes.pixel_max = 255;
+  absl::StatusOr<WorkerInput> unscaled = OpenWorkerInput(bytes, 1, 2);
+  ASSERT_TRUE(unscaled.ok()) << unscaled.status();
+  const absl::Span<const float> unit = input->train.images.flat();
+  const absl::Span<const float> byte = unscaled->train.images.flat();
+  ASSERT_EQ(unit.size(), byte.size());
+  float brightest = 0;
+  int64_t off = 0;  // Values not a byte, or not the 0-1 value times 255.
+  for (size_t i = 0; i < unit.size(); ++i) {
+    off += byte[i] != std::round(byte[i]) || std::abs(byte[i] / 255 - unit[i]) > 1e-7f;
+    brightest = std::max(brightest, byte[i]);
+  }
+  EXPECT_EQ(off, 0);
+  EXPECT_EQ(brightest, 255);
 
   options.height = options.width = 32;
   input = OpenWorkerInput(options, 0, 2);

@@ -125,7 +125,8 @@ absl::StatusOr<int32_t> ImagePipeline::DecodeOne(int64_t example, int64_t epoch,
           options_.train ? SampleDistortedCrop(scratch->height, scratch->width, options_.crop, &rng)
                          : CentralCrop(scratch->height, scratch->width, options_.central_fraction);
       const bool flip = options_.train && (rng.Next() >> 63) != 0;
-      CropResizeFlip(*scratch, box, options_.height, options_.width, flip, out);
+      CropResizeFlip(*scratch, box, options_.height, options_.width, flip, out,
+                     options_.pixel_max);
       return shard.labels[j];
     }
     status = absl::Status(status.code(), absl::StrCat(shard.Where(j), ": ", status.message()));

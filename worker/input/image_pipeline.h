@@ -64,6 +64,7 @@ struct ImagePipelineOptions {
   int threads = 0;           // Decoder threads; 0: the number of cores.
   int prefetch_batches = 3;  // Batch buffers being filled or ready.
   bool skip_corrupt = false;
+  float pixel_max = 1;  // Pixels in [0, pixel_max] (CropResizeFlip).
 };
 
 class ImagePipeline : public BatchSource {

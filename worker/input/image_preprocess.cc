@@ -85,7 +85,7 @@ CropBox CentralCrop(int height, int width, double fraction) {
 }
 
 void CropResizeFlip(const Image& image, const CropBox& box, int out_height, int out_width,
-                    bool flip, float* out) {
+                    bool flip, float* out, float pixel_max) {
   CHECK(box.y >= 0 && box.x >= 0 && box.height > 0 && box.width > 0 &&
         box.y + box.height <= image.height && box.x + box.width <= image.width)
       << "crop box outside the image";
@@ -94,7 +94,7 @@ void CropResizeFlip(const Image& image, const CropBox& box, int out_height, int 
   MakeAxis(box.x, box.width, out_width, &cols);
   const int c = image.channels;
   const size_t stride = size_t{1} * image.width * c;
-  constexpr float kScale = 1.0f / 255;
+  const float scale = pixel_max / 255;
   for (int y = 0; y < out_height; ++y) {
     const uint8_t* top = image.pixels.data() + rows.lo[y] * stride;
     const uint8_t* bottom = image.pixels.data() + rows.hi[y] * stride;
@@ -108,7 +108,7 @@ void CropResizeFlip(const Image& image, const CropBox& box, int out_height, int 
       for (int k = 0; k < c; ++k) {
         const float t = top[left + k] + (top[right + k] - top[left + k]) * fx;
         const float b = bottom[left + k] + (bottom[right + k] - bottom[left + k]) * fx;
-        row_out[size_t{1} * ox * c + k] = (t + (b - t) * fy) * kScale;
+        row_out[size_t{1} * ox * c + k] = (t + (b - t) * fy) * scale;
       }
     }
   }

@@ -71,11 +71,11 @@ CropBox SampleDistortedCrop(int height, int width, const DistortedCropOptions& o
 CropBox CentralCrop(int height, int width, double fraction);
 
 // Writes `box` of `image`, resized to out_height x out_width (bilinear,
-// above), mirrored left-right when `flip`, as floats in [0, 1] to
-// out[0 .. out_height * out_width * image.channels).
+// above), mirrored left-right when `flip`, as floats in [0, pixel_max]
+// (byte / 255 * pixel_max) to out[0 .. out_height * out_width * image.channels).
 // REQUIRES: box lies within the image; out sizes > 0.
 void CropResizeFlip(const Image& image, const CropBox& box, int out_height, int out_width,
-                    bool flip, float* out);
+                    bool flip, float* out, float pixel_max = 1);
 
 }  // namespace psrt
 

@@ -1,6 +1,7 @@
 #include "worker/input/input_factory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -60,6 +61,10 @@ absl::StatusOr<Dataset> ReadDataset(const InputOptions& options, const std::stri
   ASSIGN_OR_RETURN(Dataset data, spec.empty()
                                      ? LoadMnistSplit(options.data_dir, split)
                                      : ReadTFRecordDataset(spec, options.num_classes));
+  if (options.pixel_max != 1) {  // The readers give byte / 255: back to the byte, then scaled.
+    const float scale = options.pixel_max / 255;
+    for (float& v : data.images.flat()) v = std::round(v * 255) * scale;
+  }
   return FitsModel(options, std::move(data), spec.empty() ? options.data_dir : spec);
 }
 
@@ -105,6 +110,7 @@ absl::Status OpenImageRecords(const InputOptions& options, int replica, int num_
   pipeline.threads = options.decoder_threads;
   pipeline.prefetch_batches = std::max(1, options.prefetch_batches);
   pipeline.skip_corrupt = options.skip_corrupt;
+  pipeline.pixel_max = options.pixel_max;
   input->streamed = true;
   if (replica >= 0) {
     ASSIGN_OR_RETURN(std::shared_ptr<const ImageShard> train,

@@ -50,6 +50,10 @@ struct InputOptions {
   bool records_in_memory = true;  // Else offsets only, read back per image.
   bool skip_corrupt = false;
   int label_offset = 1;
+  // Pixels read from files are byte / 255 * pixel_max: 1 ([0, 1], psrt's
+  // models) or 255 ([0, 255], what Keras's image_dataset_from_directory
+  // yields and Keras files with a Rescaling(1 / 255) first expect).
+  float pixel_max = 1;
   // Criteo: count and skip malformed lines instead of failing.
   bool skip_malformed = false;
 };
