@@ -306,6 +306,20 @@ TEST_F(LayersCudaTest, ConcatDropoutL2Loss) {
   EXPECT_EQ(gd2.ToHost(), xs[2]);
   EXPECT_EQ(gdrop.ToHost(), drop);  // The same mask, bit for bit.
   EXPECT_EQ(gddrop.ToHost(), ddrop);
+  // A draw per example (stochastic depth) and per channel of an example
+  // (SpatialDropout2D): 7 examples of 1000 pixels x 13 channels (of x's n).
+  for (const DropoutNoise noise : {DropoutNoise{13 * 1000, 0}, DropoutNoise{13 * 1000, 13}}) {
+    const int64_t m = 7 * noise.example;
+    std::vector<float> y(m), dx(m);
+    DropoutForward(cpu_, x.data(), m, 0.6f, 5, y.data(), noise);
+    DropoutBackward(cpu_, x.data(), m, 0.6f, 5, dx.data(), noise);
+    DeviceArray<float> gy_noise(m), gdx_noise(m);
+    DropoutForward(*gpu_, gx.get(), m, 0.6f, 5, gy_noise.get(), noise);
+    DropoutBackward(*gpu_, gx.get(), m, 0.6f, 5, gdx_noise.get(), noise);
+    Sync();
+    EXPECT_EQ(gy_noise.ToHost(), y) << noise.channels;
+    EXPECT_EQ(gdx_noise.ToHost(), dx) << noise.channels;
+  }
   EXPECT_TRUE(NearInNorm(gl2.ToHost(), {l2}, kSumTolerance));
   EXPECT_EQ(gdl2.ToHost(), dl2);
 }
