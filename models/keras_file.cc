@@ -222,8 +222,8 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
     layer.config = &layer_config->struct_value();
     layer.name = name->string_value();
     const Value* module = Field(e, "module");
-    layer.operation = module != nullptr && module->has_string_value() &&
-                      absl::StartsWith(module->string_value(), "keras.src.ops");
+    if (module != nullptr && module->has_string_value()) layer.module = module->string_value();
+    layer.operation = absl::StartsWith(layer.module, "keras.src.ops");
     const Value* nodes = Field(e, "inbound_nodes");
     if (nodes != nullptr && nodes->has_list_value() && nodes->list_value().values_size() > 0) {
       if (nodes->list_value().values_size() > 1) {

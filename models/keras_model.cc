@@ -134,6 +134,18 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
         return file_.LayerError(layer, absl::StrCat("has ", in.size(), " inputs, want 1"));
       return absl::OkStatus();
     };
+    // The sum of `inputs` (of equal dims), with the ReLU layer that alone
+    // reads this one fused into it.
+    auto sum_and_relu = [&](const std::vector<int>& inputs) {
+      const int relu = file_.OnlyConsumer(i);
+      const bool fuse = relu >= 0 && file_.IsRelu(relu);
+      const int sum = net->Sum(inputs, fuse);
+      if (fuse) {
+        node[relu] = sum;
+        done[relu] = true;
+      }
+      return sum;
+    };
     const std::string& kind = layer.class_name;
     int out = -1;
     bool out_flat = false;
@@ -471,20 +483,29 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
     } else if (kind == "Add") {
       if (in.size() < 2) return file_.LayerError(layer, "an Add of fewer than 2 inputs");
       RETURN_IF_ERROR(DistinctInputs(layer, in));
-      const int relu = file_.OnlyConsumer(i);
-      const bool fuse = relu >= 0 && file_.IsRelu(relu);
       for (int a : in) {
         const Dims da = net->dims(a), d0 = net->dims(in[0]);
         if (da.height != d0.height || da.width != d0.width || da.channels != d0.channels) {
           return file_.LayerError(layer, "inputs of different shapes");
         }
       }
-      out = net->Sum(in, fuse);
+      out = sum_and_relu(in);
       out_flat = AllFlat(layer, flat);
-      if (fuse) {
-        node[relu] = out;
-        done[relu] = true;
+    } else if (kind == "CustomScaleLayer" &&
+               layer.module == "keras.src.applications.inception_resnet_v2") {
+      // InceptionResNetV2's residual: inputs[0] + inputs[1] * scale.
+      if (in.size() != 2) return file_.LayerError(layer, "a scaled sum of other than 2 inputs");
+      RETURN_IF_ERROR(DistinctInputs(layer, in));
+      const Dims a = net->dims(in[0]), b = net->dims(in[1]);
+      if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
+        return file_.LayerError(layer, "inputs of different shapes");
       }
+      ASSIGN_OR_RETURN(const double scale, file_.Number(layer, "scale", 1));
+      const int scaled = net->ChannelAffine(layer.name, in[1],
+                                            std::vector<float>(b.channels, scale),
+                                            std::vector<float>(b.channels, 0));
+      out = sum_and_relu({in[0], scaled});
+      out_flat = AllFlat(layer, flat);
     } else if (kind == "Concatenate") {
       if (in.size() < 2) return file_.LayerError(layer, "a Concatenate of fewer than 2 inputs");
       RETURN_IF_ERROR(DistinctInputs(layer, in));

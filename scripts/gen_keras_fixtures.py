@@ -461,6 +461,22 @@ def ops_constants(keras):
     return keras.Model(inputs, out)
 
 
+def scaled_residual(keras):
+    """InceptionResNetV2's residual: its CustomScaleLayer (x + up * scale),
+    with the ReLU after it and without."""
+    from keras.src.applications.inception_resnet_v2 import CustomScaleLayer
+    layers = keras.layers
+    inputs = keras.Input(shape=(6, 6, 3))
+    x = layers.Conv2D(4, 3, padding="same", name="stem")(inputs)
+    up = layers.Conv2D(4, 1, name="block_up")(x)
+    x = CustomScaleLayer(0.17)([x, up])
+    x = layers.Activation("relu")(x)
+    up = layers.Conv2D(4, 3, padding="same", name="block2_up")(x)
+    x = CustomScaleLayer(1.0)([x, up])
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(3, name="logits")(x))
+
+
 def binary(keras):
     """A binary classifier as Keras's image-classification guide ends one:
     a single sigmoid unit, trained with binary cross-entropy."""
@@ -476,7 +492,7 @@ def binary(keras):
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
          ("activations", activations), ("depthwise", depthwise),
          ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants),
-         ("binary", binary)]
+         ("binary", binary), ("scaled_residual", scaled_residual)]
 
 
 def fused_into_conv(norm):

@@ -58,7 +58,7 @@ TEST(KerasApplicationsTest, ReadAppsBuildWithKerassCounts) {
        {"ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2", "ResNet152V2", "VGG16",
         "VGG19", "InceptionV3", "DenseNet121", "DenseNet169", "DenseNet201", "MobileNet",
         "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large", "EfficientNetB0", "EfficientNetB1",
-        "EfficientNetB2", "EfficientNetB3", "Xception"}) {
+        "EfficientNetB2", "EfficientNetB3", "Xception", "InceptionResNetV2"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = LoadApp(name);
     ASSERT_TRUE(model.ok()) << model.status();
@@ -71,10 +71,9 @@ TEST(KerasApplicationsTest, ReadAppsBuildWithKerassCounts) {
 }
 
 // The rest need layers psrt does not read yet (docs/models-and-kernels.md):
-// each is refused at the first such layer, naming it and why.
+// refused at the first such layer, naming it and why.
 TEST(KerasApplicationsTest, TheOthersAreRefusedNamingTheLayer) {
   for (const auto& [name, refusal] : std::map<std::string, std::string>{
-           {"InceptionResNetV2", "(CustomScaleLayer): this layer class is not supported"},
            {"ConvNeXtTiny", "(Sequential): this layer class is not supported"}}) {
     absl::StatusOr<std::unique_ptr<Model>> model = LoadApp(name);
     ASSERT_FALSE(model.ok()) << name;

@@ -209,12 +209,13 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // and without constants, Reshape, a broadcast Multiply, MobileNet's head),
 // and MobileNetV3's arithmetic with constants (ops_constants: x + 3.0,
 // x * (1 / 6)), and a binary classifier (binary: one sigmoid unit, against
-// Keras's binary cross-entropy).
+// Keras's binary cross-entropy), and InceptionResNetV2's scaled residual
+// (scaled_residual: its CustomScaleLayer, with a ReLU after it and without).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
-        "squeeze_excite", "ops_constants", "binary"}) {
+        "squeeze_excite", "ops_constants", "binary", "scaled_residual"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
@@ -414,6 +415,7 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
                                        "(LayerNormalization): this layer class is not supported")));
   }
   const std::string convnet = ReadText(Fixture("mnist_convnet_keras3.json"));
+  const std::string scaled = ReadText(Fixture("scaled_residual_keras3.json"));
   struct Bad {
     std::string json;
     const char* message;
@@ -449,6 +451,10 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
       {absl::StrReplaceAll(convnet,
                            {{R"("class_name": "GlorotUniform")", R"("class_name": "Orthogonal")"}}),
        "kernel_initializer Orthogonal is not supported"},
+      // A class of that name but not keras.applications' could compute
+      // anything.
+      {absl::StrReplaceAll(scaled, {{"keras.src.applications.inception_resnet_v2", "__main__"}}),
+       "(CustomScaleLayer): this layer class is not supported"},
   };
   for (const Bad& b : bad) {
     absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(b.json, "m.json");
