@@ -6,6 +6,7 @@
 //   perf record -g build/bin/step_bench --model=lenet --steps=200
 //   build/bin/step_bench --device=gpu --model=inception_v3 --input_size=299 \
 //       --input_channels=3 --num_classes=1000 --batch_size=32
+//   build/bin/step_bench --model_file=MobileNetV2.json --batch_size=32
 //
 // On a GPU a step is what a GPU worker's is: the parameters copied to the
 // device, forward and backward there, the gradients copied back.
@@ -25,9 +26,14 @@
 #include "bench/bench_util.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "common/file_system.h"
+#include "models/keras_model.h"
 #include "models/model.h"
 
 DEFINE_string(model, "lenet", "Model name (mlp, lenet, inception_mini, ...).");
+DEFINE_string(model_file, "",
+              "A Keras model file to time instead of --model (its input shape and "
+              "classes replace --input_size, --input_channels and --num_classes).");
 DEFINE_int32(threads, 2, "Intra-op threads.");
 DEFINE_int32(batch_size, 100, "Examples per step.");
 DEFINE_int32(steps, 20, "Steps per timed run.");
@@ -70,9 +76,24 @@ int main(int argc, char** argv) {
     CHECK(conv.ok()) << conv.status();
     options.device.gpu_conv = *conv;
   }
-  auto model = psrt::NewModel(FLAGS_model, options);
+  std::string name = FLAGS_model;
+  if (!FLAGS_model_file.empty()) {
+    auto json = psrt::FileSystem::Default()->ReadFile(FLAGS_model_file);
+    CHECK(json.ok()) << json.status();
+    auto shape = psrt::ReadKerasModelShape(*json, FLAGS_model_file);
+    CHECK(shape.ok()) << shape.status();
+    options.input_height = shape->input_height;
+    options.input_width = shape->input_width;
+    options.input_channels = shape->input_channels;
+    options.num_classes = shape->num_classes;
+    options.model_json = *std::move(json);
+    options.model_file = FLAGS_model_file;
+    name = "keras";
+  }
+  auto model = psrt::NewModel(name, options);
   CHECK(model.ok()) << model.status();
-  LOG(INFO) << FLAGS_model << " on " << (*model)->device_name();
+  if (name == "keras") name = FLAGS_model_file;
+  LOG(INFO) << name << " on " << (*model)->device_name();
   std::vector<psrt::Tensor> params, grads;
   (*model)->Initialize(/*seed=*/1, &params);
   const int64_t pixels = int64_t{options.input_height} * options.input_width *
@@ -105,7 +126,7 @@ int main(int argc, char** argv) {
   std::printf(
       "step: model=%s device=%s gpu_math=%s gpu_conv=%s threads=%d batch=%d "
       "wall_eps=%.1f cpu_eps=%.0f\n",
-      FLAGS_model.c_str(), FLAGS_device.c_str(),
+      name.c_str(), FLAGS_device.c_str(),
       FLAGS_device == "gpu" ? FLAGS_gpu_math.c_str() : "-",
       FLAGS_device == "gpu" ? FLAGS_gpu_conv.c_str() : "-", FLAGS_threads,
       FLAGS_batch_size, Median(wall_eps), Median(cpu_eps));

@@ -40,13 +40,17 @@ struct ActivationMath;
 
 template <>
 struct ActivationMath<Activation::kRelu> {
+  // Selects of values computed unconditionally, not branches, which the
+  // CPU build (-fno-trapping-math, kernels/CMakeLists.txt) turns into vector
+  // blends and the GPU into predicated moves.
   PSRT_HOST_DEVICE static float Value(const ActivationSpec& a, float x) {
-    if (x >= a.max_value) return a.max_value;
-    return x >= a.threshold ? x : a.negative_slope * (x - a.threshold);
+    const float below = a.negative_slope * (x - a.threshold);
+    const float v = x >= a.threshold ? x : below;
+    return x >= a.max_value ? a.max_value : v;
   }
   PSRT_HOST_DEVICE static float Slope(const ActivationSpec& a, float x) {
-    if (x <= a.threshold) return a.negative_slope;
-    return x < a.max_value ? 1.0f : 0.0f;
+    const float inside = x < a.max_value ? 1.0f : 0.0f;
+    return x <= a.threshold ? a.negative_slope : inside;
   }
 };
 

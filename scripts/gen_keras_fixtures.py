@@ -11,9 +11,8 @@ and its gradient for every weight ("grad:" + the name), and the loss in
 inference mode after that step ("eval_loss"). The suite itself
 needs no Python; rerun this only to change the fixtures:
 
-  python3 -m venv ~/.cache/psrt-bench/tf-venv
-  ~/.cache/psrt-bench/tf-venv/bin/pip install tensorflow-cpu tf_keras
-  ~/.cache/psrt-bench/tf-venv/bin/python scripts/gen_keras_fixtures.py
+  . scripts/keras_venv.sh  # tensorflow-cpu and tf_keras, in ~/.cache/psrt-bench/tf-venv
+  "$keras_venv/bin/python" scripts/gen_keras_fixtures.py
 """
 import json
 import os
