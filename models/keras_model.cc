@@ -433,11 +433,22 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       ASSIGN_OR_RETURN(const Padding padding, file_.PaddingOf(layer));
       out = kind == "MaxPooling2D" ? net->MaxPool(x, window, stride, padding)
                                    : net->AvgPool(x, window, stride, padding);
-    } else if (kind == "GlobalAveragePooling2D") {
+    } else if (kind == "GlobalAveragePooling2D" || kind == "GlobalMaxPooling2D") {
       RETURN_IF_ERROR(need_one_input());
       RETURN_IF_ERROR(file_.RequireDefaults(layer, {"data_format"}));
+      if (x_flat && x != NetBuilder::kInput) {
+        return file_.LayerError(layer, "a pooling of a vector (after Flatten or Dense)");
+      }
       ASSIGN_OR_RETURN(const bool keepdims, file_.Bool(layer, "keepdims", false));
-      out = net->GlobalAvgPool(x);
+      if (kind == "GlobalAveragePooling2D") {
+        out = net->GlobalAvgPool(x);
+      } else {
+        // One window over the whole map: SAME padding (which max pooling
+        // never picks) squares a map of other height than width.
+        const Dims d = net->dims(x);
+        const int64_t side = std::max(d.height, d.width);
+        out = net->MaxPool(x, side, side, Padding::kSame);
+      }
       out_flat = !keepdims;  // With keepdims a 1x1 map, which a Conv2D may read.
     } else if (kind == "Flatten") {
       RETURN_IF_ERROR(need_one_input());

@@ -476,6 +476,19 @@ def scaled_residual(keras):
     return keras.Model(inputs, layers.Dense(3, name="logits")(x))
 
 
+def global_max(keras):
+    """GlobalMaxPooling2D over a map of other height than width, and with
+    keepdims before a 1x1 Conv2D."""
+    layers = keras.layers
+    inputs = keras.Input(shape=(7, 5, 3))
+    x = layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(inputs)
+    pooled = layers.GlobalMaxPooling2D()(x)
+    kept = layers.GlobalMaxPooling2D(keepdims=True)(x)
+    kept = layers.Flatten()(layers.Conv2D(4, 1, name="pointwise")(kept))
+    joined = layers.Concatenate()([pooled, kept])
+    return keras.Model(inputs, layers.Dense(3, name="logits")(joined))
+
+
 def binary(keras):
     """A binary classifier as Keras's image-classification guide ends one:
     a single sigmoid unit, trained with binary cross-entropy."""
@@ -491,7 +504,7 @@ def binary(keras):
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
          ("activations", activations), ("depthwise", depthwise),
          ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants),
-         ("binary", binary), ("scaled_residual", scaled_residual)]
+         ("binary", binary), ("scaled_residual", scaled_residual), ("global_max", global_max)]
 
 
 def fused_into_conv(norm):

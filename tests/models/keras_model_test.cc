@@ -210,12 +210,14 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // and MobileNetV3's arithmetic with constants (ops_constants: x + 3.0,
 // x * (1 / 6)), and a binary classifier (binary: one sigmoid unit, against
 // Keras's binary cross-entropy), and InceptionResNetV2's scaled residual
-// (scaled_residual: its CustomScaleLayer, with a ReLU after it and without).
+// (scaled_residual: its CustomScaleLayer, with a ReLU after it and without),
+// and GlobalMaxPooling2D (global_max: of a 7x5 map, and with keepdims).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
-        "squeeze_excite", "ops_constants", "binary", "scaled_residual"}) {
+        "squeeze_excite", "ops_constants", "binary", "scaled_residual",
+        "global_max"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
