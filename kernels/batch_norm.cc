@@ -113,5 +113,77 @@ void BatchNormInferenceForward(const CpuContext& ctx, const BatchNormShape& s,
                                         gamma, beta, s.channels, y});
 }
 
+namespace {
+
+void CheckShape(const LayerNormShape& s) {
+  CHECK(s.rows >= 1 && s.channels >= 1)
+      << "bad LayerNormShape: rows=" << s.rows << " channels=" << s.channels;
+}
+
+// For every row r, out[r] = the mean over the columns of f(r, c), in
+// double, parallel over rows.
+template <class F>
+void RowMeans(const CpuContext& ctx, int64_t rows, int64_t cols, const F& f, float* out) {
+  ctx.ParallelFor(rows, std::max<int64_t>(1, kElementGrain / cols),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t r = begin; r < end; ++r) {
+                      double sum = 0;
+                      for (int64_t c = 0; c < cols; ++c) sum += f(r, c);
+                      out[r] = static_cast<float>(sum / static_cast<double>(cols));
+                    }
+                  });
+}
+
+}  // namespace
+
+void LayerNormForward(const CpuContext& ctx, const LayerNormShape& s, const float* x,
+                      const float* gamma, const float* beta, float* saved_mean,
+                      float* saved_inv_std, float* y) {
+  CheckShape(s);
+  const int64_t cols = s.channels;
+  RowMeans(ctx, s.rows, cols, [&](int64_t r, int64_t c) { return double(x[r * cols + c]); },
+           saved_mean);
+  RowMeans(
+      ctx, s.rows, cols,
+      [&](int64_t r, int64_t c) {
+        const double d = double(x[r * cols + c]) - saved_mean[r];
+        return d * d;
+      },
+      saved_inv_std);
+  ForEachIndex(0, s.rows, functor::LayerNormFinalize{s.epsilon, saved_inv_std});
+  RunRowCol(ctx, s.rows, cols,
+            functor::LayerNormApply{x, saved_mean, saved_inv_std, gamma, beta, cols, y});
+}
+
+void LayerNormBackward(const CpuContext& ctx, const LayerNormShape& s, const float* x,
+                       const float* dy, const float* gamma, const float* saved_mean,
+                       const float* saved_inv_std, float* row_scratch, float* dx,
+                       float* dgamma, float* dbeta) {
+  CheckShape(s);
+  const int64_t cols = s.channels;
+  auto xhat = [&](int64_t r, int64_t c) {
+    return (x[r * cols + c] - saved_mean[r]) * saved_inv_std[r];
+  };
+  ColumnSums(
+      ctx, s.rows, cols, [&](int64_t r, int64_t c) { return double(dy[r * cols + c]); },
+      dbeta);
+  ColumnSums(
+      ctx, s.rows, cols,
+      [&](int64_t r, int64_t c) { return double(dy[r * cols + c]) * xhat(r, c); }, dgamma);
+  if (dx == nullptr) return;
+  float* g_mean = row_scratch;
+  float* gx_mean = row_scratch + s.rows;
+  RowMeans(
+      ctx, s.rows, cols,
+      [&](int64_t r, int64_t c) { return double(dy[r * cols + c]) * gamma[c]; }, g_mean);
+  RowMeans(
+      ctx, s.rows, cols,
+      [&](int64_t r, int64_t c) { return double(dy[r * cols + c]) * gamma[c] * xhat(r, c); },
+      gx_mean);
+  RunRowCol(ctx, s.rows, cols,
+            functor::LayerNormGrad{x, dy, saved_mean, saved_inv_std, gamma, g_mean, gx_mean,
+                                   cols, dx});
+}
+
 }  // namespace kernels
 }  // namespace psrt

@@ -64,6 +64,33 @@ void BatchNormInferenceForward(const CpuContext& ctx, const BatchNormShape& s,
                                const float* beta, const float* moving_mean,
                                const float* moving_var, float* y);
 
+// Layer normalization (Keras's LayerNormalization over the last axis):
+// each row of x [rows, channels] normalized with its own mean and (biased)
+// variance, then scaled by gamma [channels] and shifted by beta
+// [channels]; the same in training and inference. saved_mean and
+// saved_inv_std are [rows]: the forward writes them for the backward.
+struct LayerNormShape {
+  int64_t rows = 0;
+  int64_t channels = 0;
+  float epsilon = 1e-3f;  // Keras's default.
+};
+
+// Overwrites y (may equal x), saved_mean and saved_inv_std.
+// REQUIRES: rows >= 1, channels >= 1.
+void LayerNormForward(const CpuContext& ctx, const LayerNormShape& s, const float* x,
+                      const float* gamma, const float* beta, float* saved_mean,
+                      float* saved_inv_std, float* y);
+
+// Backward of LayerNormForward, from its input x and saved statistics:
+// dgamma = sum over rows of dy * xhat, dbeta = sum of dy, and (unless dx is
+// null) dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)) with
+// g = dy * gamma, the means over each row. row_scratch holds 2 * rows
+// floats. Overwrites dx (may equal dy), dgamma and dbeta.
+void LayerNormBackward(const CpuContext& ctx, const LayerNormShape& s, const float* x,
+                       const float* dy, const float* gamma, const float* saved_mean,
+                       const float* saved_inv_std, float* row_scratch, float* dx,
+                       float* dgamma, float* dbeta);
+
 }  // namespace kernels
 }  // namespace psrt
 

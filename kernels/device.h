@@ -214,6 +214,14 @@ class Device {
                                          const float* beta,
                                          const float* moving_mean,
                                          const float* moving_var, float* y) = 0;
+  // kernels/batch_norm.h's layer norm.
+  virtual void LayerNormForward(const LayerNormShape& s, const float* x, const float* gamma,
+                                const float* beta, float* saved_mean, float* saved_inv_std,
+                                float* y) = 0;
+  virtual void LayerNormBackward(const LayerNormShape& s, const float* x, const float* dy,
+                                 const float* gamma, const float* saved_mean,
+                                 const float* saved_inv_std, float* row_scratch, float* dx,
+                                 float* dgamma, float* dbeta) = 0;
   // `inputs` and `dinputs` are host arrays of device pointers.
   virtual void ConcatChannelsForward(int64_t pixels,
                                      absl::Span<const float* const> inputs,

@@ -128,6 +128,18 @@ class DeviceOps : public Device {
     kernels::BatchNormInferenceForward(ctx(), s, x, gamma, beta, moving_mean,
                                        moving_var, y);
   }
+  void LayerNormForward(const LayerNormShape& s, const float* x, const float* gamma,
+                        const float* beta, float* saved_mean, float* saved_inv_std,
+                        float* y) override {
+    kernels::LayerNormForward(ctx(), s, x, gamma, beta, saved_mean, saved_inv_std, y);
+  }
+  void LayerNormBackward(const LayerNormShape& s, const float* x, const float* dy,
+                         const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* row_scratch, float* dx,
+                         float* dgamma, float* dbeta) override {
+    kernels::LayerNormBackward(ctx(), s, x, dy, gamma, saved_mean, saved_inv_std, row_scratch,
+                               dx, dgamma, dbeta);
+  }
   void ConcatChannelsForward(int64_t pixels,
                              absl::Span<const float* const> inputs,
                              absl::Span<const int64_t> channels,

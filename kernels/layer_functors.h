@@ -351,6 +351,51 @@ struct BatchNormFinalize {
   }
 };
 
+// Layer norm: y[r, c] = gamma[c] * (x[r, c] - mean[r]) * inv_std[r] +
+// beta[c], each row with its own statistics. y may alias x.
+struct LayerNormApply {
+  const float* x;
+  const float* mean;
+  const float* inv_std;
+  const float* gamma;
+  const float* beta;
+  int64_t cols;
+  float* y;
+  PSRT_HOST_DEVICE void operator()(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    y[i] = gamma[c] * ((x[i] - mean[r]) * inv_std[r]) + beta[c];
+  }
+};
+
+// Layer norm: a row's variance (in place) becomes 1 / sqrt(var + epsilon).
+struct LayerNormFinalize {
+  float epsilon;
+  float* var_to_inv_std;
+  PSRT_HOST_DEVICE void operator()(int64_t r) const {
+    var_to_inv_std[r] = RsqrtF(var_to_inv_std[r] + epsilon);
+  }
+};
+
+// Layer norm's input gradient, from each row's means of g = dy * gamma
+// (g_mean) and of g * xhat (gx_mean), xhat = (x - mean) * inv_std:
+//   dx = inv_std * (g - g_mean - xhat * gx_mean). dx may alias dy.
+struct LayerNormGrad {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* inv_std;
+  const float* gamma;
+  const float* g_mean;
+  const float* gx_mean;
+  int64_t cols;
+  float* dx;
+  PSRT_HOST_DEVICE void operator()(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    const float xhat = (x[i] - mean[r]) * inv_std[r];
+    dx[i] = inv_std[r] * (dy[i] * gamma[c] - g_mean[r] - xhat * gx_mean[r]);
+  }
+};
+
 // y[r, c] = gamma[c] * (x[r, c] - mean[c]) * inv_std[c] + beta[c]. y may
 // alias x.
 struct BatchNormApply {

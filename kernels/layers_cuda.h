@@ -130,6 +130,13 @@ void BatchNormInferenceForward(const CudaContext& ctx, const BatchNormShape& s,
                                const float* x, const float* gamma,
                                const float* beta, const float* moving_mean,
                                const float* moving_var, float* y);
+void LayerNormForward(const CudaContext& ctx, const LayerNormShape& s, const float* x,
+                      const float* gamma, const float* beta, float* saved_mean,
+                      float* saved_inv_std, float* y);
+void LayerNormBackward(const CudaContext& ctx, const LayerNormShape& s, const float* x,
+                       const float* dy, const float* gamma, const float* saved_mean,
+                       const float* saved_inv_std, float* row_scratch, float* dx,
+                       float* dgamma, float* dbeta);
 
 // ---- layer_ops.h ----
 // `inputs` and `dinputs` are host arrays of device pointers.

@@ -247,9 +247,11 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
         }
       }
     }
-    if (index_.count(layer.name) > 0) return LayerError(layer, "a second layer of this name");
-    index_[layer.name] = static_cast<int>(layers_.size());
-    layers_.push_back(std::move(layer));
+    if (layer.class_name == "Sequential") {
+      RETURN_IF_ERROR(InlineSequential(layer));
+    } else {
+      RETURN_IF_ERROR(AddLayer(std::move(layer)));
+    }
   }
   absl::StatusOr<int> input = OnlyLayerName(Field(config, "input_layers"), "input_layers");
   if (!input.ok()) return input.status();
@@ -271,6 +273,55 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
     }
   }
   return LayerError(layers_[input_], "no batch_shape");
+}
+
+absl::Status KerasFile::AddLayer(KerasLayer layer) {
+  if (index_.count(layer.name) > 0) return LayerError(layer, "a second layer of this name");
+  index_[layer.name] = static_cast<int>(layers_.size());
+  layers_.push_back(std::move(layer));
+  return absl::OkStatus();
+}
+
+absl::Status KerasFile::InlineSequential(const KerasLayer& outer) {
+  const Value* inner = Field(*outer.config, "layers");
+  if (inner == nullptr || !inner->has_list_value()) {
+    return LayerError(outer, "a nested Sequential without a \"layers\" list");
+  }
+  if (outer.inputs.size() != 1) {
+    return LayerError(outer, absl::StrCat("a nested Sequential of ", outer.inputs.size(),
+                                          " inputs; want 1"));
+  }
+  std::string previous = outer.inputs[0];
+  for (const Value& entry : inner->list_value().values()) {
+    const Value* class_name =
+        entry.has_struct_value() ? Field(entry.struct_value(), "class_name") : nullptr;
+    const Value* config = entry.has_struct_value() ? Field(entry.struct_value(), "config") : nullptr;
+    const Value* name =
+        config != nullptr && config->has_struct_value() ? Field(config->struct_value(), "name")
+                                                        : nullptr;
+    if (class_name == nullptr || !class_name->has_string_value() || config == nullptr ||
+        !config->has_struct_value() || name == nullptr || !name->has_string_value()) {
+      return LayerError(outer, "a layer without \"class_name\" and a \"config\" with a \"name\"");
+    }
+    KerasLayer layer;
+    layer.class_name = class_name->string_value();
+    layer.config = &config->struct_value();
+    layer.name = name->string_value();
+    const Value* module = Field(entry.struct_value(), "module");
+    if (module != nullptr && module->has_string_value()) layer.module = module->string_value();
+    if (layer.class_name == "InputLayer") continue;  // The outer input stands for it.
+    layer.inputs = {previous};
+    previous = layer.name;
+    if (layer.class_name == "Sequential") {
+      RETURN_IF_ERROR(InlineSequential(layer));
+    } else {
+      RETURN_IF_ERROR(AddLayer(std::move(layer)));
+    }
+  }
+  if (previous == outer.inputs[0]) return LayerError(outer, "an empty nested Sequential");
+  if (index_.count(outer.name) > 0) return LayerError(outer, "a second layer of this name");
+  index_[outer.name] = index_.at(previous);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> KerasFile::String(const KerasLayer& layer, const std::string& key,

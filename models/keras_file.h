@@ -138,6 +138,12 @@ class KerasFile {
  private:
   absl::Status ParseSequential(const google::protobuf::Struct& config);
   absl::Status ParseFunctional(const google::protobuf::Struct& config);
+  // The layers of a Sequential model nested in a Functional one (ConvNeXt's
+  // stem), each reading the one before, the first `outer`'s input; the
+  // Sequential's name then stands for its last layer.
+  absl::Status InlineSequential(const KerasLayer& outer);
+  // Appends `layer`; an error if its name is taken.
+  absl::Status AddLayer(KerasLayer layer);
   absl::Status ParseInputShape(const google::protobuf::Value& shape, const std::string& what);
   absl::StatusOr<int> OnlyLayerName(const google::protobuf::Value* names, const char* what);
 

@@ -229,6 +229,42 @@ class BatchNormLayer : public Layer {
   BatchNormState bn_;
 };
 
+class LayerNormLayer : public Layer {
+ public:
+  LayerNormLayer(float epsilon, Dims in, int first_var)
+      : epsilon_(epsilon), in_(in), var_(first_var) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    kernels::Device* dev = ctx.device;
+    const int64_t rows = batch * in_.pixels();
+    // Per-row statistics: kept for the backward, grown with the batch.
+    dev->LayerNormForward(Shape(batch), inputs[0], params[var_], params[var_ + 1],
+                          saved_mean_.Reserve(dev, rows), saved_inv_std_.Reserve(dev, rows), out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    kernels::Device* dev = ctx.device;
+    dev->LayerNormBackward(Shape(batch), inputs[0], dout, params[var_], saved_mean_.data(),
+                           saved_inv_std_.data(),
+                           din[0] != nullptr ? row_scratch_.Reserve(dev, 2 * Shape(batch).rows)
+                                             : nullptr,
+                           din[0], grads[var_], grads[var_ + 1]);
+  }
+
+ private:
+  kernels::LayerNormShape Shape(int64_t batch) const {
+    return kernels::LayerNormShape{batch * in_.pixels(), in_.channels, epsilon_};
+  }
+  const float epsilon_;
+  const Dims in_;
+  const int var_;
+  DeviceArray<float> saved_mean_;
+  DeviceArray<float> saved_inv_std_;
+  DeviceArray<float> row_scratch_;
+};
+
 // Keras's ZeroPadding2D.
 class ZeroPadLayer : public Layer {
  public:
@@ -576,6 +612,10 @@ std::unique_ptr<Layer> NewSumLayer(int64_t size, bool relu) {
 std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
                                        uint64_t salt, kernels::DropoutNoise noise) {
   return std::make_unique<DropoutLayer>(keep_prob, size, salt, noise);
+}
+
+std::unique_ptr<Layer> NewLayerNormLayer(float epsilon, Dims in, int first_var) {
+  return std::make_unique<LayerNormLayer>(epsilon, in, first_var);
 }
 
 std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,

@@ -131,6 +131,10 @@ struct BatchNormSpec {
   bool bessel = true;  // kernels::BatchNormShape's: false for Keras 3's.
 };
 std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var);
+// A layer norm over each pixel's channels (kernels/batch_norm.h's; Keras's
+// LayerNormalization on the last axis): variables gamma, then beta, at
+// first_var.
+std::unique_ptr<Layer> NewLayerNormLayer(float epsilon, Dims in, int first_var);
 
 // Zero rows above and below, zero columns left and right (Keras's
 // ZeroPadding2D).

@@ -466,6 +466,14 @@ int NetBuilder::BatchNorm(const std::string& scope, int input, BatchNormSpec spe
   return Add(NewBatchNormLayer(spec, in, first_var), {input}, in, scope);
 }
 
+int NetBuilder::LayerNorm(const std::string& scope, int input, float epsilon) {
+  const Dims in = dims(input);
+  const int first_var = static_cast<int>(graph_->variables.size());
+  AddVariable(scope + "/gamma", {in.channels}, {0, 1});
+  AddVariable(scope + "/beta", {in.channels}, {0, 0});
+  return Add(NewLayerNormLayer(epsilon, in, first_var), {input}, in, scope);
+}
+
 int NetBuilder::DepthwiseConv(const std::string& scope, int input, const DepthwiseConvSpec& spec) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());

@@ -65,6 +65,9 @@ class NetBuilder {
   // set from it): variables "<scope>/gamma" (with scale) and
   // "<scope>/beta" (with center), starting at 1 and 0.
   int BatchNorm(const std::string& scope, int input, BatchNormSpec spec);
+  // A layer norm over each pixel's channels: variables "<scope>/gamma"
+  // (starting at 1) and "<scope>/beta" (at 0).
+  int LayerNorm(const std::string& scope, int input, float epsilon);
   int ZeroPad(int input, const ZeroPadSpec& spec);
   // Variables "<scope>/depthwise_weights" [h, w, channels, multiplier] and,
   // with spec.bias, "<scope>/biases".

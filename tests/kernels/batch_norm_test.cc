@@ -1,6 +1,7 @@
 // Batch norm on the CPU: training statistics and moving averages against
 // the definition, inference with the moving statistics, and the training
 // backward against central differences (through the batch statistics).
+// Layer norm likewise: each row's statistics, and its backward.
 #include "kernels/batch_norm.h"
 
 #include <cmath>
@@ -108,6 +109,58 @@ TEST(BatchNormTest, TrainingGradientMatchesFiniteDifferences) {
     BatchNormTrainingBackward(ctx, s, x.data(), in_place.data(), gamma.data(),
                               mean.data(), inv_std.data(), in_place.data(),
                               dgamma.data(), dbeta.data());
+    EXPECT_THAT(in_place, Pointwise(FloatNear(1e-6f), dx));
+  }
+}
+
+TEST(LayerNormTest, EachRowIsNormalizedOverItsChannels) {
+  CpuContext ctx(2);
+  const LayerNormShape s{3, 4, 1e-3f};
+  const std::vector<float> x = {1, 2, 3, 4, -1, -1, -1, -1, 10, 0, -10, 4};
+  const std::vector<float> gamma = {1, 2, 0.5f, 1}, beta = {0, 1, 0, -1};
+  std::vector<float> mean(3), inv_std(3), y(12);
+  LayerNormForward(ctx, s, x.data(), gamma.data(), beta.data(), mean.data(), inv_std.data(),
+                   y.data());
+  for (int64_t r = 0; r < s.rows; ++r) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < 4; ++c) m += x[r * 4 + c] / 4.0;
+    for (int64_t c = 0; c < 4; ++c) v += (x[r * 4 + c] - m) * (x[r * 4 + c] - m) / 4.0;
+    EXPECT_NEAR(mean[r], m, 1e-6);
+    EXPECT_NEAR(inv_std[r], 1 / std::sqrt(v + 1e-3), 1e-5);
+    for (int64_t c = 0; c < 4; ++c) {
+      EXPECT_NEAR(y[r * 4 + c], gamma[c] * (x[r * 4 + c] - m) / std::sqrt(v + 1e-3) + beta[c],
+                  1e-5);
+    }
+  }
+  EXPECT_THAT(std::vector<float>(y.begin() + 4, y.begin() + 8),  // A constant row: beta.
+              Pointwise(FloatNear(1e-6f), beta));
+}
+
+TEST(LayerNormTest, GradientMatchesFiniteDifferences) {
+  CpuContext ctx(2);
+  for (const LayerNormShape s : {LayerNormShape{6, 3, 1e-3f}, LayerNormShape{40, 70, 1e-6f}}) {
+    std::vector<float> x = RandomVector(s.rows * s.channels, 2, -2, 2);
+    std::vector<float> gamma = RandomVector(s.channels, 3, 0.5f, 1.5f);
+    std::vector<float> beta = RandomVector(s.channels, 4);
+    const std::vector<float> weights = RandomVector(x.size(), 5);
+    std::vector<float> mean(s.rows), inv_std(s.rows), y(x.size()), scratch(2 * s.rows);
+    auto loss = [&] {
+      LayerNormForward(ctx, s, x.data(), gamma.data(), beta.data(), mean.data(),
+                       inv_std.data(), y.data());
+      return Dot(y, weights);
+    };
+    loss();
+    std::vector<float> dx = Garbage(x.size()), dgamma = Garbage(s.channels),
+                       dbeta = Garbage(s.channels);
+    LayerNormBackward(ctx, s, x.data(), weights.data(), gamma.data(), mean.data(),
+                      inv_std.data(), scratch.data(), dx.data(), dgamma.data(), dbeta.data());
+    ExpectGradientsMatch({&x, &gamma, &beta}, loss, {dx, dgamma, dbeta},
+                         /*step=*/1e-2f, /*tolerance=*/3e-3f);
+    // dx in place over dy.
+    std::vector<float> in_place = weights;
+    LayerNormBackward(ctx, s, x.data(), in_place.data(), gamma.data(), mean.data(),
+                      inv_std.data(), scratch.data(), in_place.data(), dgamma.data(),
+                      dbeta.data());
     EXPECT_THAT(in_place, Pointwise(FloatNear(1e-6f), dx));
   }
 }

@@ -163,6 +163,36 @@ TEST_F(LayersCudaTest, BatchNorm) {
   EXPECT_TRUE(NearInNorm(gy_inf.ToHost(), y_inf, kSumTolerance));
 }
 
+// Layer norm (each row over its channels): forward, statistics and the
+// three gradients against the CPU's.
+TEST_F(LayersCudaTest, LayerNorm) {
+  const LayerNormShape s{2000, 37, 1e-6f};
+  const int64_t n = s.rows * s.channels;
+  const std::vector<float> x = RandomVector(n, 60);
+  const std::vector<float> dy = RandomVector(n, 61);
+  const std::vector<float> gamma = RandomVector(s.channels, 62);
+  const std::vector<float> beta = RandomVector(s.channels, 63);
+  std::vector<float> mean(s.rows), inv_std(s.rows), scratch(2 * s.rows), y(n), dx(n),
+      dgamma(s.channels), dbeta(s.channels);
+  LayerNormForward(cpu_, s, x.data(), gamma.data(), beta.data(), mean.data(), inv_std.data(),
+                   y.data());
+  LayerNormBackward(cpu_, s, x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(),
+                    scratch.data(), dx.data(), dgamma.data(), dbeta.data());
+  DeviceArray<float> gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gmean(s.rows), ginv(s.rows),
+      gscratch(2 * s.rows), gy(n), gdx(n), gdgamma(s.channels), gdbeta(s.channels);
+  LayerNormForward(*gpu_, s, gx.get(), ggamma.get(), gbeta.get(), gmean.get(), ginv.get(),
+                   gy.get());
+  LayerNormBackward(*gpu_, s, gx.get(), gdy.get(), ggamma.get(), gmean.get(), ginv.get(),
+                    gscratch.get(), gdx.get(), gdgamma.get(), gdbeta.get());
+  Sync();
+  EXPECT_TRUE(NearInNorm(gmean.ToHost(), mean, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(ginv.ToHost(), inv_std, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(gy.ToHost(), y, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(gdbeta.ToHost(), dbeta, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(gdgamma.ToHost(), dgamma, kSumTolerance));
+  EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, kSumTolerance));
+}
+
 // The depthwise convolution (strided and dilated, SAME and VALID, with a
 // channel multiplier): forward and both gradients against the CPU's.
 TEST_F(LayersCudaTest, DepthwiseConv2D) {
