@@ -147,11 +147,62 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       return sum;
     };
     const std::string& kind = layer.class_name;
+    // A Conv2D whose groups are its input's channels is a depthwise
+    // convolution (ConvNeXt's); a bad "groups" is the Conv2D branch's to name.
+    const absl::StatusOr<int64_t> groups =
+        kind == "Conv2D" ? file_.SquareInt(layer, "groups", 1) : int64_t{1};
     int out = -1;
     bool out_flat = false;
     if (is_input) {
       out = NetBuilder::kInput;
       out_flat = file_.input_shape().input_height == 1 && file_.input_shape().input_width == 1;
+    } else if (kind == "Conv2D" && groups.ok() && *groups != 1) {
+      RETURN_IF_ERROR(need_one_input());
+      if (x_flat && x != NetBuilder::kInput) {
+        return file_.LayerError(layer, "a convolution of a vector (after Flatten or Dense)");
+      }
+      const int64_t channels = net->dims(x).channels;
+      ASSIGN_OR_RETURN(const int64_t filters, file_.SquareInt(layer, "filters", 0));
+      if (*groups != channels || filters != channels) {
+        return file_.LayerError(
+            layer, absl::StrCat("groups=", *groups, " over ", channels, " channels into ", filters,
+                                " filters: only a depthwise convolution (groups, filters and "
+                                "the input's channels equal) is supported"));
+      }
+      RETURN_IF_ERROR(file_.RequireDefaults(
+          layer, {"data_format", "kernel_regularizer", "bias_regularizer",
+                  "activity_regularizer", "kernel_constraint", "bias_constraint", "lora_rank"}));
+      DepthwiseConvSpec spec;
+      ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
+      spec.filter_height = kernel.first;
+      spec.filter_width = kernel.second;
+      ASSIGN_OR_RETURN(spec.stride, file_.SquareInt(layer, "strides", 1));
+      ASSIGN_OR_RETURN(spec.dilation, file_.SquareInt(layer, "dilation_rate", 1));
+      if (spec.stride < 1 || spec.dilation < 1 || (spec.stride > 1 && spec.dilation > 1)) {
+        return file_.LayerError(layer, "strides and dilation_rate must be positive, not both "
+                                       "above 1");
+      }
+      ASSIGN_OR_RETURN(spec.padding, file_.PaddingOf(layer));
+      ASSIGN_OR_RETURN(spec.bias, file_.Bool(layer, "use_bias", true));
+      ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
+      if (activation == "softmax") return file_.LayerError(layer, "a softmax convolution");
+      // Keras's fans of the grouped kernel [h, w, 1, filters].
+      const double taps = static_cast<double>(kernel.first) * kernel.second;
+      ASSIGN_OR_RETURN(spec.weights_init,
+                       file_.Initializer(layer, "kernel_initializer", taps, taps * filters));
+      if (!spec.weights_init.random()) {
+        return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
+      }
+      if (spec.bias) {
+        ASSIGN_OR_RETURN(spec.bias_init,
+                         file_.Initializer(layer, "bias_initializer", filters, filters));
+      }
+      out = net->DepthwiseConv(layer.name, x, spec);
+      if (activation == "relu") {
+        out = net->Relu(out);
+      } else if (activation != "linear") {
+        out = net->Activate(out, file_.ActivationSpecOf(activation));
+      }
     } else if (kind == "Conv2D") {
       RETURN_IF_ERROR(need_one_input());
       if (x_flat && x != NetBuilder::kInput) {
@@ -393,26 +444,30 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
     } else if (kind == "Dense") {
       RETURN_IF_ERROR(need_one_input());
       const Dims d = net->dims(x);
-      if (!x_flat && d.pixels() > 1) {
-        return file_.LayerError(layer,
-                                absl::StrCat("Dense on a ", d.height, "x", d.width, "x", d.channels,
-                                             " input (Keras applies it per "
-                                             "pixel): put a Flatten or a pooling before it"));
-      }
+      // On a map Keras applies it to each pixel's channels (ConvNeXt's
+      // pointwise layers): a 1x1 convolution.
+      const bool per_pixel = !x_flat && d.pixels() > 1;
+      const int64_t fan_in = per_pixel ? d.channels : d.size();
       ASSIGN_OR_RETURN(const int64_t units, file_.SquareInt(layer, "units", 0));
       RETURN_IF_ERROR(file_.RequireDefaults(
           layer, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
                   "kernel_constraint", "bias_constraint", "lora_rank"}));
-      if (static_cast<double>(d.size()) * units > kMaxVariableElements) {
+      if (static_cast<double>(fan_in) * units > kMaxVariableElements) {
         return file_.LayerError(layer, "over 2^31 weights");
       }
       ASSIGN_OR_RETURN(const bool bias, file_.Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
+      if (activation == "softmax" && per_pixel) {
+        return file_.LayerError(
+            layer, absl::StrCat("a softmax of Dense on a ", d.height, "x", d.width, "x",
+                                d.channels, " map (Keras applies it per pixel): put a Flatten or "
+                                "a pooling before it"));
+      }
       if (activation == "softmax" && i != file_.output()) {
         return file_.LayerError(layer, "softmax is supported only in the last layer");
       }
       ASSIGN_OR_RETURN(const VariableInit weights,
-                       file_.Initializer(layer, "kernel_initializer", d.size(), units));
+                       file_.Initializer(layer, "kernel_initializer", fan_in, units));
       VariableInit biases;
       if (bias) {
         ASSIGN_OR_RETURN(biases, file_.Initializer(layer, "bias_initializer", units, units));
@@ -420,11 +475,24 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       if (!weights.random()) {
         return file_.LayerError(layer, "a constant kernel_initializer (the layer could not learn)");
       }
-      out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases, bias);
-      if (activation != "relu" && activation != "linear" && !IsLossActivation(activation, i, units)) {
+      if (per_pixel) {
+        ConvSpec pointwise;
+        pointwise.filter_height = pointwise.filter_width = 1;
+        pointwise.out_channels = units;
+        pointwise.bias = bias;
+        pointwise.relu = activation == "relu";
+        pointwise.weights_init = weights;
+        pointwise.bias_init = biases;
+        out = net->Conv(layer.name, x, pointwise);
+      } else {
+        out = net->FullyConnected(layer.name, x, units, activation == "relu", weights, biases,
+                                  bias);
+      }
+      if (activation != "relu" && activation != "linear" &&
+          !IsLossActivation(activation, i, units)) {
         out = net->Activate(out, file_.ActivationSpecOf(activation));
       }
-      out_flat = true;
+      out_flat = !per_pixel;
     } else if (kind == "MaxPooling2D" || kind == "AveragePooling2D") {
       RETURN_IF_ERROR(need_one_input());
       RETURN_IF_ERROR(file_.RequireDefaults(layer, {"data_format"}));
@@ -502,6 +570,42 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       }
       out = sum_and_relu(in);
       out_flat = AllFlat(layer, flat);
+    } else if (kind == "LayerNormalization") {
+      RETURN_IF_ERROR(need_one_input());
+      ASSIGN_OR_RETURN(const double epsilon, file_.Number(layer, "epsilon", 1e-3));
+      ASSIGN_OR_RETURN(const bool center, file_.Bool(layer, "center", true));
+      ASSIGN_OR_RETURN(const bool scale, file_.Bool(layer, "scale", true));
+      ASSIGN_OR_RETURN(const bool rms, file_.Bool(layer, "rms_scaling", false));
+      if (!file_.OnChannels(layer) || !center || !scale || rms || !(epsilon > 0)) {
+        return file_.LayerError(layer, "only a layer normalization over the channels (axis -1), "
+                                       "centered and scaled, with a positive epsilon, is "
+                                       "supported");
+      }
+      RETURN_IF_ERROR(file_.RequireDefaults(
+          layer, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"}));
+      for (const char* key : {"beta_initializer", "gamma_initializer"}) {
+        ASSIGN_OR_RETURN(const VariableInit init, file_.Initializer(layer, key, 1, 1));
+        if (init.random() || init.value != (key[0] == 'g' ? 1.0f : 0.0f)) {
+          return file_.LayerError(layer, absl::StrCat("a ", key, " other than Keras's default"));
+        }
+      }
+      // Over the last axis: a pixel's channels, or a whole vector (after
+      // Flatten or Dense).
+      const Dims d = net->dims(x);
+      const int normalized = x_flat && d.pixels() > 1 ? net->Reshape(x, Dims{1, 1, d.size()}) : x;
+      out = net->LayerNorm(layer.name, normalized, static_cast<float>(epsilon));
+      out_flat = x_flat;
+    } else if (kind == "LayerScale" && layer.module == "keras.src.applications.convnext") {
+      // ConvNeXt's x * gamma, gamma [channels] starting at init_values.
+      RETURN_IF_ERROR(need_one_input());
+      ASSIGN_OR_RETURN(const double init, file_.Number(layer, "init_values", 0));
+      ASSIGN_OR_RETURN(const double dim, file_.Number(layer, "projection_dim", 0));
+      if (dim != net->dims(x).channels) {
+        return file_.LayerError(layer, absl::StrCat("a projection_dim of ", dim, " over ",
+                                                    net->dims(x).channels, " channels"));
+      }
+      out = net->ChannelScale(layer.name, x, VariableInit{0, static_cast<float>(init)});
+      out_flat = x_flat;
     } else if (kind == "CustomScaleLayer" &&
                layer.module == "keras.src.applications.inception_resnet_v2") {
       // InceptionResNetV2's residual: inputs[0] + inputs[1] * scale.

@@ -531,6 +531,31 @@ class MultiplyLayer : public Layer {
   const kernels::MultiplyShape shape_;
 };
 
+// A product with a variable per channel: MultiplyLayer's broadcast, the
+// whole batch as one image, so that gamma's gradient sums every pixel.
+class ChannelScaleLayer : public Layer {
+ public:
+  ChannelScaleLayer(Dims in, int first_var) : in_(in), var_(first_var) {}
+
+  void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
+               float* out) override {
+    ctx.device->MultiplyForward(Shape(batch), inputs[0], params[var_], out);
+  }
+
+  void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
+                int64_t batch, float* dout, absl::Span<float* const> din, Grads grads) override {
+    ctx.device->MultiplyBackward(Shape(batch), inputs[0], params[var_], dout, din[0],
+                                 grads[var_]);
+  }
+
+ private:
+  kernels::MultiplyShape Shape(int64_t batch) const {
+    return kernels::MultiplyShape{1, batch * in_.pixels(), in_.channels, /*broadcast=*/true};
+  }
+  const Dims in_;
+  const int var_;
+};
+
 class DropoutLayer : public Layer {
  public:
   DropoutLayer(float keep_prob, int64_t size, uint64_t salt, kernels::DropoutNoise noise)
@@ -616,6 +641,10 @@ std::unique_ptr<Layer> NewDropoutLayer(float keep_prob, int64_t size,
 
 std::unique_ptr<Layer> NewLayerNormLayer(float epsilon, Dims in, int first_var) {
   return std::make_unique<LayerNormLayer>(epsilon, in, first_var);
+}
+
+std::unique_ptr<Layer> NewChannelScaleLayer(Dims in, int first_var) {
+  return std::make_unique<ChannelScaleLayer>(in, first_var);
 }
 
 std::unique_ptr<Layer> NewChannelAffineLayer(std::vector<float> scale, std::vector<float> offset,

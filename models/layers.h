@@ -135,6 +135,9 @@ std::unique_ptr<Layer> NewBatchNormLayer(const BatchNormSpec& spec, Dims in, int
 // LayerNormalization on the last axis): variables gamma, then beta, at
 // first_var.
 std::unique_ptr<Layer> NewLayerNormLayer(float epsilon, Dims in, int first_var);
+// y = x * gamma[c], gamma [channels] the variable at first_var (ConvNeXt's
+// LayerScale).
+std::unique_ptr<Layer> NewChannelScaleLayer(Dims in, int first_var);
 
 // Zero rows above and below, zero columns left and right (Keras's
 // ZeroPadding2D).

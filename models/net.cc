@@ -474,6 +474,13 @@ int NetBuilder::LayerNorm(const std::string& scope, int input, float epsilon) {
   return Add(NewLayerNormLayer(epsilon, in, first_var), {input}, in, scope);
 }
 
+int NetBuilder::ChannelScale(const std::string& scope, int input, VariableInit init) {
+  const Dims in = dims(input);
+  const int first_var = static_cast<int>(graph_->variables.size());
+  AddVariable(scope + "/gamma", {in.channels}, init);
+  return Add(NewChannelScaleLayer(in, first_var), {input}, in, scope);
+}
+
 int NetBuilder::DepthwiseConv(const std::string& scope, int input, const DepthwiseConvSpec& spec) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());

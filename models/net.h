@@ -68,6 +68,8 @@ class NetBuilder {
   // A layer norm over each pixel's channels: variables "<scope>/gamma"
   // (starting at 1) and "<scope>/beta" (at 0).
   int LayerNorm(const std::string& scope, int input, float epsilon);
+  // x * gamma[c]: variable "<scope>/gamma" [channels], starting at `init`.
+  int ChannelScale(const std::string& scope, int input, VariableInit init);
   int ZeroPad(int input, const ZeroPadSpec& spec);
   // Variables "<scope>/depthwise_weights" [h, w, channels, multiplier] and,
   // with spec.bias, "<scope>/biases".

@@ -104,7 +104,7 @@ def unsupported(keras):
     return keras.Sequential([
         keras.Input(shape=(8, 8, 1)),
         layers.Conv2D(4, 3),
-        layers.LayerNormalization(),
+        layers.UpSampling2D(name="up_sampling2d"),
         layers.Flatten(),
         layers.Dense(2),
     ])
@@ -489,6 +489,31 @@ def global_max(keras):
     return keras.Model(inputs, layers.Dense(3, name="logits")(joined))
 
 
+def convnext_block(keras):
+    """ConvNeXt's layers as keras.applications writes them: a Sequential stem
+    nested in the Functional model (a strided Conv2D, then LayerNormalization),
+    a Conv2D with groups = channels, Dense on a map (per pixel), gelu,
+    LayerScale, the residual Add, and a LayerNormalization of the pooled
+    vector."""
+    from keras.src.applications.convnext import LayerScale
+    layers = keras.layers
+    inputs = keras.Input(shape=(8, 8, 3))
+    stem = keras.Sequential([layers.Conv2D(8, 2, strides=2, name="stem_conv"),
+                             layers.LayerNormalization(epsilon=1e-6, name="stem_layernorm")],
+                            name="stem")
+    x = stem(inputs)
+    y = layers.Conv2D(8, 3, padding="same", groups=8, name="depthwise_conv")(x)
+    y = layers.LayerNormalization(epsilon=1e-6, name="layernorm")(y)
+    y = layers.Dense(16, name="pointwise_conv_1")(y)
+    y = layers.Activation("gelu", name="gelu")(y)
+    y = layers.Dense(8, name="pointwise_conv_2")(y)
+    y = LayerScale(0.5, 8, name="layer_scale")(y)
+    x = layers.Add()([x, y])
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.LayerNormalization(epsilon=1e-6, name="head_layernorm")(x)
+    return keras.Model(inputs, layers.Dense(3, name="logits")(x))
+
+
 def binary(keras):
     """A binary classifier as Keras's image-classification guide ends one:
     a single sigmoid unit, trained with binary cross-entropy."""
@@ -504,7 +529,8 @@ def binary(keras):
 EXACT = [("plain_cnn", plain_cnn), ("residual_block", residual_block), ("app_blocks", app_blocks),
          ("activations", activations), ("depthwise", depthwise),
          ("squeeze_excite", squeeze_excite), ("ops_constants", ops_constants),
-         ("binary", binary), ("scaled_residual", scaled_residual), ("global_max", global_max)]
+         ("binary", binary), ("scaled_residual", scaled_residual), ("global_max", global_max),
+         ("convnext_block", convnext_block)]
 
 
 def fused_into_conv(norm):
@@ -517,34 +543,56 @@ def fused_into_conv(norm):
             norm.center and norm.scale)
 
 
+def flat_layers(layers):
+    """The layers, those of nested Sequential models in their place (psrt
+    reads a nested Sequential as its layers)."""
+    for layer in layers:
+        if type(layer).__name__ == "Sequential":
+            yield from flat_layers(layer.layers)
+        else:
+            yield layer
+
+
 def psrt_names(model):
-    """Keras weight -> psrt variable name, in psrt's variable order."""
+    """Keras weight -> psrt variable name, in psrt's variable order, and
+    psrt's shape where it differs from Keras's (else None)."""
     names = []
-    layers = model.layers
-    for i, layer in enumerate(layers):
+    for layer in flat_layers(model.layers):
         kind = type(layer).__name__
-        if kind in ("Conv2D", "Dense"):
-            names.append((layer.kernel, f"{layer.name}/weights"))
+        if kind == "Conv2D" and layer.groups > 1:  # Depthwise: [h, w, 1, C] -> [h, w, C, 1].
+            h, w, _, c = layer.kernel.shape
+            names.append((layer.kernel, f"{layer.name}/depthwise_weights", (h, w, c, 1)))
             if layer.use_bias:
-                names.append((layer.bias, f"{layer.name}/biases"))
+                names.append((layer.bias, f"{layer.name}/biases", None))
+        elif kind in ("Conv2D", "Dense"):
+            per_pixel = kind == "Dense" and len(layer.input.shape) == 4  # A 1x1 conv in psrt.
+            shape = (1, 1) + tuple(layer.kernel.shape) if per_pixel else None
+            names.append((layer.kernel, f"{layer.name}/weights", shape))
+            if layer.use_bias:
+                names.append((layer.bias, f"{layer.name}/biases", None))
+        elif kind == "LayerNormalization":
+            names.append((layer.gamma, f"{layer.name}/gamma", None))
+            names.append((layer.beta, f"{layer.name}/beta", None))
+        elif kind == "LayerScale":
+            names.append((layer.gamma, f"{layer.name}/gamma", None))
         elif kind == "DepthwiseConv2D":
-            names.append((layer.kernel, f"{layer.name}/depthwise_weights"))
+            names.append((layer.kernel, f"{layer.name}/depthwise_weights", None))
             if layer.use_bias:
-                names.append((layer.bias, f"{layer.name}/biases"))
+                names.append((layer.bias, f"{layer.name}/biases", None))
         elif kind == "SeparableConv2D":
-            names.append((layer.depthwise_kernel, f"{layer.name}/depthwise_weights"))
-            names.append((layer.pointwise_kernel, f"{layer.name}/pointwise/weights"))
+            names.append((layer.depthwise_kernel, f"{layer.name}/depthwise_weights", None))
+            names.append((layer.pointwise_kernel, f"{layer.name}/pointwise/weights", None))
             if layer.use_bias:
-                names.append((layer.bias, f"{layer.name}/pointwise/biases"))
+                names.append((layer.bias, f"{layer.name}/pointwise/biases", None))
         elif kind == "BatchNormalization" and fused_into_conv(layer):
             conv = layer._inbound_nodes[0].parent_nodes[0].operation
-            names.append((layer.gamma, f"{conv.name}/BatchNorm/gamma"))
-            names.append((layer.beta, f"{conv.name}/BatchNorm/beta"))
+            names.append((layer.gamma, f"{conv.name}/BatchNorm/gamma", None))
+            names.append((layer.beta, f"{conv.name}/BatchNorm/beta", None))
         elif kind == "BatchNormalization":  # A batch norm of its own.
             if layer.scale:
-                names.append((layer.gamma, f"{layer.name}/gamma"))
+                names.append((layer.gamma, f"{layer.name}/gamma", None))
             if layer.center:
-                names.append((layer.beta, f"{layer.name}/beta"))
+                names.append((layer.beta, f"{layer.name}/beta", None))
     return names
 
 
@@ -592,12 +640,13 @@ def write_exact(keras):
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
         names = psrt_names(model)
-        grads = tape.gradient(loss, [w for w, _ in names])
+        grads = tape.gradient(loss, [w for w, _, _ in names])
         # Inference mode after that one training step (batch norm's moving
         # statistics moved once, by the file's momentum).
         eval_loss = loss_fn(labels, model(images, training=False))
-        tensors = [(n, w.numpy()) for w, n in names]
-        tensors += [("grad:" + n, g.numpy()) for (_, n), g in zip(names, grads)]
+        as_psrt = lambda v, shape: v.numpy() if shape is None else v.numpy().reshape(shape)
+        tensors = [(n, as_psrt(w, shape)) for w, n, shape in names]
+        tensors += [("grad:" + n, as_psrt(g, shape)) for (_, n, shape), g in zip(names, grads)]
         tensors.append(("images", images.reshape(batch, -1)))
         tensors.append(("labels", labels.astype("float32")))
         tensors.append(("loss", np.array([float(loss)], dtype="float32")))

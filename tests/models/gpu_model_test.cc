@@ -279,7 +279,13 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuModelTest,
                                            Case{"inception_mini", 28, 1, 10, 8},
                                            Case{"inception_v3", 75, 3, 5, 4}, Case{"resnet50", 32, 3, 5, 4},
                                            // Zero padding and batch norms of their own.
-                                           Case{"keras", 12, 3, 5, 6, "app_blocks_keras3.json"}),
+                                           Case{"keras", 12, 3, 5, 6, "app_blocks_keras3.json"},
+                                           // Squeeze-and-excitation: Rescaling, Normalization,
+                                           // a broadcast Multiply, Reshape.
+                                           Case{"keras", 8, 3, 4, 6, "squeeze_excite_keras3.json"},
+                                           // ConvNeXt's: layer norms, a grouped Conv2D, Dense
+                                           // per pixel, LayerScale, gelu.
+                                           Case{"keras", 8, 3, 3, 6, "convnext_block_keras3.json"}),
                          CaseName);
 
 TEST(GpuModelErrorTest, AGpuThatIsNotThereIsAClearError) {

@@ -211,13 +211,16 @@ TEST(KerasModelTest, InitializersFollowTheFile) {
 // x * (1 / 6)), and a binary classifier (binary: one sigmoid unit, against
 // Keras's binary cross-entropy), and InceptionResNetV2's scaled residual
 // (scaled_residual: its CustomScaleLayer, with a ReLU after it and without),
-// and GlobalMaxPooling2D (global_max: of a 7x5 map, and with keepdims).
+// and GlobalMaxPooling2D (global_max: of a 7x5 map, and with keepdims),
+// and ConvNeXt's layers (convnext_block: a nested Sequential stem,
+// LayerNormalization of maps and of a vector, a Conv2D with groups equal to
+// its channels, Dense per pixel, LayerScale).
 // Also the loss in inference mode after that step.
 TEST(KerasModelTest, LossAndGradientsMatchKeras) {
   for (const char* name :
        {"plain_cnn", "residual_block", "app_blocks", "activations", "depthwise",
         "squeeze_excite", "ops_constants", "binary", "scaled_residual",
-        "global_max"}) {
+        "global_max", "convnext_block"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
@@ -413,8 +416,8 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
     EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(model.status().message()),
                 HasSubstr(absl::StrCat("model file ", file,
-                                       ": layer \"layer_normalization\" "
-                                       "(LayerNormalization): this layer class is not supported")));
+                                       ": layer \"up_sampling2d\" "
+                                       "(UpSampling2D): this layer class is not supported")));
   }
   const std::string convnet = ReadText(Fixture("mnist_convnet_keras3.json"));
   const std::string scaled = ReadText(Fixture("scaled_residual_keras3.json"));
