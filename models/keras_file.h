@@ -41,7 +41,7 @@ struct KerasLayer {
   const google::protobuf::Struct* config = nullptr;  // In the file's tree.
   std::vector<std::string> inputs;                   // The layers it reads, in order.
   std::vector<int> consumers;                        // The layers that read it.
-  std::string module;  // Keras 3's Python module of the class ("" in Keras 2).
+  std::string module;  // The class's Python module, where the file records it.
   // Keras 3 records arithmetic on tensors (x + 3.0) as operations of module
   // "keras.src.ops.numpy" (an Add of one tensor and a number); their
   // number arguments, in order.

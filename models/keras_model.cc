@@ -607,7 +607,8 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
       out = net->ChannelScale(layer.name, x, VariableInit{0, static_cast<float>(init)});
       out_flat = x_flat;
     } else if (kind == "CustomScaleLayer" &&
-               layer.module == "keras.src.applications.inception_resnet_v2") {
+               (layer.module == "keras.src.applications.inception_resnet_v2" ||
+                layer.module == "tf_keras.src.applications.inception_resnet_v2")) {
       // InceptionResNetV2's residual: inputs[0] + inputs[1] * scale.
       if (in.size() != 2) return file_.LayerError(layer, "a scaled sum of other than 2 inputs");
       RETURN_IF_ERROR(DistinctInputs(layer, in));
