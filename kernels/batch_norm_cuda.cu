@@ -24,15 +24,19 @@ struct SquaredDeviation {
   }
 };
 
+// dy * xhat, xhat = (x - mean) * inv_std with a mean and inv_std per
+// channel (batch norm) or per row (`per_row`: layer norm).
 struct GradTimesNormalized {
   const float* x;
   const float* dy;
   int64_t cols;
   const float* mean;
   const float* inv_std;
+  bool per_row;
   __device__ float operator()(int64_t r, int64_t c) const {
     const int64_t i = r * cols + c;
-    return dy[i] * ((x[i] - mean[c]) * inv_std[c]);
+    const int64_t s = per_row ? r : c;
+    return dy[i] * ((x[i] - mean[s]) * inv_std[s]);
   }
 };
 
@@ -64,19 +68,6 @@ struct RowGradTerm {
     const int64_t i = r * cols + k;
     const float g = dy[i] * gamma[k] / static_cast<float>(cols);
     return mean == nullptr ? g : g * ((x[i] - mean[r]) * inv_std[r]);
-  }
-};
-
-// dy * xhat of layer norm, per channel (a column of dy).
-struct LayerNormGradTimesNormalized {
-  const float* x;
-  const float* dy;
-  int64_t cols;
-  const float* mean;
-  const float* inv_std;
-  __device__ float operator()(int64_t r, int64_t c) const {
-    const int64_t i = r * cols + c;
-    return dy[i] * ((x[i] - mean[r]) * inv_std[r]);
   }
 };
 
@@ -124,7 +115,7 @@ void BatchNormTrainingBackward(const CudaContext& ctx, const BatchNormShape& s,
   const int64_t cols = s.channels;
   ColumnSums(ctx, s.rows, cols, ScaledValue{dy, cols, 1.0f}, dbeta);
   ColumnSums(ctx, s.rows, cols,
-             GradTimesNormalized{x, dy, cols, saved_mean, saved_inv_std},
+             GradTimesNormalized{x, dy, cols, saved_mean, saved_inv_std, /*per_row=*/false},
              dgamma);
   if (dx == nullptr) return;
   cuda::LaunchForEachRowCol(
@@ -166,7 +157,8 @@ void LayerNormBackward(const CudaContext& ctx, const LayerNormShape& s, const fl
   const int64_t cols = s.channels;
   ColumnSums(ctx, s.rows, cols, ScaledValue{dy, cols, 1.0f}, dbeta);
   ColumnSums(ctx, s.rows, cols,
-             LayerNormGradTimesNormalized{x, dy, cols, saved_mean, saved_inv_std}, dgamma);
+             GradTimesNormalized{x, dy, cols, saved_mean, saved_inv_std, /*per_row=*/true},
+             dgamma);
   if (dx == nullptr) return;
   float* g_mean = row_scratch;
   float* gx_mean = row_scratch + s.rows;

@@ -54,6 +54,23 @@ class KerasNetwork {
     return layer == file_.output() &&
            (activation == "softmax" || (activation == "sigmoid" && units == 1));
   }
+  // A depthwise convolution's window (kernel_size, strides, dilation_rate,
+  // padding), refusing what Keras refuses.
+  absl::Status ReadDepthwiseWindow(const KerasLayer& layer, DepthwiseConvSpec* spec) const {
+    ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
+    spec->filter_height = kernel.first;
+    spec->filter_width = kernel.second;
+    ASSIGN_OR_RETURN(spec->stride, file_.SquareInt(layer, "strides", 1));
+    ASSIGN_OR_RETURN(spec->dilation, file_.SquareInt(layer, "dilation_rate", 1));
+    if (spec->stride < 1 || spec->dilation < 1) {
+      return file_.LayerError(layer, "strides and dilation_rate must be positive");
+    }
+    if (spec->stride > 1 && spec->dilation > 1) {
+      return file_.LayerError(layer, "strides and dilation_rate both above 1 (Keras refuses it)");
+    }
+    ASSIGN_OR_RETURN(spec->padding, file_.PaddingOf(layer));
+    return absl::OkStatus();
+  }
   // A BatchNormalization's options, refusing what psrt would compute
   // otherwise than Keras (regularizers, constraints, renorm, other axes or
   // initial values).
@@ -173,21 +190,12 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
           layer, {"data_format", "kernel_regularizer", "bias_regularizer",
                   "activity_regularizer", "kernel_constraint", "bias_constraint", "lora_rank"}));
       DepthwiseConvSpec spec;
-      ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
-      spec.filter_height = kernel.first;
-      spec.filter_width = kernel.second;
-      ASSIGN_OR_RETURN(spec.stride, file_.SquareInt(layer, "strides", 1));
-      ASSIGN_OR_RETURN(spec.dilation, file_.SquareInt(layer, "dilation_rate", 1));
-      if (spec.stride < 1 || spec.dilation < 1 || (spec.stride > 1 && spec.dilation > 1)) {
-        return file_.LayerError(layer, "strides and dilation_rate must be positive, not both "
-                                       "above 1");
-      }
-      ASSIGN_OR_RETURN(spec.padding, file_.PaddingOf(layer));
+      RETURN_IF_ERROR(ReadDepthwiseWindow(layer, &spec));
       ASSIGN_OR_RETURN(spec.bias, file_.Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
       if (activation == "softmax") return file_.LayerError(layer, "a softmax convolution");
       // Keras's fans of the grouped kernel [h, w, 1, filters].
-      const double taps = static_cast<double>(kernel.first) * kernel.second;
+      const double taps = static_cast<double>(spec.filter_height) * spec.filter_width;
       ASSIGN_OR_RETURN(spec.weights_init,
                        file_.Initializer(layer, "kernel_initializer", taps, taps * filters));
       if (!spec.weights_init.random()) {
@@ -287,25 +295,14 @@ absl::StatusOr<int> KerasNetwork::Build(NetBuilder* net) {
                   "bias_regularizer", "activity_regularizer", "depthwise_constraint",
                   "pointwise_constraint", "bias_constraint"}));
       DepthwiseConvSpec spec;
-      ASSIGN_OR_RETURN(const auto kernel, file_.KernelSize(layer));
-      spec.filter_height = kernel.first;
-      spec.filter_width = kernel.second;
+      RETURN_IF_ERROR(ReadDepthwiseWindow(layer, &spec));
       ASSIGN_OR_RETURN(spec.multiplier, file_.SquareInt(layer, "depth_multiplier", 1));
-      ASSIGN_OR_RETURN(spec.stride, file_.SquareInt(layer, "strides", 1));
-      ASSIGN_OR_RETURN(spec.dilation, file_.SquareInt(layer, "dilation_rate", 1));
-      if (spec.multiplier < 1 || spec.stride < 1 || spec.dilation < 1) {
-        return file_.LayerError(layer,
-                                "depth_multiplier, strides and dilation_rate must be positive");
-      }
-      if (spec.stride > 1 && spec.dilation > 1) {
-        return file_.LayerError(layer, "strides and dilation_rate both above 1 (Keras refuses it)");
-      }
-      ASSIGN_OR_RETURN(spec.padding, file_.PaddingOf(layer));
+      if (spec.multiplier < 1) return file_.LayerError(layer, "depth_multiplier must be positive");
       ASSIGN_OR_RETURN(const bool bias, file_.Bool(layer, "use_bias", true));
       ASSIGN_OR_RETURN(const std::string activation, file_.Activation(layer));
       if (activation == "softmax") return file_.LayerError(layer, "a softmax convolution");
       const double channels = net->dims(x).channels;
-      const double taps = static_cast<double>(kernel.first) * kernel.second;
+      const double taps = static_cast<double>(spec.filter_height) * spec.filter_width;
       const double depthwise_out = channels * spec.multiplier;
       if (taps * depthwise_out > kMaxVariableElements) {
         return file_.LayerError(layer, "a kernel of over 2^31 weights");
