@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -29,6 +30,14 @@ absl::StatusOr<int64_t> CheckedNumElements(const Shape& shape) {
 
 std::string ShapeToString(const Shape& shape) {
   return "[" + absl::StrJoin(shape, ",") + "]";
+}
+
+bool IsMovingStatistic(absl::string_view variable_name) {
+  absl::string_view name = variable_name;
+  if (const size_t part = name.rfind("/part_"); part != absl::string_view::npos) {
+    name = name.substr(0, part);
+  }
+  return absl::EndsWith(name, "/moving_mean") || absl::EndsWith(name, "/moving_variance");
 }
 
 void internal::TensorDeleter::operator()(float* p) const {

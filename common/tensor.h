@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace psrt {
@@ -43,6 +44,16 @@ struct VariableDef {
   std::string name;
   Shape shape;
 };
+
+// Whether a variable (or a slice of one: "<name>/part_<k>") is a batch norm's
+// moving statistic: its name ends in "/moving_mean" or "/moving_variance".
+// The model updates such a variable itself, not by a gradient: what a step
+// pushes for it is the change to add (averaged over the replicas like a
+// gradient, then added as it is: no optimizer, learning rate, weight decay
+// or clipping), and its moving average is its value. Held on the ps and
+// checkpointed like every variable, so that an evaluation, a restore and
+// an export (Keras's moving_mean and moving_variance) see them.
+bool IsMovingStatistic(absl::string_view variable_name);
 
 // HostAllocator: where a Tensor's storage comes from when it is not the
 // default heap. Allocate returns at least `bytes` bytes, 64-byte aligned

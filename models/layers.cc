@@ -15,41 +15,49 @@ using Params = absl::Span<const float* const>;
 using Inputs = absl::Span<const float* const>;
 using Grads = absl::Span<float* const>;
 
-// A batch norm's state across steps, on the step's device: the moving
-// statistics (non-trainable, kept here, not on the parameter servers;
-// they start at mean 0, variance 1), the batch statistics saved for the
-// backward, and for a batch norm without scale or center the constant
-// gamma (1) or beta (0) and a scratch for their unused gradients.
+// A batch norm's state across steps, on the step's device: the batch
+// statistics saved for the backward, the moving statistics a training step
+// makes, and for a batch norm without scale or center the constant gamma
+// (1) or beta (0) and a scratch for their unused gradients. The moving
+// statistics are the variables at `moving_var` (mean) and moving_var + 1
+// (variance); a training step's "gradients" of them are their changes
+// (common/tensor.h's IsMovingStatistic).
 class BatchNormState {
  public:
-  explicit BatchNormState(const BatchNormSpec& spec) : spec_(spec) {}
+  BatchNormState(const BatchNormSpec& spec, int moving_var) : spec_(spec), moving_(moving_var) {}
 
   // y = the batch norm of x [rows, channels]; a null gamma or beta is the
   // constant. y may equal x.
-  void Forward(const StepContext& ctx, int64_t rows, const float* x, const float* gamma,
-               const float* beta, float* y) {
+  void Forward(const StepContext& ctx, Params params, int64_t rows, const float* x,
+               const float* gamma, const float* beta, float* y) {
     kernels::Device* dev = ctx.device;
     Initialize(dev);
     if (gamma == nullptr) gamma = ones_.data();
     if (beta == nullptr) beta = zeros_.data();
     if (ctx.training) {
-      dev->BatchNormTrainingForward(Shape(rows), x, gamma, beta, moving_mean_.data(),
-                                    moving_var_.data(), saved_mean_.data(),
-                                    saved_inv_std_.data(), y);
+      const size_t bytes = spec_.channels * sizeof(float);
+      dev->CopyOnDevice(new_mean_.data(), params[moving_], bytes);
+      dev->CopyOnDevice(new_var_.data(), params[moving_ + 1], bytes);
+      dev->BatchNormTrainingForward(Shape(rows), x, gamma, beta, new_mean_.data(),
+                                    new_var_.data(), saved_mean_.data(), saved_inv_std_.data(), y);
     } else {
-      dev->BatchNormInferenceForward(Shape(rows), x, gamma, beta, moving_mean_.data(),
-                                     moving_var_.data(), y);
+      dev->BatchNormInferenceForward(Shape(rows), x, gamma, beta, params[moving_],
+                                     params[moving_ + 1], y);
     }
   }
-  // From the forward's x and dy: dx (may equal dy) and the gradients of
-  // gamma and beta (null: not variables).
-  void Backward(const StepContext& ctx, int64_t rows, const float* x, const float* dy,
-                const float* gamma, float* dx, float* dgamma, float* dbeta) {
+  // From the forward's x and dy: dx (may equal dy), the gradients of gamma
+  // and beta (null: not variables) and the moving statistics' changes.
+  void Backward(const StepContext& ctx, Params params, int64_t rows, const float* x,
+                const float* dy, const float* gamma, float* dx, float* dgamma, float* dbeta,
+                Grads grads) {
+    kernels::Device* dev = ctx.device;
     // The scratch holds both unused gradients (Initialize made it 2 x C).
-    ctx.device->BatchNormTrainingBackward(
+    dev->BatchNormTrainingBackward(
         Shape(rows), x, dy, gamma != nullptr ? gamma : ones_.data(), saved_mean_.data(),
         saved_inv_std_.data(), dx, dgamma != nullptr ? dgamma : unused_.data(),
         dbeta != nullptr ? dbeta : unused_.data() + spec_.channels);
+    dev->Difference(new_mean_.data(), params[moving_], grads[moving_], spec_.channels);
+    dev->Difference(new_var_.data(), params[moving_ + 1], grads[moving_ + 1], spec_.channels);
   }
 
  private:
@@ -58,20 +66,21 @@ class BatchNormState {
                                    spec_.bessel};
   }
   void Initialize(kernels::Device* dev) {
-    if (moving_mean_.data() != nullptr) return;
+    if (ones_.data() != nullptr) return;
     const int64_t c = spec_.channels;
-    dev->Fill(moving_mean_.Reserve(dev, c), c, 0.0f);
-    dev->Fill(moving_var_.Reserve(dev, c), c, 1.0f);
     dev->Fill(ones_.Reserve(dev, c), c, 1.0f);
     dev->Fill(zeros_.Reserve(dev, c), c, 0.0f);
+    new_mean_.Reserve(dev, c);
+    new_var_.Reserve(dev, c);
     saved_mean_.Reserve(dev, c);
     saved_inv_std_.Reserve(dev, c);
     unused_.Reserve(dev, 2 * c);
   }
 
   const BatchNormSpec spec_;
-  DeviceArray<float> moving_mean_;
-  DeviceArray<float> moving_var_;
+  const int moving_;
+  DeviceArray<float> new_mean_;
+  DeviceArray<float> new_var_;
   DeviceArray<float> saved_mean_;
   DeviceArray<float> saved_inv_std_;
   DeviceArray<float> ones_;
@@ -86,7 +95,8 @@ class ConvLayer : public Layer {
         in_(in),
         var_(first_var),
         bn_(BatchNormSpec{spec.out_channels, spec.bn_epsilon, spec.bn_momentum,
-                          /*center=*/true, /*scale=*/true, spec.bn_bessel}) {}
+                          /*center=*/true, /*scale=*/true, spec.bn_bessel},
+            first_var + 3) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs,
                int64_t batch, float* out) override {
@@ -100,7 +110,7 @@ class ConvLayer : public Layer {
       dev.BiasAddForward(conv_out, params[var_ + 1], rows, channels, out);
     }
     if (spec_.batch_norm) {
-      bn_.Forward(ctx, rows, conv_out, params[var_ + 1], params[var_ + 2], out);
+      bn_.Forward(ctx, params, rows, conv_out, params[var_ + 1], params[var_ + 2], out);
     }
     if (spec_.relu) dev.ReluForward(out, rows * channels, out);
   }
@@ -116,8 +126,8 @@ class ConvLayer : public Layer {
     if (spec_.relu) dev.ReluBackward(out, d, rows * channels, d);
     if (spec_.bias) dev.BiasAddBackward(d, rows, channels, grads[var_ + 1]);
     if (spec_.batch_norm) {
-      bn_.Backward(ctx, rows, conv_out_.data(), d, params[var_ + 1], d, grads[var_ + 1],
-                   grads[var_ + 2]);
+      bn_.Backward(ctx, params, rows, conv_out_.data(), d, params[var_ + 1], d, grads[var_ + 1],
+                   grads[var_ + 2], grads);
     }
     dev.Conv2DBackward(shape, inputs[0], params[var_], d, din[0],
                        grads[var_]);
@@ -200,11 +210,14 @@ class DepthwiseConvLayer : public Layer {
 class BatchNormLayer : public Layer {
  public:
   BatchNormLayer(const BatchNormSpec& spec, Dims in, int first_var)
-      : spec_(spec), in_(in), var_(first_var), bn_(spec) {}
+      : spec_(spec),
+        in_(in),
+        var_(first_var),
+        bn_(spec, first_var + (spec.scale ? 1 : 0) + (spec.center ? 1 : 0)) {}
 
   void Forward(const StepContext& ctx, Params params, Inputs inputs, int64_t batch,
                float* out) override {
-    bn_.Forward(ctx, batch * in_.pixels(), inputs[0], Gamma(params), Beta(params), out);
+    bn_.Forward(ctx, params, batch * in_.pixels(), inputs[0], Gamma(params), Beta(params), out);
   }
 
   void Backward(const StepContext& ctx, Params params, Inputs inputs, const float* out,
@@ -212,9 +225,9 @@ class BatchNormLayer : public Layer {
     // dx goes to dout first: the layer's input gradient may be unwanted,
     // but gamma's and beta's are not.
     float* dx = din[0] != nullptr ? din[0] : dout;
-    bn_.Backward(ctx, batch * in_.pixels(), inputs[0], dout, Gamma(params), dx,
+    bn_.Backward(ctx, params, batch * in_.pixels(), inputs[0], dout, Gamma(params), dx,
                  spec_.scale ? grads[var_] : nullptr,
-                 spec_.center ? grads[var_ + (spec_.scale ? 1 : 0)] : nullptr);
+                 spec_.center ? grads[var_ + (spec_.scale ? 1 : 0)] : nullptr, grads);
   }
 
  private:

@@ -4,11 +4,11 @@
 // Every pointer a layer gets or keeps is in that device's memory. Internal
 // to models/.
 //
-// A layer owns only what is its own across steps: batch-norm moving
-// statistics (and a batch norm's constant gamma or beta when it has none)
-// and the intermediate buffers of a fused conv + batch norm, allocated on
-// the step's device at their first use. Outputs, gradients and
-// parameters belong to Net.
+// A layer owns only what is its own across steps: a batch norm's batch
+// statistics, its constant gamma or beta when it has none, and the
+// intermediate buffers of a fused conv + batch norm, allocated on the
+// step's device at their first use. Outputs, gradients and parameters
+// (batch norms' moving statistics among them) belong to Net.
 #ifndef PSRT_MODELS_LAYERS_H_
 #define PSRT_MODELS_LAYERS_H_
 
@@ -74,8 +74,9 @@ class Layer {
                         absl::Span<float* const> grads) = 0;
 };
 
-// Convolution (no bias, bias, or batch norm with gamma and beta) and an
-// optional ReLU. Variables at first_var: weights, then biases or gamma, beta.
+// Convolution (no bias, bias, or batch norm) and an optional ReLU.
+// Variables at first_var: weights, then biases or gamma, beta, moving mean,
+// moving variance.
 struct ConvSpec {
   int64_t filter_height = 3;
   int64_t filter_width = 3;
@@ -119,9 +120,10 @@ std::unique_ptr<Layer> NewDepthwiseConvLayer(const DepthwiseConvSpec& spec, Dims
 
 // A batch norm over the channels: y = gamma (x - mean) / sqrt(var +
 // epsilon) + beta, with the batch's statistics in training and the moving
-// ones (kept by the layer, as a fused conv's are) at inference. Without
-// `scale` gamma is 1, without `center` beta is 0; the variables at
-// first_var are gamma (if scale), then beta (if center).
+// ones at inference. Without `scale` gamma is 1, without `center` beta is
+// 0; the variables at first_var are gamma (if scale), then beta (if
+// center), then the moving mean and variance, whose "gradients" a training
+// step sets to their changes by `momentum`.
 struct BatchNormSpec {
   int64_t channels = 0;
   float epsilon = 1e-3f;

@@ -4,10 +4,10 @@
 // worker agrees on), fills initial values from a seed, and computes the mean
 // loss and the gradients of a batch. Parameters and gradients are passed in
 // as plain Tensors, one per variable, in variables() order; the model keeps
-// only scratch buffers (activations), which it reuses from step to step, and
-// non-trainable state that is not a variable: the batch-norm moving
-// statistics of the Inception models live inside the model (each worker
-// keeps its own; they are not pushed, pulled or checkpointed for now).
+// only scratch buffers (activations), which it reuses from step to step.
+// Batch norms' moving statistics are variables that ComputeGradients
+// updates itself: their "gradients" are their changes (common/tensor.h's
+// IsMovingStatistic).
 //
 // Thread safety: not thread-safe (the scratch buffers); use one Model per
 // thread.
@@ -88,9 +88,9 @@ class Model {
   // valid through it, its rows pulled for its ids. Ignored by dense models.
   virtual void SetSparseFeatures(SparseFeatures* features) { (void)features; }
 
-  // The floats of non-trainable state it keeps itself that Keras's
-  // count_params() counts beside the variables: batch norms' moving means
-  // and variances, a Normalization's mean, variance and count.
+  // The floats of non-trainable state it keeps itself, as constants, that
+  // Keras's count_params() counts beside the variables: a Normalization's
+  // mean, variance and count.
   virtual int64_t num_non_trainable() const { return 0; }
 
   // The device the model runs on, for logs: "cpu (2 threads)", "gpu:0 (...)".
@@ -143,6 +143,15 @@ class Model {
   virtual Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
                               absl::Span<const int32_t> labels) = 0;
 };
+
+// A model's parameters as Keras counts them: the trainable variables'
+// elements, and count_params()'s, which adds the moving statistics
+// (variables) and num_non_trainable().
+struct ParameterCount {
+  int64_t trainable = 0;
+  int64_t all = 0;
+};
+ParameterCount CountParameters(const Model& model);
 
 // The registry: {"mlp", "lenet", "inception_mini", "inception_v3", "resnet50",
 // "resnet101", "vgg16", "alexnet", "wide_deep", "dlrm"} and "keras". An

@@ -36,6 +36,17 @@ constexpr ModelFactory kModels[] = {
 
 }  // namespace
 
+ParameterCount CountParameters(const Model& model) {
+  ParameterCount count;
+  for (const VariableDef& v : model.variables()) {
+    const int64_t n = NumElements(v.shape);
+    count.all += n;
+    if (!IsMovingStatistic(v.name)) count.trainable += n;
+  }
+  count.all += model.num_non_trainable();
+  return count;
+}
+
 const std::vector<TableDef>& Model::tables() const {
   static const std::vector<TableDef>* const kNone = new std::vector<TableDef>();
   return *kNone;

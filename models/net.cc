@@ -422,6 +422,11 @@ void NetBuilder::AddVariable(const std::string& name, Shape shape, VariableInit 
   graph_->inits.push_back(init);
 }
 
+void NetBuilder::AddMovingStatistics(const std::string& scope, int64_t channels) {
+  AddVariable(scope + "/moving_mean", {channels}, {0, 0});
+  AddVariable(scope + "/moving_variance", {channels}, {0, 1});
+}
+
 int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) {
   const Dims in = dims(input);
   const int first_var = static_cast<int>(graph_->variables.size());
@@ -434,7 +439,7 @@ int NetBuilder::Conv(const std::string& scope, int input, const ConvSpec& spec) 
   if (spec.batch_norm) {
     AddVariable(scope + "/BatchNorm/gamma", {spec.out_channels}, {0, 1});
     AddVariable(scope + "/BatchNorm/beta", {spec.out_channels}, {0, 0});
-    graph_->non_trainable += 2 * spec.out_channels;
+    AddMovingStatistics(scope + "/BatchNorm", spec.out_channels);
   }
   const Dims out{
       kernels::WindowOutputSize(in.height, spec.filter_height, spec.stride, spec.padding),
@@ -462,7 +467,7 @@ int NetBuilder::BatchNorm(const std::string& scope, int input, BatchNormSpec spe
   const int first_var = static_cast<int>(graph_->variables.size());
   if (spec.scale) AddVariable(scope + "/gamma", {in.channels}, {0, 1});
   if (spec.center) AddVariable(scope + "/beta", {in.channels}, {0, 0});
-  graph_->non_trainable += 2 * in.channels;
+  AddMovingStatistics(scope, in.channels);
   return Add(NewBatchNormLayer(spec, in, first_var), {input}, in, scope);
 }
 

@@ -13,14 +13,16 @@
 // Variables are declared in the order their layers are added, with
 // TensorFlow-style names: "<scope>/weights" [fh, fw, in, out] (HWIO) or
 // [in, units], "<scope>/biases", or for a batch-normed conv
-// "<scope>/BatchNorm/gamma" and "<scope>/BatchNorm/beta" (a batch norm of
-// its own: "<scope>/gamma", "<scope>/beta"). Initial values
+// "<scope>/BatchNorm/gamma", "<scope>/BatchNorm/beta",
+// "<scope>/BatchNorm/moving_mean" and "<scope>/BatchNorm/moving_variance"
+// (a batch norm of its own: "<scope>/gamma", "<scope>/beta",
+// "<scope>/moving_mean", "<scope>/moving_variance"). Initial values
 // (from the seed alone): weights truncated normal with He's stddev
-// sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases and
-// beta 0, gamma 1. Batch-norm moving statistics are not variables: each
-// model keeps them as internal, non-trainable state, updated by
-// ComputeGradients (training mode) and used by Evaluate (inference
-// mode); they start at mean 0, variance 1 and are not checkpointed.
+// sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases,
+// beta and moving means 0, gamma and moving variances 1. The moving
+// statistics are variables that ComputeGradients updates itself (training
+// mode): their "gradients" are their changes (common/tensor.h's
+// IsMovingStatistic); Evaluate (inference mode) reads them.
 //
 // Steady state: after the first ComputeGradients at a batch size, later
 // calls at that size reuse every buffer (activations, gradients, im2col
@@ -116,6 +118,8 @@ class NetBuilder {
   int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs, Dims dims,
           const std::string& what);
   void AddVariable(const std::string& name, Shape shape, VariableInit init);
+  // "<scope>/moving_mean" (starting at 0) and "<scope>/moving_variance" (at 1).
+  void AddMovingStatistics(const std::string& scope, int64_t channels);
 
   const ModelOptions options_;
   std::unique_ptr<Graph> graph_;

@@ -63,6 +63,24 @@ const proto::VariableMeta& MetaHolding(const Metas& metas, int64_t index) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, int64_t>> ParameterShard::MovingStatisticRanges(
+    absl::Span<const proto::VariableMeta> metas) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t begin = 0;
+  for (const proto::VariableMeta& meta : metas) {
+    const int64_t end = begin + *CheckedNumElements(MetaShape(meta));
+    if (IsMovingStatistic(meta.name())) {
+      if (!ranges.empty() && ranges.back().second == begin) {
+        ranges.back().second = end;
+      } else {
+        ranges.emplace_back(begin, end);
+      }
+    }
+    begin = end;
+  }
+  return ranges;
+}
+
 ParameterShard::ParameterShard(const Options& options)
     : options_(options),
       incarnation_(NewIncarnation()),
@@ -200,6 +218,7 @@ absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
   tables_ = std::move(tables);
   config_ = header.config();
   variables_.assign(header.variables().begin(), header.variables().end());
+  statistics_ = MovingStatisticRanges(variables_);
   layout_ = header.layout();
   current_ = std::move(initial);
   total_elements_ = total;

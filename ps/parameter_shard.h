@@ -356,9 +356,14 @@ class ParameterShard {
   // (concurrently for disjoint ranges), then ++version_.
   void BeginUpdate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `grad` to elements [begin, begin + grad.size()) and updates their
-  // moving averages.
+  // moving averages: the optimizer's step, or for a moving statistic,
+  // values += grad (its average is its value).
   void UpdateRange(int64_t begin, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The element ranges of `metas` (laid out back to back) that hold moving
+  // statistics, merged where adjacent.
+  static std::vector<std::pair<int64_t, int64_t>> MovingStatisticRanges(
+      absl::Span<const proto::VariableMeta> metas);
   // Reads `data` (float32, every element of the shard) into replica_update_
   // and applies it (UpdateRange), block by block: the update a backup is
   // sent is then the very one applied here. REQUIRES: BeginUpdate.
@@ -469,6 +474,10 @@ class ParameterShard {
   // The whole model's layout (InitHeader.layout), saved for resharding.
   proto::ModelLayout layout_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
+  // The element ranges [first, second) of variables_ that are moving
+  // statistics (common/tensor.h's IsMovingStatistic): UpdateRange adds their
+  // update as it is.
+  std::vector<std::pair<int64_t, int64_t>> statistics_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
   // Moving averages of current_ (null when the job keeps none).
   std::shared_ptr<Snapshot> average_ ABSL_GUARDED_BY(mu_);

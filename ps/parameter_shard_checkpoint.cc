@@ -157,6 +157,7 @@ absl::Status ParameterShard::LoadLocked(ShardState state,
   config_ = state.config;
   layout_ = std::move(state.layout);
   variables_ = std::move(state.variables);
+  statistics_ = MovingStatisticRanges(variables_);
   total_elements_ = total;
   average_.reset();
   if (config_.moving_average_decay() > 0) {

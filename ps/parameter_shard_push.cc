@@ -427,13 +427,35 @@ void ParameterShard::BeginUpdate() {
 }
 
 void ParameterShard::UpdateRange(int64_t begin, absl::Span<const float> grad) {
-  float* values = current_->values.data() + begin;
-  optimizer_->Apply(begin, grad, {values, grad.size()});
-  if (average_ != nullptr) {
-    kernels::ForEachIndex(0, grad.size(),
-                          kernels::functor::MovingAverageUpdate{
-                              average_decay_, values, average_->values.data() + begin});
+  const int64_t end = begin + static_cast<int64_t>(grad.size());
+  // Alternates optimizer pieces and moving-statistic pieces of [begin, end).
+  auto update = [&](int64_t from, int64_t to, bool statistic) {
+    if (from >= to) return;
+    const absl::Span<const float> piece = grad.subspan(from - begin, to - from);
+    float* values = current_->values.data() + from;
+    float* average = average_ != nullptr ? average_->values.data() + from : nullptr;
+    if (statistic) {
+      kernels::ForEachIndex(0, piece.size(), kernels::functor::Accumulate{piece.data(), values});
+      if (average != nullptr) std::memcpy(average, values, piece.size() * sizeof(float));
+      return;
+    }
+    optimizer_->Apply(from, piece, {values, piece.size()});
+    if (average != nullptr) {
+      kernels::ForEachIndex(0, piece.size(),
+                            kernels::functor::MovingAverageUpdate{average_decay_, values, average});
+    }
+  };
+  int64_t at = begin;
+  for (const auto& [first, last] : statistics_) {
+    if (last <= at) continue;
+    if (first >= end) break;
+    const int64_t from = std::max(first, at);
+    const int64_t to = std::min(last, end);
+    update(at, from, /*statistic=*/false);
+    update(from, to, /*statistic=*/true);
+    at = to;
   }
+  update(at, end, /*statistic=*/false);
 }
 
 }  // namespace psrt

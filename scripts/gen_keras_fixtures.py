@@ -8,7 +8,8 @@ Keras computes on a batch: NAME_keras3.safetensors holds the
 weights under psrt's variable names, the images [B, H*W*C] and labels, the
 mean softmax cross-entropy (training mode: batch norm on batch statistics)
 and its gradient for every weight ("grad:" + the name), and the loss in
-inference mode after that step ("eval_loss"). The suite itself
+inference mode after that step ("eval_loss"); and weights/, the
+.weights.h5 files of keras_weights_file_test.cc. The suite itself
 needs no Python; rerun this only to change the fixtures:
 
   . scripts/keras_venv.sh  # tensorflow-cpu and tf_keras, in ~/.cache/psrt-bench/tf-venv
@@ -588,11 +589,15 @@ def psrt_names(model):
             conv = layer._inbound_nodes[0].parent_nodes[0].operation
             names.append((layer.gamma, f"{conv.name}/BatchNorm/gamma", None))
             names.append((layer.beta, f"{conv.name}/BatchNorm/beta", None))
+            names.append((layer.moving_mean, f"{conv.name}/BatchNorm/moving_mean", None))
+            names.append((layer.moving_variance, f"{conv.name}/BatchNorm/moving_variance", None))
         elif kind == "BatchNormalization":  # A batch norm of its own.
             if layer.scale:
                 names.append((layer.gamma, f"{layer.name}/gamma", None))
             if layer.center:
                 names.append((layer.beta, f"{layer.name}/beta", None))
+            names.append((layer.moving_mean, f"{layer.name}/moving_mean", None))
+            names.append((layer.moving_variance, f"{layer.name}/moving_variance", None))
     return names
 
 
@@ -636,16 +641,22 @@ def write_exact(keras):
         else:
             labels = (np.arange(batch) * 3 + 1) % classes
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        names = psrt_names(model)
+        before = [w.numpy() for w, _, _ in names]
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
-        names = psrt_names(model)
-        grads = tape.gradient(loss, [w for w, _, _ in names])
+        trainable = [w for w, _, _ in names if w.trainable]
+        grads = iter(tape.gradient(loss, trainable))
+        # A moving statistic's "gradient" in psrt is its change in the step.
+        grads = [next(grads) if w.trainable else w.numpy() - b
+                 for (w, _, _), b in zip(names, before)]
         # Inference mode after that one training step (batch norm's moving
         # statistics moved once, by the file's momentum).
         eval_loss = loss_fn(labels, model(images, training=False))
-        as_psrt = lambda v, shape: v.numpy() if shape is None else v.numpy().reshape(shape)
-        tensors = [(n, as_psrt(w, shape)) for w, n, shape in names]
+        as_psrt = lambda v, shape: np.asarray(v) if shape is None else np.asarray(v).reshape(shape)
+        tensors = [(n, b if shape is None else b.reshape(shape))
+                   for (_, n, shape), b in zip(names, before)]
         tensors += [("grad:" + n, as_psrt(g, shape)) for (_, n, shape), g in zip(names, grads)]
         tensors.append(("images", images.reshape(batch, -1)))
         tensors.append(("labels", labels.astype("float32")))
@@ -693,6 +704,58 @@ def write_applications(keras):
         f.write("".join(lines))
 
 
+def keras_weights_fixture(out_dir):
+    """The files of tests/models/keras_weights_file_test.cc: small.weights.h5,
+    what model.save_weights writes for a small Functional model, variable k
+    of the file (its vars groups in the order h5py visits them, then vars/0,
+    vars/1, ...) holding float32(0.001 * (i + 1) + k) at element i (C order);
+    and two that h5py writes and the reader refuses: a float64 variable
+    (float64.weights.h5), variables 0 and 2 without 1 (gap.weights.h5)."""
+    import h5py
+    import keras
+    import numpy as np
+    os.makedirs(out_dir, exist_ok=True)
+    keras.utils.clear_session()  # Layer names that do not hang on what came before.
+    layers = keras.layers
+    inputs = keras.Input(shape=(8, 8, 3))
+    x = layers.Conv2D(4, 3, name="c1")(inputs)
+    x = layers.BatchNormalization(name="bn")(x)
+    x = layers.Activation("relu")(x)
+    x = layers.DepthwiseConv2D(3, name="dw")(x)
+    x = layers.SeparableConv2D(4, 1, name="sep")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.LayerNormalization(name="ln")(x)
+    model = keras.Model(inputs, layers.Dense(2, name="d")(x))
+    path = os.path.join(out_dir, "small.weights.h5")
+    model.save_weights(path)
+    groups = []  # (layer name, variable shapes), in the file's order.
+
+    def collect(name, obj):
+        if name.split("/")[-1] == "vars":
+            groups.append((obj.attrs["name"], [obj[str(j)].shape for j in range(len(obj))]))
+
+    with h5py.File(path, "r") as f:
+        f.visititems(collect)
+    k = 0
+    for name, shapes in groups:
+        store = {}
+        for j, shape in enumerate(shapes):
+            i = np.arange(int(np.prod(shape)))
+            store[str(j)] = (0.001 * (i + 1) + k).astype(np.float32).reshape(shape)
+            k += 1
+        if store:
+            model.get_layer(name).load_own_variables(store)
+    model.save_weights(path)
+    for name, write in [("float64", lambda g: g.create_dataset("0", data=np.zeros(2))),
+                        ("gap", lambda g: [g.create_dataset(str(j), data=np.zeros(2, np.float32))
+                                           for j in (0, 2)])]:
+        with h5py.File(os.path.join(out_dir, f"{name}.weights.h5"), "w") as f:
+            group = f.create_group("layers/dense/vars")
+            group.attrs["name"] = "dense"
+            write(group)
+    print(path, k, "variables")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     import keras  # Keras 3, as TensorFlow 2.21 ships it.
@@ -701,6 +764,7 @@ def main():
     write_exact(keras)
     write_zoo(keras)
     write_applications(keras)
+    keras_weights_fixture(os.path.join(OUT, "weights"))
     import tf_keras  # Keras 2.
     write(tf_keras, "keras2")
     return 0

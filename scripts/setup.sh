@@ -24,6 +24,7 @@ PACKAGES=(
   libeigen3-dev libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev zlib1g-dev openssl prometheus-cpp-dev
   libjpeg62-turbo-dev libpng-dev  # worker/image_decoder.cc
+  libhdf5-dev  # models/keras_weights_file.cc: Keras .weights.h5 files
   dataset-fashion-mnist
   iproute2  # ip netns, for tests/fault/netns_cluster.sh
   python3-yaml  # scripts/k8s_local.sh reads the Kubernetes manifests

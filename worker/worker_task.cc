@@ -230,16 +230,12 @@ absl::Status ResolveDecayEpochs(int64_t train_examples, WorkerConfig* config) {
 absl::Status DescribeModel(const WorkerConfig& config) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                    NewModel(config.model, config.model_options));
-  int64_t params = 0;
   for (const VariableDef& v : model->variables()) {
     std::printf("%s %s\n", v.name.c_str(), ShapeToString(v.shape).c_str());
-    params += NumElements(v.shape);
   }
-  // Each batch norm keeps a moving mean and variance per channel (state,
-  // not variables): Keras's count_params() counts them.
-  std::printf("params_with_moving_statistics=%lld\n",
-              static_cast<long long>(params + model->num_non_trainable()));
-  std::printf("params=%lld\n", static_cast<long long>(params));
+  const ParameterCount count = CountParameters(*model);
+  std::printf("params_with_moving_statistics=%lld\n", static_cast<long long>(count.all));
+  std::printf("params=%lld\n", static_cast<long long>(count.trainable));
   return absl::OkStatus();
 }
 

@@ -36,6 +36,7 @@ inline std::vector<float> ToVector(const Tensor& t) {
 // where the difference quotient is not the derivative; a coordinate that
 // misses is therefore retried with a step 4 times smaller, which such a
 // kink rarely survives.
+// Moving statistics (their "gradients" are their changes) are not checked.
 // Biases and batch-norm offsets are made non-zero first, so that their
 // gradients are tested away from the initial point.
 inline void CheckSampledGradients(Model* model, const Tensor& images,
@@ -47,7 +48,7 @@ inline void CheckSampledGradients(Model* model, const Tensor& images,
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-0.2f, 0.2f);
   for (size_t v = 0; v < params.size(); ++v) {
-    if (params[v].rank() == 1) {
+    if (params[v].rank() == 1 && !IsMovingStatistic(model->variables()[v].name)) {
       for (float& b : params[v].flat()) b += dist(rng);
     }
   }
@@ -57,6 +58,7 @@ inline void CheckSampledGradients(Model* model, const Tensor& images,
   int checked = 0;
   for (size_t v = 0; v < params.size(); ++v) {
     ASSERT_EQ(grads[v].shape(), params[v].shape());
+    if (IsMovingStatistic(model->variables()[v].name)) continue;  // Not a gradient.
     const int64_t n = params[v].num_elements();
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     const int count = n <= samples ? static_cast<int>(n) : samples;
