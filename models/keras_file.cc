@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -47,6 +49,10 @@ absl::Status KerasFile::Parse(absl::string_view json) {
         "no \"class_name\" and \"config\" at the top: not a Keras model file (model.to_json())");
   }
   const std::string& kind = class_name->string_value();
+  const Value* model_name = Field(config->struct_value(), "name");
+  containers_.push_back(
+      {"", model_name != nullptr && model_name->has_string_value() ? model_name->string_value()
+                                                                   : ""});
   // Keras 2 writes its version at the top, Keras 3 does not.
   const Value* version = Field(*root_, "keras_version");
   keras2_ = version != nullptr && version->has_string_value() &&
@@ -110,9 +116,29 @@ absl::Status KerasFile::ParseInputShape(const Value& shape, const std::string& w
   return absl::OkStatus();
 }
 
+// Keras's naming.to_snake_case, which the weights file's paths use:
+// "BatchNormalization" -> "batch_normalization", "ReLU" -> "re_lu".
+static std::string ToSnakeCase(const std::string& name) {
+  static const std::regex kNonWord("\\W+"), kWord("(.)([A-Z][a-z]+)"), kCase("([a-z])([A-Z])");
+  std::string s = std::regex_replace(name, kNonWord, "");
+  s = std::regex_replace(s, kWord, "$1_$2");
+  s = std::regex_replace(s, kCase, "$1_$2");
+  return absl::AsciiStrToLower(s);
+}
+
+std::string KerasFile::NextWeightsPath(const std::string& container,
+                                       const std::string& class_name,
+                                       std::map<std::string, int>* used) {
+  const std::string base = ToSnakeCase(class_name);
+  auto [it, first] = used->emplace(base, 0);
+  const std::string name = first ? base : absl::StrCat(base, "_", ++it->second);
+  return absl::StrCat(container.empty() ? "" : container + "/", "layers/", name);
+}
+
 absl::Status KerasFile::ParseSequential(const Struct& config) {
   const Value* layers = Field(config, "layers");
   if (layers == nullptr || !layers->has_list_value()) return FileError("no \"layers\" list");
+  std::map<std::string, int> used;  // For weights_path.
   const Value* shape = nullptr;
   std::string shape_what;
   for (const Value& entry : layers->list_value().values()) {
@@ -142,8 +168,10 @@ absl::Status KerasFile::ParseSequential(const Struct& config) {
     if (layer.class_name == "InputLayer") {
       if (!layers_.empty()) return LayerError(layer, "an InputLayer that is not the first");
       input_ = 0;
-    } else if (!layers_.empty()) {
-      layer.inputs.push_back(layers_.back().name);
+    } else {
+      // Sequential.layers, which Keras saves, leaves its InputLayer out.
+      layer.weights_path = NextWeightsPath("", layer.class_name, &used);
+      if (!layers_.empty()) layer.inputs.push_back(layers_.back().name);
     }
     index_[layer.name] = static_cast<int>(layers_.size());
     layers_.push_back(std::move(layer));
@@ -207,6 +235,7 @@ absl::StatusOr<int> KerasFile::OnlyLayerName(const Value* names, const char* wha
 absl::Status KerasFile::ParseFunctional(const Struct& config) {
   const Value* layers = Field(config, "layers");
   if (layers == nullptr || !layers->has_list_value()) return FileError("no \"layers\" list");
+  std::map<std::string, int> used;  // For weights_path.
   for (const Value& entry : layers->list_value().values()) {
     if (!entry.has_struct_value()) return FileError("a layer that is not an object");
     const Struct& e = entry.struct_value();
@@ -224,6 +253,8 @@ absl::Status KerasFile::ParseFunctional(const Struct& config) {
     const Value* module = Field(e, "module");
     if (module != nullptr && module->has_string_value()) layer.module = module->string_value();
     layer.operation = absl::StartsWith(layer.module, "keras.src.ops");
+    // Operations are no layers: the weights file has no place for them.
+    if (!layer.operation) layer.weights_path = NextWeightsPath("", layer.class_name, &used);
     const Value* nodes = Field(e, "inbound_nodes");
     if (nodes != nullptr && nodes->has_list_value() && nodes->list_value().values_size() > 0) {
       if (nodes->list_value().values_size() > 1) {
@@ -292,6 +323,8 @@ absl::Status KerasFile::InlineSequential(const KerasLayer& outer) {
                                           " inputs; want 1"));
   }
   std::string previous = outer.inputs[0];
+  containers_.push_back({outer.weights_path, outer.name});
+  std::map<std::string, int> used;  // For weights_path.
   for (const Value& entry : inner->list_value().values()) {
     const Value* class_name =
         entry.has_struct_value() ? Field(entry.struct_value(), "class_name") : nullptr;
@@ -310,6 +343,7 @@ absl::Status KerasFile::InlineSequential(const KerasLayer& outer) {
     const Value* module = Field(entry.struct_value(), "module");
     if (module != nullptr && module->has_string_value()) layer.module = module->string_value();
     if (layer.class_name == "InputLayer") continue;  // The outer input stands for it.
+    layer.weights_path = NextWeightsPath(outer.weights_path, layer.class_name, &used);
     layer.inputs = {previous};
     previous = layer.name;
     if (layer.class_name == "Sequential") {

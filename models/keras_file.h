@@ -47,6 +47,20 @@ struct KerasLayer {
   // number arguments, in order.
   bool operation = false;
   std::vector<double> constants;
+  // Where Keras 3's weights file (model.save_weights) keeps the layer's
+  // variables: "layers/<snake_case class>[_N]" in its model's list (N
+  // counting earlier layers of the class there), under a nested
+  // Sequential's path + "/layers/"; empty for what is no saveable layer (an
+  // operation, a Sequential's InputLayer).
+  std::string weights_path;
+};
+
+// A model in the file, as a saveable of the weights file: the model itself
+// (path "") and each nested Sequential ("layers/sequential"). Their own
+// variables are none: their layers hold them.
+struct KerasContainer {
+  std::string weights_path;
+  std::string name;
 };
 
 class KerasFile {
@@ -63,6 +77,8 @@ class KerasFile {
 
   const std::vector<KerasLayer>& layers() const { return layers_; }
   int index(const std::string& name) const { return index_.at(name); }
+  // The model and its nested Sequentials, the model first.
+  const std::vector<KerasContainer>& containers() const { return containers_; }
   int input() const { return input_; }    // The InputLayer, or -1 (a Sequential without one).
   int output() const { return output_; }  // The last layer.
   // The input's; num_classes is 0 (the network's to say).
@@ -142,6 +158,11 @@ class KerasFile {
   // stem), each reading the one before, the first `outer`'s input; the
   // Sequential's name then stands for its last layer.
   absl::Status InlineSequential(const KerasLayer& outer);
+  // The weights-file path of the next layer of `class_name` in the model
+  // at `container` (see KerasLayer::weights_path); `used` counts the
+  // model's layers by class so far.
+  static std::string NextWeightsPath(const std::string& container, const std::string& class_name,
+                                     std::map<std::string, int>* used);
   // Appends `layer`; an error if its name is taken.
   absl::Status AddLayer(KerasLayer layer);
   absl::Status ParseInputShape(const google::protobuf::Value& shape, const std::string& what);
@@ -151,6 +172,7 @@ class KerasFile {
   const std::unique_ptr<google::protobuf::Struct> root_;
   std::vector<KerasLayer> layers_;
   std::map<std::string, int> index_;
+  std::vector<KerasContainer> containers_;
   int input_ = -1;
   int output_ = -1;
   bool keras2_ = false;

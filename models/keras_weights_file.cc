@@ -214,9 +214,11 @@ absl::StatusOr<Tensor> ReadVar(const std::string& file, hid_t group, const std::
   if (!type.ok() || !space.ok()) {
     return Error(absl::StatusCode::kDataLoss, file, absl::StrCat("reading dataset ", path));
   }
-  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float)) {
+  // Integers (a Normalization's int64 count) are read as floats.
+  const H5T_class_t kind = H5Tget_class(type.get());
+  if (kind != H5T_INTEGER && (kind != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))) {
     return Error(absl::StatusCode::kInvalidArgument, file,
-                 absl::StrCat("dataset ", path, " is not float32"));
+                 absl::StrCat("dataset ", path, " is not float32 (or an integer)"));
   }
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0 || H5Sget_simple_extent_type(space.get()) == H5S_NULL) {

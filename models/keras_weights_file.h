@@ -52,7 +52,8 @@ absl::Status WriteKerasWeights(const std::string& file,
 // file and the group or dataset at fault: NotFound for a missing file,
 // DataLoss for one that is not HDF5 or is damaged (truncated), InvalidArgument
 // for a vars group without a string "name" attribute, whose members are not
-// the datasets 0..n-1, or with a dataset that is not float32 (no conversion).
+// the datasets 0..n-1, or with a dataset that is neither float32 nor an
+// integer (a Normalization's count, read as a float).
 absl::StatusOr<std::vector<KerasWeightsEntry>> ReadKerasWeights(const std::string& file);
 
 }  // namespace psrt

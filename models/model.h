@@ -139,6 +139,9 @@ class Model {
     // Binary classifiers (the CTR models): each example's predicted
     // probability of label 1, for AUC; empty for other models.
     std::vector<float> probabilities;
+    // Image classifiers (NetBuilder's models): the logits, [batch, classes]
+    // row-major (the softmax's input); empty for other models.
+    std::vector<float> logits;
   };
   virtual Evaluation Evaluate(const std::vector<Tensor>& params, const Tensor& images,
                               absl::Span<const int32_t> labels) = 0;

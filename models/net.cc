@@ -205,10 +205,16 @@ class NetModel : public Model {
     // The count lands in the second slot of the page-locked step_result_.
     device_->CopyToHostAfterCompute(step_result_.data() + 1, correct, sizeof(int32_t));
     device_->CopyToHostAfterCompute(step_result_.data(), loss_.data(), sizeof(float));
+    Evaluation evaluation;
+    evaluation.logits.resize(batch * num_classes_);
+    device_->CopyToHostAfterCompute(evaluation.logits.data(), logits,
+                                    evaluation.logits.size() * sizeof(float));
     device_->WaitForHostCopies().IgnoreError();  // A fault stays in status().
     int32_t host_correct = 0;
     std::memcpy(&host_correct, step_result_.data() + 1, sizeof(int32_t));
-    return Evaluation{host_correct, step_result_.data()[0]};
+    evaluation.correct = host_correct;
+    evaluation.mean_loss = step_result_.data()[0];
+    return evaluation;
   }
 
  private:

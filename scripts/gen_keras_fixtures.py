@@ -8,7 +8,8 @@ Keras computes on a batch: NAME_keras3.safetensors holds the
 weights under psrt's variable names, the images [B, H*W*C] and labels, the
 mean softmax cross-entropy (training mode: batch norm on batch statistics)
 and its gradient for every weight ("grad:" + the name), and the loss in
-inference mode after that step ("eval_loss"); and weights/, the
+inference mode after that step ("eval_loss"), and NAME_keras3.weights.h5
+the same weights as model.save_weights writes them; and weights/, the
 .weights.h5 files of keras_weights_file_test.cc. The suite itself
 needs no Python; rerun this only to change the fixtures:
 
@@ -643,6 +644,8 @@ def write_exact(keras):
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         names = psrt_names(model)
         before = [w.numpy() for w, _, _ in names]
+        # The same weights as Keras saves them, for psrt to read back exactly.
+        model.save_weights(os.path.join(OUT, f"{name}_keras3.weights.h5"))
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)

@@ -20,6 +20,7 @@
 #include "common/wire_dtype.h"
 #include "gflags/gflags.h"
 #include "models/keras_model.h"
+#include "models/keras_weights.h"
 #include "worker/input/criteo_reader.h"
 #include "worker/training_rule_flags.h"
 
@@ -179,6 +180,11 @@ DEFINE_double(ps_retry_secs, 60,
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version (sync mode waits "
               "for the slowest worker); then the worker fails.");
+DEFINE_string(init_from_keras_weights, "",
+              "Chief: start from this Keras weights file (model.save_weights("
+              "\"x.weights.h5\") of the --model_file's model) instead of random "
+              "values; a file whose layers or shapes differ is refused, naming them. "
+              "A checkpoint the ps tasks restore wins over it.");
 DEFINE_string(final_params_out, "",
               "Chief: write the final parameters to this safetensors file.");
 DEFINE_int32(metrics_port, 0,
@@ -452,6 +458,17 @@ absl::Status ReadTrainerFlags(WorkerConfig* config) {
   if (FLAGS_ps_wait_secs <= 0) return absl::InvalidArgumentError("--ps_wait_secs must be positive");
   options.ps_wait = absl::Seconds(FLAGS_ps_wait_secs);
   options.final_params_path = FLAGS_final_params_out;
+  if (!FLAGS_init_from_keras_weights.empty()) {
+    if (FLAGS_model_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--init_from_keras_weights needs --model_file: the model the weights are of");
+    }
+    options.initial_values = [json = config->model_options.model_json,
+                              source = FLAGS_model_file,
+                              weights = FLAGS_init_from_keras_weights] {
+      return ReadKerasWeightsOfModel(json, source, weights);
+    };
+  }
   if (FLAGS_sync_replicas && FLAGS_staleness >= 0) {
     return absl::InvalidArgumentError(
         "--staleness bounds asynchronous training; drop it or --sync_replicas");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -521,6 +522,15 @@ absl::StatusOr<TrainResult> Trainer::Train() {
         options_.num_replicas, " replicas: replica ", options_.replica, " gets none"));
   }
   model_->Initialize(options_.seed, &params_);
+  if (chief() && options_.initial_values) {
+    ASSIGN_OR_RETURN(const std::vector<Tensor> initial, options_.initial_values());
+    CHECK_EQ(initial.size(), params_.size()) << "initial values of another model";
+    for (size_t v = 0; v < params_.size(); ++v) {
+      CHECK(initial[v].shape() == params_[v].shape()) << model_->variables()[v].name;
+      std::memcpy(params_[v].data(), initial[v].data(), params_[v].num_bytes());
+    }
+    LOG(INFO) << "initial values: " << params_.size() << " variables from the Keras weights file";
+  }
   if (sparse_) client_->SetSparseFeatures(&features_);
   ASSIGN_OR_RETURN(const bool started, Start());
   if (!started) return TrainResult();

@@ -85,6 +85,11 @@ struct TrainerOptions {
   int log_every_steps = 100;
   bool shuffle = true;
   uint64_t seed = 1;  // Initial values (chief) and data order.
+  // The chief's initial values in place of random ones from `seed`
+  // (--init_from_keras_weights), in the model's variables() order; called
+  // once, by the chief, as training starts. Empty: random. A checkpoint
+  // that the shards restore wins over both.
+  std::function<absl::StatusOr<std::vector<Tensor>>()> initial_values;
   absl::Duration startup_timeout = absl::Seconds(300);
   // After a fault, how long the shards are waited for (a ps that went away
   // and does not come back): then the step fails, naming the ps.
