@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "glog/logging.h"
 
@@ -34,7 +36,10 @@ std::string ShapeToString(const Shape& shape) {
 
 bool IsMovingStatistic(absl::string_view variable_name) {
   absl::string_view name = variable_name;
-  if (const size_t part = name.rfind("/part_"); part != absl::string_view::npos) {
+  // A slice: "<name>/part_<digits>".
+  if (const size_t part = name.rfind("/part_"); part != absl::string_view::npos &&
+                                                part + 6 < name.size() &&
+                                                absl::c_all_of(name.substr(part + 6), absl::ascii_isdigit)) {
     name = name.substr(0, part);
   }
   return absl::EndsWith(name, "/moving_mean") || absl::EndsWith(name, "/moving_variance");

@@ -48,11 +48,14 @@ struct VariableDef {
 // Whether a variable (or a slice of one: "<name>/part_<k>") is a batch norm's
 // moving statistic: its name ends in "/moving_mean" or "/moving_variance".
 // The model updates such a variable itself, not by a gradient: what a step
-// pushes for it is the change to add (averaged over the replicas like a
-// gradient, then added as it is: no optimizer, learning rate, weight decay
-// or clipping), and its moving average is its value. Held on the ps and
-// checkpointed like every variable, so that an evaluation, a restore and
-// an export (Keras's moving_mean and moving_variance) see them.
+// pushes for it is its new value (momentum * pulled + (1 - momentum) *
+// the batch's), which replaces it: averaged over the replicas in sync mode
+// (who all pulled the same version), as it comes in async mode (a convex
+// step from a stale value never leaves the range of the statistics seen).
+// No optimizer, learning rate, weight decay or clipping; its moving
+// average is its value. Held on the ps and checkpointed like every
+// variable, so that an evaluation, a restore and an export (Keras's
+// moving_mean and moving_variance) see them.
 bool IsMovingStatistic(absl::string_view variable_name);
 
 // HostAllocator: where a Tensor's storage comes from when it is not the

@@ -172,8 +172,6 @@ class Device {
                             int32_t* correct) = 0;
   // acc[i] += x[i].
   virtual void Accumulate(const float* x, float* acc, int64_t n) = 0;
-  // out[i] = a[i] - b[i].
-  virtual void Difference(const float* a, const float* b, float* out, int64_t n) = 0;
 
   // ---- Layer ops (conv.h, depthwise_conv.h, pool.h, batch_norm.h, layer_ops.h,
   // activation.h). ----

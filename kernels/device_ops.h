@@ -61,9 +61,6 @@ class DeviceOps : public Device {
   void Accumulate(const float* x, float* acc, int64_t n) override {
     kernels::Accumulate(ctx(), x, acc, n);
   }
-  void Difference(const float* a, const float* b, float* out, int64_t n) override {
-    kernels::Difference(ctx(), a, b, out, n);
-  }
 
   void Conv2DForward(const Conv2DShape& shape, const float* x,
                      const float* filter, float* y) override {

@@ -177,14 +177,6 @@ struct Accumulate {
   PSRT_HOST_DEVICE void operator()(int64_t i) const { acc[i] += grad[i]; }
 };
 
-// out[i] = a[i] - b[i].
-struct Difference {
-  const float* a;
-  const float* b;
-  float* out;
-  PSRT_HOST_DEVICE void operator()(int64_t i) const { out[i] = a[i] - b[i]; }
-};
-
 // x[i] *= scale.
 struct Scale {
   float scale;

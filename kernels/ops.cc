@@ -128,9 +128,5 @@ void Accumulate(const CpuContext& ctx, const float* x, float* acc, int64_t n) {
   Accumulate(absl::MakeConstSpan(x, n), absl::MakeSpan(acc, n));
 }
 
-void Difference(const CpuContext& ctx, const float* a, const float* b, float* out, int64_t n) {
-  ForEachIndex(0, n, functor::Difference{a, b, out});
-}
-
 }  // namespace kernels
 }  // namespace psrt

@@ -105,8 +105,6 @@ void CountCorrect(const CpuContext& ctx, const float* logits,
 
 // acc[i] += x[i] over n elements.
 void Accumulate(const CpuContext& ctx, const float* x, float* acc, int64_t n);
-// out[i] = a[i] - b[i] over n elements.
-void Difference(const CpuContext& ctx, const float* a, const float* b, float* out, int64_t n);
 
 }  // namespace kernels
 }  // namespace psrt

@@ -237,10 +237,6 @@ void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
   LaunchForEachIndex(ctx, n, functor::Accumulate{grad, acc});
 }
 
-void Difference(const CudaContext& ctx, const float* a, const float* b, float* out, int64_t n) {
-  LaunchForEachIndex(ctx, n, functor::Difference{a, b, out});
-}
-
 void Scale(const CudaContext& ctx, float scale, float* x, int64_t n) {
   LaunchForEachIndex(ctx, n, functor::Scale{scale, x});
 }

@@ -119,7 +119,6 @@ void ApplyMomentum(const CudaContext& ctx, float lr, float momentum,
                    const float* grad, float* accum, float* var, int64_t n);
 void Accumulate(const CudaContext& ctx, const float* grad, float* acc,
                 int64_t n);
-void Difference(const CudaContext& ctx, const float* a, const float* b, float* out, int64_t n);
 void Scale(const CudaContext& ctx, float scale, float* x, int64_t n);
 // x[i] = value.
 void Fill(const CudaContext& ctx, float value, float* x, int64_t n);

@@ -1,8 +1,8 @@
 // Inception networks (Szegedy et al.): modules of parallel 1x1, 3x3, 5x5
 // (or factorized) convolution branches and a pooling branch, concatenated
 // along the channels. Every convolution is conv (no bias) + batch norm
-// (gamma and beta; epsilon 1e-3) + ReLU; batch-norm moving statistics are
-// internal state of the model (net.h). Variable names follow TF-slim's
+// (gamma and beta; epsilon 1e-3) + ReLU, with its moving mean and variance
+// as variables too (net.h). Variable names follow TF-slim's
 // inception_v3, e.g. "Mixed_5b/Branch_1/Conv2d_0b_5x5/weights",
 // "Mixed_5b/Branch_1/Conv2d_0b_5x5/BatchNorm/gamma".
 #ifndef PSRT_MODELS_INCEPTION_H_

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "models/keras_file.h"
@@ -146,7 +147,8 @@ class WeightsLayout {
       // Its own variables, or those of the conv it is fused into.
       std::string scope = n;
       if (index_.count(n + "/moving_mean") == 0 && !layer.inputs.empty()) {
-        scope = layer.inputs[0] + "/BatchNorm";
+        // (A nested Sequential's name stands for its last layer.)
+        scope = file_->layers()[file_->index(layer.inputs[0])].name + "/BatchNorm";
       }
       ASSIGN_OR_RETURN(const bool scale, file_->Bool(layer, "scale", true));
       ASSIGN_OR_RETURN(const bool center, file_->Bool(layer, "center", true));
@@ -279,8 +281,10 @@ absl::StatusOr<std::vector<Tensor>> ReadKerasWeightsOfModel(absl::string_view js
     }
     by_path.erase(it);
   }
+  // The model's layers only: a compiled model's file also holds its
+  // optimizer's variables ("optimizer/vars"), which a fresh job has no use for.
   for (const auto& [path, entry] : by_path) {
-    if (!entry->vars.empty()) {
+    if (!entry->vars.empty() && absl::StartsWith(path, "layers/")) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, path, " (\"", entry->name, "\") holds ", entry->vars.size(),
           " weights, but model file ", source, " has no layer with weights there"));

@@ -43,7 +43,8 @@ absl::Status WriteKerasWeightsOfModel(
 // of `json`) from Keras's weights file `weights`. Refuses, naming the
 // layer, a file whose layers or shapes do not match the model file: a
 // layer with weights missing or of another count, a weight of another
-// shape, a layer with weights that the model lacks, and a Normalization
+// shape, a layer with weights that the model lacks (a compiled model's
+// optimizer variables are ignored), and a Normalization
 // whose statistics differ from the model file's constants (psrt keeps them
 // constant: put them in the layer's "mean" and "variance").
 absl::StatusOr<std::vector<Tensor>> ReadKerasWeightsOfModel(absl::string_view json,

@@ -173,7 +173,9 @@ absl::StatusOr<std::string> ReadName(const std::string& file, hid_t group,
     return Error(absl::StatusCode::kInvalidArgument, file,
                  absl::StrCat("group ", group_path, " has no scalar string attribute \"name\""));
   };
-  if (H5Aexists(group, "name") <= 0) return malformed();
+  // Older Keras 3 releases write no name (it only informs: paths match).
+  if (H5Aexists(group, "name") == 0) return std::string();
+  if (H5Aexists(group, "name") < 0) return malformed();
   const Hid attribute(H5Aopen(group, "name", H5P_DEFAULT), H5Aclose);
   const Hid type(H5Aget_type(attribute.get()), H5Tclose);
   const Hid space(H5Aget_space(attribute.get()), H5Sclose);

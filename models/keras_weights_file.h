@@ -51,7 +51,8 @@ absl::Status WriteKerasWeights(const std::string& file,
 // "vars"), each with its variables vars/0 .. vars/<n-1>. Errors name the
 // file and the group or dataset at fault: NotFound for a missing file,
 // DataLoss for one that is not HDF5 or is damaged (truncated), InvalidArgument
-// for a vars group without a string "name" attribute, whose members are not
+// for a vars group whose "name" attribute is not a string (one without reads
+// as an empty name: older Keras 3 releases write none), whose members are not
 // the datasets 0..n-1, or with a dataset that is neither float32 nor an
 // integer (a Normalization's count, read as a float).
 absl::StatusOr<std::vector<KerasWeightsEntry>> ReadKerasWeights(const std::string& file);

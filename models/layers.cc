@@ -20,7 +20,7 @@ using Grads = absl::Span<float* const>;
 // makes, and for a batch norm without scale or center the constant gamma
 // (1) or beta (0) and a scratch for their unused gradients. The moving
 // statistics are the variables at `moving_var` (mean) and moving_var + 1
-// (variance); a training step's "gradients" of them are their changes
+// (variance); a training step's "gradients" of them are their new values
 // (common/tensor.h's IsMovingStatistic).
 class BatchNormState {
  public:
@@ -46,7 +46,7 @@ class BatchNormState {
     }
   }
   // From the forward's x and dy: dx (may equal dy), the gradients of gamma
-  // and beta (null: not variables) and the moving statistics' changes.
+  // and beta (null: not variables) and the moving statistics' new values.
   void Backward(const StepContext& ctx, Params params, int64_t rows, const float* x,
                 const float* dy, const float* gamma, float* dx, float* dgamma, float* dbeta,
                 Grads grads) {
@@ -56,8 +56,9 @@ class BatchNormState {
         Shape(rows), x, dy, gamma != nullptr ? gamma : ones_.data(), saved_mean_.data(),
         saved_inv_std_.data(), dx, dgamma != nullptr ? dgamma : unused_.data(),
         dbeta != nullptr ? dbeta : unused_.data() + spec_.channels);
-    dev->Difference(new_mean_.data(), params[moving_], grads[moving_], spec_.channels);
-    dev->Difference(new_var_.data(), params[moving_ + 1], grads[moving_ + 1], spec_.channels);
+    const size_t bytes = spec_.channels * sizeof(float);
+    dev->CopyOnDevice(grads[moving_], new_mean_.data(), bytes);
+    dev->CopyOnDevice(grads[moving_ + 1], new_var_.data(), bytes);
   }
 
  private:

@@ -31,16 +31,32 @@ Shape MetaShape(const proto::VariableMeta& meta) {
 }
 
 
-bool SameVariables(const std::vector<proto::VariableMeta>& held,
-                   const google::protobuf::RepeatedPtrField<proto::VariableMeta>& asked) {
-  if (static_cast<int>(held.size()) != asked.size()) return false;
-  for (int i = 0; i < asked.size(); ++i) {
-    if (held[i].name() != asked[i].name() ||
-        MetaShape(held[i]) != MetaShape(asked[i])) {
-      return false;
+// How the variables held differ from those asked for: the first that does,
+// or "" when none. A held model without the batch norms' moving statistics
+// that the asked one has is a checkpoint of an older psrt, which kept them
+// in each worker: said so.
+std::string VariablesDiffer(const std::vector<proto::VariableMeta>& held,
+                            const google::protobuf::RepeatedPtrField<proto::VariableMeta>& asked) {
+  const auto describe = [](const proto::VariableMeta& v) {
+    return absl::StrCat("\"", v.name(), "\" ", ShapeToString(MetaShape(v)));
+  };
+  const int n = std::min<int>(held.size(), asked.size());
+  for (int i = 0; i <= n; ++i) {
+    if (i < n && held[i].name() == asked[i].name() && MetaShape(held[i]) == MetaShape(asked[i])) {
+      continue;
     }
+    if (i == n && held.size() == static_cast<size_t>(asked.size())) return "";
+    std::string differ = absl::StrCat(
+        "variable ", i, " is ", i < static_cast<int>(held.size()) ? describe(held[i]) : "none",
+        " here, ", i < asked.size() ? describe(asked[i]) : "none", " in the chief's model");
+    if (i < asked.size() && IsMovingStatistic(asked[i].name()) &&
+        (i >= static_cast<int>(held.size()) || !IsMovingStatistic(held[i].name()))) {
+      absl::StrAppend(&differ, " (a checkpoint of a psrt before batch norms' moving statistics "
+                               "were variables: resume it with that psrt, or train anew)");
+    }
+    return differ;
   }
-  return true;
+  return "";
 }
 
 // Keeps the lowest of concurrently found indices in `first`.
@@ -186,12 +202,13 @@ absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
   if (initialized_) {
     const bool same_tables = tables_ != nullptr ? tables_->Same(header.tables())
                                                 : header.tables().empty();
-    if (!SameVariables(variables_, header.variables()) || !same_tables) {
-      return absl::FailedPreconditionError(
-          "init: this parameter server already holds a different model "
-          "(variable names or shapes, or embedding tables, differ: another --model, layer sizes, "
-          "--placement or --partition_threshold_bytes than the run it holds, "
-          "or its checkpoint, used); restart it to train another");
+    const std::string differ = VariablesDiffer(variables_, header.variables());
+    if (!differ.empty() || !same_tables) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "init: this parameter server already holds a different model (",
+          differ.empty() ? "the embedding tables differ" : differ,
+          ": another --model, layer sizes, --placement or --partition_threshold_bytes than "
+          "the run it holds, or its checkpoint, used); restart it to train another"));
     }
     // The chief's word on the layout is the current one (a state restored
     // from a file that predates layouts has none).

@@ -357,7 +357,7 @@ class ParameterShard {
   void BeginUpdate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `grad` to elements [begin, begin + grad.size()) and updates their
   // moving averages: the optimizer's step, or for a moving statistic,
-  // values += grad (its average is its value).
+  // values = grad, its new value (and its average is its value).
   void UpdateRange(int64_t begin, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The element ranges of `metas` (laid out back to back) that hold moving
@@ -475,8 +475,8 @@ class ParameterShard {
   proto::ModelLayout layout_ ABSL_GUARDED_BY(mu_);
   int64_t total_elements_ ABSL_GUARDED_BY(mu_) = 0;
   // The element ranges [first, second) of variables_ that are moving
-  // statistics (common/tensor.h's IsMovingStatistic): UpdateRange adds their
-  // update as it is.
+  // statistics (common/tensor.h's IsMovingStatistic): UpdateRange sets them
+  // to what is pushed.
   std::vector<std::pair<int64_t, int64_t>> statistics_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Snapshot> current_ ABSL_GUARDED_BY(mu_);
   // Moving averages of current_ (null when the job keeps none).

@@ -434,8 +434,8 @@ void ParameterShard::UpdateRange(int64_t begin, absl::Span<const float> grad) {
     const absl::Span<const float> piece = grad.subspan(from - begin, to - from);
     float* values = current_->values.data() + from;
     float* average = average_ != nullptr ? average_->values.data() + from : nullptr;
-    if (statistic) {
-      kernels::ForEachIndex(0, piece.size(), kernels::functor::Accumulate{piece.data(), values});
+    if (statistic) {  // Its new value (the replicas' mean in sync mode).
+      std::memcpy(values, piece.data(), piece.size() * sizeof(float));
       if (average != nullptr) std::memcpy(average, values, piece.size() * sizeof(float));
       return;
     }

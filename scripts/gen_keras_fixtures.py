@@ -644,16 +644,18 @@ def write_exact(keras):
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         names = psrt_names(model)
         before = [w.numpy() for w, _, _ in names]
-        # The same weights as Keras saves them, for psrt to read back exactly.
+        # The same weights as Keras saves them, for psrt to read back exactly;
+        # compiled, as after model.fit, so the file holds optimizer variables too.
+        model.compile(optimizer="adam")
+        model.optimizer.build(model.trainable_variables)
         model.save_weights(os.path.join(OUT, f"{name}_keras3.weights.h5"))
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
         trainable = [w for w, _, _ in names if w.trainable]
         grads = iter(tape.gradient(loss, trainable))
-        # A moving statistic's "gradient" in psrt is its change in the step.
-        grads = [next(grads) if w.trainable else w.numpy() - b
-                 for (w, _, _), b in zip(names, before)]
+        # A moving statistic's "gradient" in psrt is its new value.
+        grads = [next(grads) if w.trainable else w.numpy() for w, _, _ in names]
         # Inference mode after that one training step (batch norm's moving
         # statistics moved once, by the file's momentum).
         eval_loss = loss_fn(labels, model(images, training=False))

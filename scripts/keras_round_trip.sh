@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     *) echo "keras_round_trip.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-bin=build/bin
+bin="${PSRT_BIN_DIR:-build/bin}"
 for b in psrt_ps psrt_worker psrt_export_checkpoint psrt_predict; do
   [ -x "$bin/$b" ] || { echo "keras_round_trip.sh: $bin/$b not built (run scripts/setup.sh)" >&2; exit 2; }
 done

@@ -1,12 +1,13 @@
 // Whole models on a GPU against the same models on the CPU (the oracle):
-// loss, every gradient, predictions after a training step (batch-norm
-// moving statistics), and a steady state that allocates no device memory
+// loss, every gradient (and batch norms' new moving statistics),
+// predictions on the statistics of a training step, and a steady state that allocates no device memory
 // (towers on the GPU: tests/worker/towers_test.cc). Every case
 // skips itself where no GPU is visible (or the build has no CUDA), as in CI,
 // and fails instead under PSRT_REQUIRE_GPU=1 (tests/gpu_test_util.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <ostream>
@@ -83,7 +84,7 @@ std::vector<int32_t> Labels(const Case& c) {
 }
 
 // Two training steps' losses and gradients (the second on reused buffers,
-// with dropout's second mask and batch-norm moving statistics updated once).
+// with dropout's second mask).
 struct TwoSteps {
   float loss[2];
   std::vector<Tensor> grads[2];
@@ -202,7 +203,12 @@ TEST_P(GpuModelTest, GradientsAndPredictionsMatchTheCpu) {
                  (*cpu)->variables()[v].name + " at step " + std::to_string(step));
     }
   }
-  // Inference mode: the moving statistics both sides have kept.
+  // Inference mode, on the moving statistics each side's second step made.
+  for (size_t v = 0; v < params.size(); ++v) {
+    if (!IsMovingStatistic((*cpu)->variables()[v].name)) continue;
+    std::memcpy(params[v].data(), on_cpu.grads[1][v].data(), params[v].num_bytes());
+    std::memcpy(gpu_params[v].data(), on_gpu.grads[1][v].data(), gpu_params[v].num_bytes());
+  }
   const Model::Evaluation gpu_eval = (*gpu)->Evaluate(gpu_params, images, labels);
   const Model::Evaluation cpu_eval = (*cpu)->Evaluate(params, images, labels);
   // A row whose two best logits are nearly tied may flip its arg-max

@@ -232,12 +232,9 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
     EXPECT_NEAR(loss, want, 1e-5 * std::abs(want));
     // Inference mode after the step: batch norm on its moving statistics,
     // moved once by the file's momentum.
-    // Moving statistics: what the ps does with their "gradients", the changes.
+    // Moving statistics: what the ps does with their "gradients", the new values.
     for (size_t v = 0; v < params.size(); ++v) {
-      if (!IsMovingStatistic((*model)->variables()[v].name)) continue;
-      for (int64_t i = 0; i < params[v].num_elements(); ++i) {
-        params[v].data()[i] += grads[v].data()[i];
-      }
+      if (IsMovingStatistic((*model)->variables()[v].name)) params[v] = grads[v].Clone();
     }
     const float eval_loss = (*model)->Evaluate(params, *fixture.at("images"), labels).mean_loss;
     const float want_eval = fixture.at("eval_loss")->data()[0];

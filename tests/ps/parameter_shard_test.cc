@@ -321,46 +321,52 @@ TEST(ParameterShardTest, KeepsMovingAveragesAsTensorFlowsEma) {
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// A batch norm's moving statistic takes the mean of the replicas' changes
-// as it is: no optimizer (momentum here), no learning rate; its moving
-// average is its value. The variables around it still take the optimizer.
-TEST(ParameterShardTest, MovingStatisticsAddTheMeanChangeAsItIs) {
-  ParameterShard shard({});
-  proto::TrainingConfig config = Config(proto::SYNC, 2, 2, /*learning_rate=*/0.5f);
-  config.set_optimizer(proto::MOMENTUM);
-  config.set_momentum(0.9f);
-  config.set_moving_average_decay(0.99f);
-  proto::InitHeader header;
-  *header.mutable_config() = config;
-  *header.add_variables() = Meta("bn/gamma", {1});
-  *header.add_variables() = Meta("bn/moving_mean", {1});
-  *header.add_variables() = Meta("bn/moving_variance/part_0", {1});
-  *header.add_variables() = Meta("dense/weights", {1});
-  ASSERT_TRUE(*shard.Init(header, Bytes({1, 0, 1, 2}).get()));
-  proto::PushHeader push;
-  *push.mutable_variables() = header.variables();
-  for (int step = 0; step < 2; ++step) {
+// A batch norm's moving statistic takes the replicas' mean new value as it
+// is (sync), or each new value as it comes (async): no optimizer (momentum
+// here), no learning rate; its moving average is its value. The variables
+// around it still take the optimizer.
+TEST(ParameterShardTest, MovingStatisticsTakeTheirNewValues) {
+  for (const proto::SyncMode mode : {proto::SYNC, proto::ASYNC}) {
+    SCOPED_TRACE(proto::SyncMode_Name(mode));
+    ParameterShard shard({});
+    proto::TrainingConfig config = Config(mode, 2, mode == proto::SYNC ? 2 : 1, 0.5f);
+    config.set_optimizer(proto::MOMENTUM);
+    config.set_momentum(0.9f);
+    config.set_moving_average_decay(0.99f);
+    proto::InitHeader header;
+    *header.mutable_config() = config;
+    *header.add_variables() = Meta("bn/gamma", {1});
+    *header.add_variables() = Meta("bn/moving_mean", {1});
+    *header.add_variables() = Meta("bn/moving_variance/part_0", {1});
+    *header.add_variables() = Meta("dense/weights", {1});
+    ASSERT_TRUE(*shard.Init(header, Bytes({1, 0, 1, 2}).get()));
+    proto::PushHeader push;
+    *push.mutable_variables() = header.variables();
     for (int replica = 0; replica < 2; ++replica) {
       push.set_replica(replica);
-      push.set_version(step);
-      const float change = replica == 0 ? 0.25f : 0.75f;  // Mean 0.5.
-      ASSERT_TRUE(shard.Push(push, Bytes({1, change, -change, 1}).get()).ok());
+      push.set_version(0);  // Async: the second push is one version stale.
+      const float mean = replica == 0 ? 0.25f : 0.75f;
+      ASSERT_TRUE(shard.Push(push, Bytes({1, mean, 2 * mean, 1}).get()).ok());
     }
+    auto pulled = PullNow(&shard, mode == proto::SYNC ? 1 : 2);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    if (mode == proto::SYNC) {
+      EXPECT_FLOAT_EQ(pulled->second[0], 0.5f);  // 1 - 0.5 * 1.
+      EXPECT_FLOAT_EQ(pulled->second[1], 0.5f);  // The mean new value.
+      EXPECT_FLOAT_EQ(pulled->second[2], 1.0f);
+    } else {
+      EXPECT_FLOAT_EQ(pulled->second[0], -0.45f);  // Accum 1, then 1.9.
+      EXPECT_FLOAT_EQ(pulled->second[1], 0.75f);   // The last one in.
+      EXPECT_FLOAT_EQ(pulled->second[2], 1.5f);
+    }
+    absl::StatusOr<ParameterShard::PullReply> average;
+    shard.Pull({.min_version = 1, .moving_average = true, .deadline = absl::Now() + absl::Seconds(5)},
+               [&](absl::StatusOr<ParameterShard::PullReply> r) { average = std::move(r); });
+    ASSERT_TRUE(average.ok()) << average.status();
+    EXPECT_EQ(average->snapshot->values.data()[1], pulled->second[1]);
+    EXPECT_EQ(average->snapshot->values.data()[2], pulled->second[2]);
+    EXPECT_NE(average->snapshot->values.data()[0], pulled->second[0]);
   }
-  auto pulled = PullNow(&shard, 2);
-  ASSERT_TRUE(pulled.ok()) << pulled.status();
-  // Momentum: accum 1 then 1.9, so 1 - 0.5 * (1 + 1.9) = -0.45.
-  EXPECT_FLOAT_EQ(pulled->second[0], -0.45f);
-  EXPECT_FLOAT_EQ(pulled->second[1], 1.0f);  // 0 + 0.5 + 0.5.
-  EXPECT_FLOAT_EQ(pulled->second[2], 0.0f);  // 1 - 0.5 - 0.5.
-  EXPECT_FLOAT_EQ(pulled->second[3], 2 - 0.45f - 1);
-  absl::StatusOr<ParameterShard::PullReply> average;
-  shard.Pull({.min_version = 2, .moving_average = true, .deadline = absl::Now() + absl::Seconds(5)},
-             [&](absl::StatusOr<ParameterShard::PullReply> r) { average = std::move(r); });
-  ASSERT_TRUE(average.ok()) << average.status();
-  EXPECT_EQ(average->snapshot->values.data()[1], 1.0f);
-  EXPECT_EQ(average->snapshot->values.data()[2], 0.0f);
-  EXPECT_NE(average->snapshot->values.data()[0], pulled->second[0]);
 }
 
 TEST(ParameterShardTest, BoundedStalenessHoldsAFastWorkerBack) {

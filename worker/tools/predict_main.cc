@@ -65,6 +65,7 @@ absl::Status Predict() {
   ASSIGN_OR_RETURN(const std::vector<Tensor> params, ReadParams(json, *model));
   ASSIGN_OR_RETURN(const Dataset data, LoadMnistSplit(FLAGS_data_dir, FLAGS_split));
   const int64_t count = std::min<int64_t>(FLAGS_count, data.size());
+  if (count == 0) return absl::InvalidArgumentError(absl::StrCat(FLAGS_split, " has no images"));
   const int64_t pixels = data.images.dim(1);
   Tensor images({count, pixels});
   std::copy(data.images.data(), data.images.data() + count * pixels, images.data());
