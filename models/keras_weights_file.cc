@@ -3,12 +3,14 @@
 #include <hdf5.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/file_util.h"
@@ -165,48 +167,9 @@ herr_t CollectVarsGroups(hid_t root, const char* path, const H5L_info_t* info, v
   return 0;
 }
 
-// The "name" attribute of `group`: a scalar string, variable-length (as
-// h5py writes a str) or fixed-length.
-absl::StatusOr<std::string> ReadName(const std::string& file, hid_t group,
-                                     const std::string& group_path) {
-  const auto malformed = [&] {
-    return Error(absl::StatusCode::kInvalidArgument, file,
-                 absl::StrCat("group ", group_path, " has no scalar string attribute \"name\""));
-  };
-  // Older Keras 3 releases write no name (it only informs: paths match).
-  if (H5Aexists(group, "name") == 0) return std::string();
-  if (H5Aexists(group, "name") < 0) return malformed();
-  const Hid attribute(H5Aopen(group, "name", H5P_DEFAULT), H5Aclose);
-  const Hid type(H5Aget_type(attribute.get()), H5Tclose);
-  const Hid space(H5Aget_space(attribute.get()), H5Sclose);
-  if (!type.ok() || !space.ok() || H5Tget_class(type.get()) != H5T_STRING ||
-      H5Sget_simple_extent_npoints(space.get()) != 1) {
-    return malformed();
-  }
-  const Hid memory(H5Tget_native_type(type.get(), H5T_DIR_DEFAULT), H5Tclose);
-  std::string name;
-  herr_t read;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    char* value = nullptr;
-    read = H5Aread(attribute.get(), memory.get(), &value);
-    if (value != nullptr) {
-      name = value;
-      H5free_memory(value);
-    }
-  } else {
-    name.resize(H5Tget_size(type.get()));
-    read = H5Aread(attribute.get(), memory.get(), name.data());
-    name.resize(strnlen(name.data(), name.size()));
-  }
-  if (read < 0) {
-    return Error(absl::StatusCode::kDataLoss, file,
-                 absl::StrCat("reading the name attribute of ", group_path));
-  }
-  return name;
-}
-
-absl::StatusOr<Tensor> ReadVar(const std::string& file, hid_t group, const std::string& name,
-                               const std::string& path) {
+// A dataset of a file of `file_bytes` bytes.
+absl::StatusOr<Tensor> ReadVar(const std::string& file, int64_t file_bytes, hid_t group,
+                               const std::string& name, const std::string& path) {
   const Hid dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) {
     return Error(absl::StatusCode::kInvalidArgument, file, absl::StrCat(path, " is not a dataset"));
@@ -234,6 +197,19 @@ absl::StatusOr<Tensor> ReadVar(const std::string& file, hid_t group, const std::
     return Error(absl::StatusCode::kInvalidArgument, file,
                  absl::StrCat("dataset ", path, " is too large"));
   }
+  // A damaged shape must not make us allocate what the file cannot hold:
+  // stored as it is (Keras's, h5py's default), the data is in the file;
+  // chunked (perhaps compressed), at most 64 times its bytes.
+  const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * H5Tget_size(type.get());
+  const Hid plist(H5Dget_create_plist(dataset.get()), H5Pclose);
+  const bool chunked = plist.ok() && H5Pget_layout(plist.get()) == H5D_CHUNKED;
+  if (chunked ? bytes > 64 * static_cast<uint64_t>(file_bytes)
+              : bytes > 0 && (H5Dget_storage_size(dataset.get()) < bytes ||
+                              bytes > static_cast<uint64_t>(file_bytes))) {
+    return Error(absl::StatusCode::kDataLoss, file,
+                 absl::StrCat("dataset ", path, " has shape ", ShapeToString(shape),
+                              ", more than the file holds: a damaged file"));
+  }
   Tensor var(std::move(shape));
   if (var.num_elements() > 0 &&
       H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, var.data()) < 0) {
@@ -242,16 +218,22 @@ absl::StatusOr<Tensor> ReadVar(const std::string& file, hid_t group, const std::
   return var;
 }
 
-absl::StatusOr<KerasWeightsEntry> ReadEntry(const std::string& file, hid_t h5,
-                                            const std::string& group_path) {
+absl::StatusOr<KerasWeightsEntry> ReadEntry(const std::string& file, int64_t file_bytes,
+                                            hid_t h5, const std::string& group_path) {
   KerasWeightsEntry entry;
   entry.path = group_path == "vars" ? "" : group_path.substr(0, group_path.size() - 5);
+  // A saveable's path has no "vars" in it: vars groups hold datasets only.
+  for (absl::string_view part : absl::StrSplit(entry.path, '/')) {
+    if (part == "vars") {
+      return Error(absl::StatusCode::kInvalidArgument, file,
+                   absl::StrCat("group ", group_path, " lies inside another vars group"));
+    }
+  }
   const Hid group(H5Gopen2(h5, group_path.c_str(), H5P_DEFAULT), H5Gclose);
   H5G_info_t info;
   if (!group.ok() || H5Gget_info(group.get(), &info) < 0) {
     return Error(absl::StatusCode::kDataLoss, file, absl::StrCat("reading group ", group_path));
   }
-  ASSIGN_OR_RETURN(entry.name, ReadName(file, group.get(), group_path));
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     const std::string name = std::to_string(i);
     const std::string path = absl::StrCat(group_path, "/", name);
@@ -262,7 +244,7 @@ absl::StatusOr<KerasWeightsEntry> ReadEntry(const std::string& file, hid_t h5,
                                 " members but not the datasets 0..", info.nlinks - 1, " (no ",
                                 path, ")"));
     }
-    ASSIGN_OR_RETURN(Tensor var, ReadVar(file, group.get(), name, path));
+    ASSIGN_OR_RETURN(Tensor var, ReadVar(file, file_bytes, group.get(), name, path));
     entry.vars.push_back(std::move(var));
   }
   return entry;
@@ -279,8 +261,10 @@ absl::Status WriteKerasWeights(const std::string& file,
 absl::StatusOr<std::vector<KerasWeightsEntry>> ReadKerasWeights(const std::string& file) {
   // HDF5 says only "unable to open file" for a missing one.
   struct stat st;
-  if (stat(file.c_str(), &st) != 0 && errno == ENOENT) {
-    return absl::NotFoundError(absl::StrCat("Keras weights file ", file, ": no such file"));
+  if (stat(file.c_str(), &st) != 0) {
+    return errno == ENOENT
+               ? absl::NotFoundError(absl::StrCat("Keras weights file ", file, ": no such file"))
+               : Error(absl::StatusCode::kInvalidArgument, file, std::strerror(errno));
   }
   Hdf5Lock lock;
   const Hid h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -291,9 +275,15 @@ absl::StatusOr<std::vector<KerasWeightsEntry>> ReadKerasWeights(const std::strin
   if (H5Lvisit(h5.get(), H5_INDEX_NAME, H5_ITER_INC, CollectVarsGroups, &groups) < 0) {
     return Error(absl::StatusCode::kDataLoss, file, "listing its groups");
   }
+  std::vector<std::string> sorted = groups;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+    return Error(absl::StatusCode::kDataLoss, file,
+                 absl::StrCat("group ", *twice, " is listed twice: a damaged file"));
+  }
   std::vector<KerasWeightsEntry> entries;
   for (const std::string& group : groups) {
-    ASSIGN_OR_RETURN(KerasWeightsEntry entry, ReadEntry(file, h5.get(), group));
+    ASSIGN_OR_RETURN(KerasWeightsEntry entry, ReadEntry(file, st.st_size, h5.get(), group));
     entries.push_back(std::move(entry));
   }
   return entries;

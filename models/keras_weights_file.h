@@ -29,7 +29,8 @@ namespace psrt {
 
 // One saveable of a Keras weights file: its group path ("" for the model,
 // "layers/conv2d_1"; relative, no leading or trailing "/"), the layer's name
-// (the "name" attribute of <path>/vars) and its variables in order (vars/0,
+// (the "name" attribute of <path>/vars: written, but not read back, see
+// ReadKerasWeights) and its variables in order (vars/0,
 // vars/1, ...).
 struct KerasWeightsEntry {
   std::string path;
@@ -50,11 +51,13 @@ absl::Status WriteKerasWeights(const std::string& file,
 // the order HDF5 iterates links by name ("layers/..." before the root's
 // "vars"), each with its variables vars/0 .. vars/<n-1>. Errors name the
 // file and the group or dataset at fault: NotFound for a missing file,
-// DataLoss for one that is not HDF5 or is damaged (truncated), InvalidArgument
-// for a vars group whose "name" attribute is not a string (one without reads
-// as an empty name: older Keras 3 releases write none), whose members are not
-// the datasets 0..n-1, or with a dataset that is neither float32 nor an
-// integer (a Normalization's count, read as a float).
+// DataLoss for one that is not HDF5 or is damaged (truncated, or a dataset
+// larger than the file holds), InvalidArgument for a vars group whose
+// members are not the datasets 0..n-1, or with a dataset that is neither
+// float32 nor an integer (a Normalization's count, read as a float).
+// Entries' names are left empty: the name attribute only informs (Keras
+// matches by path; older Keras 3 releases write none), and HDF5 1.10 reads
+// a damaged file's variable-length strings out of bounds (fuzzed).
 absl::StatusOr<std::vector<KerasWeightsEntry>> ReadKerasWeights(const std::string& file);
 
 }  // namespace psrt
