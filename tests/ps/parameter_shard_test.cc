@@ -369,6 +369,32 @@ TEST(ParameterShardTest, MovingStatisticsTakeTheirNewValues) {
   }
 }
 
+// A shard that holds another model names the first variable that differs;
+// a model without the batch norms' moving statistics that the chief's has
+// is a checkpoint of an older psrt, and the message says so.
+TEST(ParameterShardTest, InitOfAnotherModelNamesTheVariable) {
+  ParameterShard shard({});
+  proto::InitHeader held;
+  *held.mutable_config() = Config(proto::SYNC, 1, 1);
+  *held.add_variables() = Meta("bn/gamma", {2});
+  *held.add_variables() = Meta("dense/weights", {2});
+  ASSERT_TRUE(*shard.Init(held, Bytes({1, 1, 0, 0}).get()));
+  proto::InitHeader asked = held;
+  asked.clear_variables();
+  *asked.add_variables() = Meta("bn/gamma", {2});
+  *asked.add_variables() = Meta("bn/moving_mean", {2});
+  *asked.add_variables() = Meta("dense/weights", {2});
+  const auto refused = shard.Init(asked, Bytes({1, 1, 0, 0, 0, 0}).get());
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "variable 1 is \"dense/weights\" [2] here, \"bn/moving_mean\" [2] in the chief's"),
+            absl::string_view::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("moving statistics were variables"),
+            absl::string_view::npos)
+      << refused.status();
+}
+
 TEST(ParameterShardTest, BoundedStalenessHoldsAFastWorkerBack) {
   // Async, 2 replicas, staleness 1: replica 0 has pushed 2 gradients, so it
   // may start its third step only once replica 1 has pushed 2 - 1 = 1.
