@@ -54,7 +54,7 @@ class WeightsLayout {
 
  private:
   explicit WeightsLayout(const std::string& source)
-      : file_(std::make_unique<KerasFile>(source)) {}
+      : source_(source), file_(std::make_unique<KerasFile>(source)) {}
 
   absl::Status Build() {
     for (const KerasContainer& model : file_->containers()) {
