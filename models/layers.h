@@ -123,7 +123,7 @@ std::unique_ptr<Layer> NewDepthwiseConvLayer(const DepthwiseConvSpec& spec, Dims
 // ones at inference. Without `scale` gamma is 1, without `center` beta is
 // 0; the variables at first_var are gamma (if scale), then beta (if
 // center), then the moving mean and variance, whose "gradients" a training
-// step sets to their changes by `momentum`.
+// step sets to their new values (by `momentum`).
 struct BatchNormSpec {
   int64_t channels = 0;
   float epsilon = 1e-3f;

@@ -6,7 +6,7 @@
 // as plain Tensors, one per variable, in variables() order; the model keeps
 // only scratch buffers (activations), which it reuses from step to step.
 // Batch norms' moving statistics are variables that ComputeGradients
-// updates itself: their "gradients" are their changes (common/tensor.h's
+// updates itself: their "gradients" are their new values (common/tensor.h's
 // IsMovingStatistic).
 //
 // Thread safety: not thread-safe (the scratch buffers); use one Model per

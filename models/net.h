@@ -21,7 +21,7 @@
 // sqrt(2 / fan_in) (sqrt(1 / fan_in) for a layer without ReLU), biases,
 // beta and moving means 0, gamma and moving variances 1. The moving
 // statistics are variables that ComputeGradients updates itself (training
-// mode): their "gradients" are their changes (common/tensor.h's
+// mode): their "gradients" are their new values (common/tensor.h's
 // IsMovingStatistic); Evaluate (inference mode) reads them.
 //
 // Steady state: after the first ComputeGradients at a batch size, later

@@ -36,7 +36,7 @@ inline std::vector<float> ToVector(const Tensor& t) {
 // where the difference quotient is not the derivative; a coordinate that
 // misses is therefore retried with a step 4 times smaller, which such a
 // kink rarely survives.
-// Moving statistics (their "gradients" are their changes) are not checked.
+// Moving statistics (their "gradients" are their new values) are not checked.
 // Biases and batch-norm offsets are made non-zero first, so that their
 // gradients are tested away from the initial point.
 inline void CheckSampledGradients(Model* model, const Tensor& images,

@@ -126,7 +126,7 @@ void Trainer::ClipGradients(std::vector<Tensor>* grads) {
   if (options_.clip_norm <= 0) return;
   std::vector<absl::Span<float>> tensors;
   for (size_t v = 0; v < grads->size(); ++v) {
-    // A moving statistic's "gradient" is its change: not clipped.
+    // A moving statistic's "gradient" is its new value: not clipped.
     if (!IsMovingStatistic(model_->variables()[v].name)) tensors.push_back((*grads)[v].flat());
   }
   // A sparse model's rows count in the global norm, as tf.clip_by_global_norm
