@@ -6,7 +6,8 @@
 # CI runs --build-only (.ci/run), so a change that breaks a target, or the
 # build with clang, fails CI.
 # Targets (default: all): cluster_spec idx tfrecord image safetensors checkpoint
-# tensor_frame ps_requests dataplane_frame keras_model. Configures build-fuzz/ with clang and
+# tensor_frame ps_requests dataplane_frame keras_model keras_weights. Configures build-fuzz/
+# with clang and
 # -DPSRT_FUZZ=ON (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer;
 # the first build takes several minutes on 2 cores), builds the targets, then
 # fuzzes each for N seconds (default 60), starting from its seeds
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL_TARGETS=(cluster_spec idx tfrecord image safetensors checkpoint tensor_frame ps_requests
-             dataplane_frame keras_model)
+             dataplane_frame keras_model keras_weights)
 secs=60
 build_only=0
 targets=()
@@ -66,6 +67,7 @@ scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/psrt_fuz
 trap 'rm -rf "$scratch"' EXIT
 export TEST_TMPDIR="$scratch"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/fuzz/lsan.supp}"  # HDF5's own leaks.
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 
 summary=()
