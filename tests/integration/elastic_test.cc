@@ -124,14 +124,19 @@ TEST_F(ElasticTest, SyncWorkersJoinLeaveAndDrainMidRun) {
 }
 
 // A chief killed -9 and restarted starts alone: it tells the shards so at
-// its first step, and admits the worker again as it calls.
+// its first step, and admits the worker again as it calls. One shard: a
+// kill that lands between a step's pushes to two shards leaves them a
+// version apart, which a restarted chief without checkpoints refuses (a
+// known gap, not this test's subject).
 TEST_F(ElasticTest, ARestartedChiefAdmitsTheWorkersAgain) {
   const std::string spec = MakeSpec(1, 2);
   ps_.push_back(std::make_unique<TaskProcess>(
-      absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec, " --job_name=ps --task_index=0"),
+      absl::StrCat(bin_, "/psrt_ps --cluster_spec=", spec,
+                   " --job_name=ps --task_index=0 --ps_stripes=1"),
       dir_ + "/ps-0.log"));
   ps_.back()->Start();
-  const std::string flags = absl::StrCat(kElasticFlags, " --train_steps=1000000");
+  const std::string flags =
+      absl::StrCat(kElasticFlags, " --ps_stripes=1 --train_steps=1000000");
   StartWorker(spec, 0, flags);
   StartWorker(spec, 1, flags);
   const std::string chief_log = dir_ + "/worker-0.log";

@@ -303,7 +303,16 @@ absl::StatusOr<bool> Trainer::Start() {
   if (options_.membership != nullptr && !joined_first) {
     ASSIGN_OR_RETURN(first_version, options_.membership->Join());
   }
-  ASSIGN_OR_RETURN(pulled_, client_->Pull(first_version, &params_));
+  absl::StatusOr<ParameterStore::PullResult> first = client_->Pull(first_version, &params_);
+  if (absl::IsAborted(first.status()) && !client_->regroups()) {
+    // A ps restarted between the model's readiness and this pull (it waits
+    // for the chief to confirm its checkpoint): recover as a step does.
+    pulled_.version = first_version;
+    RETURN_IF_ERROR(recovery_.Recover(first.status(), &params_, &pulled_));
+  } else {
+    RETURN_IF_ERROR(first.status());
+    pulled_ = *std::move(first);
+  }
   progress_.Start(pulled_.version, events_.get());
   if (options_.metrics != nullptr) {
     options_.metrics->SetGlobalStep(pulled_.version);
