@@ -309,6 +309,7 @@ absl::StatusOr<bool> Trainer::Start() {
     // for the chief to confirm its checkpoint): recover as a step does.
     pulled_.version = first_version;
     RETURN_IF_ERROR(recovery_.Recover(first.status(), &params_, &pulled_));
+    if (options_.membership != nullptr) options_.membership->Recovered();
   } else {
     RETURN_IF_ERROR(first.status());
     pulled_ = *std::move(first);
