@@ -26,25 +26,17 @@
 namespace psrt {
 namespace {
 
+using testing::KerasFixture;
+using testing::ReadText;
+
 using testing::CheckSampledGradients;
 using ::testing::HasSubstr;
 using testing::RandomImages;
 
-std::string Fixture(const std::string& name) {
-  return absl::StrCat(PSRT_SOURCE_DIR, "/tests/data/keras/", name);
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& file, int threads = 2) {
   ModelOptions options;
   options.intra_op_threads = threads;
-  return NewKerasModel(ReadText(Fixture(file)), file, options);
+  return NewKerasModel(ReadText(KerasFixture(file)), file, options);
 }
 
 double Norm(const Tensor& t) {
@@ -79,7 +71,7 @@ TEST_P(KerasFormatTest, ModelsHaveKerasParameterCountsAndShapes) {
        {Expected{"mnist_convnet", {28, 28, 1, 10}, 6},
         Expected{"residual_block", {16, 16, 3, 5}, 24}, Expected{"lenet", {28, 28, 1, 10}, 8}}) {
     const std::string file = File(e.model);
-    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(Fixture(file)), file);
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(KerasFixture(file)), file);
     ASSERT_TRUE(shape.ok()) << shape.status();
     EXPECT_EQ(shape->input_height, e.shape.input_height) << file;
     EXPECT_EQ(shape->input_width, e.shape.input_width) << file;
@@ -89,7 +81,7 @@ TEST_P(KerasFormatTest, ModelsHaveKerasParameterCountsAndShapes) {
     ASSERT_TRUE(model.ok()) << model.status();
     int64_t keras_count = 0;
     ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadText(
-                                     Fixture(absl::StrCat(e.model, "_", GetParam(), ".params")))),
+                                     KerasFixture(absl::StrCat(e.model, "_", GetParam(), ".params")))),
                                  &keras_count));
     EXPECT_EQ(CountParameters(**model).all, keras_count) << file;
     EXPECT_EQ((*model)->variables().size(), e.variables) << file;
@@ -136,7 +128,7 @@ TEST(KerasModelTest, BothFormatsBuildTheSameNetwork) {
       EXPECT_EQ((*k3)->variables()[v].shape, (*k2)->variables()[v].shape) << model;
     }
     const std::string file = absl::StrCat(model, "_keras3.json");
-    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(Fixture(file)), file);
+    absl::StatusOr<KerasModelShape> shape = ReadKerasModelShape(ReadText(KerasFixture(file)), file);
     ASSERT_TRUE(shape.ok()) << shape.status();
     const int64_t pixels =
         int64_t{shape->input_height} * shape->input_width * shape->input_channels;
@@ -214,7 +206,7 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
     absl::StatusOr<std::unique_ptr<Model>> model = Load(absl::StrCat(name, "_keras3.json"));
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<SafetensorsFile> file =
-        ReadSafetensors(Fixture(absl::StrCat(name, "_keras3.safetensors")));
+        ReadSafetensors(KerasFixture(absl::StrCat(name, "_keras3.safetensors")));
     ASSERT_TRUE(file.ok()) << file.status();
     const std::map<std::string, const Tensor*> fixture = ByName(*file);
     std::vector<Tensor> params, grads;
@@ -260,10 +252,10 @@ TEST(KerasModelTest, LossAndGradientsMatchKeras) {
 // from_logits=True): two classes, the same loss, and class 1 predicted
 // where the unit's logit is above 0.
 TEST(KerasModelTest, OneUnitIsABinaryClassifier) {
-  const std::string sigmoid = ReadText(Fixture("binary_keras3.json"));
+  const std::string sigmoid = ReadText(KerasFixture("binary_keras3.json"));
   const std::string linear = absl::StrReplaceAll(sigmoid, {{"\"sigmoid\"", "\"linear\""}});
   ASSERT_NE(linear, sigmoid);
-  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(Fixture("binary_keras3.safetensors"));
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(KerasFixture("binary_keras3.safetensors"));
   ASSERT_TRUE(file.ok()) << file.status();
   const std::map<std::string, const Tensor*> fixture = ByName(*file);
   for (const std::string& json : {sigmoid, linear}) {
@@ -415,8 +407,8 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
                                        ": layer \"up_sampling2d\" "
                                        "(UpSampling2D): this layer class is not supported")));
   }
-  const std::string convnet = ReadText(Fixture("mnist_convnet_keras3.json"));
-  const std::string scaled = ReadText(Fixture("scaled_residual_keras3.json"));
+  const std::string convnet = ReadText(KerasFixture("mnist_convnet_keras3.json"));
+  const std::string scaled = ReadText(KerasFixture("scaled_residual_keras3.json"));
   struct Bad {
     std::string json;
     const char* message;
@@ -470,7 +462,7 @@ TEST(KerasModelTest, TheRegistryReadsModelKerasFromTheOptions) {
   EXPECT_THAT(std::string(NewModel("keras", options).status().message()),
               HasSubstr("give --model_file"));
   options.model_file = "mnist_convnet_keras3.json";
-  options.model_json = ReadText(Fixture(options.model_file));
+  options.model_json = ReadText(KerasFixture(options.model_file));
   absl::StatusOr<std::unique_ptr<Model>> model = NewModel("keras", options);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(CountParameters(**model).trainable, 34826);

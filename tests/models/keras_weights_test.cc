@@ -21,9 +21,13 @@
 #include "gtest/gtest.h"
 #include "models/keras_model.h"
 #include "models/keras_weights_file.h"
+#include "tests/models/model_test_util.h"
 
 namespace psrt {
 namespace {
+
+using testing::KerasFixture;
+using testing::ReadText;
 
 using ::testing::HasSubstr;
 
@@ -34,17 +38,6 @@ using ::testing::HasSubstr;
 // nested Sequential.
 const char* const kModels[] = {"plain_cnn", "residual_block", "app_blocks",    "depthwise",
                                "squeeze_excite", "binary",   "convnext_block"};
-
-std::string Fixture(const std::string& name) {
-  return absl::StrCat(PSRT_SOURCE_DIR, "/tests/data/keras/", name);
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string TestDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -70,13 +63,13 @@ bool SameBits(const Tensor& a, const Tensor& b) {
 TEST(KerasWeightsTest, ReadsKerassFilesExactly) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const std::string model_file = Fixture(absl::StrCat(name, "_keras3.json"));
+    const std::string model_file = KerasFixture(absl::StrCat(name, "_keras3.json"));
     const std::string json = ReadText(model_file);
     absl::StatusOr<std::vector<Tensor>> values =
-        ReadKerasWeightsOfModel(json, model_file, Fixture(absl::StrCat(name, "_keras3.weights.h5")));
+        ReadKerasWeightsOfModel(json, model_file, KerasFixture(absl::StrCat(name, "_keras3.weights.h5")));
     ASSERT_TRUE(values.ok()) << values.status();
     absl::StatusOr<SafetensorsFile> keras =
-        ReadSafetensors(Fixture(absl::StrCat(name, "_keras3.safetensors")));
+        ReadSafetensors(KerasFixture(absl::StrCat(name, "_keras3.safetensors")));
     ASSERT_TRUE(keras.ok()) << keras.status();
     std::map<std::string, const Tensor*> by_name;
     for (const auto& [key, tensor] : keras->tensors) by_name[key] = &tensor;
@@ -96,8 +89,8 @@ TEST(KerasWeightsTest, WritesWhatKerasWrote) {
   const std::string dir = TestDir();
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const std::string model_file = Fixture(absl::StrCat(name, "_keras3.json"));
-    const std::string keras_file = Fixture(absl::StrCat(name, "_keras3.weights.h5"));
+    const std::string model_file = KerasFixture(absl::StrCat(name, "_keras3.json"));
+    const std::string keras_file = KerasFixture(absl::StrCat(name, "_keras3.weights.h5"));
     const std::string json = ReadText(model_file);
     absl::StatusOr<std::vector<Tensor>> values = ReadKerasWeightsOfModel(json, model_file, keras_file);
     ASSERT_TRUE(values.ok()) << values.status();
@@ -140,20 +133,20 @@ TEST(KerasWeightsTest, WritesWhatKerasWrote) {
 // Another model's weights, a weight of another shape, a missing value:
 // refused, naming the layer or variable, and nothing written.
 TEST(KerasWeightsTest, RefusesMismatchesByName) {
-  const std::string residual = Fixture("residual_block_keras3.json");
+  const std::string residual = KerasFixture("residual_block_keras3.json");
   absl::StatusOr<std::vector<Tensor>> other =
-      ReadKerasWeightsOfModel(ReadText(residual), residual, Fixture("plain_cnn_keras3.weights.h5"));
+      ReadKerasWeightsOfModel(ReadText(residual), residual, KerasFixture("plain_cnn_keras3.weights.h5"));
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(other.status().message(), HasSubstr("plain_cnn_keras3.weights.h5"));
   EXPECT_THAT(other.status().message(), HasSubstr("layer \""));
 
   // The same layers, one wider: the shape is named.
-  const std::string plain = Fixture("plain_cnn_keras3.json");
+  const std::string plain = KerasFixture("plain_cnn_keras3.json");
   const std::string json = ReadText(plain);
   const std::string dir = TestDir();
   absl::StatusOr<std::vector<KerasWeightsEntry>> entries =
-      ReadKerasWeights(Fixture("plain_cnn_keras3.weights.h5"));
+      ReadKerasWeights(KerasFixture("plain_cnn_keras3.weights.h5"));
   ASSERT_TRUE(entries.ok()) << entries.status();
   for (KerasWeightsEntry& entry : *entries) {
     if (entry.vars.size() == 2 && entry.vars[1].num_elements() > 1) {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,18 @@
 
 namespace psrt {
 namespace testing {
+
+// A file of tests/data/keras/ (scripts/gen_keras_fixtures.py's), and a
+// file's whole text ("" when it cannot be read: the test then fails on it).
+inline std::string KerasFixture(const std::string& name) {
+  return std::string(PSRT_SOURCE_DIR) + "/tests/data/keras/" + name;
+}
+inline std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 inline Tensor RandomImages(int64_t batch, int64_t size, uint64_t seed) {
   Tensor images({batch, size});
