@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -304,6 +305,14 @@ void ParameterShard::ForEachBlock(
     static thread_local Tensor block({kBlockFloats});
     for (int64_t begin = first; begin < last; begin += kBlockFloats) {
       const int64_t n = std::min(kBlockFloats, last - begin);
+      // Bytes that lie in memory already (the data plane's receive buffer,
+      // a sum) are read where they are: a copy per block cost the ps a
+      // fifth of its time.
+      const char* in_place = data.InPlace(begin * sizeof(float), n * sizeof(float));
+      if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
+        fn(begin, {reinterpret_cast<const float*>(in_place), static_cast<size_t>(n)});
+        continue;
+      }
       data.ReadAt(begin * sizeof(float),
                   {reinterpret_cast<char*>(block.data()), n * sizeof(float)});
       fn(begin, {block.data(), static_cast<size_t>(n)});

@@ -370,7 +370,9 @@ class ParameterShard {
   void UpdateFromCopy(const ByteSource& data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads all of `data` as floats in cache-sized blocks, calling
   // fn(begin, block) with each block and the index of its first element,
-  // on the shard's threads (concurrently, for disjoint blocks).
+  // on the shard's threads (concurrently, for disjoint blocks). A block
+  // lies where `data` holds it when it can (ByteSource::InPlace), else in a
+  // copy: fn must not write into `data`'s memory.
   void ForEachBlock(const ByteSource& data,
                     absl::FunctionRef<void(int64_t, absl::Span<const float>)> fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
