@@ -288,9 +288,9 @@ absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
   return merged;
 }
 
-absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
-    const CheckpointExportOptions& options, const std::string& out_path) {
-  ASSIGN_OR_RETURN(MergedCheckpoint merged, MergeShardCheckpoints(options));
+absl::Status WriteMergedCheckpoint(const MergedCheckpoint& merged,
+                                   const CheckpointExportOptions& options,
+                                   const std::string& out_path) {
   std::vector<NamedTensor> tensors;
   tensors.reserve(merged.variables.size());
   for (const auto& [name, tensor] : merged.variables) tensors.emplace_back(name, &tensor);
@@ -302,9 +302,14 @@ absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
   std::string source = absl::StrCat(options.checkpoint_dir, "/model.ckpt-", merged.step,
                                     ", ", merged.num_shards, " shards");
   if (options.moving_average) absl::StrAppend(&source, ", moving averages");
-  RETURN_IF_ERROR(WriteSafetensors(
-      out_path, tensors,
-      {{"global_step", absl::StrCat(merged.step)}, {"source", source}}));
+  return WriteSafetensors(out_path, tensors,
+                          {{"global_step", absl::StrCat(merged.step)}, {"source", source}});
+}
+
+absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
+    const CheckpointExportOptions& options, const std::string& out_path) {
+  ASSIGN_OR_RETURN(MergedCheckpoint merged, MergeShardCheckpoints(options));
+  RETURN_IF_ERROR(WriteMergedCheckpoint(merged, options, out_path));
   return merged;
 }
 

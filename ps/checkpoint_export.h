@@ -83,8 +83,14 @@ absl::StatusOr<int64_t> NewestCommonStep(const std::string& dir, int num_shards)
 absl::StatusOr<MergedCheckpoint> MergeShardCheckpoints(
     const CheckpointExportOptions& options);
 
-// MergeShardCheckpoints, then writes the result to `out_path` (see the top
-// of this file). Returns what was written.
+// Writes a merged checkpoint (of `options`, which the file's metadata
+// names) to `out_path` as safetensors (see the top of this file).
+absl::Status WriteMergedCheckpoint(const MergedCheckpoint& merged,
+                                   const CheckpointExportOptions& options,
+                                   const std::string& out_path);
+
+// MergeShardCheckpoints, then WriteMergedCheckpoint. Returns what was
+// written.
 absl::StatusOr<MergedCheckpoint> ExportCheckpoint(
     const CheckpointExportOptions& options, const std::string& out_path);
 

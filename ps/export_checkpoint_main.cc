@@ -96,13 +96,13 @@ int main(int argc, char** argv) {
   options.step = FLAGS_step;
   options.num_shards = FLAGS_num_shards;
   options.moving_average = FLAGS_moving_average;
-  absl::StatusOr<psrt::MergedCheckpoint> merged =
-      FLAGS_out.empty() ? psrt::MergeShardCheckpoints(options)
-                        : psrt::ExportCheckpoint(options, FLAGS_out);
+  absl::StatusOr<psrt::MergedCheckpoint> merged = psrt::MergeShardCheckpoints(options);
   if (!merged.ok()) {
     std::cerr << "psrt_export_checkpoint: " << merged.status().message() << "\n";
     return 1;
   }
+  // The Keras weights first: they can be refused (another model's file, a
+  // missing variable), and a refusal then leaves no --out written either.
   if (!FLAGS_keras_weights.empty()) {
     const absl::Status written = WriteKerasWeights(*merged);
     if (!written.ok()) {
@@ -113,6 +113,11 @@ int main(int argc, char** argv) {
               << (options.moving_average ? ", moving averages" : "") << ") to "
               << FLAGS_keras_weights << "\n";
     if (FLAGS_out.empty()) return 0;
+  }
+  if (const absl::Status written = psrt::WriteMergedCheckpoint(*merged, options, FLAGS_out);
+      !written.ok()) {
+    std::cerr << "psrt_export_checkpoint: " << written.message() << "\n";
+    return 1;
   }
   int64_t parameters = 0;
   for (const auto& [name, tensor] : merged->variables) parameters += tensor.num_elements();

@@ -5,6 +5,7 @@
 // started from that file (--init_from_keras_weights) holds exactly the
 // trained values; a weights file of another model is refused by name.
 // (Keras's own side, which needs Python: scripts/keras_round_trip.sh.)
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,16 @@ TEST_F(KerasRoundTripTest, ExportedWeightsStartAJobAtTheTrainedValues) {
                               " --model_file=", Keras("residual_block_keras3.json"), " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("(step 20)"));
+
+  // Another model's file: refused by name, and the --out beside it is not
+  // written either.
+  const std::string refused = dir_ + "/refused.safetensors";
+  r = RunCommand(absl::StrCat(bin_, "/psrt_export_checkpoint --checkpoint_dir=", dir_,
+                              "/ckpt --keras_weights=", dir_, "/refused.weights.h5 --out=", refused,
+                              " --model_file=", Keras("plain_cnn_keras3.json"), " 2>&1"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("plain_cnn_keras3.json"));
+  EXPECT_FALSE(std::filesystem::exists(refused)) << r.output;
 
   const std::string started = dir_ + "/started.safetensors";
   r = Launch(MakeSpec(1, 1, "one.json"), dir_ + "/start",
