@@ -232,6 +232,8 @@ def main():
     parser.add_argument("--ps_hosts")
     parser.add_argument("--worker_hosts")
     args = parser.parse_args()
+    if args.steps <= args.warmup:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup})")
     if args.local:
         return run_local(args)
     if args.job_name is None:
