@@ -306,8 +306,7 @@ void ParameterShard::ForEachBlock(
     for (int64_t begin = first; begin < last; begin += kBlockFloats) {
       const int64_t n = std::min(kBlockFloats, last - begin);
       // Bytes that lie in memory already (the data plane's receive buffer,
-      // a sum) are read where they are: a copy per block cost the ps a
-      // fifth of its time.
+      // a sum) are read where they are, not copied block by block first.
       const char* in_place = data.InPlace(begin * sizeof(float), n * sizeof(float));
       if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
         fn(begin, {reinterpret_cast<const float*>(in_place), static_cast<size_t>(n)});
