@@ -91,7 +91,12 @@ for model in $models; do
     bound_ratios+="${line##*ratio=} "
     if [ "$peer" = tf ]; then
       peer_line=$("$keras_venv/bin/python" scripts/peers/tf_ps_train.py --workers "$workers" \
-                    --steps "$steps" --batch_size "$batch" --threads "$threads" 2>/dev/null | grep '^tf_ps:')
+                    --steps "$steps" --batch_size "$batch" --threads "$threads" 2>/dev/null |
+                  grep '^tf_ps:') || {
+        echo "bench_step.sh: the TensorFlow peer printed no tf_ps: line (run" \
+             "scripts/peers/tf_ps_train.py --verbose by hand to see why)" >&2
+        exit 1
+      }
       tf_eps=$(echo "$peer_line" | sed -n 's/.*job_eps=\([0-9.]*\).*/\1/p')
       tf_version=$(echo "$peer_line" | sed -n 's/.* tf=\([^ ]*\).*/\1/p')
       tf_local=$("$keras_venv/bin/python" scripts/peers/tf_ps_train.py --local --steps 200 \
