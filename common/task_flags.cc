@@ -35,9 +35,10 @@ DEFINE_string(chief_token_file, "",
 DEFINE_int32(ps_stripes, 2,
              "Shards each ps process serves, each over its own connection: a "
              "large model then moves as several concurrent streams. Give every "
-             "task of a job (ps, workers, evaluator) the same value; "
-             "checkpoints are per shard, so a job resumes with the value it "
-             "saved with.");
+             "task of a job (ps, workers, evaluator) the same value. A job "
+             "may resume with another value: its checkpoint is resharded "
+             "(docs/checkpoints-and-recovery.md). Shards left without a "
+             "variable (a small model) just move with the others.");
 DEFINE_int32(ps_replicas, 0,
              "1: every shard has a backup copy on the next ps task, which takes "
              "over (no rollback, no step lost) when the shard's ps task dies; "

@@ -166,6 +166,10 @@ struct OtherCountCheckpoint {
 };
 std::vector<OtherCountCheckpoint> ListOtherCountCheckpoints(const ShardCheckpointId& id);
 
+// The two layouts hold the same variables (names, dtypes, shapes), in the
+// same order, however they place them.
+bool SameVariables(const proto::ModelLayout& a, const proto::ModelLayout& b);
+
 // Every step shard `id` can restore, newest first: its own
 // (ListShardCheckpoints) and the other counts' (ListOtherCountCheckpoints).
 std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id);
@@ -173,13 +177,18 @@ std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id);
 // The state shard id.shard of id.num_shards restores from checkpoint
 // `step`: its own file's, or, when it has none, its part of the checkpoint a
 // job of another number of shards saved at `step` (see "Resharding" above).
+// With `layout` (the chief's: a job resumed with another --placement or
+// --partition_threshold_bytes than the checkpoint's), its slices are those
+// `layout` places on it, cut from the files of whichever count holds
+// `step` (all of them, then, in id.dir); the variables must be the files'.
 // A format-2 checkpoint's rows are gathered from every shard's file of its
 // own count. ReadShardCheckpoint's errors, naming the file; InvalidArgument
 // when the files disagree (another run, step or layout), when a file holds
 // other slices than its layout places there, or when the checkpoint
 // predates layouts (psrt wrote none before, format 2 included) and must be
 // resharded.
-absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step);
+absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step,
+                                                  const proto::ModelLayout* layout = nullptr);
 
 // Reads checkpoint `step`. Errors name the file: NotFound, DataLoss for a
 // corrupt file, InvalidArgument for one that belongs to another shard or

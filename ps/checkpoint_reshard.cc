@@ -89,10 +89,12 @@ ShardState::Table Concatenate(std::vector<ShardState::Table> pieces) {
   return table;
 }
 
-// Shard `id`'s part of checkpoint `step` of a job of `from` shards. One old
-// file is in memory at a time; those that hold neither rows nor slices of
-// this shard's are not read (the first is, for the layout).
-absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_t step) {
+// Shard `id`'s part of checkpoint `step` of a job of `from` shards, cut as
+// `target` places it (null: as the files' own layout does). One old file is
+// in memory at a time; those that hold neither rows nor slices of this
+// shard's are not read (the first is, for the layout).
+absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_t step,
+                                   const proto::ModelLayout* target) {
   const int shard = id.shard, to = id.num_shards;
   std::vector<int> order;  // The files that may hold this shard's rows first.
   for (int j = 0; j < from; ++j) {
@@ -110,6 +112,7 @@ absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_
   bool averages = false;           // Every file holding variables has them.
   std::vector<std::vector<ShardState::Table>> pieces;
   std::string first_path;
+  proto::ModelLayout first_layout;  // The files' own.
   for (int j : order) {
     const ShardCheckpointId old{id.dir, j, from};
     const std::string path = FilePath(old, step);
@@ -131,17 +134,21 @@ absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_
     ASSIGN_OR_RETURN(ShardState file, ReadShardCheckpoint(old, step));
     if (first_path.empty()) {
       first_path = path;
+      first_layout = file.layout;
       if (file.layout.placement().empty()) {
         return bad("records no model layout (psrt wrote none before resharding was possible): "
                    "resume it with the number of shards that saved it");
       }
+      if (target != nullptr && !SameVariables(file.layout, *target)) {
+        return bad("holds another model than the chief's (another --model or layer sizes)");
+      }
       absl::StatusOr<Placement> placed = PlacementOf(file.layout, from);
       if (placed.ok()) old_placement = *std::move(placed);
-      if (placed.ok()) placed = PlacementOf(file.layout, to);
+      if (placed.ok()) placed = PlacementOf(target != nullptr ? *target : file.layout, to);
       if (!placed.ok()) return bad(absl::StrCat("has a bad layout: ", placed.status().message()));
       new_placement = *std::move(placed);
       out.config = file.config;
-      out.layout = file.layout;
+      out.layout = target != nullptr ? *target : file.layout;
       out.step = file.step;
       mine = new_placement.shard_slices[shard];
       for (int m : mine) {
@@ -164,7 +171,7 @@ absl::StatusOr<ShardState> Reshard(const ShardCheckpointId& id, int from, int64_
         return bad(absl::StrCat("belongs to run ", file.config.run_id(), ", ", first_path,
                                 " to run ", out.config.run_id()));
       }
-      if (file.layout.SerializeAsString() != out.layout.SerializeAsString()) {
+      if (file.layout.SerializeAsString() != first_layout.SerializeAsString()) {
         return bad(absl::StrCat("records another model layout than ", first_path));
       }
       bool same = file.slots.size() == out.slots.size() && file.tables.size() == pieces.size();
@@ -265,6 +272,14 @@ absl::Status RowsByRange(const ShardCheckpointId& id, int64_t step, ShardState* 
 
 }  // namespace
 
+bool SameVariables(const proto::ModelLayout& a, const proto::ModelLayout& b) {
+  if (a.variables_size() != b.variables_size()) return false;
+  for (int i = 0; i < a.variables_size(); ++i) {
+    if (a.variables(i).SerializeAsString() != b.variables(i).SerializeAsString()) return false;
+  }
+  return true;
+}
+
 std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id) {
   std::vector<int64_t> steps = ListShardCheckpoints(id);
   for (const OtherCountCheckpoint& other : ListOtherCountCheckpoints(id)) {
@@ -275,11 +290,18 @@ std::vector<int64_t> ListRestorableCheckpoints(const ShardCheckpointId& id) {
   return steps;
 }
 
-absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step) {
+absl::StatusOr<ShardState> ReadCheckpointForShard(const ShardCheckpointId& id, int64_t step,
+                                                  const proto::ModelLayout* layout) {
   const std::vector<int64_t> own = ListShardCheckpoints(id);
-  if (std::find(own.begin(), own.end(), step) == own.end()) {
+  const bool have_own = std::find(own.begin(), own.end(), step) != own.end();
+  if (have_own && layout != nullptr) {
+    ASSIGN_OR_RETURN(ShardState state, Reshard(id, id.num_shards, step, layout));
+    state.resharded_from = 0;  // Its own count, cut anew.
+    return state;
+  }
+  if (!have_own) {
     for (const OtherCountCheckpoint& other : ListOtherCountCheckpoints(id)) {
-      if (other.step == step) return Reshard(id, other.num_shards, step);
+      if (other.step == step) return Reshard(id, other.num_shards, step, layout);
     }
   }
   ASSIGN_OR_RETURN(ShardState state, ReadShardCheckpoint(id, step));

@@ -129,6 +129,7 @@ ParameterShard::~ParameterShard() {
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                                           ByteSource* data) {
   RETURN_IF_ERROR(AdmitAsPrimary("init"));
+  if (header.has_layout()) RETURN_IF_ERROR(RecutForLayout(header.layout()));
   ASSIGN_OR_RETURN(const bool initialized, InitState(header, data));
   // The backup starts from the state the chief made or confirmed.
   std::vector<Waiter> moved;
@@ -154,11 +155,6 @@ absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
     return absl::InvalidArgumentError(
         "init: elastic workers (--max_workers) are not replicated yet: drop --ps_replicas or "
         "--max_workers");
-  }
-  // A model's small dense part may leave a shard of many with embedding
-  // rows only.
-  if (header.variables().empty() && header.tables().empty()) {
-    return absl::InvalidArgumentError("init: no variables");
   }
   int64_t total = 0;
   std::set<std::string> names;

@@ -175,7 +175,13 @@ class ParameterShard {
   // Returns true when this call initialized the shard, false when it already
   // held the same variables. `data` holds the initial values. Either way the
   // shard is then ready (workers wait for that, not for initialization, so
-  // that a chief can first bring restored shards to one checkpoint).
+  // that a chief can first bring restored shards to one checkpoint). A
+  // restored checkpoint not yet confirmed whose layout places the same
+  // variables otherwise than the chief's (a job resumed with another
+  // --placement or --partition_threshold_bytes) is first cut anew from the
+  // checkpoint's files, as the chief's layout places this shard's slices. A
+  // shard may hold no variables (fewer slices than shards): it takes empty
+  // pushes and moves its version with the others.
   absl::StatusOr<bool> Init(const proto::InitHeader& header, ByteSource* data);
 
   // `data` holds the gradients of every variable, in the shard's order.
@@ -410,6 +416,10 @@ class ParameterShard {
   // Elastic: the chief alone is a member (after Init and Restore).
   void ResetMembersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Init's first step: the restored state cut anew for the chief's layout
+  // when it asks for another placement of the same variables (see Init);
+  // OK and nothing done otherwise.
+  absl::Status RecutForLayout(const proto::ModelLayout& layout);
   // Init's work on this copy (Init then fills the backup).
   absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
 

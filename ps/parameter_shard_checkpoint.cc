@@ -228,6 +228,55 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
   return absl::OkStatus();
 }
 
+absl::Status ParameterShard::RecutForLayout(const proto::ModelLayout& layout) {
+  int64_t step = -1, incarnation = 0;
+  std::string held;  // The restored state's placement, for the log.
+  {
+    absl::MutexLock lock(&mu_);
+    // Only a restored state that no chief has confirmed yet: a state being
+    // trained on cannot change its slices on one shard alone.
+    if (options_.checkpoint_dir.empty() || !initialized_ || ready_ || restored_step_ < 0 ||
+        layout_.placement().empty()) {
+      return absl::OkStatus();
+    }
+    const bool same_cut = layout_.placement() == layout.placement() &&
+        layout_.partition_threshold_bytes() == layout.partition_threshold_bytes();
+    // Another model is Init's error to name.
+    if (!SameVariables(layout_, layout) || same_cut) return absl::OkStatus();
+    step = restored_step_;
+    incarnation = incarnation_;
+    held = absl::StrCat(layout_.placement(), ", partition threshold ",
+                        layout_.partition_threshold_bytes(), " bytes");
+  }
+  // Read without the lock, as Restore does: status calls go on meanwhile.
+  absl::StatusOr<ShardState> state = ReadCheckpointForShard(checkpoint_id(), step, &layout);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(), absl::StrCat(
+        "init: the chief places the variables otherwise (--placement=", layout.placement(),
+        " --partition_threshold_bytes=", layout.partition_threshold_bytes(),
+        ") than checkpoint ", step, " (", held, "), and cutting it anew failed: ",
+        state.status().message(), "; resume with the checkpoint's --placement and "
+        "--partition_threshold_bytes"));
+  }
+  std::vector<Waiter> aborted;
+  {
+    absl::MutexLock lock(&mu_);
+    if (incarnation_ != incarnation || ready_) {
+      return absl::AbortedError(
+          "init: the shard's state changed while its checkpoint was cut anew; call Init again");
+    }
+    RETURN_IF_ERROR(LoadLocked(*std::move(state), &aborted));
+    LOG(INFO) << "cut checkpoint " << step << " anew as the chief places the variables ("
+              << layout.placement() << ", partition threshold "
+              << layout.partition_threshold_bytes() << " bytes; it was saved " << held << ")";
+  }
+  for (Waiter& w : aborted) {
+    w.done(absl::AbortedError(absl::StrCat(
+        "pull: this parameter server cut checkpoint ", step, " anew; pull again")));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterShard::RestoreLatest() {
   if (!options_.checkpoint_dir.empty()) {
     absl::Status newest_error;  // Of the newest checkpoint that did not restore.

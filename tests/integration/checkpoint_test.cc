@@ -124,5 +124,51 @@ TEST_F(CheckpointTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_LE(diff, 1e-5);
 }
 
+// A job resumed with more stripes and another placement, then with the same
+// count and another placement again, ends where the job that never stopped
+// ends. The second and third legs hold 6 slices on 16 shards: 10 shards hold
+// nothing and still move with the others. The ps tasks restore the files'
+// layout and cut it anew for the chief's at its Init.
+TEST_F(CheckpointTest, ResumesWithMoreStripesAndAnotherPlacementExactly) {
+  const std::string spec = MakeSpec(2, 2);
+  const std::string ckpt = dir_ + "/ckpt";
+  struct Leg {
+    int stripes;
+    const char* placement;
+    int steps;
+    const char* recut;  // What each ps's log says of the restored checkpoint.
+  };
+  const Leg legs[] = {{2, "contiguous", 40, ""},
+                      {8, "prioritized", 80, "cut checkpoint 40 anew as the chief places"},
+                      {8, "contiguous", 120, "cut checkpoint 80 anew as the chief places"}};
+  const std::string resumed = dir_ + "/resumed.safetensors";
+  for (const Leg& leg : legs) {
+    SCOPED_TRACE(absl::StrCat(leg.stripes, " stripes, ", leg.placement));
+    const std::string logs = absl::StrCat(dir_, "/leg", leg.steps);
+    CommandResult r = Launch(
+        spec, logs,
+        absl::StrCat(kFlags, " --train_steps=", leg.steps, " --ps_stripes=", leg.stripes,
+                     " --placement=", leg.placement, " --final_params_out=", resumed),
+        absl::StrCat("--checkpoint_dir ", ckpt, " --ps_flags --ps_stripes=", leg.stripes));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string chief = ReadFile(logs + "/worker-0.log");
+    long step = 0;
+    double accuracy = 0;
+    ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << chief;
+    EXPECT_EQ(step, leg.steps);
+    if (*leg.recut == '\0') continue;
+    EXPECT_NE(chief.find(absl::StrCat("resuming at global step ", leg.steps - 40)),
+              std::string::npos)
+        << chief;
+    for (const char* ps : {"/ps-0.log", "/ps-1.log"}) {
+      const std::string log = ReadFile(logs + ps);
+      EXPECT_NE(log.find(leg.recut), std::string::npos) << log;
+    }
+  }
+  const double diff = MaxAbsDiff(resumed, Reference(MakeSpec(2, 2, "reference.json"), 120));
+  EXPECT_GE(diff, 0);
+  EXPECT_LE(diff, 1e-5);
+}
+
 }  // namespace
 }  // namespace psrt

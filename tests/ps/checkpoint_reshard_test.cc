@@ -126,6 +126,26 @@ void WriteShards(const Model& model, const std::string& dir, int shards, int64_t
   }
 }
 
+// `state` holds shard k's slices of `placement`, element for element, with
+// their slots and averages.
+void ExpectSlicesOf(const ShardState& state, const Placement& placement, int k) {
+  ASSERT_EQ(state.variables.size(), placement.shard_slices[k].size());
+  ASSERT_EQ(state.slots.size(), 1u);
+  ASSERT_EQ(state.average.num_elements(), state.values.num_elements());
+  int64_t offset = 0;
+  for (size_t i = 0; i < state.variables.size(); ++i) {
+    const VariableSlice& slice = placement.slices[placement.shard_slices[k][i]];
+    EXPECT_EQ(state.variables[i].name(), slice.name);
+    for (int64_t e = slice.byte_offset / 4; e < (slice.byte_offset + slice.num_bytes) / 4;
+         ++e, ++offset) {
+      ASSERT_EQ(state.values.data()[offset], Value(slice.variable, e)) << slice.name;
+      ASSERT_EQ(state.slots[0].second.data()[offset], Slot(slice.variable, e));
+      ASSERT_EQ(state.average.data()[offset], Average(slice.variable, e));
+    }
+  }
+  EXPECT_EQ(offset, state.values.num_elements());
+}
+
 // Each new shard holds its slices of every variable, element for element,
 // and the rows whose ids hash into its range, with their slots.
 TEST(CheckpointReshardTest, EveryShardOfAnotherCountGetsItsSlicesAndRows) {
@@ -150,21 +170,7 @@ TEST(CheckpointReshardTest, EveryShardOfAnotherCountGetsItsSlicesAndRows) {
       EXPECT_TRUE(state->version == 40 || state->version == 41) << state->version;
       EXPECT_EQ(state->config.run_id(), "run-a");
       EXPECT_EQ(state->layout.SerializeAsString(), model.layout.SerializeAsString());
-      ASSERT_EQ(state->variables.size(), placement.shard_slices[k].size());
-      ASSERT_EQ(state->slots.size(), 1u);
-      ASSERT_EQ(state->average.num_elements(), state->values.num_elements());
-      int64_t offset = 0;
-      for (size_t i = 0; i < state->variables.size(); ++i) {
-        const VariableSlice& slice = placement.slices[placement.shard_slices[k][i]];
-        EXPECT_EQ(state->variables[i].name(), slice.name);
-        for (int64_t e = slice.byte_offset / 4; e < (slice.byte_offset + slice.num_bytes) / 4;
-             ++e, ++offset) {
-          ASSERT_EQ(state->values.data()[offset], Value(slice.variable, e)) << slice.name;
-          ASSERT_EQ(state->slots[0].second.data()[offset], Slot(slice.variable, e));
-          ASSERT_EQ(state->average.data()[offset], Average(slice.variable, e));
-        }
-      }
-      EXPECT_EQ(offset, state->values.num_elements());
+      ExpectSlicesOf(*state, placement, k);
       ASSERT_EQ(state->tables.size(), 1u);
       const ShardState::Table& table = state->tables[0];
       for (size_t r = 0; r < table.ids.size(); ++r) {
@@ -233,6 +239,87 @@ TEST(CheckpointReshardTest, AShardRestoresAnotherCountsCheckpointAtStart) {
   ParameterShard again(options);
   ASSERT_TRUE(again.RestoreLatest().ok());
   EXPECT_EQ(again.GetStatus().restored_step(), 41);
+}
+
+// A job resumed with another placement: each shard's part is cut anew as
+// the chief's layout places it, from the files of the count that saved
+// the checkpoint, whether that is the shard's own or another; a layout of
+// another model is refused.
+TEST(CheckpointReshardTest, ACheckpointIsCutAnewForAnotherPlacement) {
+  const Model model;  // Saved round robin, parts of 16 bytes.
+  const std::string dir = NewDir("recut");
+  WriteShards(model, dir, 2, 40);
+  proto::ModelLayout contiguous = model.layout;
+  contiguous.set_placement("contiguous");
+  contiguous.set_partition_threshold_bytes(8);
+  std::vector<VariableDef> variables = model.variables;
+  PlacementOptions options;
+  options.strategy = PlacementStrategy::kContiguous;
+  options.partition_threshold_bytes = 8;
+  for (int to : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("2 -> ", to, " shards"));
+    absl::StatusOr<Placement> placement = ComputePlacement(variables, to, options);
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    int64_t elements = 0;
+    for (int k = 0; k < to; ++k) {
+      absl::StatusOr<ShardState> state = ReadCheckpointForShard({dir, k, to}, 40, &contiguous);
+      ASSERT_TRUE(state.ok()) << state.status();
+      EXPECT_EQ(state->resharded_from, to == 2 ? 0 : 2);
+      EXPECT_EQ(state->layout.SerializeAsString(), contiguous.SerializeAsString());
+      ExpectSlicesOf(*state, *placement, k);
+      elements += state->values.num_elements();
+    }
+    EXPECT_EQ(elements, 6 * 2 + 3 + 1);
+  }
+  proto::ModelLayout other = contiguous;
+  other.mutable_variables(0)->set_shape(0, 5);
+  const absl::Status refused = ReadCheckpointForShard({dir, 0, 2}, 40, &other).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("another model than the chief's"), std::string::npos)
+      << refused;
+
+  // A ps shard restores the files' slices at start, and the chief's Init
+  // with the other layout cuts them anew; its next save records that
+  // layout. Once confirmed, another placement is refused (a state being
+  // trained cannot change its slices on one shard alone).
+  ParameterShard::Options shard_options;
+  shard_options.threads = 1;
+  shard_options.checkpoint_dir = dir;
+  shard_options.num_shards = 2;
+  ParameterShard shard(shard_options);
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  absl::StatusOr<Placement> placement = ComputePlacement(variables, 2, options);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  // The chief's Init of shard 0 as `layout` places it (initial values 0).
+  auto init = [&](const proto::ModelLayout& layout, const Placement& placed) {
+    proto::InitHeader header;
+    *header.mutable_config() = model.config;
+    *header.add_tables() = model.table;
+    *header.mutable_layout() = layout;
+    int64_t elements = 0;
+    for (int s : placed.shard_slices[0]) {
+      const VariableSlice& slice = placed.slices[s];
+      proto::VariableMeta& meta = *header.add_variables();
+      meta.set_name(slice.name);
+      meta.set_dtype(proto::DT_FLOAT);
+      for (int64_t d : slice.shape) meta.add_shape(d);
+      elements += NumElements(slice.shape);
+    }
+    const std::vector<float> initial(elements, 0.0f);
+    SpanByteSource data({reinterpret_cast<const char*>(initial.data()),
+                         initial.size() * sizeof(float)});
+    return shard.Init(header, &data);
+  };
+  absl::StatusOr<bool> initialized = init(contiguous, *placement);
+  ASSERT_TRUE(initialized.ok()) << initialized.status();
+  EXPECT_FALSE(*initialized);  // The checkpoint's values, not the chief's zeros.
+  ASSERT_TRUE(shard.Save(41, -1, 5).ok());
+  absl::StatusOr<ShardState> saved = ReadShardCheckpoint({dir, 0, 2}, 41);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->layout.SerializeAsString(), contiguous.SerializeAsString());
+  ExpectSlicesOf(*saved, *placement, 0);
+  EXPECT_EQ(init(model.layout, model.Placed(2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CheckpointReshardTest, ACheckpointWithoutALayoutRestoresOntoItsOwnCountOnly) {

@@ -91,6 +91,53 @@ TEST(ShardCheckpointTest, RefusesANegativeDimensionAndRestoresTheOlderOne) {
   EXPECT_EQ(shard.GetStatus().restored_step(), 1);
 }
 
+// A shard of a model with fewer slices than shards holds nothing: it is
+// initialized empty, takes every replica's empty push and moves its version
+// with the others, and saves and restores its (empty) state.
+TEST(ShardCheckpointTest, AShardHoldingNoVariablesTrainsSavesAndRestores) {
+  const ShardCheckpointId id = NewCheckpointDir("empty");
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = id.dir;
+  proto::InitHeader empty = Model();
+  empty.clear_variables();
+  empty.mutable_config()->set_num_replicas(2);
+  empty.mutable_config()->set_replicas_to_aggregate(2);
+  {
+    ParameterShard shard(options);
+    ASSERT_TRUE(shard.RestoreLatest().ok());
+    SpanByteSource no_values(absl::Span<const char>{});
+    absl::StatusOr<bool> initialized = shard.Init(empty, &no_values);
+    ASSERT_TRUE(initialized.ok()) << initialized.status();
+    EXPECT_TRUE(*initialized);
+    for (int replica = 0; replica < 2; ++replica) {
+      proto::PushHeader push;
+      push.set_replica(replica);
+      push.set_version(0);
+      SpanByteSource no_bytes(absl::Span<const char>{});
+      absl::StatusOr<proto::PushResponse> pushed = shard.Push(push, &no_bytes);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      EXPECT_EQ(pushed->version(), replica);  // The second completes version 1.
+    }
+    EXPECT_EQ(shard.GetStatus().version(), 1);
+    // A push that carries a tensor to a shard that holds none is refused.
+    proto::PushHeader stray;
+    stray.set_replica(0);
+    stray.set_version(1);
+    *stray.add_variables() = Model().variables(0);
+    const std::vector<float> two = {1, 2};
+    SpanByteSource bytes({reinterpret_cast<const char*>(two.data()), sizeof(float) * 2});
+    EXPECT_EQ(shard.Push(stray, &bytes).status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(shard.Save(1, -1, 5).ok());
+  }
+  ParameterShard again(options);
+  ASSERT_TRUE(again.RestoreLatest().ok());
+  const proto::StatusResponse status = again.GetStatus();
+  EXPECT_EQ(status.restored_step(), 1);
+  EXPECT_EQ(status.version(), 1);
+  EXPECT_EQ(status.variables_size(), 0);
+}
+
 // A job resumed with another number of shards (ps tasks x stripes) is
 // told so, naming a file it found, instead of starting afresh beside the
 // checkpoints it was meant to resume from; a shard count that has files of
