@@ -2,7 +2,7 @@
 // Keras 2's; Sequential or Functional) read into its layers, what each reads
 // and is read by, its input shape, and its layers' typed settings, with
 // errors that name the file, the layer and its class. Turning the layers
-// into a network is keras_model.cc's. Internal to models/.
+// into a network is keras_network.h's. Internal to models/.
 //
 // Thread safety: const methods may be called concurrently; Parse once,
 // first.

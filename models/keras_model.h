@@ -16,8 +16,8 @@
 // "conv2d/biases", "conv2d/BatchNorm/gamma" (of the batch norm fused into
 // conv2d), "dense/weights".
 //
-// Reading the file is keras_file.h's; keras_model.cc turns its layers into
-// the network.
+// Reading the file is keras_file.h's; keras_network.h turns its layers into
+// the network, one method per layer class.
 //
 // Thread safety: pure functions.
 #ifndef PSRT_MODELS_KERAS_MODEL_H_

@@ -164,7 +164,7 @@ class WeightsLayout {
     if (kind == "LayerScale") return Add(layer, n + "/gamma", {}, weights);
     if (kind == "Normalization" && file_->IsNullField(layer, "mean")) {
       // adapt()'s mean, variance and count; psrt's constants are the
-      // initial ones (keras_model.cc).
+      // initial ones (keras_network.cc).
       ASSIGN_OR_RETURN(const int64_t channels, ImageChannels(layer));
       weights->push_back({-1, {channels}, 0.0f});
       weights->push_back({-1, {channels}, 1.0f});

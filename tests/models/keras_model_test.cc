@@ -457,6 +457,44 @@ TEST(KerasModelTest, ErrorsNameTheFileTheLayerAndItsClass) {
   }
 }
 
+// The ReLU folded into a sum keeps what the sum is: here a vector (two
+// flattened maps added), which the Dense after it reads whole, as Keras
+// does, not pixel by pixel.
+TEST(KerasModelTest, ADenseAfterASumOfFlattenedMapsReadsTheVector) {
+  auto tensor = [](const char* layer) {
+    return absl::StrCat(R"({"class_name": "__keras_tensor__", "config": {"keras_history": [")",
+                        layer, R"(", 0, 0]}})");
+  };
+  auto layer = [&](const char* cls, const char* name, const std::string& config,
+                   std::vector<const char*> inputs) {
+    std::string args;
+    for (const char* in : inputs) absl::StrAppend(&args, args.empty() ? "" : ", ", tensor(in));
+    return absl::StrCat(R"({"class_name": ")", cls, R"(", "name": ")", name,
+                        R"(", "config": {)", config, R"(}, "inbound_nodes": [{"args": [)",
+                        inputs.size() > 1 ? "[" : "", args, inputs.size() > 1 ? "]" : "",
+                        "]}]}");
+  };
+  const std::string conv =
+      R"("filters": 2, "kernel_size": [1, 1], "kernel_initializer": "glorot_uniform", )"
+      R"("bias_initializer": "zeros")";
+  const std::string dense =
+      R"("units": 3, "kernel_initializer": "glorot_uniform", "bias_initializer": "zeros")";
+  const std::string json = absl::StrCat(
+      R"({"class_name": "Functional", "config": {"layers": [)",
+      R"({"class_name": "InputLayer", "name": "in", "config": {"batch_shape": [null, 4, 4, 2]},)",
+      R"( "inbound_nodes": []}, )",
+      layer("Conv2D", "a", conv, {"in"}), ", ", layer("Conv2D", "b", conv, {"in"}), ", ",
+      layer("Flatten", "fa", "", {"a"}), ", ", layer("Flatten", "fb", "", {"b"}), ", ",
+      layer("Add", "sum", "", {"fa", "fb"}), ", ", layer("ReLU", "relu", "", {"sum"}), ", ",
+      layer("Dense", "out", dense, {"relu"}),
+      R"(], "input_layers": ["in", 0, 0], "output_layers": ["out", 0, 0]}})");
+  absl::StatusOr<std::unique_ptr<Model>> model = NewKerasModel(json, "sum.json", ModelOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, Shape> shapes;
+  for (const VariableDef& v : (*model)->variables()) shapes[v.name] = v.shape;
+  EXPECT_EQ(shapes["out/weights"], (Shape{4 * 4 * 2, 3}));
+}
+
 TEST(KerasModelTest, TheRegistryReadsModelKerasFromTheOptions) {
   ModelOptions options;
   EXPECT_THAT(std::string(NewModel("keras", options).status().message()),
