@@ -12,7 +12,7 @@
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600] [--workers 2]
 #                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
-#                         [--overlap true|false] [--placement contiguous]
+#                         [--overlap true|false] [--placement prioritized]
 #                         [--tensors auto|data_plane|grpc] [--peer tf] [--runs 1]
 # --peer tf: the same job on TensorFlow's own parameter servers in the same
 # run (scripts/peers/tf_ps_train.py: 1 ps + W workers, SyncReplicasOptimizer,
@@ -30,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
-overlap=true placement=contiguous workers=2 tensors=auto peer="" runs=1
+overlap=true placement=prioritized workers=2 tensors=auto peer="" runs=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;

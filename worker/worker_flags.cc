@@ -138,7 +138,8 @@ DEFINE_double(weight_decay, 0, "L2 regularization of the weights (not biases).")
 DEFINE_double(clip_norm, 0, "Clip gradients by global norm; 0: off.");
 DEFINE_bool(overlap_comm, true,
             "Overlap each step's pull with the forward pass and its push with the "
-            "backward pass, shard by shard (most with --placement=contiguous); "
+            "backward pass, shard by shard (most with a contiguous or prioritized "
+            "--placement); "
             "not with --clip_norm.");
 DEFINE_int64(save_checkpoint_steps, 0,
              "Chief: checkpoint every this many steps (needs psrt_ps --checkpoint_dir).");
@@ -154,11 +155,12 @@ DEFINE_string(logdir, "", "Chief: write TensorBoard event files here.");
 DEFINE_string(progress, "auto",
               "Chief progress display: bar (one redrawn line), log, or auto "
               "(bar when stderr is a terminal).");
-DEFINE_string(placement, "contiguous",
-              "Variable placement on parameter servers: contiguous (neighbouring layers "
-              "together, which --overlap_comm needs), prioritized (contiguous, with "
-              "the first layers' shards smallest: less of each step's communication "
-              "shows), round_robin or greedy.");
+DEFINE_string(placement, "prioritized",
+              "Variable placement on parameter servers: prioritized (neighbouring layers "
+              "together, which --overlap_comm needs, with the first layers' shards "
+              "smallest: less of each step's communication shows), contiguous (runs "
+              "of equal bytes), round_robin or greedy (CTR models' default). A job may "
+              "resume with another placement than its checkpoint's.");
 DEFINE_int64(partition_threshold_bytes, 1 << 20,
              "Variables larger than this are split across parameter servers (CTR models: "
              "16384 unless given, and --placement greedy).");
