@@ -12,7 +12,10 @@
 # model in P x N contiguous shards, so that pushes and pulls overlap the
 # passes at a finer grain than the default 2; _bf16: the workers'
 # --wire_dtype=bf16, half the bytes on the wire; _p: the workers'
-# --placement=prioritized, the first layers' shards smallest) or arWw (W workers sharing the GPU in
+# --placement=prioritized, the first layers' shards smallest, psrt's
+# default; without _p the workers' --placement=contiguous, runs of equal
+# bytes, so that a layout names what it named before prioritized became
+# the default) or arWw (W workers sharing the GPU in
 # --mode=allreduce, no ps: gradients from the device through page-locked
 # memory into the ring). Default: 1ps1w 2ps1w 1ps2w 1ps1w_s8 ar2w.
 #   gpu_job: model=M batch=B gpu_math=X conv=C layout=L job_eps=J single_eps=S ratio=R compute_ms=T push_ms=P pull_ms=Q exposed_comm_ms=E
@@ -133,7 +136,11 @@ run_job() {
       ps_flags="--ps_stripes=${BASH_REMATCH[4]}" task_flags=(--ps_stripes="${BASH_REMATCH[4]}")
     fi
     [ -z "${BASH_REMATCH[5]}" ] || task_flags+=(--wire_dtype=bf16)
-    [ -z "${BASH_REMATCH[6]}" ] || task_flags+=(--placement=prioritized)
+    if [ -n "${BASH_REMATCH[6]}" ]; then
+      task_flags+=(--placement=prioritized)
+    else
+      task_flags+=(--placement=contiguous)
+    fi
   elif [[ "$layout" =~ ^ar([0-9]+)w$ ]]; then
     nps=0 nworkers=${BASH_REMATCH[1]} task_flags=(--mode=allreduce)
   else
