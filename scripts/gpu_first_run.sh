@@ -5,8 +5,10 @@
 # it still runs to the end). Made for the device tool, from the repository
 # root, with the bundle of scripts/gpu_bundle.sh carried:
 #
-#   scripts/gpu_bundle.sh && (device) run scripts/gpu_first_run.sh, carry .gpu_bundle
-#   scripts/gpu_bundle.sh --train && (device) run scripts/gpu_first_run.sh --train, carry .gpu_train
+#   scripts/gpu_bundle.sh && (device) run scripts/gpu_first_run.sh, carry .gpu_bundle.tar.gz
+#   scripts/gpu_bundle.sh --train && (device) run scripts/gpu_first_run.sh --train, carry .gpu_train.tar.gz
+# (the packed bundle is unpacked beside it first; an unpacked .gpu_bundle
+# folder is used as it is)
 #
 # Stages (the default, with .gpu_bundle):
 #   env        the GPUs (nvidia-smi), the machine's CUDA 13 cudart and cuBLAS
@@ -97,6 +99,9 @@ limit() {
   echo "== host CPU"
   lscpu 2>&1 | grep -E '^(Model name|CPU\(s\)|Flags)' | cut -c1-200
 } >"$out/env.txt"
+if [ ! -x "$bundle/bin/psrtctl" ] && [ -f "$bundle.tar.gz" ]; then
+  mkdir -p "$bundle" && tar -C "$bundle" -xzf "$bundle.tar.gz"
+fi
 if [ ! -x "$bundle/bin/psrtctl" ]; then
   stage env FAILED "no bundle at $bundle: run scripts/gpu_bundle.sh$([ "$mode" = train ] && echo ' --train') and carry it"
   exit 1
