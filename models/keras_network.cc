@@ -16,6 +16,10 @@ constexpr double kMaxVariableElements = 2147483648.0;
 
 }  // namespace
 
+bool KerasNetwork::OfAConstant(const Step& step) {
+  return step.layer->operation && step.in.size() == 1 && step.layer->constants.size() == 1;
+}
+
 absl::Status KerasNetwork::OneInput(const Step& step) const {
   if (step.x >= 0) return absl::OkStatus();
   return file_.LayerError(*step.layer, absl::StrCat("has ", step.in.size(), " inputs, want 1"));
@@ -489,9 +493,7 @@ absl::StatusOr<KerasNetwork::Added> KerasNetwork::Reshape(const Step& step, NetB
 
 absl::StatusOr<KerasNetwork::Added> KerasNetwork::Multiply(const Step& step, NetBuilder* net) {
   const KerasLayer& layer = *step.layer;
-  if (layer.operation && step.in.size() == 1 && layer.constants.size() == 1) {
-    return ConstantArithmetic(step, net);
-  }
+  if (OfAConstant(step)) return ConstantArithmetic(step, net);
   if (step.in.size() != 2) {
     return file_.LayerError(layer, absl::StrCat("a Multiply of ", step.in.size(),
                                                 " tensors; want 2, or one and a constant"));
@@ -642,9 +644,7 @@ absl::StatusOr<KerasNetwork::Added> KerasNetwork::Activation(const Step& step, N
 
 absl::StatusOr<KerasNetwork::Added> KerasNetwork::Add(const Step& step, NetBuilder* net) {
   const KerasLayer& layer = *step.layer;
-  if (layer.operation && step.in.size() == 1 && layer.constants.size() == 1) {
-    return ConstantArithmetic(step, net);
-  }
+  if (OfAConstant(step)) return ConstantArithmetic(step, net);
   if (step.in.size() < 2) return file_.LayerError(layer, "an Add of fewer than 2 inputs");
   RETURN_IF_ERROR(DistinctInputs(layer, step.in));
   RETURN_IF_ERROR(SameDims(step, /*channels=*/true, "inputs of different shapes", net));

@@ -76,6 +76,9 @@ class KerasNetwork {
   absl::StatusOr<Added> CustomScaleLayer(const Step& step, NetBuilder* net);
   absl::StatusOr<Added> Concatenate(const Step& step, NetBuilder* net);
 
+  // Whether an Add or Multiply is Keras 3's x + c or x * c (one input and a
+  // constant): ConstantArithmetic's.
+  static bool OfAConstant(const Step& step);
   // An error unless the layer reads exactly one tensor.
   absl::Status OneInput(const Step& step) const;
   // An error when the layer's one input is a vector (after Flatten or

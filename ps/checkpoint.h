@@ -41,8 +41,10 @@
 // recently saved checkpoints are kept.
 //
 // Resharding. A checkpoint restores onto the same number K of shards from
-// each shard's own file, or onto another number K' from the files of all K
-// (ReadCheckpointForShard; they must then be in one directory): the layout
+// each shard's own file, or onto another number K' from the files of all K,
+// or onto K shards placed otherwise (another placement strategy or
+// partition threshold) from the files of all K (ReadCheckpointForShard;
+// they must then be in one directory): the layout
 // says which slices of which variables each old file holds and each new
 // shard is to hold (common/placement.h), and a table's rows are split by
 // TableShardOf, by ranges of the ids' hashes, so that a new shard reads
@@ -109,7 +111,8 @@ struct ShardState {
   // hash, not by ranges, so they are not all this shard's (but with one).
   bool tables_by_residue = false;
   // Gathered from the files of a job of this many shards (resharded); 0:
-  // from the shard's own file.
+  // from the files of the shard's own count (its own file, or all of them
+  // when cut anew for another placement).
   int resharded_from = 0;
   // An embedding table's rows: id ids[i] has row i of values and of each
   // slot (both [ids.size(), dim]).

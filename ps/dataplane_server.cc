@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -217,14 +218,15 @@ absl::Status DataPlaneServer::HandlePush(FrameConnection* connection, const Fram
   // too large ends the connection before any memory is taken for it.
   const size_t size = static_cast<size_t>(header.data_size);
   if (buffer->size() < size) {
-    const size_t limit = (*shard)->max_push_bytes();
-    if (size > limit) {
-      return limit == 0 ? absl::UnavailableError(absl::StrCat("push to stripe ", header.stripe,
-                                                              ", which holds no model yet"))
-                        : absl::InvalidArgumentError(absl::StrCat(
-                              "push to stripe ", header.stripe, " of ", size,
-                              " bytes, more than the stripe's ", limit,
-                              " bytes of values and embedding rows"));
+    const std::optional<size_t> limit = (*shard)->max_push_bytes();
+    if (!limit.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat("push to stripe ", header.stripe, ", which holds no model yet"));
+    }
+    if (size > *limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push to stripe ", header.stripe, " of ", size, " bytes, more than the stripe's ",
+          *limit, " bytes of values and embedding rows"));
     }
     buffer->resize(size);
   }

@@ -129,7 +129,7 @@ ParameterShard::~ParameterShard() {
 absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
                                           ByteSource* data) {
   RETURN_IF_ERROR(AdmitAsPrimary("init"));
-  if (header.has_layout()) RETURN_IF_ERROR(RecutForLayout(header.layout()));
+  if (header.has_layout()) RETURN_IF_ERROR(RecutForLayout(header));
   ASSIGN_OR_RETURN(const bool initialized, InitState(header, data));
   // The backup starts from the state the chief made or confirmed.
   std::vector<Waiter> moved;
@@ -353,9 +353,9 @@ int64_t ParameterShard::incarnation() const {
   return incarnation_;
 }
 
-size_t ParameterShard::max_push_bytes() const {
+std::optional<size_t> ParameterShard::max_push_bytes() const {
   absl::MutexLock lock(&mu_);
-  if (current_ == nullptr) return 0;
+  if (current_ == nullptr) return std::nullopt;
   return current_->values.num_bytes() + (tables_ != nullptr ? tables_->max_push_bytes() : 0);
 }
 

@@ -97,6 +97,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -316,8 +317,9 @@ class ParameterShard {
   // How many times this copy took over as its shard's primary (replicas).
   int64_t takeovers() const { return takeovers_.load(); }
   // The most bytes a push to the shard may carry: its values as float32
-  // and the most embedding rows a push may name (0 before Init).
-  size_t max_push_bytes() const;
+  // and the most embedding rows a push may name (0 for a shard that holds
+  // nothing); nullopt before Init.
+  std::optional<size_t> max_push_bytes() const;
 
  private:
   struct Waiter {
@@ -416,10 +418,12 @@ class ParameterShard {
   // Elastic: the chief alone is a member (after Init and Restore).
   void ResetMembersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Init's first step: the restored state cut anew for the chief's layout
-  // when it asks for another placement of the same variables (see Init);
-  // OK and nothing done otherwise.
-  absl::Status RecutForLayout(const proto::ModelLayout& layout);
+  // Init's first step: the restored state cut anew for the layout of the
+  // chief's Init when it asks for another placement of the same variables
+  // (see Init); OK and nothing done otherwise, and for an Init that
+  // InitState refuses anyway (while the shard restores at start, or of an
+  // older recovery round).
+  absl::Status RecutForLayout(const proto::InitHeader& header);
   // Init's work on this copy (Init then fills the backup).
   absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
 

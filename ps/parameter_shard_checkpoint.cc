@@ -228,15 +228,20 @@ absl::Status ParameterShard::Restore(int64_t step, int64_t recovery_epoch) {
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::RecutForLayout(const proto::ModelLayout& layout) {
+absl::Status ParameterShard::RecutForLayout(const proto::InitHeader& header) {
+  const proto::ModelLayout& layout = header.layout();
   int64_t step = -1, incarnation = 0;
   std::string held;  // The restored state's placement, for the log.
+  std::string held_placement;
+  int64_t held_threshold = 0;
   {
     absl::MutexLock lock(&mu_);
     // Only a restored state that no chief has confirmed yet: a state being
-    // trained on cannot change its slices on one shard alone.
+    // trained on cannot change its slices on one shard alone. An Init that
+    // InitState refuses changes nothing.
     if (options_.checkpoint_dir.empty() || !initialized_ || ready_ || restored_step_ < 0 ||
-        layout_.placement().empty()) {
+        layout_.placement().empty() || restoring_ ||
+        header.recovery_epoch() < recovery_epoch_) {
       return absl::OkStatus();
     }
     const bool same_cut = layout_.placement() == layout.placement() &&
@@ -245,8 +250,9 @@ absl::Status ParameterShard::RecutForLayout(const proto::ModelLayout& layout) {
     if (!SameVariables(layout_, layout) || same_cut) return absl::OkStatus();
     step = restored_step_;
     incarnation = incarnation_;
-    held = absl::StrCat(layout_.placement(), ", partition threshold ",
-                        layout_.partition_threshold_bytes(), " bytes");
+    held_placement = layout_.placement();
+    held_threshold = layout_.partition_threshold_bytes();
+    held = absl::StrCat(held_placement, ", partition threshold ", held_threshold, " bytes");
   }
   // Read without the lock, as Restore does: status calls go on meanwhile.
   absl::StatusOr<ShardState> state = ReadCheckpointForShard(checkpoint_id(), step, &layout);
@@ -255,8 +261,10 @@ absl::Status ParameterShard::RecutForLayout(const proto::ModelLayout& layout) {
         "init: the chief places the variables otherwise (--placement=", layout.placement(),
         " --partition_threshold_bytes=", layout.partition_threshold_bytes(),
         ") than checkpoint ", step, " (", held, "), and cutting it anew failed: ",
-        state.status().message(), "; resume with the checkpoint's --placement and "
-        "--partition_threshold_bytes"));
+        state.status().message(), "; give the ps tasks one directory that holds every shard's "
+        "files, or restart them and resume with the checkpoint's --placement=", held_placement,
+        " --partition_threshold_bytes=", held_threshold,
+        " (shards that took the new placement hold it until restarted)"));
   }
   std::vector<Waiter> aborted;
   {

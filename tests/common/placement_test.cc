@@ -160,7 +160,8 @@ TEST(PlacementTest, ContiguousLeavesNoShardEmptyWhileThereAreSlicesEnough) {
   PlacementOptions options;
   options.strategy = PlacementStrategy::kContiguous;
   // One variable outweighs the rest: by bytes alone its middle would fall
-  // in shard 1 of 4 and leave shard 0 empty (a ps refuses an empty Init).
+  // in shard 1 of 4 and leave shard 0 empty (an empty shard trains along,
+  // but a push and a pull a step for nothing).
   const std::vector<VariableDef> vars = {
       {"w", {784, 128}}, {"b", {128}}, {"w2", {128, 10}}, {"b2", {10}}};
   for (int shards = 1; shards <= 4; ++shards) {

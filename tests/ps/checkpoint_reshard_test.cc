@@ -16,6 +16,7 @@
 #include "common/safetensors.h"
 #include "common/splitmix.h"
 #include "common/training_config.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/checkpoint.h"
 #include "ps/embedding_table.h"
@@ -290,12 +291,14 @@ TEST(CheckpointReshardTest, ACheckpointIsCutAnewForAnotherPlacement) {
   ASSERT_TRUE(shard.RestoreLatest().ok());
   absl::StatusOr<Placement> placement = ComputePlacement(variables, 2, options);
   ASSERT_TRUE(placement.ok()) << placement.status();
-  // The chief's Init of shard 0 as `layout` places it (initial values 0).
-  auto init = [&](const proto::ModelLayout& layout, const Placement& placed) {
+  // The chief's Init of shard 0 as `layout` places it (initial values 0),
+  // of recovery round `epoch`.
+  auto init = [&](const proto::ModelLayout& layout, const Placement& placed, int64_t epoch = 2) {
     proto::InitHeader header;
     *header.mutable_config() = model.config;
     *header.add_tables() = model.table;
     *header.mutable_layout() = layout;
+    header.set_recovery_epoch(epoch);
     int64_t elements = 0;
     for (int s : placed.shard_slices[0]) {
       const VariableSlice& slice = placed.slices[s];
@@ -310,8 +313,16 @@ TEST(CheckpointReshardTest, ACheckpointIsCutAnewForAnotherPlacement) {
                          initial.size() * sizeof(float)});
     return shard.Init(header, &data);
   };
+  // The chief's round 2 restores the checkpoint; an Init of an older round,
+  // refused, cuts nothing.
+  ASSERT_TRUE(shard.Restore(40, /*recovery_epoch=*/2).ok());
+  const int64_t restored = shard.GetStatus().incarnation();
+  EXPECT_EQ(init(contiguous, *placement, /*epoch=*/1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.GetStatus().incarnation(), restored);
   absl::StatusOr<bool> initialized = init(contiguous, *placement);
   ASSERT_TRUE(initialized.ok()) << initialized.status();
+  EXPECT_NE(shard.GetStatus().incarnation(), restored);
   EXPECT_FALSE(*initialized);  // The checkpoint's values, not the chief's zeros.
   ASSERT_TRUE(shard.Save(41, -1, 5).ok());
   absl::StatusOr<ShardState> saved = ReadShardCheckpoint({dir, 0, 2}, 41);
@@ -320,6 +331,43 @@ TEST(CheckpointReshardTest, ACheckpointIsCutAnewForAnotherPlacement) {
   ExpectSlicesOf(*saved, *placement, 0);
   EXPECT_EQ(init(model.layout, model.Placed(2)).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A shard that cannot cut its checkpoint anew (another shard's file is not
+// in its directory) refuses the chief's Init, saying what to do, and keeps
+// the state it restored.
+TEST(CheckpointReshardTest, ACutThatLacksAFileIsRefusedNamingTheWayOut) {
+  const Model model;
+  const std::string dir = NewDir("recut_missing");
+  WriteShards(model, dir, 2, 40);
+  // Shard 1 restores its own file; placed contiguously it would hold "b",
+  // which shard 0's file holds.
+  std::filesystem::remove(dir + "/model.ckpt-40.ps-0-of-2.safetensors");
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = dir;
+  options.shard = 1;
+  options.num_shards = 2;
+  ParameterShard shard(options);
+  ASSERT_TRUE(shard.RestoreLatest().ok());
+  const proto::StatusResponse restored = shard.GetStatus();
+  ASSERT_EQ(restored.restored_step(), 40);
+  proto::InitHeader init;
+  *init.mutable_config() = model.config;
+  *init.add_tables() = model.table;
+  *init.mutable_layout() = model.layout;
+  init.mutable_layout()->set_placement("contiguous");
+  const std::vector<float> none;
+  SpanByteSource data({reinterpret_cast<const char*>(none.data()), 0});
+  const absl::Status refused = shard.Init(init, &data).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::AllOf(::testing::HasSubstr("ps-0-of-2"),
+                               ::testing::HasSubstr("one directory that holds every shard's"),
+                               ::testing::HasSubstr("--placement=round_robin "
+                                                    "--partition_threshold_bytes=16")));
+  EXPECT_EQ(shard.GetStatus().incarnation(), restored.incarnation());
+  EXPECT_FALSE(shard.GetStatus().ready());
 }
 
 TEST(CheckpointReshardTest, ACheckpointWithoutALayoutRestoresOntoItsOwnCountOnly) {

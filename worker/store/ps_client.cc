@@ -259,7 +259,10 @@ absl::Status PsClient::Init(const proto::TrainingConfig& config,
     }
     requests[k] = {&headers[k], codec_->Encode(k, params, proto::DT_FLOAT)};
   }
-  return calls_->CallAll(*grpc_, PsMethod::kInit, options_.rpc_timeout, requests, nullptr, {});
+  // A shard may first cut its restored checkpoint anew (another placement):
+  // as long as a Restore.
+  return calls_->CallAll(*grpc_, PsMethod::kInit, options_.rpc_timeout + absl::Minutes(5),
+                         requests, nullptr, {});
 }
 
 absl::StatusOr<std::vector<proto::StatusResponse>> PsClient::GetStatus() {

@@ -11,7 +11,8 @@
 // works on the first layers. The messages are the ones PsClient sends
 // anyway (one push per shard and step), so sync exactness and retry
 // semantics are PsClient's. How much overlaps depends on the placement:
-// with common/placement.h's kContiguous a shard holds neighbouring layers.
+// with common/placement.h's kPrioritized (the default) and kContiguous a
+// shard holds neighbouring layers.
 //
 // Thread safety: one caller thread (the trainer's, and the model's hooks
 // on it) drives the pipeline; PsClient calls run on the pipeline's thread,
