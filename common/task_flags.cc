@@ -35,7 +35,8 @@ DEFINE_string(chief_token_file, "",
 DEFINE_int32(ps_stripes, 2,
              "Shards each ps process serves, each over its own connection: a "
              "large model then moves as several concurrent streams. Give every "
-             "task of a job (ps, workers, evaluator) the same value. A job "
+             "ps task of a job the same value; workers and the evaluator not "
+             "given it ask the ps tasks at start. A job "
              "may resume with another value: its checkpoint is resharded "
              "(docs/checkpoints-and-recovery.md). Shards left without a "
              "variable (a small model) just move with the others.");

@@ -57,8 +57,9 @@ absl::StatusOr<TensorTransport> TensorTransportFromFlags();
 absl::StatusOr<int> DataPortFromFlags();
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
-// "Stripes"); every task of a job must be given the same. InvalidArgument
-// outside 1..kMaxPsStripes.
+// "Stripes"); every ps task of a job must be given the same (a worker not
+// given it asks them: worker_task.cc). InvalidArgument outside
+// 1..kMaxPsStripes.
 absl::StatusOr<int> PsStripesFromFlags();
 constexpr int kMaxPsStripes = 16;
 // --ps_replicas: backup copies of each shard (0 or 1); InvalidArgument

@@ -55,7 +55,6 @@ struct WorkerConfig {
 
   // ---- Where the parameters live. ----
   PlacementOptions placement;
-  int ps_stripes = 1;
   // Ps mode. The task sets `metrics`.
   PsClient::Options ps_client;
   // Allreduce mode. The task sets `timeline`.

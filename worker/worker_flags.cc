@@ -376,11 +376,11 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
       config->placement.strategy = PlacementStrategy::kGreedyByBytes;
     }
   }
-  ASSIGN_OR_RETURN(config->ps_stripes, PsStripesFromFlags());
-
   PsClient::Options& client = config->ps_client;
   for (int k = 0; k < spec.num_ps(); ++k) client.ps_addresses.push_back(spec.address("ps", k));
-  client.ps_stripes = config->ps_stripes;
+  ASSIGN_OR_RETURN(client.ps_stripes, PsStripesFromFlags());
+  // Not given: the ps tasks' own, asked at start (worker_task.cc).
+  if (gflags::GetCommandLineFlagInfoOrDie("ps_stripes").is_default) client.ps_stripes = 0;
   ASSIGN_OR_RETURN(client.ps_replicas, PsReplicasFromFlags());
   if (client.ps_replicas > 0) {
     if (config->allreduce || config->dense_allreduce) {

@@ -13,15 +13,21 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
+#include "common/backoff.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
 #include "common/splitmix.h"
 #include "common/status_macros.h"
 #include "common/timeline.h"
 #include "common/training_config.h"
+#include "common/transport_security.h"
 #include "glog/logging.h"
+#include "grpcpp/client_context.h"
 #include "models/model.h"
+#include "proto/psrt.grpc.pb.h"
 #include "worker/store/allreduce_store.h"
 #include "worker/store/hybrid_store.h"
 #include "worker/ring/collective.h"
@@ -125,6 +131,51 @@ absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfi
   return towers;
 }
 
+// The stripes the ps tasks serve, for a worker not given --ps_stripes:
+// asked of each ps task in turn, with backoff, until one answers (a job of
+// replicated shards may have lost one for good); the client's
+// WaitForServers then holds every task to it.
+absl::StatusOr<int> AskPsStripes(const PsClient::Options& client, absl::Duration timeout) {
+  const TransportSecurity plaintext;
+  const TransportSecurity& security = client.security ? *client.security : plaintext;
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Time next_log = absl::Now() + absl::Seconds(5);
+  while (true) {
+    std::vector<std::string> errors;
+    for (size_t t = 0; t < client.ps_addresses.size(); ++t) {
+      const std::string& address = client.ps_addresses[t];
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      proto::StatusResponse reply;
+      const absl::Status status = FromGrpcStatus(
+          proto::ParameterServer::NewStub(NewChannel(address, security))
+              ->GetStatus(&context, proto::StatusRequest(), &reply));
+      if (status.ok()) {
+        const int stripes = std::max(1, reply.stripes());
+        LOG(INFO) << "the ps tasks serve " << stripes << " stripes each (ps/" << t
+                  << "'s --ps_stripes)";
+        return stripes;
+      }
+      if (absl::IsUnauthenticated(status)) {
+        return absl::UnauthenticatedError(absl::StrCat("ps/", t, " (", address, "): ",
+                                                       status.message()));
+      }
+      errors.push_back(absl::StrCat("ps/", t, " (", address, "): ", status.message()));
+    }
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no parameter server answered within ", absl::FormatDuration(timeout),
+          " (asked for its --ps_stripes): ", absl::StrJoin(errors, "; ")));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for a parameter server: " << absl::StrJoin(errors, "; ");
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(backoff.Next());
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& config,
                                                           const Model& model,
                                                           Collective* ring,
@@ -174,11 +225,16 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
     return std::unique_ptr<ParameterStore>(std::move(dense));
   }
   const int num_ps = config.cluster.spec.num_ps();
+  PsClient::Options options = config.ps_client;
+  if (options.ps_stripes == 0 && !options.ps_addresses.empty()) {
+    ASSIGN_OR_RETURN(options.ps_stripes,
+                     AskPsStripes(options, config.trainer.startup_timeout));
+  }
+  options.ps_stripes = std::max(1, options.ps_stripes);
   ASSIGN_OR_RETURN(
       Placement placement,
       ComputePlacement(config.dense_allreduce ? std::vector<VariableDef>() : model.variables(),
-                       std::max(1, num_ps * config.ps_stripes), config.placement));
-  PsClient::Options options = config.ps_client;
+                       std::max(1, num_ps * options.ps_stripes), config.placement));
   options.metrics = &metrics->transfers();
   options.timeline = timeline;
   // Every variable, whole, and the placement's options: each shard saves

@@ -126,7 +126,7 @@ TEST_F(CheckpointTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 
 // A job resumed with more stripes and another placement, then with the same
 // count and another placement again, ends where the job that never stopped
-// ends. The second and third legs hold 6 slices on 16 shards: 10 shards hold
+// ends. Only the ps tasks are given --ps_stripes; the workers ask them. The second and third legs hold 6 slices on 16 shards: 10 shards hold
 // nothing and still move with the others. The ps tasks restore the files'
 // layout and cut it anew for the chief's at its Init.
 TEST_F(CheckpointTest, ResumesWithMoreStripesAndAnotherPlacementExactly) {
@@ -147,8 +147,8 @@ TEST_F(CheckpointTest, ResumesWithMoreStripesAndAnotherPlacementExactly) {
     const std::string logs = absl::StrCat(dir_, "/leg", leg.steps);
     CommandResult r = Launch(
         spec, logs,
-        absl::StrCat(kFlags, " --train_steps=", leg.steps, " --ps_stripes=", leg.stripes,
-                     " --placement=", leg.placement, " --final_params_out=", resumed),
+        absl::StrCat(kFlags, " --train_steps=", leg.steps, " --placement=", leg.placement,
+                     " --final_params_out=", resumed),
         absl::StrCat("--checkpoint_dir ", ckpt, " --ps_flags --ps_stripes=", leg.stripes));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string chief = ReadFile(logs + "/worker-0.log");
@@ -156,6 +156,10 @@ TEST_F(CheckpointTest, ResumesWithMoreStripesAndAnotherPlacementExactly) {
     double accuracy = 0;
     ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << chief;
     EXPECT_EQ(step, leg.steps);
+    // The workers, not given --ps_stripes, take the ps tasks'.
+    EXPECT_NE(chief.find(absl::StrCat("the ps tasks serve ", leg.stripes, " stripes each")),
+              std::string::npos)
+        << chief;
     if (*leg.recut == '\0') continue;
     EXPECT_NE(chief.find(absl::StrCat("resuming at global step ", leg.steps - 40)),
               std::string::npos)

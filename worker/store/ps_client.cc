@@ -200,7 +200,7 @@ absl::Status PsClient::WaitForServers(absl::Duration timeout) {
           return absl::FailedPreconditionError(absl::StrCat(
               ShardName(k), " serves ", stripes, " stripes, but this task was "
               "started with --ps_stripes=", options_.ps_stripes,
-              ": give every task of the job the same --ps_stripes"));
+              ": give the workers the ps tasks' --ps_stripes, or none (they then ask)"));
         }
         if (reply.data_port() == 0) served_data_plane = false;
         if (options_.tensor_transport == TensorTransport::kDataPlane && reply.data_port() == 0 &&

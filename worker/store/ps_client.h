@@ -76,7 +76,9 @@ class PsClient final : public ParameterStore {
   struct Options {
     std::vector<std::string> ps_addresses;  // ps task t listens on [t].
     // Shards each ps task serves (psrt_ps --ps_stripes); WaitForServers
-    // fails when a ps task serves another number.
+    // fails when a ps task serves another number. The worker's flags leave
+    // 0 when --ps_stripes is not given: MakeStore (worker_task.cc) asks the
+    // ps tasks before making the client.
     int ps_stripes = 1;
     // Backup copies of each shard (psrt_ps --ps_replicas, which must be the
     // same): 0 or 1. With 1, shard k's calls follow its primary to whichever
