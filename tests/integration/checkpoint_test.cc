@@ -126,9 +126,10 @@ TEST_F(CheckpointTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 
 // A job resumed with more stripes and another placement, then with the same
 // count and another placement again, ends where the job that never stopped
-// ends. Only the ps tasks are given --ps_stripes; the workers ask them. The second and third legs hold 6 slices on 16 shards: 10 shards hold
-// nothing and still move with the others. The ps tasks restore the files'
-// layout and cut it anew for the chief's at its Init.
+// ends. Only the ps tasks are given --ps_stripes; the workers ask them. The
+// second and third legs hold 6 slices on 16 shards: 10 shards hold nothing
+// and still move with the others. The ps tasks restore the files' layout
+// and cut it anew for the chief's at its Init.
 TEST_F(CheckpointTest, ResumesWithMoreStripesAndAnotherPlacementExactly) {
   const std::string spec = MakeSpec(2, 2);
   const std::string ckpt = dir_ + "/ckpt";
