@@ -35,6 +35,16 @@ std::string NewDir(const std::string& name) {
   return dir;
 }
 
+// A ps shard of `num_shards` that restores from `dir`.
+ParameterShard::Options ShardOf(const std::string& dir, int shard, int num_shards) {
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = dir;
+  options.shard = shard;
+  options.num_shards = num_shards;
+  return options;
+}
+
 // The model: "w" [6, 2] (cut into parts by a 16-byte threshold), "b" [3]
 // (cut too), "s" [1] (whole), and table "emb" of kIds rows; Adagrad, so a
 // slot beside every value and row, and moving averages.
@@ -195,11 +205,7 @@ TEST(CheckpointReshardTest, AShardRestoresAnotherCountsCheckpointAtStart) {
   const Model model;
   const std::string dir = NewDir("at_start");
   WriteShards(model, dir, 2, 40);
-  ParameterShard::Options options;
-  options.threads = 1;
-  options.checkpoint_dir = dir;
-  options.shard = 1;
-  options.num_shards = 3;
+  const ParameterShard::Options options = ShardOf(dir, 1, 3);
   {
     ParameterShard shard(options);
     ASSERT_TRUE(shard.RestoreLatest().ok());
@@ -283,11 +289,7 @@ TEST(CheckpointReshardTest, ACheckpointIsCutAnewForAnotherPlacement) {
   // with the other layout cuts them anew; its next save records that
   // layout. Once confirmed, another placement is refused (a state being
   // trained cannot change its slices on one shard alone).
-  ParameterShard::Options shard_options;
-  shard_options.threads = 1;
-  shard_options.checkpoint_dir = dir;
-  shard_options.num_shards = 2;
-  ParameterShard shard(shard_options);
+  ParameterShard shard(ShardOf(dir, 0, 2));
   ASSERT_TRUE(shard.RestoreLatest().ok());
   absl::StatusOr<Placement> placement = ComputePlacement(variables, 2, options);
   ASSERT_TRUE(placement.ok()) << placement.status();
@@ -343,12 +345,7 @@ TEST(CheckpointReshardTest, ACutThatLacksAFileIsRefusedNamingTheWayOut) {
   // Shard 1 restores its own file; placed contiguously it would hold "b",
   // which shard 0's file holds.
   std::filesystem::remove(dir + "/model.ckpt-40.ps-0-of-2.safetensors");
-  ParameterShard::Options options;
-  options.threads = 1;
-  options.checkpoint_dir = dir;
-  options.shard = 1;
-  options.num_shards = 2;
-  ParameterShard shard(options);
+  ParameterShard shard(ShardOf(dir, 1, 2));
   ASSERT_TRUE(shard.RestoreLatest().ok());
   const proto::StatusResponse restored = shard.GetStatus();
   ASSERT_EQ(restored.restored_step(), 40);
@@ -381,11 +378,7 @@ TEST(CheckpointReshardTest, ACheckpointWithoutALayoutRestoresOntoItsOwnCountOnly
       << state.status();
   EXPECT_NE(state.status().message().find("ps-0-of-2"), std::string::npos) << state.status();
   // A ps of the new count stops, saying why, rather than start afresh.
-  ParameterShard::Options options;
-  options.threads = 1;
-  options.checkpoint_dir = dir;
-  options.num_shards = 3;
-  ParameterShard shard(options);
+  ParameterShard shard(ShardOf(dir, 0, 3));
   const absl::Status restored = shard.RestoreLatest();
   EXPECT_EQ(restored.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(restored.message().find("records no model layout"), std::string::npos) << restored;
@@ -445,11 +438,7 @@ TEST(CheckpointReshardTest, TablesOfTheOlderHashAreGatheredFromEveryFile) {
   }
   EXPECT_EQ(rows, kIds);
   // A ps of the same count restores it at start.
-  ParameterShard::Options options;
-  options.threads = 1;
-  options.checkpoint_dir = dir;
-  options.num_shards = 2;
-  ParameterShard shard(options);
+  ParameterShard shard(ShardOf(dir, 0, 2));
   ASSERT_TRUE(shard.RestoreLatest().ok());
   EXPECT_EQ(shard.GetStatus().restored_step(), 40);
   EXPECT_EQ(ReadCheckpointForShard({dir, 0, 3}, 40).status().code(),
