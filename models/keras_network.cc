@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace psrt {
