@@ -145,7 +145,9 @@ TEST_P(PsClientTransportTest, Bf16WireRoundsOnlyWhatTravels) {
 TEST_P(PsClientTransportTest, TimelineShowsEachShardsPushAndPull) {
   auto ps = Ps(0, /*stripes=*/2);
   const auto vars = Variables(/*rows=*/100);
-  const std::string path = ::testing::TempDir() + "/ps_client_timeline.json";
+  // One file per process: ctest runs this test's two transports at once.
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/ps_client_timeline_", getpid(), ".json");
   auto timeline = Timeline::Open(path, 0);
   ASSERT_TRUE(timeline.ok()) << timeline.status();
   auto owner = Client({ps.get()}, 0, vars, absl::Seconds(60), 2, proto::DT_FLOAT, {},
