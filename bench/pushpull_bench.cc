@@ -42,8 +42,9 @@ DEFINE_double(model_mb, 13, "Model size in MB (10^6 bytes).");
 DEFINE_int32(runs, 5, "Timed runs; the median is reported.");
 DEFINE_int32(rounds, 10, "Push+pull rounds per run.");
 DEFINE_bool(unix_socket, false,
-            "Reach the shards over their abstract Unix sockets "
-            "(psrt_ps --unix_socket) instead of TCP.");
+            "Reach the shards' gRPC over their abstract Unix sockets "
+            "(psrt_ps --unix_socket) instead of TCP (the data plane takes "
+            "theirs unless psrt_ps --local_data_plane=false).");
 DEFINE_string(wire_dtype, "fp32",
               "fp32 or bf16: how gradients and parameters travel (mb_per_s "
               "still counts the model's float32 bytes).");

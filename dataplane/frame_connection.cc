@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/cluster_spec.h"
+#include "common/random_id.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -157,8 +158,8 @@ void ConfigureStream(int fd, int family) {
 
 }  // namespace
 
-std::string LocalDataPlaneAddress(int task_port) {
-  return absl::StrCat(kUnixAbstract, "psrt-data-", task_port);
+std::string NewLocalDataPlaneAddress(int task_port) {
+  return absl::StrCat(kUnixAbstract, "psrt-data-", task_port, "-", NewRandomHexId());
 }
 
 FrameConnection::FrameConnection(int fd, std::string peer, uint64_t max_data_bytes)

@@ -33,9 +33,11 @@
 namespace psrt {
 namespace dataplane {
 
-// The abstract Unix socket on which a ps task whose gRPC port is `task_port`
-// serves its data plane to workers on its host: "unix-abstract:psrt-data-PORT".
-std::string LocalDataPlaneAddress(int task_port);
+// A new abstract Unix socket address for the data plane of a ps task whose
+// gRPC port is `task_port`: "unix-abstract:psrt-data-PORT-RANDOM", a name
+// no other process holds, which workers learn from the task's status and
+// reach only from its host (its network namespace).
+std::string NewLocalDataPlaneAddress(int task_port);
 
 class FrameConnection {
  public:

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace psrt {
 namespace dataplane {
@@ -13,14 +14,19 @@ constexpr uint32_t kMaxHelloBytes = 4096;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(const std::string& address,
-                                                                  const std::string& credential,
-                                                                  uint64_t max_data_bytes,
-                                                                  absl::Time deadline,
-                                                                  std::string* accepted_text) {
-  absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
-      FrameConnection::Connect(address, max_data_bytes, deadline);
+absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(
+    absl::Span<const std::string> addresses, const std::string& credential,
+    uint64_t max_data_bytes, absl::Time deadline, std::string* accepted_text) {
+  CHECK(!addresses.empty());
+  absl::StatusOr<std::unique_ptr<FrameConnection>> opened;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const bool last = i + 1 == addresses.size();
+    opened = FrameConnection::Connect(addresses[i], max_data_bytes,
+                                      last ? deadline : absl::InfinitePast());
+    if (opened.ok()) break;
+  }
   if (!opened.ok()) return absl::UnavailableError(opened.status().message());
+  const std::string& address = (*opened)->peer();
   FrameHeader hello;
   hello.kind = FrameKind::kHello;
   if (absl::Status s = (*opened)->Send(hello, credential, {}, deadline); !s.ok()) return s;

@@ -16,18 +16,22 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "dataplane/frame_connection.h"
 
 namespace psrt {
 namespace dataplane {
 
-// Connects to `address` (FrameConnection::Connect) and says hello with
-// `credential`. A connection that cannot be made is Unavailable; a refused
-// hello is the server's error.
-// `accepted_text`, when given, gets the text of an accepted reply.
+// Connects to the first of `addresses` that takes the connection
+// (FrameConnection::Connect) and says hello with `credential`. Each address
+// but the last is tried once (a server's Unix socket, absent from another
+// host, refuses at once); the last is retried until `deadline`. A
+// connection that cannot be made is Unavailable; a refused hello is the
+// server's error. `accepted_text`, when given, gets the text of an accepted
+// reply. REQUIRES: !addresses.empty().
 absl::StatusOr<std::unique_ptr<FrameConnection>> ConnectWithHello(
-    const std::string& address, const std::string& credential, uint64_t max_data_bytes,
-    absl::Time deadline, std::string* accepted_text = nullptr);
+    absl::Span<const std::string> addresses, const std::string& credential,
+    uint64_t max_data_bytes, absl::Time deadline, std::string* accepted_text = nullptr);
 
 // The server's side: reads the hello (its metadata limited to a few KiB
 // until it is accepted), asks `check` about the credential, and answers

@@ -77,9 +77,13 @@ DEFINE_int32(metrics_port, 0,
              "Serve Prometheus metrics on http://--bind_host:PORT/metrics; "
              "0: off.");
 DEFINE_bool(unix_socket, false,
-            "Also serve on the abstract Unix socket psrt-PORT, for workers on "
-            "this host (psrt_worker --unix_socket), with the same credentials "
+            "Also serve gRPC on the abstract Unix socket psrt-PORT, for workers "
+            "on this host (psrt_worker --unix_socket), with the same credentials "
             "(workers with TLS stay on TCP).");
+DEFINE_bool(local_data_plane, true,
+            "Also serve the data plane on an abstract Unix socket of a name of "
+            "this process alone, which workers on this host (network namespace) "
+            "learn from its status and take instead of TCP.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -311,8 +315,8 @@ int main(int argc, char** argv) {
   service.set_ps_replicas(*replicas);
 
   // The tensor data plane beside gRPC (ps/dataplane_server.h): TCP on the
-  // task's host, and its Unix socket with --unix_socket. Up before gRPC, so
-  // that no status a worker reads lacks its port.
+  // task's host, and a Unix socket (--local_data_plane). Up before gRPC, so
+  // that no status a worker reads lacks them.
   std::vector<std::unique_ptr<psrt::DataPlaneServer>> data_planes;
   if (*transport == psrt::TensorTransport::kAuto && (*security)->tls()) {
     LOG(INFO) << "no data plane: TLS is on (tensors over gRPC, encrypted)";
@@ -323,7 +327,9 @@ int main(int argc, char** argv) {
     options.metrics = &ps_metrics;
     std::vector<std::string> addresses = {psrt::JoinHostPort(
         psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
-    if (FLAGS_unix_socket) addresses.push_back(psrt::dataplane::LocalDataPlaneAddress(port));
+    if (FLAGS_local_data_plane) {
+      addresses.push_back(psrt::dataplane::NewLocalDataPlaneAddress(port));
+    }
     for (const std::string& address : addresses) {
       options.listen_address = address;
       absl::StatusOr<std::unique_ptr<psrt::DataPlaneServer>> data_plane =
@@ -340,7 +346,8 @@ int main(int argc, char** argv) {
       LOG(INFO) << cluster->task.ToString() << " data plane on " << (*data_plane)->address();
       data_planes.push_back(*std::move(data_plane));
     }
-    service.set_data_port(data_planes.front()->port());
+    service.set_data_plane(data_planes.front()->port(),
+                           FLAGS_local_data_plane ? data_planes.back()->address() : "");
   }
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);

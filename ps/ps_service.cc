@@ -216,7 +216,8 @@ grpc::ServerUnaryReactor* PsService::GetStatus(grpc::CallbackServerContext* cont
   *response = (*shard)->GetStatus();
   response->set_stripes(static_cast<int>(handler_.shards().size()) / (1 + ps_replicas_));
   response->set_ps_replicas(ps_replicas_);
-  response->set_data_port(data_port_.load());
+  response->set_data_port(data_port_);
+  response->set_data_plane_local_address(data_plane_local_address_);
   if (metrics_ != nullptr) {
     *response->mutable_process() = metrics_->metrics().process_status();
     *response->mutable_traffic() = metrics_->transfers().traffic();

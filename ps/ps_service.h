@@ -84,8 +84,13 @@ class PsService final : public PsServiceBase {
   // restored a checkpoint).
   void ReportReadiness();
 
-  // The data plane's port, for GetStatus's replies (0: none).
-  void set_data_port(int port) { data_port_.store(port); }
+  // The data plane's TCP port (0: none) and Unix socket address ("": none),
+  // for GetStatus's replies. REQUIRES: no GetStatus runs meanwhile (psrt_ps
+  // sets them before its server starts).
+  void set_data_plane(int port, std::string local_address) {
+    data_port_ = port;
+    data_plane_local_address_ = std::move(local_address);
+  }
   // psrt_ps --ps_replicas, for GetStatus's replies: the process's stripes
   // are then its own shards' and, after them, as many backup copies.
   void set_ps_replicas(int replicas) { ps_replicas_ = replicas; }
@@ -138,7 +143,8 @@ class PsService final : public PsServiceBase {
   PsMetrics* const metrics_;
   HealthReporter* const health_;
   const Roles roles_;
-  std::atomic<int> data_port_{0};
+  int data_port_ = 0;
+  std::string data_plane_local_address_;
   int ps_replicas_ = 0;
   TaskRunner runner_;  // Last: its threads stop before the rest goes.
   // Replicate's own threads: a primary holds its shard while it waits for

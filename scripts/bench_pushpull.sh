@@ -7,8 +7,9 @@
 #             mb_per_s=X tcp_mb_per_s=Y ratio_to_tcp=R minor_faults_per_round=F
 # (wire: fp32, bf16 or fp16 (--wire_dtype), mb_per_s counting the model's float32
 # bytes either way; tensors: grpc, or data_plane (--tensor_transport);
-# transport: how the bench reaches the shards, loopback TCP or their Unix
-# sockets (psrt_ps --unix_socket); tcp_mb_per_s: one plain TCP socket pair on
+# transport: how the bench reaches the shards, loopback TCP (psrt_ps
+# --local_data_plane=false) or their Unix sockets (psrt_ps --unix_socket for
+# gRPC, the data plane's own by default); tcp_mb_per_s: one plain TCP socket pair on
 # 127.0.0.1 moving the same bytes in the same run; faults: the client's, per
 # push + pull round).
 #
@@ -44,13 +45,15 @@ for k in $shard_counts; do
    for tensors in $tensor_transports; do
     "$bin/psrtctl" make_spec --ps="$k" --workers=1 --out="$work/cluster.json"
     pids=()
+    unix=$([ "$transport" = unix ] && echo true || echo false)
     for ((i = 0; i < k; i++)); do
       "$bin/psrt_ps" --cluster_spec="$work/cluster.json" --job_name=ps --task_index=$i \
-        --ps_stripes="$p" --unix_socket --tensor_transport="$tensors" >"$work/ps-$i.log" 2>&1 &
+        --ps_stripes="$p" --unix_socket="$unix" --local_data_plane="$unix" \
+        --tensor_transport="$tensors" >"$work/ps-$i.log" 2>&1 &
       pids+=($!)
     done
     "$bin/pushpull_bench" --cluster_spec="$work/cluster.json" --model_mb="$s" \
-      --runs="$runs" --ps_stripes="$p" --wire_dtype="$wire" --tensor_transport="$tensors" --unix_socket="$([ "$transport" = unix ] && echo true || echo false)" \
+      --runs="$runs" --ps_stripes="$p" --wire_dtype="$wire" --tensor_transport="$tensors" --unix_socket="$unix" \
       2>"$work/bench.log" | sed "s/ device=/ transport=$transport device=/" ||
       { cat "$work/bench.log" >&2; exit 1; }
     wait "${pids[@]}"

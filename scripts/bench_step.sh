@@ -11,7 +11,7 @@
 # examples/sec with each worker's threads.
 #
 #   scripts/bench_step.sh [--models "lenet"] [--threads 1] [--steps 600] [--workers 2]
-#                         [--transport tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
+#                         [--transport local|tcp|unix] [--stripes 2] [--wire fp32|bf16|fp16]
 #                         [--overlap true|false] [--placement prioritized]
 #                         [--tensors auto|data_plane|grpc] [--peer tf] [--runs 1]
 # --peer tf: the same job on TensorFlow's own parameter servers in the same
@@ -23,13 +23,15 @@
 # --runs N: everything N times, psrt and its peer alternating; then the
 # medians of the runs' ratios:
 #   step_median: model=M runs=N bound_ratio=R [tf_ps_ratio=Q]
-# (unix: the workers reach the ps over its Unix socket, --unix_socket;
+# (transport: local, psrt's defaults: pushes and pulls over the ps's Unix
+# socket, gRPC over loopback TCP; tcp: everything over loopback TCP (psrt_ps
+# --local_data_plane=false); unix: gRPC over a Unix socket too (--unix_socket);
 # stripes: --ps_stripes of every task; wire, overlap and placement: the
 # workers' --wire_dtype, --overlap_comm and --placement; tensors: every
 # task's --tensor_transport, the data plane or gRPC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="lenet" threads=1 steps=600 batch=100 transport=tcp stripes=2 wire=fp32
+models="lenet" threads=1 steps=600 batch=100 transport=local stripes=2 wire=fp32
 overlap=true placement=prioritized workers=2 tensors=auto peer="" runs=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -59,9 +61,10 @@ work=$(mktemp -d /tmp/psrt_bench_step.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 . scripts/lib/step_log.sh  # median, step_log_field, step_log_job_eps
 case "$transport" in
-  tcp) ps_flags="" unix=false ;;
+  local) ps_flags="" unix=false ;;
+  tcp) ps_flags="--local_data_plane=false" unix=false ;;
   unix) ps_flags="--unix_socket" unix=true ;;
-  *) echo "bench_step.sh: --transport must be tcp or unix" >&2; exit 2 ;;
+  *) echo "bench_step.sh: --transport must be local, tcp or unix" >&2; exit 2 ;;
 esac
 scripts/make_cluster_spec.sh --ps 1 --workers "$workers" --out "$work/cluster.json"
 for model in $models; do

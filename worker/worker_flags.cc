@@ -96,8 +96,9 @@ DEFINE_string(hidden_units, "512",
 DEFINE_int32(batch_size, 100, "Training batch size per worker.");
 DEFINE_bool(unix_socket, false,
             "Reach ps tasks on this host (a loopback address in the spec) "
-            "over their Unix socket (psrt_ps --unix_socket), about 1.25x "
-            "faster than loopback TCP; not with TLS.");
+            "over their gRPC Unix socket (psrt_ps --unix_socket); not with TLS. "
+            "Pushes and pulls take a ps task's data-plane Unix socket from its "
+            "host without it (psrt_ps --local_data_plane).");
 DEFINE_string(wire_dtype, "fp32",
               "How gradients and parameters travel: fp32, bf16 (bfloat16: half "
               "the bytes, fp32's range) or fp16 (half the bytes, more precision, "

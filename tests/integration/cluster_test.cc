@@ -75,7 +75,7 @@ TEST_F(ClusterTest, SyncTwoWorkersEqualOneWorkerOnTheCombinedBatch) {
       "--sync_replicas --optimizer=sgd --learning_rate=0.1 --train_steps=40 "
       "--noshuffle --partition_threshold_bytes=100000 --hidden_units=64";
   // The two workers reach the shards over their Unix sockets, the one
-  // worker over TCP: the transport changes nothing.
+  // worker over TCP only: the transport changes nothing.
   const std::string two = MakeSpec(2, 2, "two.json");
   CommandResult r2 = Launch(two, dir_ + "/two",
                             flags + " --unix_socket --batch_size=50 --final_params_out=" +
@@ -86,7 +86,8 @@ TEST_F(ClusterTest, SyncTwoWorkersEqualOneWorkerOnTheCombinedBatch) {
             std::string::npos);
   const std::string one = MakeSpec(2, 1, "one.json");
   CommandResult r1 = Launch(one, dir_ + "/one",
-                            flags + " --batch_size=100 --final_params_out=" + dir_ + "/one.safetensors");
+                            flags + " --batch_size=100 --final_params_out=" + dir_ + "/one.safetensors",
+                            "--ps_flags --local_data_plane=false");
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
 
   auto a = ReadSafetensors(dir_ + "/two.safetensors");

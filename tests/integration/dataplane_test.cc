@@ -27,18 +27,19 @@ TEST_F(DataPlaneTest, ASyncJobEndsWithTheParametersOfTheGrpcRun) {
         "--train_steps=150 --log_every_steps=50 --wire_dtype=",
         wire);
     std::string params[3];
-    // gRPC; the data plane over TCP; and over the ps tasks' Unix sockets.
-    const std::string runs[3] = {"grpc", "socket", "socket-unix"};
+    // gRPC; the data plane over TCP (the ps tasks serve no Unix socket); and
+    // over the ps tasks' Unix sockets, which workers on their host take.
+    const std::string runs[3] = {"grpc", "socket-tcp", "socket-unix"};
     for (int run = 0; run < 3; ++run) {
       const std::string transport = run == 0 ? "grpc" : "socket";
-      const std::string unix_flag = run == 2 ? " --unix_socket" : "";
+      const std::string local_flag = run == 1 ? " --local_data_plane=false" : "";
       const std::string logdir = absl::StrCat(dir_, "/", wire, "-", runs[run]);
       const std::string out = logdir + ".safetensors";
       CommandResult r =
           Launch(spec, logdir,
-                 absl::StrCat(flags, " --tensor_transport=", transport, unix_flag,
+                 absl::StrCat(flags, " --tensor_transport=", transport,
                               " --final_params_out=", out),
-                 absl::StrCat("--ps_flags '--tensor_transport=", transport, unix_flag, "'"));
+                 absl::StrCat("--ps_flags '--tensor_transport=", transport, local_flag, "'"));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       params[run] = out;
       const std::string ps_log = ReadFile(logdir + "/ps-0.log");
@@ -48,8 +49,10 @@ TEST_F(DataPlaneTest, ASyncJobEndsWithTheParametersOfTheGrpcRun) {
       EXPECT_EQ(chief_log.find("pushes and pulls over the data plane") != std::string::npos,
                 transport == "socket")
           << chief_log;
-      if (run == 2) {
-        EXPECT_NE(chief_log.find("data plane over unix-abstract:psrt-data-"), std::string::npos)
+      if (run > 0) {
+        EXPECT_NE(chief_log.find(run == 1 ? "data plane over 127.0.0.1:"
+                                          : "data plane over unix-abstract:psrt-data-"),
+                  std::string::npos)
             << chief_log;
       }
     }

@@ -107,9 +107,12 @@ class NetworkFaultTest : public ClusterFixture, public ::testing::WithParamInter
 
     start_ = absl::Now();
     launch_ = std::thread([this, path] {
-      result_ = Launch(
-          path, dir_ + "/logs", absl::StrCat(kTrainFlags, " ", TransportFlag()),
-          absl::StrCat("--all_hosts --ps_flags='--bind_host=127.0.0.1 ", TransportFlag(), "'"));
+      // The relays stand for the network between hosts: no ps serves a Unix
+      // socket that would let a worker past them.
+      result_ = Launch(path, dir_ + "/logs", absl::StrCat(kTrainFlags, " ", TransportFlag()),
+                       absl::StrCat("--all_hosts --ps_flags='--bind_host=127.0.0.1 "
+                                    "--local_data_plane=false ",
+                                    TransportFlag(), "'"));
       done_.Notify();
     });
     if (Transport() != "data_plane") return;

@@ -16,6 +16,7 @@
 #include "common/rpc_util.h"
 #include "common/tensor_transport.h"
 #include "common/transport_security.h"
+#include "dataplane/frame_connection.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -55,18 +56,24 @@ struct LocalPs {
   ParameterShard& shard(int stripe = 0) { return *shards[stripe]; }
 
   // Serves the data plane too (psrt_ps --tensor_transport=data_plane), on a
-  // free port of 127.0.0.1, without TLS or token, counting what it serves
-  // into data_plane_metrics.
-  void ServeDataPlane() {
+  // free port of 127.0.0.1 and, with `local_socket`, on a Unix socket of its
+  // own (psrt_ps --local_data_plane), without TLS or token, counting what it
+  // serves into data_plane_metrics.
+  void ServeDataPlane(bool local_socket = true) {
     DataPlaneServer::Options options;
-    options.listen_address = "127.0.0.1:0";
     options.security = std::make_shared<const TransportSecurity>();
     options.metrics = &data_plane_metrics;
-    absl::StatusOr<std::unique_ptr<DataPlaneServer>> started =
-        DataPlaneServer::Start(Pointers(shards), options);
-    ASSERT_TRUE(started.ok()) << started.status();
-    data_plane = *std::move(started);
-    service.set_data_port(data_plane->port());
+    std::vector<std::string> addresses = {"127.0.0.1:0"};
+    if (local_socket) addresses.push_back(dataplane::NewLocalDataPlaneAddress(port));
+    for (const std::string& address : addresses) {
+      options.listen_address = address;
+      absl::StatusOr<std::unique_ptr<DataPlaneServer>> started =
+          DataPlaneServer::Start(Pointers(shards), options);
+      ASSERT_TRUE(started.ok()) << started.status();
+      data_planes.push_back(*std::move(started));
+    }
+    service.set_data_plane(data_planes.front()->port(),
+                           local_socket ? data_planes.back()->address() : "");
   }
 
   static std::vector<std::unique_ptr<ParameterShard>> MakeShards(
@@ -92,7 +99,8 @@ struct LocalPs {
   std::unique_ptr<grpc::Server> server;
   Metrics metrics{Metrics::Options{"ps"}};
   PsMetrics data_plane_metrics{&metrics};
-  std::unique_ptr<DataPlaneServer> data_plane;  // Null: gRPC only.
+  // TCP, then the Unix socket; none: gRPC only.
+  std::vector<std::unique_ptr<DataPlaneServer>> data_planes;
 };
 
 inline std::unique_ptr<PsClient> NewClient(const std::vector<LocalPs*>& tasks, int replica,

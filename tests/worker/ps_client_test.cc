@@ -21,6 +21,7 @@
 #include "common/rpc_util.h"
 #include "common/timeline.h"
 #include "common/transport_security.h"
+#include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -296,26 +297,52 @@ TEST_P(PsClientTransportTest, PullReportsHowLongItWaitedForTheVersion) {
   EXPECT_TRUE(other->Shutdown().ok());
 }
 
+// A TCP port of 127.0.0.1 held by a plain socket that takes connections
+// and never answers: a client that reached a server there would hang.
+class SilentPort {
+ public:
+  SilentPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    CHECK_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    CHECK_EQ(::listen(fd_, 8), 0);
+    CHECK_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  const int fd_;
+  int port_ = 0;
+};
+
+// The one replica's sync step (learning rate 0.5): parameters 1, gradient 2.
+void StepFromOnesToZeros(PsClient& client, const std::vector<VariableDef>& vars) {
+  ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
+  ASSERT_TRUE(client.Init(SyncConfig(1), Filled(vars, 1.0f)).ok());
+  std::vector<Tensor> params = Filled(vars, 0.0f);
+  ASSERT_TRUE(client.Pull(0, &params).ok());
+  auto pushed = client.Push(Filled(vars, 2.0f));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  auto next = client.Pull(1, &params);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(params[1].data()[0], 0.0f);  // 1 - 0.5 * 2.
+  EXPECT_TRUE(client.Shutdown().ok());
+}
+
 // A shard that serves only its Unix socket (psrt_ps --unix_socket) is
 // reached by a client with unix_socket, and only by it: the step goes over
 // the socket, not TCP.
 TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
-  // A TCP port held by a plain socket that never speaks gRPC, so that the
-  // shard's address is ours and only its Unix socket answers.
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(holder, 1), 0);
-  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  SilentPort silent;  // The shard's TCP address: only its Unix socket answers.
   ParameterShard shard{ParameterShard::Options()};
   PsService service({&shard});
   grpc::ServerBuilder builder;
   ConfigurePsServer(&builder, int64_t{1} << 30);
-  builder.AddListeningPort(LocalSocketAddress(port), grpc::InsecureServerCredentials());
+  builder.AddListeningPort(LocalSocketAddress(silent.port()), grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
@@ -324,23 +351,53 @@ TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
   auto placement = ComputePlacement(vars, 1, PlacementOptions());
   ASSERT_TRUE(placement.ok());
   PsClient::Options options;
-  options.ps_addresses = {absl::StrCat("127.0.0.1:", port)};
+  options.ps_addresses = {absl::StrCat("127.0.0.1:", silent.port())};
   options.retry_timeout = absl::Seconds(1);
   PsClient tcp(options, *placement, vars);
   EXPECT_FALSE(tcp.WaitForServers(absl::Seconds(1)).ok());
   options.unix_socket = true;
   PsClient local(options, *placement, vars);
-  ASSERT_TRUE(local.WaitForServers(absl::Seconds(10)).ok());
-  ASSERT_TRUE(local.Init(SyncConfig(1), Filled(vars, 1.0f)).ok());
-  std::vector<Tensor> params = Filled(vars, 0.0f);
-  ASSERT_TRUE(local.Pull(0, &params).ok());
-  ASSERT_TRUE(local.Push(Filled(vars, 2.0f)).ok());
-  auto next = local.Pull(1, &params);
-  ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(params[1].data()[0], 0.0f);  // 1 - 0.5 * 2.
-  EXPECT_TRUE(local.Shutdown().ok());
+  StepFromOnesToZeros(local, vars);
   server->Shutdown();
-  ::close(holder);
+}
+
+// A client of `ps` whose pushes and pulls take its data plane.
+std::unique_ptr<PsClient> DataPlaneClient(LocalPs& ps, const std::vector<VariableDef>& vars) {
+  PsClient::Options options;
+  options.ps_addresses = {ps.address()};
+  options.tensor_transport = TensorTransport::kDataPlane;
+  options.retry_timeout = absl::Seconds(20);
+  absl::StatusOr<Placement> placement = ComputePlacement(vars, 1, PlacementOptions());
+  CHECK(placement.ok()) << placement.status();
+  return std::make_unique<PsClient>(options, *placement, vars);
+}
+
+// The data plane of a ps on the worker's host goes over the ps's Unix
+// socket (psrt_ps --local_data_plane), not TCP: with the TCP port it names
+// held by a socket that never answers, the step still goes.
+TEST(PsClientTest, TheDataPlaneTakesTheUnixSocketOfAPsOnThisHost) {
+  SilentPort silent;
+  LocalPs ps;
+  ps.ServeDataPlane();
+  ASSERT_EQ(ps.data_planes.size(), 2u);
+  ps.service.set_data_plane(silent.port(), ps.data_planes.back()->address());
+  const auto vars = Variables(10);
+  std::unique_ptr<PsClient> client = DataPlaneClient(ps, vars);
+  StepFromOnesToZeros(*client, vars);
+  EXPECT_EQ(PsClientTransportTest::DataPlanePushes({&ps}), 1);
+}
+
+// A Unix socket that is not there (the ps runs on another host, or in
+// another network namespace) is passed over for TCP.
+TEST(PsClientTest, TheDataPlaneTakesTcpWhereTheUnixSocketIsNotThere) {
+  LocalPs ps;
+  ps.ServeDataPlane(/*local_socket=*/false);
+  ps.service.set_data_plane(ps.data_planes.front()->port(),
+                            "unix-abstract:psrt-data-of-a-ps-on-another-host");
+  const auto vars = Variables(10);
+  std::unique_ptr<PsClient> client = DataPlaneClient(ps, vars);
+  StepFromOnesToZeros(*client, vars);
+  EXPECT_EQ(PsClientTransportTest::DataPlanePushes({&ps}), 1);
 }
 
 // psrt_ps --max_grpc_memory_mb: a request that does not fit in the bound on

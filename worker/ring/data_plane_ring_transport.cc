@@ -259,7 +259,7 @@ absl::Status DataPlaneRingTransport::TrySend(Outgoing* out) {
     RETURN_IF_ERROR(address.status());
     std::string taken;
     absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
-        dataplane::ConnectWithHello(*address, credential_, kMaxSegmentBytes,
+        dataplane::ConnectWithHello({*address}, credential_, kMaxSegmentBytes,
                                     std::min(out->give_up, absl::Now() + kConnectTimeout), &taken);
     if (absl::IsUnauthenticated(opened.status()) || absl::IsPermissionDenied(opened.status())) {
       return absl::UnauthenticatedError(

@@ -131,13 +131,13 @@ class DataPlaneShardTransport::Link {
   // The connection, opened with its hello when there is none.
   absl::StatusOr<FrameConnection*> Connection() {
     if (absl::MutexLock lock(&mu_); connection_ != nullptr) return connection_.get();
-    ASSIGN_OR_RETURN(const std::string address, options_.address_of(k_));
+    ASSIGN_OR_RETURN(const std::vector<std::string> addresses, options_.addresses_of(k_));
     absl::StatusOr<std::unique_ptr<FrameConnection>> opened = dataplane::ConnectWithHello(
-        address, options_.credential, options_.max_data_bytes, absl::Now() + kConnectTimeout);
+        addresses, options_.credential, options_.max_data_bytes, absl::Now() + kConnectTimeout);
     if (!opened.ok()) return opened.status();
     // Once per shard: its push link's first connection.
     if (method_ == FrameMethod::kPush && ++connects_ == 1) {
-      LOG(INFO) << options_.shard_name(k_) << ": data plane over " << address;
+      LOG(INFO) << options_.shard_name(k_) << ": data plane over " << (*opened)->peer();
     }
     absl::MutexLock lock(&mu_);
     if (cancelled_) (*opened)->Shutdown();

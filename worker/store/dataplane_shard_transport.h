@@ -30,10 +30,11 @@ class DataPlaneShardTransport final : public ShardTransport {
  public:
   struct Options {
     int num_shards = 0;
-    // Shard k's data-plane address ("host:port" or "unix-abstract:NAME"),
-    // asked again before each connection is opened (a restarted ps may
-    // serve on another port); its error is the attempt's.
-    std::function<absl::StatusOr<std::string>(int)> address_of;
+    // Shard k's data-plane addresses ("host:port" or "unix-abstract:NAME"),
+    // the preferred first (dataplane::ConnectWithHello tries each but the
+    // last once), asked again before each connection is opened (a
+    // restarted ps may serve on another port); its error is the attempt's.
+    std::function<absl::StatusOr<std::vector<std::string>>(int)> addresses_of;
     std::function<int(int)> stripe_of;  // Shard k's stripe within its ps task.
     std::string credential;             // TransportSecurity::DataPlaneCredential().
     uint64_t max_data_bytes = uint64_t{1} << 31;

@@ -61,7 +61,7 @@ PsClient::PsClient(Options options, Placement placement,
     CHECK(!security.tls()) << "the data plane has no TLS";
     DataPlaneShardTransport::Options data_plane;
     data_plane.num_shards = endpoints;
-    data_plane.address_of = [this](int e) { return DataPlaneAddress(e); };
+    data_plane.addresses_of = [this](int e) { return DataPlaneAddresses(e); };
     data_plane.stripe_of = [this](int e) { return StripeOf(e); };
     data_plane.credential = security.DataPlaneCredential();
     data_plane.transfer_timeout = options_.rpc_timeout;
@@ -144,7 +144,7 @@ std::string PsClient::ShardName(int shard) const {
   return EndpointName(calls_ != nullptr ? calls_->endpoint(shard) : shard);
 }
 
-absl::StatusOr<std::string> PsClient::DataPlaneAddress(int e) {
+absl::StatusOr<std::vector<std::string>> PsClient::DataPlaneAddresses(int e) {
   proto::StatusResponse reply;
   const proto::StatusRequest request;
   const absl::Status status = calls_->CallOne(
@@ -158,14 +158,16 @@ absl::StatusOr<std::string> PsClient::DataPlaneAddress(int e) {
     return absl::UnavailableError(
         "it serves no data plane now (psrt_ps --tensor_transport=grpc, or TLS)");
   }
-  const std::string& address = options_.ps_addresses[TaskOf(e)];
   std::string host;
   int port = 0;
-  RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
-  if (options_.unix_socket && PreferLocalSocket(address) != address) {
-    return dataplane::LocalDataPlaneAddress(port);
+  RETURN_IF_ERROR(SplitHostPort(options_.ps_addresses[TaskOf(e)], &host, &port));
+  std::vector<std::string> addresses;
+  // Its Unix socket first: there only from the ps's host (network namespace).
+  if (!reply.data_plane_local_address().empty()) {
+    addresses.push_back(reply.data_plane_local_address());
   }
-  return JoinHostPort(host, reply.data_port());
+  addresses.push_back(JoinHostPort(host, reply.data_port()));
+  return addresses;
 }
 
 absl::Status PsClient::WaitForServers(absl::Duration timeout) {

@@ -97,9 +97,10 @@ class PsClient final : public ParameterStore {
     absl::Duration retry_timeout = absl::Seconds(60);
     // TLS and the auth token of every channel; null: plaintext, no token.
     std::shared_ptr<const TransportSecurity> security;
-    // Reach shards on this host (a loopback address) over their Unix socket
-    // (psrt_ps --unix_socket; rpc_util.h's PreferLocalSocket). Not with TLS,
-    // whose certificates name the TCP host: those stay on TCP.
+    // Reach shards on this host (a loopback address) over their gRPC Unix
+    // socket (psrt_ps --unix_socket; rpc_util.h's PreferLocalSocket). Not
+    // with TLS, whose certificates name the TCP host: those stay on TCP.
+    // (The data plane takes a ps task's Unix socket whenever it can.)
     bool unix_socket = false;
     // How gradients and parameters travel (common/wire_dtype.h): DT_FLOAT,
     // or DT_BFLOAT16 / DT_HALF (half the bytes; the shards keep float32).
@@ -108,8 +109,9 @@ class PsClient final : public ParameterStore {
     // REQUIRES: outlives the client.
     TransferMetrics* metrics = nullptr;
     // How pushes and pulls travel: kDataPlane: over the ps tasks' data
-    // plane (dataplane_shard_transport.h; on their Unix sockets with
-    // unix_socket), WaitForServers failing on a ps task that serves none;
+    // plane (dataplane_shard_transport.h; over a ps task's Unix socket
+    // from its host, else TCP), WaitForServers failing on a ps task that
+    // serves none;
     // kAuto: over the data plane when every ps task serves one, else gRPC;
     // kGrpc: gRPC. REQUIRES: kGrpc with TLS.
     TensorTransport tensor_transport = TensorTransport::kGrpc;
@@ -171,8 +173,9 @@ class PsClient final : public ParameterStore {
   // Records the incarnation each shard answered with; Aborted if one
   // changed.
   absl::Status CheckIncarnations(const std::vector<int64_t>& answered);
-  // Transport endpoint e's data-plane address, from its ps task's status.
-  absl::StatusOr<std::string> DataPlaneAddress(int e);
+  // Transport endpoint e's data-plane addresses, from its ps task's status:
+  // its Unix socket (when it serves one), then TCP.
+  absl::StatusOr<std::vector<std::string>> DataPlaneAddresses(int e);
   // Endpoint e (ShardCalls::endpoint): its ps task and stripe there.
   int TaskOf(int e) const;
   int StripeOf(int e) const;
