@@ -36,7 +36,8 @@ DEFINE_string(sizes_mb, "1,13,100", "Buffer sizes in MB (10^6 bytes), comma-sepa
 DEFINE_int32(runs, 5, "Timed runs per size; the median is reported.");
 DEFINE_int32(rounds, 10, "Allreduces per run.");
 DEFINE_bool(unix_socket, false,
-            "Reach the next worker over its abstract Unix socket instead of TCP.");
+            "Reach the next worker over its abstract Unix sockets (gRPC's, and "
+            "the data plane's own) instead of TCP.");
 DEFINE_bool(data_plane, false,
             "Move the segments over the data plane (data_plane_ring_transport.h), not gRPC.");
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
     options.addresses.push_back(absl::StrCat("127.0.0.1:", FLAGS_base_port + r));
   }
   options.unix_socket = FLAGS_unix_socket;
+  options.local_data_plane = FLAGS_unix_socket;
   options.data_plane = FLAGS_data_plane;
   psrt::Collective collective(options);
   grpc::ServerBuilder builder;

@@ -67,6 +67,12 @@ DEFINE_int32(data_port, 0,
              "(--tensor_transport=data_plane) on the task's host; 0: any free one "
              "(the others learn it from the task: a ps's status, a worker's "
              "answer to a ping).");
+DEFINE_bool(local_data_plane, true,
+            "ps, and workers in allreduce mode: also serve the data plane on an "
+            "abstract Unix socket of a name of this process alone, which peers "
+            "on this host (network namespace) learn from it and take instead of "
+            "TCP; false: TCP only (a relay or shaper in front of the task that "
+            "every peer must pass).");
 DEFINE_string(coordinator, "",
               "HOST:PORT of a rendezvous (common/rendezvous.h), for managers that "
               "give each task only a rank and the number of tasks (mpirun, a "
@@ -202,6 +208,8 @@ absl::StatusOr<int> DataPortFromFlags() {
   }
   return FLAGS_data_port;
 }
+
+bool LocalDataPlaneFromFlags() { return FLAGS_local_data_plane; }
 
 absl::StatusOr<int> PsStripesFromFlags() {
   if (FLAGS_ps_stripes < 1 || FLAGS_ps_stripes > kMaxPsStripes) {

@@ -9,7 +9,8 @@
 //   --ps_stripes=S                                 shards per ps process
 //   --ps_replicas=0|1                              a backup copy of each shard
 //   --bind_host=HOST                               the interface tasks listen on
-//   --tensor_transport=grpc|socket, --data_port=P  the tensor data plane
+//   --tensor_transport=grpc|socket, --data_port=P,
+//   --local_data_plane                             the tensor data plane
 //   --coordinator=HOST:PORT (or MASTER_ADDR and MASTER_PORT), --task_rank,
 //   --num_tasks, --num_ps, --task_port, --advertise_host,
 //   --rendezvous_timeout_secs                      a rendezvous (rendezvous.h)
@@ -55,6 +56,9 @@ absl::StatusOr<TensorTransport> TensorTransportFromFlags();
 // --data_port: a ps's (or an allreduce worker's) data-plane port (0: any).
 // InvalidArgument outside 0..65535.
 absl::StatusOr<int> DataPortFromFlags();
+// --local_data_plane: whether a ps's (or an allreduce worker's) data plane
+// is also served on a Unix socket of its own for peers on its host.
+bool LocalDataPlaneFromFlags();
 
 // --ps_stripes: how many shards each ps process serves (proto/psrt.proto's
 // "Stripes"); every ps task of a job must be given the same (a worker not

@@ -33,10 +33,11 @@
 namespace psrt {
 namespace dataplane {
 
-// A new abstract Unix socket address for the data plane of a ps task whose
-// gRPC port is `task_port`: "unix-abstract:psrt-data-PORT-RANDOM", a name
-// no other process holds, which workers learn from the task's status and
-// reach only from its host (its network namespace).
+// A new abstract Unix socket address for the data plane of a task (a ps,
+// or an allreduce worker) whose gRPC port is `task_port`:
+// "unix-abstract:psrt-data-PORT-RANDOM", a name no other process holds,
+// which its peers learn from the task over gRPC and reach only from its
+// host (its network namespace).
 std::string NewLocalDataPlaneAddress(int task_port);
 
 class FrameConnection {

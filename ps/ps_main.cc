@@ -80,10 +80,6 @@ DEFINE_bool(unix_socket, false,
             "Also serve gRPC on the abstract Unix socket psrt-PORT, for workers "
             "on this host (psrt_worker --unix_socket), with the same credentials "
             "(workers with TLS stay on TCP).");
-DEFINE_bool(local_data_plane, true,
-            "Also serve the data plane on an abstract Unix socket of a name of "
-            "this process alone, which workers on this host (network namespace) "
-            "learn from its status and take instead of TCP.");
 DEFINE_double(pull_timeout_secs, 300,
               "How long a pull may wait for the next version when the worker "
               "names no timeout.");
@@ -327,7 +323,8 @@ int main(int argc, char** argv) {
     options.metrics = &ps_metrics;
     std::vector<std::string> addresses = {psrt::JoinHostPort(
         psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
-    if (FLAGS_local_data_plane) {
+    const bool local_data_plane = psrt::LocalDataPlaneFromFlags();
+    if (local_data_plane) {
       addresses.push_back(psrt::dataplane::NewLocalDataPlaneAddress(port));
     }
     for (const std::string& address : addresses) {
@@ -339,7 +336,8 @@ int main(int argc, char** argv) {
         data_plane = psrt::DataPlaneServer::Start(stripe_shards, options);
       }
       if (!data_plane.ok()) {
-        LOG(ERROR) << cluster->task.ToString() << ": --data_port: "
+        LOG(ERROR) << cluster->task.ToString()
+                   << (address == addresses.front() ? ": --data_port: " : ": --local_data_plane: ")
                    << data_plane.status().message();
         return 1;
       }
@@ -347,7 +345,7 @@ int main(int argc, char** argv) {
       data_planes.push_back(*std::move(data_plane));
     }
     service.set_data_plane(data_planes.front()->port(),
-                           FLAGS_local_data_plane ? data_planes.back()->address() : "");
+                           local_data_plane ? data_planes.back()->address() : "");
   }
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);

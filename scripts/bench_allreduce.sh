@@ -82,6 +82,7 @@ for model in $train_models; do
       --model="$model" --batch_size=100 --intra_op_threads=1 --sync_replicas \
       --train_steps=300 --log_every_steps=50 --progress=log --learning_rate=0.01 \
       --unix_socket="$(case "$transport" in *-unix) echo true ;; *) echo false ;; esac)" \
+      --local_data_plane="$(case "$transport" in *-unix) echo true ;; *) echo false ;; esac)" \
       --tensor_transport="$(case "$transport" in socket-*) echo socket ;; *) echo grpc ;; esac)" \
       >/dev/null
     grep -o '([0-9.]* examples/sec' "$work/$model-$i/worker-0.log" | tr -d '(' |

@@ -440,6 +440,7 @@ absl::Status ReadStoreFlags(WorkerConfig* config) {
     ring.data_plane = false;
   }
   ASSIGN_OR_RETURN(ring.data_port, DataPortFromFlags());
+  ring.local_data_plane = LocalDataPlaneFromFlags();
   config->checkpoint_dir = FLAGS_checkpoint_dir;
   if (config->uses_ring() && FLAGS_fusion_mb <= 0) {  // The ring's flag alone.
     return absl::InvalidArgumentError("--fusion_mb must be positive");

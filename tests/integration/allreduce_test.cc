@@ -26,11 +26,12 @@ TEST_F(AllreduceTest, TrainsExactlyAsASyncPsJobOfTheSameWorkers) {
   ASSERT_EQ(ps.exit_code, 0) << ps.output;
   // Fusion groups of at most 0.1 MB (the model's four variables in two
   // groups), each reduced while the backward pass goes on; with a timeline;
-  // the ring over the workers' Unix sockets.
+  // the ring's segments over the workers' data-plane Unix sockets (taken
+  // without a flag: the workers share a host).
   const std::string ring_out = dir_ + "/ring.safetensors";
   CommandResult ring = Launch(
       MakeSpec(0, 2, "ring.json"), dir_ + "/ring",
-      absl::StrCat(kFlags, " --train_steps=40 --fusion_mb=0.1 --overlap_comm --unix_socket --timeline=", dir_,
+      absl::StrCat(kFlags, " --train_steps=40 --fusion_mb=0.1 --overlap_comm --timeline=", dir_,
                    "/trace.json --final_params_out=", ring_out));
   ASSERT_EQ(ring.exit_code, 0) << ring.output;
   for (const std::string trace : {"/trace.json", "/trace-1.json"}) {
@@ -43,6 +44,10 @@ TEST_F(AllreduceTest, TrainsExactlyAsASyncPsJobOfTheSameWorkers) {
   const std::string chief = ReadFile(dir_ + "/ring/worker-0.log");
   EXPECT_NE(chief.find("allreduce mode"), std::string::npos) << chief;
   EXPECT_NE(chief.find("in 2 fusion groups"), std::string::npos) << chief;
+  const size_t segments = chief.find("allreduce: segments to worker/1 (");
+  ASSERT_NE(segments, std::string::npos) << chief;
+  const std::string line = chief.substr(segments, chief.find('\n', segments) - segments);
+  EXPECT_NE(line.find(") over unix-abstract:psrt-data-"), std::string::npos) << line;
   long step = 0;
   double accuracy = 0;
   ASSERT_TRUE(ParseFinal(chief, &step, &accuracy)) << chief;
@@ -114,7 +119,8 @@ TEST_F(AllreduceTest, AKilledWorkerRestartsTheJobFromItsLastCheckpoint) {
     rc = ReadFile(dir_ + "/run.rc");
     if (rc.empty()) absl::SleepFor(absl::Milliseconds(100));
   }
-  ASSERT_EQ(rc, "0\n") << ReadFile(dir_ + "/run.out");
+  ASSERT_EQ(rc, "0\n") << ReadFile(dir_ + "/run.out") << "\nworker/1, restarted:\n"
+                        << ReadFile(dir_ + "/run/worker-1.log");
   const std::string chief = ReadFile(dir_ + "/run/worker-0.log");
   EXPECT_NE(chief.find("resuming at global step"), std::string::npos) << chief;
   long step = 0;

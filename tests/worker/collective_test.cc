@@ -32,7 +32,7 @@ struct Ring {
                 std::vector<bool> serving = {},
                 std::shared_ptr<const TransportSecurity> security =
                     std::make_shared<const TransportSecurity>(),
-                bool unix_socket = false) {
+                bool local_sockets = false) {
     std::vector<std::string> addresses;
     for (int r = 0; r < w; ++r) addresses.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     for (int r = 0; r < w; ++r) {
@@ -43,13 +43,15 @@ struct Ring {
       options.startup_timeout = timeout;
       options.security = security;
       options.data_plane = data_plane;
-      options.unix_socket = unix_socket;
+      // TCP only, or the Unix sockets: gRPC's, and the data plane's own.
+      options.unix_socket = local_sockets;
+      options.local_data_plane = local_sockets;
       workers.push_back(std::make_unique<Collective>(options));
       if (!serving.empty() && !serving[r]) continue;
       grpc::ServerBuilder builder;
       ConfigurePsServer(&builder, int64_t{1} << 30);
       builder.AddListeningPort(addresses[r], security->ServerCredentials());
-      if (unix_socket) {
+      if (local_sockets) {
         builder.AddListeningPort(PreferLocalSocket(addresses[r]), security->ServerCredentials());
       }
       builder.RegisterService(workers[r]->service());
@@ -96,9 +98,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest, ::testing::Values(false, tr
 TEST_P(CollectiveTest, EveryWorkerGetsTheSameSum) {
   for (int w : {1, 2, 3}) {
     // Three workers over Unix sockets (the ring's and gRPC's), as on one host
-    // with --unix_socket.
+    // with --unix_socket; fewer over TCP only.
     Ring ring(w, data_plane(), absl::Seconds(30), {}, std::make_shared<const TransportSecurity>(),
-              /*unix_socket=*/w == 3);
+              /*local_sockets=*/w == 3);
     // Not a multiple of W: segments of unequal sizes. Three ops in a row.
     for (size_t n : {size_t{1000003}, size_t{7}, size_t{2}}) {
       std::vector<std::vector<float>> data;
@@ -256,6 +258,7 @@ TEST(CollectiveDataPlaneTest, ASegmentCutMidwayIsSentAgainAndTakenOnce) {
     if (r == 1) {
       options.data_listen_host = "127.0.0.1";
       options.data_port = data_port;
+      options.local_data_plane = false;  // Worker 0 must pass the relay.
     }
     workers.push_back(std::make_unique<Collective>(options));
     grpc::ServerBuilder builder;

@@ -16,9 +16,9 @@ namespace {
 class FakeControl : public RingControl {
  public:
   absl::Status PingPrevious(absl::Duration) override { return alive; }
-  absl::StatusOr<std::string> NextDataAddress(absl::Duration) override {
+  absl::StatusOr<std::vector<std::string>> NextDataAddresses(absl::Duration) override {
     if (!alive.ok()) return alive;
-    return std::string("127.0.0.1:1");
+    return std::vector<std::string>{"127.0.0.1:1"};
   }
   absl::Status alive;
 };
@@ -107,6 +107,31 @@ TEST(RingPeerRulesTest, TheProcessThatJoinsIsTheOneTakenAndARetryIsDropped) {
   EXPECT_TRUE(absl::IsUnavailable(restarted.answer)) << restarted.answer;
   EXPECT_TRUE(absl::IsAborted(restarted.failure)) << restarted.failure;
   EXPECT_NE(restarted.failure.message().find("worker/0 (h0:1) restarted"), std::string::npos);
+}
+
+// A new connection's hello answer tells its sender the last segment taken:
+// a sender whose answer was lost learns its segment was delivered, but a
+// restarted sender (another incarnation, its op 1 again) must still send
+// its segments, or both workers would wait for each other.
+TEST(RingPeerRulesTest, TheHelloSaysWhatWasTakenOnlyToTheProcessThatSentIt) {
+  FakeControl control;
+  RingPeerRules receiver(ThreeWorkers(1), &control);
+  RingPeerRules sender(ThreeWorkers(0), &control);
+  const int64_t incarnation = sender.Header(1, 0).incarnation();
+  ASSERT_TRUE(receiver.Judge(From(1, 0, 0, incarnation)).take);
+  receiver.Took(1, 0);
+  ASSERT_TRUE(receiver.Judge(From(7, 1, 0, incarnation)).take);
+  receiver.Took(7, 1);
+  const std::string taken = receiver.LastTakenText();
+  EXPECT_TRUE(sender.TakenAlready(taken, 7, 1));
+  EXPECT_TRUE(sender.TakenAlready(taken, 7, 0));
+  EXPECT_TRUE(sender.TakenAlready(taken, 1, 0));
+  EXPECT_FALSE(sender.TakenAlready(taken, 7, 2));
+  EXPECT_FALSE(sender.TakenAlready(taken, 8, 0));
+  RingPeerRules restarted(ThreeWorkers(0), &control);
+  EXPECT_FALSE(restarted.TakenAlready(taken, 1, 0));
+  EXPECT_FALSE(sender.TakenAlready("7 1", 1, 0));  // Not this version's text.
+  EXPECT_FALSE(sender.TakenAlready("", 1, 0));
 }
 
 TEST(RingPeerRulesTest, ASegmentOfAnotherSizeIsRefused) {

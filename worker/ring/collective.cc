@@ -20,7 +20,9 @@ Collective::Collective(Options options)
   CHECK(!options_.data_plane || options_.security == nullptr || !options_.security->tls())
       << "the ring's data plane has no TLS";
   // Whoever pings this worker learns where it takes segments.
-  if (data_plane_ != nullptr) grpc_->set_data_address(data_plane_->data_address());
+  if (data_plane_ != nullptr) {
+    grpc_->set_data_addresses(data_plane_->data_address(), data_plane_->data_local_address());
+  }
 }
 
 Collective::~Collective() = default;

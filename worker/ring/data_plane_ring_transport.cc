@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/backoff.h"
 #include "common/cluster_spec.h"
@@ -37,10 +35,6 @@ constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
 // How often a waiting receive looks at its other duties (a new incoming
 // connection, the sender's failure).
 constexpr absl::Duration kLookInterval = absl::Milliseconds(50);
-
-// Where a worker whose gRPC port is `port` takes segments from a worker on
-// its host.
-std::string RingLocalAddress(int port) { return absl::StrCat("unix-abstract:psrt-ring-", port); }
 
 int PortOf(const std::string& address) {
   std::string host;
@@ -82,16 +76,15 @@ DataPlaneRingTransport::DataPlaneRingTransport(const RingOptions& options, RingC
           listen_host, ": ", tcp.status().message()));
     }
   }
-  if (listen_error_.ok() && options.unix_socket) {
+  if (listen_error_.ok() && options.local_data_plane) {
+    // Optional: the previous worker takes TCP without it.
     absl::StatusOr<std::unique_ptr<FrameListener>> local =
-        FrameListener::Listen(RingLocalAddress(port));
-    // Required: a previous worker on this host connects there only.
+        FrameListener::Listen(dataplane::NewLocalDataPlaneAddress(port));
     if (local.ok()) {
+      data_local_address_ = (*local)->address();
       listeners_.push_back(*std::move(local));
     } else {
-      listen_error_ = absl::UnavailableError(
-          absl::StrCat("allreduce: worker/", options.rank, " cannot listen for the ring on ",
-                       RingLocalAddress(port), ": ", local.status().message()));
+      LOG(WARNING) << "allreduce: the ring's segments over TCP only: " << local.status().message();
     }
   }
   if (listen_error_.ok()) {
@@ -133,7 +126,7 @@ void DataPlaneRingTransport::AcceptLoop(FrameListener* listener) {
     std::string taken;
     {
       absl::MutexLock lock(&mu_);
-      taken = absl::StrCat(rules_.last_taken().first, " ", rules_.last_taken().second);
+      taken = rules_.LastTakenText();
     }
     // The accepted hello tells the last segment taken: a sender whose
     // answer was lost learns that it need not send it again.
@@ -235,14 +228,6 @@ absl::Status DataPlaneRingTransport::SendSegment(Outgoing* out) {
   }
 }
 
-absl::StatusOr<std::string> DataPlaneRingTransport::NextAddress() {
-  const std::string& next = rules_.options().addresses[rules_.next_rank()];
-  if (rules_.options().unix_socket && PreferLocalSocket(next) != next) {
-    return RingLocalAddress(PortOf(next));
-  }
-  return control_->NextDataAddress(kConnectTimeout);
-}
-
 absl::Status DataPlaneRingTransport::TrySend(Outgoing* out) {
   FrameConnection* connection = nullptr;
   {
@@ -252,14 +237,15 @@ absl::Status DataPlaneRingTransport::TrySend(Outgoing* out) {
   if (connection == nullptr) {
     // One attempt's timeouts (a ping, a hello) are tried again until the
     // op's, as an unreachable next worker is.
-    absl::StatusOr<std::string> address = NextAddress();
-    if (absl::IsDeadlineExceeded(address.status())) {
-      return absl::UnavailableError(address.status().message());
+    absl::StatusOr<std::vector<std::string>> addresses =
+        control_->NextDataAddresses(kConnectTimeout);
+    if (absl::IsDeadlineExceeded(addresses.status())) {
+      return absl::UnavailableError(addresses.status().message());
     }
-    RETURN_IF_ERROR(address.status());
+    RETURN_IF_ERROR(addresses.status());
     std::string taken;
     absl::StatusOr<std::unique_ptr<FrameConnection>> opened =
-        dataplane::ConnectWithHello({*address}, credential_, kMaxSegmentBytes,
+        dataplane::ConnectWithHello(*addresses, credential_, kMaxSegmentBytes,
                                     std::min(out->give_up, absl::Now() + kConnectTimeout), &taken);
     if (absl::IsUnauthenticated(opened.status()) || absl::IsPermissionDenied(opened.status())) {
       return absl::UnauthenticatedError(
@@ -277,15 +263,12 @@ absl::Status DataPlaneRingTransport::TrySend(Outgoing* out) {
       out_ = *std::move(opened);
       connection = out_.get();
     }
-    // Sent again after a lost answer, and taken already: delivered.
-    int64_t taken_op = 0;
-    int taken_step = 0;
-    const std::vector<std::string> parts = absl::StrSplit(taken, ' ');
-    if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &taken_op) &&
-        absl::SimpleAtoi(parts[1], &taken_step) &&
-        std::make_pair(out->op, out->step) <= std::make_pair(taken_op, taken_step)) {
-      return absl::OkStatus();
+    if (++connects_ == 1) {
+      LOG(INFO) << "allreduce: segments to " << rules_.PeerName(rules_.next_rank()) << " over "
+                << connection->peer();
     }
+    // Sent again after a lost answer, and taken already: delivered.
+    if (rules_.TakenAlready(taken, out->op, out->step)) return absl::OkStatus();
   }
   FrameHeader header;
   header.kind = FrameKind::kRequest;

@@ -7,11 +7,11 @@
 //
 // Each worker listens for its previous worker on a TCP port of its own
 // (RingOptions::data_port, else any free one, on data_listen_host) and,
-// with RingOptions::unix_socket, on "unix-abstract:psrt-ring-PORT" (PORT:
-// its gRPC port); whoever pings it learns the TCP address (data_address),
-// and its sender asks the next worker so before connecting (a loopback
-// next worker with unix_socket is reached over its Unix socket). Every
-// connection opens with a hello carrying the auth token
+// with RingOptions::local_data_plane, on an abstract Unix socket of its
+// own name; whoever pings it learns both (data_address,
+// data_local_address), and its sender asks the next worker so before
+// connecting: to the Unix socket, found only on the next worker's host,
+// else TCP. Every connection opens with a hello carrying the auth token
 // (dataplane/hello.h).
 //
 // A segment is one frame (method kRingSegment) whose metadata is a
@@ -74,8 +74,10 @@ class DataPlaneRingTransport final : public RingTransport {
   ~DataPlaneRingTransport() override;
 
   // Where the previous worker reaches this one's TCP listener ("host:port";
-  // empty when it could not start): to be told to whoever pings this worker.
+  // empty when it could not start), and its Unix socket ("": none): to be
+  // told to whoever pings this worker.
   const std::string& data_address() const { return data_address_; }
+  const std::string& data_local_address() const { return data_local_address_; }
 
   std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
   absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
@@ -93,8 +95,6 @@ class DataPlaneRingTransport final : public RingTransport {
   absl::Status SendSegment(Outgoing* out);
   // One attempt on the current connection (opened first if there is none).
   absl::Status TrySend(Outgoing* out);
-  // Where the next worker takes segments.
-  absl::StatusOr<std::string> NextAddress();
 
   // The frame of (op, step) from `in` into `bytes`: OK once it is taken,
   // NotFound for a frame taken before (a retry: dropped), else why not.
@@ -110,6 +110,7 @@ class DataPlaneRingTransport final : public RingTransport {
   const std::string credential_;  // Said in the hello to the next worker.
   absl::Status listen_error_;     // Set in the constructor only.
   std::string data_address_;      // Likewise.
+  std::string data_local_address_;  // Likewise.
   std::vector<std::unique_ptr<dataplane::FrameListener>> listeners_;
   std::vector<std::thread> accept_threads_;
 
@@ -133,6 +134,7 @@ class DataPlaneRingTransport final : public RingTransport {
   // FinishSend to cancel a send.
   std::unique_ptr<dataplane::FrameConnection> out_ ABSL_GUARDED_BY(mu_);
   uint64_t request_id_ = 0;  // The sender thread's.
+  int connects_ = 0;         // Likewise: connections opened to the next worker.
   std::thread send_thread_;
 };
 

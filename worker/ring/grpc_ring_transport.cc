@@ -91,6 +91,7 @@ void GrpcRingTransport::Abort(const absl::Status& why) {
 absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame,
                                         proto::CollectiveAck* ack) {
   ack->set_data_address(data_address_);
+  ack->set_data_local_address(data_local_address_);
   TensorFrameReader reader;
   proto::CollectiveHeader header;
   RETURN_IF_ERROR(reader.Open(frame, &header));
@@ -189,7 +190,8 @@ absl::Status GrpcRingTransport::PingPrevious(absl::Duration deadline) {
   return PingOver(previous_.get(), deadline).status();
 }
 
-absl::StatusOr<std::string> GrpcRingTransport::NextDataAddress(absl::Duration deadline) {
+absl::StatusOr<std::vector<std::string>> GrpcRingTransport::NextDataAddresses(
+    absl::Duration deadline) {
   absl::StatusOr<proto::CollectiveAck> ack = PingOver(next_.get(), deadline);
   if (!ack.ok()) {
     return absl::Status(ack.status().code(),
@@ -202,7 +204,10 @@ absl::StatusOr<std::string> GrpcRingTransport::NextDataAddress(absl::Duration de
                      " takes the ring's segments over gRPC only, this "
                      "worker over the data plane: give every worker the same --tensor_transport"));
   }
-  return ack->data_address();
+  std::vector<std::string> addresses;
+  if (!ack->data_local_address().empty()) addresses.push_back(ack->data_local_address());
+  addresses.push_back(ack->data_address());
+  return addresses;
 }
 
 absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_failed) {

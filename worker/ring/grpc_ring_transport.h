@@ -54,9 +54,13 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   grpc::Service* service();
 
   // Where this worker takes segments over the data plane
-  // (data_plane_ring_transport.h), told to whoever pings it. REQUIRES:
-  // called before service() is registered.
-  void set_data_address(std::string address) { data_address_ = std::move(address); }
+  // (data_plane_ring_transport.h): TCP ("host:port") and its Unix socket
+  // ("" for none), told to whoever pings it. REQUIRES: called before
+  // service() is registered.
+  void set_data_addresses(std::string tcp, std::string local) {
+    data_address_ = std::move(tcp);
+    data_local_address_ = std::move(local);
+  }
 
   // What the service does with a message of the previous worker (or a
   // neighbour's ping): `ack` is its answer when OK. For a service that
@@ -67,7 +71,7 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   void Abort(const absl::Status& why);
 
   absl::Status PingPrevious(absl::Duration deadline) override;
-  absl::StatusOr<std::string> NextDataAddress(absl::Duration deadline) override;
+  absl::StatusOr<std::vector<std::string>> NextDataAddresses(absl::Duration deadline) override;
 
   std::unique_ptr<Send> StartSend(int64_t op, int step, absl::Span<const char> bytes) override;
   absl::Status FinishSend(std::unique_ptr<Send> send, bool op_failed) override;
@@ -87,7 +91,7 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   // Its state (Judge, Took, the refusals of Deliver calls without this
   // process's token) under mu_.
   RingPeerRules rules_;
-  std::string data_address_;
+  std::string data_address_, data_local_address_;
   std::unique_ptr<Service> service_;
   // To the next worker; reset when a send failed for good.
   std::unique_ptr<grpc::GenericStub> next_;

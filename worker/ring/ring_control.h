@@ -11,6 +11,7 @@
 #define PSRT_WORKER_RING_RING_CONTROL_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,10 +26,11 @@ class RingControl {
   // OK when the previous worker's process answers within `deadline` (and
   // takes this worker's auth token); else why not.
   virtual absl::Status PingPrevious(absl::Duration deadline) = 0;
-  // The next worker's data-plane address, from its answer to a ping within
-  // `deadline`; an error, naming it, when it does not answer or serves the
-  // ring over gRPC only.
-  virtual absl::StatusOr<std::string> NextDataAddress(absl::Duration deadline) = 0;
+  // The next worker's data-plane addresses, from its answer to a ping
+  // within `deadline`: its Unix socket when it serves one, then TCP (for
+  // dataplane::ConnectWithHello); an error, naming it, when it does not
+  // answer or serves the ring over gRPC only.
+  virtual absl::StatusOr<std::vector<std::string>> NextDataAddresses(absl::Duration deadline) = 0;
 };
 
 }  // namespace psrt

@@ -41,8 +41,8 @@ struct RingOptions {
   // been silent for `timeout`) may go on sending nothing: the chief
   // evaluating or saving between steps.
   absl::Duration busy_timeout = absl::Minutes(30);
-  // Reach the next worker over its Unix socket when its address is a
-  // loopback one (rpc_util.h's PreferLocalSocket; it must serve there).
+  // Reach the next worker's gRPC over its Unix socket when its address is
+  // a loopback one (rpc_util.h's PreferLocalSocket; it must serve there).
   // Not with TLS, whose certificates name the TCP host.
   bool unix_socket = false;
   // Move the segments over the data plane (data_plane_ring_transport.h),
@@ -54,6 +54,10 @@ struct RingOptions {
   // addresses[rank]'s host and that port.)
   std::string data_listen_host;
   int data_port = 0;
+  // With data_plane, also take segments on an abstract Unix socket of this
+  // process's own, which the previous worker takes instead of TCP when it
+  // runs on this host (network namespace). (psrt_worker --local_data_plane.)
+  bool local_data_plane = true;
   // An elastic job's list of members this ring is (elastic_ring.h): its
   // messages carry it, and a worker takes only its own generation's. 0: a
   // fixed ring.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/random_id.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -110,6 +112,20 @@ RingPeerRules::Verdict RingPeerRules::Judge(const proto::CollectiveHeader& heade
   return {!taken, absl::OkStatus(), absl::OkStatus()};
 }
 
+std::string RingPeerRules::LastTakenText() const {
+  return absl::StrCat(last_taken_.first, " ", last_taken_.second, " ", previous_incarnation_);
+}
+
+bool RingPeerRules::TakenAlready(absl::string_view text, int64_t op, int step) const {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
+  int64_t taken_op = 0, incarnation = 0;
+  int taken_step = 0;
+  return parts.size() == 3 && absl::SimpleAtoi(parts[0], &taken_op) &&
+         absl::SimpleAtoi(parts[1], &taken_step) && absl::SimpleAtoi(parts[2], &incarnation) &&
+         incarnation == incarnation_ &&
+         std::make_pair(op, step) <= std::make_pair(taken_op, taken_step);
+}
+
 absl::Status RingPeerRules::CheckSize(int64_t op, int step, uint64_t sent,
                                       uint64_t expected) const {
   if (sent == expected) return absl::OkStatus();
@@ -142,7 +158,7 @@ absl::Status RingPeerRules::CheckSilent(Neighbour neighbour, int64_t op, int ste
   const int rank = previous ? previous_rank_ : next_rank_;
   const absl::Duration deadline = std::min(options_.timeout, kBusyPingDeadline);
   const absl::Status alive =
-      previous ? control_->PingPrevious(deadline) : control_->NextDataAddress(deadline).status();
+      previous ? control_->PingPrevious(deadline) : control_->NextDataAddresses(deadline).status();
   const absl::Duration seconds = absl::Trunc(silent, absl::Seconds(1));
   if (alive.ok() && silent < options_.busy_timeout) {
     LOG(INFO) << "allreduce: " << PeerName(rank) << " is alive but has "

@@ -89,7 +89,14 @@ class RingPeerRules {
   Verdict Judge(const proto::CollectiveHeader& header);
   // Step `step` of op `op` is taken: a message at or below it is dropped.
   void Took(int64_t op, int step) { last_taken_ = {op, step}; }
-  std::pair<int64_t, int> last_taken() const { return last_taken_; }
+  // The last segment taken, and whose (the previous worker's incarnation),
+  // as text for the hello answer of a new connection: "OP STEP INCARNATION".
+  std::string LastTakenText() const;
+  // Whether a hello answer's LastTakenText says that this process's step
+  // `step` of op `op` was taken already (a sender whose answer was lost
+  // need not send it again). Never for a text of another incarnation: a
+  // restarted process's op 1 is not an earlier run's.
+  bool TakenAlready(absl::string_view text, int64_t op, int step) const;
   // OK when the previous worker's `sent` bytes for (op, step) are the
   // `expected` of this worker's segment.
   absl::Status CheckSize(int64_t op, int step, uint64_t sent, uint64_t expected) const;
