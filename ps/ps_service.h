@@ -24,7 +24,6 @@
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
-#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
