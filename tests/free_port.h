@@ -4,6 +4,7 @@
 // process may take it before the test binds it; the kernel hands ports out
 // in turn, so that is rare. FreePortRun(n): the first of n consecutive such
 // ports (for tasks that serve at a base port plus their local rank).
+// SilentListener: a port that something listens on and never answers.
 #ifndef PSRT_TESTS_FREE_PORT_H_
 #define PSRT_TESTS_FREE_PORT_H_
 
@@ -60,6 +61,32 @@ inline int FreePortRun(int n) {
   }
   return 0;
 }
+
+// A socket listening on a free port of 127.0.0.1 that takes connections and
+// never answers (a server there would hang its clients), closed on
+// destruction.
+class SilentListener {
+ public:
+  SilentListener() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd_, 8) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~SilentListener() { close(fd_); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  // 0 when it could not listen.
+  int port() const { return port_; }
+
+ private:
+  const int fd_;
+  int port_ = 0;
+};
 
 }  // namespace psrt
 

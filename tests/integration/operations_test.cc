@@ -1,10 +1,6 @@
 // Operating a running cluster: the standard gRPC health service on every
 // task, Prometheus metrics (--metrics_port), `psrtctl status` and
 // `psrtctl shutdown`, on real psrt_ps and psrt_worker processes.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -30,27 +26,6 @@ namespace psrt {
 namespace {
 
 using grpc::health::v1::HealthCheckResponse;
-
-// A socket listening on a free loopback port, closed on destruction.
-class Listener {
- public:
-  Listener() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 1), 0);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~Listener() { ::close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_;
-  int port_ = 0;
-};
 
 // The standard health check, as any gRPC health client (a Kubernetes probe,
 // grpc_health_probe) makes it: the status, or the RPC's error code.
@@ -293,7 +268,7 @@ TEST_F(OperationsTest, WorkerWhoseStatusPortIsTakenStillTrains) {
   auto spec = ClusterSpec::FromFile(spec_path);
   ASSERT_TRUE(spec.ok()) << spec.status();
   // Rewrite the spec so that the worker's port is one this test holds.
-  Listener taken;
+  SilentListener taken;
   std::string json = ReadFile(spec_path);
   const std::string worker = spec->address("worker", 0);
   json.replace(json.find(worker), worker.size(), absl::StrCat("127.0.0.1:", taken.port()));
@@ -380,7 +355,7 @@ TEST_F(OperationsTest, ShutdownThatAPsRefusesFailsNamingIt) {
 
 TEST_F(OperationsTest, MetricsPortInUseIsRefusedAtStart) {
   const std::string spec_path = MakeSpec(1, 1);
-  Listener taken;
+  SilentListener taken;
   const std::string flags = absl::StrCat(" --cluster_spec=", spec_path,
                                          " --task_index=0 --metrics_port=", taken.port());
   CommandResult ps = RunCommand(absl::StrCat("timeout 30 ", bin_, "/psrt_ps --job_name=ps", flags));

@@ -5,9 +5,6 @@
 // tensors: gRPC and the data plane (the embedding rows': ps_client_sparse_test.cc).
 #include "worker/store/ps_client.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "ps/parameter_shard.h"
 #include "ps/ps_service.h"
+#include "tests/free_port.h"
 #include "tests/worker/local_ps.h"
 
 namespace psrt {
@@ -297,28 +295,6 @@ TEST_P(PsClientTransportTest, PullReportsHowLongItWaitedForTheVersion) {
   EXPECT_TRUE(other->Shutdown().ok());
 }
 
-// A TCP port of 127.0.0.1 held by a plain socket that takes connections
-// and never answers: a client that reached a server there would hang.
-class SilentPort {
- public:
-  SilentPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    CHECK_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    CHECK_EQ(::listen(fd_, 8), 0);
-    CHECK_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~SilentPort() { ::close(fd_); }
-  int port() const { return port_; }
-
- private:
-  const int fd_;
-  int port_ = 0;
-};
-
 // The one replica's sync step (learning rate 0.5): parameters 1, gradient 2.
 void StepFromOnesToZeros(PsClient& client, const std::vector<VariableDef>& vars) {
   ASSERT_TRUE(client.WaitForServers(absl::Seconds(10)).ok());
@@ -337,7 +313,7 @@ void StepFromOnesToZeros(PsClient& client, const std::vector<VariableDef>& vars)
 // reached by a client with unix_socket, and only by it: the step goes over
 // the socket, not TCP.
 TEST(PsClientTest, UnixSocketReachesAShardOnThisHost) {
-  SilentPort silent;  // The shard's TCP address: only its Unix socket answers.
+  SilentListener silent;  // The shard's TCP address: only its Unix socket answers.
   ParameterShard shard{ParameterShard::Options()};
   PsService service({&shard});
   grpc::ServerBuilder builder;
@@ -376,7 +352,7 @@ std::unique_ptr<PsClient> DataPlaneClient(LocalPs& ps, const std::vector<Variabl
 // socket (psrt_ps --local_data_plane), not TCP: with the TCP port it names
 // held by a socket that never answers, the step still goes.
 TEST(PsClientTest, TheDataPlaneTakesTheUnixSocketOfAPsOnThisHost) {
-  SilentPort silent;
+  SilentListener silent;
   LocalPs ps;
   ps.ServeDataPlane();
   ASSERT_EQ(ps.data_planes.size(), 2u);
