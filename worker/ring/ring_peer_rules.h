@@ -32,7 +32,7 @@
 // Every error names the peer: "worker/1 (host:port)".
 //
 // Thread safety: the const methods may be called from any thread; Judge,
-// Took, last_taken, CountRefusal, refusal_pending and TakeRefusal need
+// Took, LastTakenText, CountRefusal, refusal_pending and TakeRefusal need
 // external synchronization (each transport calls them under its mutex).
 #ifndef PSRT_WORKER_RING_RING_PEER_RULES_H_
 #define PSRT_WORKER_RING_RING_PEER_RULES_H_
