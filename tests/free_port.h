@@ -2,8 +2,10 @@
 // kernel's choice for a bind to port 0), for tests that start servers at
 // addresses they must name beforehand (a cluster spec, a coordinator). Another
 // process may take it before the test binds it; the kernel hands ports out
-// in turn, so that is rare. FreePortRun(n): the first of n consecutive such
-// ports (for tasks that serve at a base port plus their local rank).
+// in turn, so that is rare. FreePortRun(n): the first of n consecutive free
+// ports (for tasks that serve at a base port plus their local rank), below
+// the kernel's ephemeral range, so that no bind to port 0 or outgoing
+// connection of another test takes one of them meanwhile.
 // SilentListener: a port that something listens on and never answers.
 #ifndef PSRT_TESTS_FREE_PORT_H_
 #define PSRT_TESTS_FREE_PORT_H_
@@ -12,6 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <random>
 #include <vector>
 
 namespace psrt {
@@ -46,8 +50,14 @@ inline int BindLoopback(int port) {
 }
 
 inline int FreePortRun(int n) {
+  int ephemeral_low = 32768;  // /proc/sys/net/ipv4/ip_local_port_range's first.
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const int lowest = 10000;
+  std::mt19937 random(std::random_device{}());
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int base = FreePort();
+    const int base = ephemeral_low - n > lowest
+                         ? std::uniform_int_distribution<int>(lowest, ephemeral_low - n)(random)
+                         : FreePort();
     if (base == 0 || base + n - 1 > 65535) continue;
     std::vector<int> held;  // All n bound at once: free together.
     for (int i = 0; i < n; ++i) {
