@@ -323,8 +323,7 @@ int main(int argc, char** argv) {
     options.metrics = &ps_metrics;
     std::vector<std::string> addresses = {psrt::JoinHostPort(
         psrt::ListenHost(psrt::BindHostFromFlags(), host), *data_port)};
-    const bool local_data_plane = psrt::LocalDataPlaneFromFlags();
-    if (local_data_plane) {
+    if (psrt::LocalDataPlaneFromFlags()) {
       addresses.push_back(psrt::dataplane::NewLocalDataPlaneAddress(port));
     }
     for (const std::string& address : addresses) {
@@ -335,9 +334,14 @@ int main(int argc, char** argv) {
       while (data_plane.ok() && *data_port == 0 && (*data_plane)->port() == port) {
         data_plane = psrt::DataPlaneServer::Start(stripe_shards, options);
       }
+      if (!data_plane.ok() && address != addresses.front()) {
+        // Optional, as an allreduce worker's: workers take TCP without it.
+        LOG(WARNING) << cluster->task.ToString() << ": the data plane over TCP only: "
+                     << data_plane.status().message();
+        continue;
+      }
       if (!data_plane.ok()) {
-        LOG(ERROR) << cluster->task.ToString()
-                   << (address == addresses.front() ? ": --data_port: " : ": --local_data_plane: ")
+        LOG(ERROR) << cluster->task.ToString() << ": --data_port: "
                    << data_plane.status().message();
         return 1;
       }
@@ -345,7 +349,7 @@ int main(int argc, char** argv) {
       data_planes.push_back(*std::move(data_plane));
     }
     service.set_data_plane(data_planes.front()->port(),
-                           local_data_plane ? data_planes.back()->address() : "");
+                           data_planes.size() > 1 ? data_planes.back()->address() : "");
   }
   grpc::ServerBuilder builder;
   psrt::ConfigurePsServer(&builder, FLAGS_max_message_mb << 20, FLAGS_max_grpc_memory_mb << 20);
