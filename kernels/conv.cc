@@ -6,6 +6,7 @@
 #include "Eigen/Core"
 #include "glog/logging.h"
 #include "kernels/conv_direct.h"
+#include "kernels/conv_winograd.h"
 #include "kernels/ops.h"
 
 namespace psrt {
@@ -59,6 +60,20 @@ void Share(const Conv2DShape& s, const Plan& p, int64_t t, int64_t* begin,
            int64_t* end) {
   *begin = s.batch * t / p.threads;
   *end = s.batch * (t + 1) / p.threads;
+}
+
+// Runs fn(t, begin, end) for each thread t's share [begin, end) of the
+// batch, on the context's threads.
+template <class Fn>
+void ForEachShare(const CpuContext& ctx, const Conv2DShape& s, const Plan& p,
+                  Fn&& fn) {
+  ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t begin, end;
+      Share(s, p, t, &begin, &end);
+      fn(t, begin, end);
+    }
+  });
 }
 
 // Copies and clears of the runs that im2col moves: a filter row of the
@@ -200,17 +215,27 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
                1.0f, x, filter, 0.0f, y);
     return;
   }
+  if (WinogradConvApplies(path, s)) {
+    float* points = workspace->Get(p.threads, WinogradFilterFloats(s));
+    WinogradTransformFilter(
+        s, filter, workspace->Get(p.threads + 1, WinogradFilterScratch(s)),
+        points);
+    float* scratch[kMaxThreads];
+    for (int t = 0; t < p.threads; ++t) {
+      scratch[t] = workspace->Get(t, WinogradForwardScratch(s));
+    }
+    ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+      WinogradConvForward(path, s, x, points, begin, end, scratch[t], y);
+    });
+    return;
+  }
   if (DirectConvForwardApplies(path, s)) {
     float* scratch[kMaxThreads];
     for (int t = 0; t < p.threads; ++t) {
       scratch[t] = workspace->Get(t, DirectConvForwardScratch(s));
     }
-    ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
-      for (int64_t t = t_begin; t < t_end; ++t) {
-        int64_t begin, end;
-        Share(s, p, t, &begin, &end);
-        DirectConvForward(path, s, x, filter, begin, end, scratch[t], y);
-      }
+    ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+      DirectConvForward(path, s, x, filter, begin, end, scratch[t], y);
     });
     return;
   }
@@ -222,19 +247,14 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
       TransposedFilter(s, p, filter, workspace, /*slot=*/p.threads);
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
-  ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      int64_t begin, end;
-      Share(s, p, t, &begin, &end);
-      for (int64_t n = begin; n < end; n += p.chunk) {
-        const int64_t images = std::min(p.chunk, end - n);
-        Im2Col(s, x + n * in_image, images, cols[t]);
-        GemmOnCallingThreadOnPath(
-            path,
-            MatMulShape{images * p.pixels, s.out_channels, p.patch, false,
-                        true},
-            1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
-      }
+  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n += p.chunk) {
+      const int64_t images = std::min(p.chunk, end - n);
+      Im2Col(s, x + n * in_image, images, cols[t]);
+      GemmOnCallingThreadOnPath(
+          path,
+          MatMulShape{images * p.pixels, s.out_channels, p.patch, false, true},
+          1.0f, cols[t], filter_t, 0.0f, y + n * out_image);
     }
   });
 }
@@ -261,74 +281,92 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
   }
   if (dx == nullptr && dfilter == nullptr) return;
   // Slot t: thread t's column matrix (and then its d(column matrix)), or its
-  // direct-method scratch; slot threads + t: thread t's partial dfilter
-  // (thread 0 sums into dfilter itself); slot 2 * threads: the transposed
-  // (im2col) or flipped (direct) filter.
-  const bool direct = DirectConvBackwardApplies(path, s);
+  // direct or Winograd scratch; slot threads + t: thread t's partial filter
+  // gradient (at the 36 points for Winograd; otherwise thread 0 sums into
+  // dfilter itself); slot 2 * threads: the transposed (im2col) or flipped
+  // (direct, Winograd) filter; 2 * threads + 1: the flipped filter at the 36
+  // points; 2 * threads + 2: the Winograd transforms' scratch.
+  const bool winograd = WinogradConvApplies(path, s);
+  const bool direct = !winograd && DirectConvBackwardApplies(path, s);
+  const int64_t filter_size = s.filter_size();
+  const int64_t partial_size = winograd ? WinogradFilterFloats(s) : filter_size;
+  float* const transform_scratch =
+      winograd ? workspace->Get(2 * p.threads + 2, WinogradFilterScratch(s))
+               : nullptr;
   float* scratch[kMaxThreads];
   float* partials[kMaxThreads];
-  const int64_t filter_size = s.filter_size();
   for (int t = 0; t < p.threads; ++t) {
     scratch[t] = workspace->Get(
-        t, direct ? DirectConvBackwardScratch(s) : p.chunk * p.pixels * p.patch);
-    partials[t] = t == 0 || dfilter == nullptr
-                      ? dfilter
-                      : workspace->Get(p.threads + t, filter_size);
+        t, winograd ? WinogradBackwardScratch(s)
+           : direct ? DirectConvBackwardScratch(s)
+                    : p.chunk * p.pixels * p.patch);
+    partials[t] = dfilter == nullptr          ? nullptr
+                  : t == 0 && !winograd ? dfilter
+                                        : workspace->Get(p.threads + t, partial_size);
   }
   const float* filter_t = nullptr;
-  if (dx != nullptr && direct) {
+  if (dx != nullptr && (direct || winograd)) {
     float* flipped = workspace->Get(2 * p.threads, filter_size);
     FlipFilter(s, filter, flipped);
     filter_t = flipped;
+    if (winograd) {
+      float* points = workspace->Get(2 * p.threads + 1, WinogradFilterFloats(s));
+      WinogradTransformFilter(s, flipped, transform_scratch, points);
+      filter_t = points;
+    }
   } else if (dx != nullptr) {
     filter_t = TransposedFilter(s, p, filter, workspace, 2 * p.threads);
   }
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
-  ctx.ParallelFor(p.threads, 1, [&](int64_t t_begin, int64_t t_end) {
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      int64_t begin, end;
-      Share(s, p, t, &begin, &end);
+  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+    if (dfilter != nullptr) std::fill_n(partials[t], partial_size, 0.0f);
+    if (winograd) {
+      WinogradConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t], dx,
+                           partials[t]);
+      return;
+    }
+    if (direct) {
+      DirectConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t], dx,
+                         partials[t]);
+      return;
+    }
+    if (dx != nullptr) {
+      std::fill(dx + begin * in_image, dx + end * in_image, 0.0f);
+    }
+    float* cols = scratch[t];
+    for (int64_t n = begin; n < end; n += p.chunk) {
+      const int64_t images = std::min(p.chunk, end - n);
+      const int64_t rows = images * p.pixels;
+      const float* dy_n = dy + n * out_image;
       if (dfilter != nullptr) {
-        std::fill_n(partials[t], filter_size, 0.0f);
-      }
-      if (direct) {
-        DirectConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t],
-                           dx, partials[t]);
-        continue;
+        // dfilter += cols^T dy: [patch, rows] x [rows, out].
+        Im2Col(s, x + n * in_image, images, cols);
+        GemmOnCallingThreadOnPath(
+            path, MatMulShape{p.patch, s.out_channels, rows, true, false}, 1.0f,
+            cols, dy_n, 1.0f, partials[t]);
       }
       if (dx != nullptr) {
-        std::fill(dx + begin * in_image, dx + end * in_image, 0.0f);
-      }
-      float* cols = scratch[t];
-      for (int64_t n = begin; n < end; n += p.chunk) {
-        const int64_t images = std::min(p.chunk, end - n);
-        const int64_t rows = images * p.pixels;
-        const float* dy_n = dy + n * out_image;
-        if (dfilter != nullptr) {
-          // dfilter += cols^T dy: [patch, rows] x [rows, out].
-          Im2Col(s, x + n * in_image, images, cols);
-          GemmOnCallingThreadOnPath(
-              path, MatMulShape{p.patch, s.out_channels, rows, true, false},
-              1.0f, cols, dy_n, 1.0f, partials[t]);
-        }
-        if (dx != nullptr) {
-          // d(cols) = dy filter^T: [rows, out] x [out, patch].
-          GemmOnCallingThreadOnPath(
-              path, MatMulShape{rows, p.patch, s.out_channels}, 1.0f, dy_n,
-              filter_t, 0.0f, cols);
-          Col2Im(s, cols, images, dx + n * in_image);
-        }
+        // d(cols) = dy filter^T: [rows, out] x [out, patch].
+        GemmOnCallingThreadOnPath(path,
+                                  MatMulShape{rows, p.patch, s.out_channels},
+                                  1.0f, dy_n, filter_t, 0.0f, cols);
+        Col2Im(s, cols, images, dx + n * in_image);
       }
     }
   });
-  if (dfilter != nullptr && p.threads > 1) {
-    ctx.ParallelFor(filter_size, 1 << 14, [&](int64_t begin, int64_t end) {
+  if (dfilter == nullptr) return;
+  if (p.threads > 1) {
+    float* sum = partials[0];
+    ctx.ParallelFor(partial_size, 1 << 14, [&](int64_t begin, int64_t end) {
       for (int t = 1; t < p.threads; ++t) {
         const float* part = partials[t];
-        for (int64_t i = begin; i < end; ++i) dfilter[i] += part[i];
+        for (int64_t i = begin; i < end; ++i) sum[i] += part[i];
       }
     });
+  }
+  if (winograd) {
+    WinogradFilterGradient(s, partials[0], transform_scratch, dfilter);
   }
 }
 

@@ -8,70 +8,55 @@
 namespace psrt {
 namespace kernels {
 namespace internal {
-namespace {
 
-// A convolution as the direct method runs it: input images [in_h, in_w,
-// in_c] go into a zero-padded buffer [height(), width(), in_c] at row
-// pad_top, column pad_left (columns or rows that no window reads are left
-// out); output images are [out_h, out_w, out_c]; the filter is [fh, fw,
-// in_c, out_c].
-struct Geometry {
-  int64_t in_h, in_w, in_c;
-  int64_t out_h, out_w, out_c;
-  int64_t fh, fw, sh, sw;
-  int64_t pad_top, pad_left;
-
-  int64_t height() const { return (out_h - 1) * sh + fh; }
-  int64_t width() const { return (out_w - 1) * sw + fw; }
-  int64_t padded_size() const { return height() * width() * in_c; }
-  int64_t run() const { return fw * in_c; }  // One window row.
-  int64_t in_image() const { return in_h * in_w * in_c; }
-  int64_t out_image() const { return out_h * out_w * out_c; }
-};
-
-Geometry ForwardGeometry(const Conv2DShape& s) {
-  return Geometry{s.in_height,     s.in_width,     s.in_channels,
-                  s.out_height(),  s.out_width(),  s.out_channels,
-                  s.filter_height, s.filter_width, s.stride_height,
-                  s.stride_width,  s.pad_top(),    s.pad_left()};
+ConvGeometry ForwardGeometry(const Conv2DShape& s) {
+  return ConvGeometry{s.in_height,     s.in_width,     s.in_channels,
+                      s.out_height(),  s.out_width(),  s.out_channels,
+                      s.filter_height, s.filter_width, s.stride_height,
+                      s.stride_width,  s.pad_top(),    s.pad_left()};
 }
 
-// dx as a forward convolution: of dy, stride 1, by the flipped filter. Its
-// padding puts output row h's window over dy rows h + pad_top - kh.
-Geometry DxGeometry(const Conv2DShape& s) {
-  return Geometry{s.out_height(),
-                  s.out_width(),
-                  s.out_channels,
-                  s.in_height,
-                  s.in_width,
-                  s.in_channels,
-                  s.filter_height,
-                  s.filter_width,
-                  1,
-                  1,
-                  s.filter_height - 1 - s.pad_top(),
-                  s.filter_width - 1 - s.pad_left()};
+ConvGeometry DxGeometry(const Conv2DShape& s) {
+  return ConvGeometry{s.out_height(),
+                      s.out_width(),
+                      s.out_channels,
+                      s.in_height,
+                      s.in_width,
+                      s.in_channels,
+                      s.filter_height,
+                      s.filter_width,
+                      1,
+                      1,
+                      s.filter_height - 1 - s.pad_top(),
+                      s.filter_width - 1 - s.pad_left()};
 }
 
-// Copies image into the interior of padded, whose border is zero.
-void Pad(const Geometry& g, const float* image, float* padded) {
-  const int64_t rows = std::min(g.in_h, g.height() - g.pad_top);
-  const int64_t cols = std::min(g.in_w, g.width() - g.pad_left);
+void PadImage(const ConvGeometry& g, const float* image, int64_t height,
+              int64_t width, float* padded) {
+  const int64_t rows = std::min(g.in_h, height - g.pad_top);
+  const int64_t cols = std::min(g.in_w, width - g.pad_left);
   for (int64_t h = 0; h < rows; ++h) {
     std::copy_n(image + h * g.in_w * g.in_c, cols * g.in_c,
-                padded + ((h + g.pad_top) * g.width() + g.pad_left) * g.in_c);
+                padded + ((h + g.pad_top) * width + g.pad_left) * g.in_c);
   }
+}
+
+namespace {
+
+// Copies image into the interior of padded, whose border is zero.
+void Pad(const ConvGeometry& g, const float* image, float* padded) {
+  PadImage(g, image, g.height(), g.width(), padded);
 }
 
 // The window rows kh of output row oh's pixels, as the rows of a matrix
 // [out_w, run] with row stride sw * in_c.
-const float* WindowRuns(const Geometry& g, const float* padded, int64_t oh,
+const float* WindowRuns(const ConvGeometry& g, const float* padded, int64_t oh,
                         int64_t kh) {
   return padded + (oh * g.sh + kh) * g.width() * g.in_c;
 }
 
 // out = the convolution of one padded image, output row by output row.
-void ConvolveImage(GemmPath path, const Geometry& g, const float* padded,
+void ConvolveImage(GemmPath path, const ConvGeometry& g, const float* padded,
                    const float* filter, std::vector<GemmTerm>* terms,
                    float* out) {
   terms->resize(g.fh);
@@ -87,7 +72,7 @@ void ConvolveImage(GemmPath path, const Geometry& g, const float* padded,
 }
 
 // dfilter += the filter gradient of one padded image and its dy.
-void AddFilterGradient(GemmPath path, const Geometry& g, const float* padded,
+void AddFilterGradient(GemmPath path, const ConvGeometry& g, const float* padded,
                        const float* dy, std::vector<GemmTerm>* terms,
                        float* dfilter) {
   terms->resize(g.out_h);
@@ -131,7 +116,7 @@ int64_t DirectConvBackwardScratch(const Conv2DShape& s) {
 void DirectConvForward(GemmPath path, const Conv2DShape& s, const float* x,
                        const float* filter, int64_t begin, int64_t end,
                        float* scratch, float* y) {
-  const Geometry g = ForwardGeometry(s);
+  const ConvGeometry g = ForwardGeometry(s);
   std::fill_n(scratch, g.padded_size(), 0.0f);
   std::vector<GemmTerm>* terms = TermBuffer();
   for (int64_t n = begin; n < end; ++n) {
@@ -158,7 +143,7 @@ void DirectConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
                         const float* flipped, const float* dy, int64_t begin,
                         int64_t end, float* scratch, float* dx,
                         float* dfilter) {
-  const Geometry fwd = ForwardGeometry(s), back = DxGeometry(s);
+  const ConvGeometry fwd = ForwardGeometry(s), back = DxGeometry(s);
   float* padded_x = scratch;
   float* padded_dy = scratch + fwd.padded_size();
   if (dfilter != nullptr) std::fill_n(padded_x, fwd.padded_size(), 0.0f);

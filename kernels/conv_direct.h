@@ -31,6 +31,39 @@ namespace psrt {
 namespace kernels {
 namespace internal {
 
+// A convolution as the direct and Winograd methods (conv_winograd.h) run
+// it: input images [in_h, in_w, in_c] go into a zero-padded buffer whose
+// row pad_top, column pad_left holds the image's first pixel; output images
+// are [out_h, out_w, out_c]; the filter is [fh, fw, in_c, out_c]. The direct
+// method's buffer is [height(), width(), in_c] (columns or rows that no
+// window reads are left out).
+struct ConvGeometry {
+  int64_t in_h, in_w, in_c;
+  int64_t out_h, out_w, out_c;
+  int64_t fh, fw, sh, sw;
+  int64_t pad_top, pad_left;
+
+  int64_t height() const { return (out_h - 1) * sh + fh; }
+  int64_t width() const { return (out_w - 1) * sw + fw; }
+  int64_t padded_size() const { return height() * width() * in_c; }
+  int64_t run() const { return fw * in_c; }  // One window row.
+  int64_t in_image() const { return in_h * in_w * in_c; }
+  int64_t out_image() const { return out_h * out_w * out_c; }
+};
+
+// The forward convolution of s.
+ConvGeometry ForwardGeometry(const Conv2DShape& s);
+// dx as a forward convolution: of dy, stride 1, by the flipped filter
+// (FlipFilter). Its padding puts output row h's window over dy rows
+// h + pad_top - kh.
+ConvGeometry DxGeometry(const Conv2DShape& s);
+
+// Copies image into a padded buffer [height, width, in_c] at row pad_top,
+// column pad_left, cropped to the buffer; the border is left as it is (the
+// callers zero it once and reuse the buffer from image to image).
+void PadImage(const ConvGeometry& g, const float* image, int64_t height,
+              int64_t width, float* padded);
+
 // Whether the direct method runs this forward, and this backward (which
 // needs stride 1, for dx), on GEMM path `path`: the blocked paths (AVX-512,
 // AVX2) run the small strided GEMMs at full speed; Eigen repacks its

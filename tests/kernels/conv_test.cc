@@ -109,6 +109,13 @@ std::vector<ConvCase> Cases() {
        Shape(1, 8, 9, 24, 3, 3, 3, 2, Padding::kValid)},
       {"FilterLargerThanInputSameWide",
        Shape(1, 3, 3, 16, 5, 5, 2, 1, Padding::kSame)},
+      // 5x5 with 16 or more channels each way: the Winograd method (the
+      // blocked paths'), with whole and partial 2x2 output tiles and
+      // padding that crops the last tiles' windows.
+      {"Same5x5Winograd", Shape(2, 7, 8, 16, 5, 5, 20, 1, Padding::kSame)},
+      {"Valid5x5Winograd", Shape(1, 8, 9, 17, 5, 5, 16, 1, Padding::kValid)},
+      {"FilterLargerThanInputSameWinograd",
+       Shape(1, 3, 2, 16, 5, 5, 16, 1, Padding::kSame)},
   };
 }
 
@@ -187,7 +194,10 @@ TEST_P(ConvTest, GradientMatchesFiniteDifferences) {
   std::vector<float> dx = Garbage(x.size()), df = Garbage(f.size());
   Backward(ctx, s, x.data(), f.data(), weights.data(), dx.data(), df.data(),
            &ws);
-  ExpectGradientsMatch({&x, &f}, loss, {dx, df});
+  // The loss is linear in each input, so central differences are exact at
+  // any step: a long one keeps the forward's rounding (the Winograd
+  // method's is several times the direct method's) from swamping them.
+  ExpectGradientsMatch({&x, &f}, loss, {dx, df}, /*step=*/0.25f);
 
   // Either output alone gives the same values.
   std::vector<float> dx_only = Garbage(x.size()), df_only = Garbage(f.size());
@@ -221,12 +231,24 @@ class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
                 Workspace* ws) const {
     internal::Conv2DBackwardOnPath(GetParam(), ctx, s, x, f, dy, dx, df, ws);
   }
+  // One thread's results against three threads' and the definition.
+  void ExpectBatchMatches(const Conv2DShape& s);
 };
 
 // A batch large enough that every thread takes several chunks: LeNet's
-// second layer with a few images.
+// second layer with a few images, and with channels enough for the Winograd
+// method, whose rounds of GEMMs take 6 of these images (16 tiles each).
 TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
-  const Conv2DShape s = Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame);
+  for (const Conv2DShape& s :
+       {Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame),
+        Shape(15, 8, 7, 16, 5, 5, 16, 1, Padding::kSame)}) {
+    ExpectBatchMatches(s);
+  }
+}
+
+void ConvBatchTest::ExpectBatchMatches(const Conv2DShape& s) {
+  SCOPED_TRACE(::testing::Message() << "input " << s.in_height << "x" << s.in_width
+                                    << "x" << s.in_channels);
   const std::vector<float> x = RandomVector(s.input_size(), 6);
   const std::vector<float> f = RandomVector(s.filter_size(), 7);
   const std::vector<float> dy = RandomVector(s.output_size(), 8);

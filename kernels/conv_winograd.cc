@@ -1,0 +1,415 @@
+#include "kernels/conv_winograd.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "glog/logging.h"
+#include "kernels/conv_direct.h"
+
+namespace psrt {
+namespace kernels {
+namespace internal {
+namespace {
+
+constexpr int kTile = 2;    // Output tile side.
+constexpr int kFilter = 5;  // Filter side.
+constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
+constexpr int kPoints = kAlpha * kAlpha;
+// Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
+// about this many rows run near the path's speed, and a round's transformed
+// tiles stay in L2.
+constexpr int64_t kRoundTiles = 96;
+
+// The transforms as straight-line code on lanes of channels: T is a vector
+// of kLanes floats (one register on the kernels' -march) or, for the
+// channels past the last whole vector, one float. Points 0, 1, -1, 2, -2
+// and infinity.
+constexpr int kLanes = 8;
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+template <class T>
+T Load(const float* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T>
+void Store(float* p, const T& v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// B^T d: an input row or column of 6 -> 6 points.
+template <class T>
+inline __attribute__((always_inline)) void InputTransform1D(const T d[kAlpha],
+                                                    T out[kAlpha]) {
+  out[0] = 4 * d[0] - 5 * d[2] + d[4];
+  out[1] = (d[3] + d[4]) - 4 * (d[1] + d[2]);
+  out[2] = (d[4] - d[3]) + 4 * (d[1] - d[2]);
+  out[3] = (d[4] - d[2]) + 2 * (d[3] - d[1]);
+  out[4] = (d[4] - d[2]) - 2 * (d[3] - d[1]);
+  out[5] = 4 * d[1] - 5 * d[3] + d[5];
+}
+
+// A^T p: 6 points -> an output row or column of kTile.
+template <class T>
+inline __attribute__((always_inline)) void OutputTransform1D(const T p[kAlpha],
+                                                             T out[kTile]) {
+  out[0] = p[0] + (p[1] + p[2]) + (p[3] + p[4]);
+  out[1] = (p[1] - p[2]) + 2 * (p[3] - p[4]) + p[5];
+}
+
+// A g, the adjoint of OutputTransform1D: an output row or column of kTile
+// (of dy) -> 6 points.
+template <class T>
+inline __attribute__((always_inline)) void GradientTransform1D(const T g[kTile],
+                                                               T out[kAlpha]) {
+  out[0] = g[0];
+  out[1] = g[0] + g[1];
+  out[2] = g[0] - g[1];
+  out[3] = g[0] + 2 * g[1];
+  out[4] = g[0] - 2 * g[1];
+  out[5] = g[1];
+}
+
+// Runs fn.template operator()<T>(c) for every channel c that starts a
+// vector of lanes, then for each channel left over, one float at a time.
+template <class Fn>
+void ForEachLane(int64_t channels, Fn&& fn) {
+  int64_t c = 0;
+  for (; c + kLanes <= channels; c += kLanes) fn(Lanes{}, c);
+  for (; c < channels; ++c) fn(0.0f, c);
+}
+
+// G: filter taps (5) -> points (6), for the filter's transform and (as G^T)
+// its gradient's, once per batch.
+constexpr float kFilterTransform[kAlpha][kFilter] = {
+    {1.0f / 4, 0, 0, 0, 0},
+    {-1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6},
+    {-1.0f / 6, 1.0f / 6, -1.0f / 6, 1.0f / 6, -1.0f / 6},
+    {1.0f / 24, 1.0f / 12, 1.0f / 6, 1.0f / 3, 2.0f / 3},
+    {1.0f / 24, -1.0f / 12, 1.0f / 6, -1.0f / 3, 2.0f / 3},
+    {0, 0, 0, 0, 1}};
+
+// A small constant matrix, read as stored or transposed.
+struct Matrix {
+  const float* data;
+  int rows;
+  int cols;
+  int row_step;
+  int col_step;
+  float at(int i, int j) const { return data[i * row_step + j * col_step]; }
+  Matrix Transposed() const { return {data, cols, rows, col_step, row_step}; }
+};
+template <int kRows, int kCols>
+Matrix Of(const float (&m)[kRows][kCols]) {
+  return {&m[0][0], kRows, kCols, kCols, 1};
+}
+
+// dst row i (`width` floats at dst + i * dst_step) = sum over j of
+// mat(i, j) * src row j (at src + j * src_step), for every row of mat: the
+// filter's transforms, along one axis of the filter, the rows' floats
+// running over the channel pairs.
+void Combine(const Matrix& mat, const float* src, int64_t src_step,
+             int64_t width, float* dst, int64_t dst_step) {
+  for (int i = 0; i < mat.rows; ++i) {
+    float* __restrict out = dst + i * dst_step;
+    std::fill_n(out, width, 0.0f);
+    for (int j = 0; j < mat.cols; ++j) {
+      const float w = mat.at(i, j);
+      const float* __restrict in = src + j * src_step;
+      if (w != 0.0f) {
+        for (int64_t k = 0; k < width; ++k) out[k] += w * in[k];
+      }
+    }
+  }
+}
+
+// The tiling of one convolution (as ConvGeometry, stride 1): output tiles
+// of m x m, in rounds of whole images.
+struct Tiling {
+  ConvGeometry g;
+  int64_t tiles_h, tiles_w;
+  int64_t round_images;  // Images per round.
+
+  Tiling(const ConvGeometry& geometry, int64_t images)
+      : g(geometry),
+        tiles_h((geometry.out_h + kTile - 1) / kTile),
+        tiles_w((geometry.out_w + kTile - 1) / kTile),
+        round_images(std::clamp<int64_t>(kRoundTiles / tiles(), 1, images)) {}
+
+  int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
+  int64_t round_tiles() const { return round_images * tiles(); }
+  // The padded input: every tile's 6x6 inside, zeros around the image.
+  int64_t padded_h() const { return tiles_h * kTile + kFilter - 1; }
+  int64_t padded_w() const { return tiles_w * kTile + kFilter - 1; }
+  int64_t padded_size() const { return padded_h() * padded_w() * g.in_c; }
+  // Transformed tiles of a round, [36, round_tiles, channels].
+  int64_t points_size(int64_t channels) const {
+    return kPoints * round_tiles() * channels;
+  }
+};
+
+// Thread scratch: the padded input, the input's transformed tiles, and the
+// products at the points (or dy's transformed tiles).
+struct Scratch {
+  float* padded;
+  float* input_points;
+  float* output_points;
+};
+int64_t ScratchFloats(const Tiling& t) {
+  return t.padded_size() + t.points_size(t.g.in_c) + t.points_size(t.g.out_c);
+}
+Scratch CarveScratch(const Tiling& t, float* scratch) {
+  Scratch s;
+  s.padded = scratch;
+  s.input_points = s.padded + t.padded_size();
+  s.output_points = s.input_points + t.points_size(t.g.in_c);
+  return s;
+}
+
+// Transforms the tiles of one padded image (B^T d B) into points[xi][first
+// + tile] (channels g.in_c).
+void TransformInputTiles(const Tiling& t, const float* padded,
+                         int64_t first_tile, float* points) {
+  const int64_t c = t.g.in_c, row = t.padded_w() * c;
+  const int64_t point_step = t.round_tiles() * c;
+  for (int64_t th = 0; th < t.tiles_h; ++th) {
+    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
+      const float* d = padded + th * kTile * row + tw * kTile * c;
+      float* out = points + (first_tile + th * t.tiles_w + tw) * c;
+      ForEachLane(c, [&](auto lanes, int64_t k) {
+        using T = decltype(lanes);
+        T cols[kAlpha][kAlpha];  // [x][i]: column x's points i.
+        for (int x = 0; x < kAlpha; ++x) {
+          T column[kAlpha];
+          for (int y = 0; y < kAlpha; ++y) {
+            column[y] = Load<T>(d + y * row + x * c + k);
+          }
+          InputTransform1D(column, cols[x]);
+        }
+        for (int i = 0; i < kAlpha; ++i) {
+          T across[kAlpha], result[kAlpha];
+          for (int x = 0; x < kAlpha; ++x) across[x] = cols[x][i];
+          InputTransform1D(across, result);
+          for (int j = 0; j < kAlpha; ++j) {
+            Store(out + (i * kAlpha + j) * point_step + k, result[j]);
+          }
+        }
+      });
+    }
+  }
+}
+
+// y of one image from its tiles' products at the 36 points,
+// products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
+void TransformOutputTiles(const Tiling& t, const float* products,
+                          int64_t first_tile, float* y) {
+  const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
+  for (int64_t th = 0; th < t.tiles_h; ++th) {
+    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
+      const float* p = products + (first_tile + th * t.tiles_w + tw) * o;
+      const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - th * kTile);
+      const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
+      float* corner = y + (th * kTile * t.g.out_w + tw * kTile) * o;
+      ForEachLane(o, [&](auto lanes, int64_t k) {
+        using T = decltype(lanes);
+        T half[kAlpha][kTile];  // [i][x]: point row i, output column x.
+        for (int i = 0; i < kAlpha; ++i) {
+          T points_i[kAlpha];
+          for (int j = 0; j < kAlpha; ++j) {
+            points_i[j] = Load<T>(p + (i * kAlpha + j) * point_step + k);
+          }
+          OutputTransform1D(points_i, half[i]);
+        }
+        for (int64_t x = 0; x < cols; ++x) {
+          T down[kAlpha], out[kTile];
+          for (int i = 0; i < kAlpha; ++i) down[i] = half[i][x];
+          OutputTransform1D(down, out);
+          for (int64_t yy = 0; yy < rows; ++yy) {
+            Store(corner + (yy * t.g.out_w + x) * o + k, out[yy]);
+          }
+        }
+      });
+    }
+  }
+}
+
+// Transforms one image's dy tiles (A dy A^T, zero past the edges) into
+// points[xi][first + tile] (channels g.out_c).
+void TransformGradientTiles(const Tiling& t, const float* dy,
+                            int64_t first_tile, float* points) {
+  const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
+  for (int64_t th = 0; th < t.tiles_h; ++th) {
+    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
+      const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - th * kTile);
+      const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
+      const float* corner = dy + (th * kTile * t.g.out_w + tw * kTile) * o;
+      float* out = points + (first_tile + th * t.tiles_w + tw) * o;
+      ForEachLane(o, [&](auto lanes, int64_t k) {
+        using T = decltype(lanes);
+        T half[kAlpha][kTile];  // [i][x]: point row i, dy column x.
+        for (int x = 0; x < kTile; ++x) {
+          T column[kTile];
+          for (int yy = 0; yy < kTile; ++yy) {
+            column[yy] = yy < rows && x < cols
+                             ? Load<T>(corner + (yy * t.g.out_w + x) * o + k)
+                             : T{};
+          }
+          T points_x[kAlpha];
+          GradientTransform1D(column, points_x);
+          for (int i = 0; i < kAlpha; ++i) half[i][x] = points_x[i];
+        }
+        for (int i = 0; i < kAlpha; ++i) {
+          T result[kAlpha];
+          GradientTransform1D(half[i], result);
+          for (int j = 0; j < kAlpha; ++j) {
+            Store(out + (i * kAlpha + j) * point_step + k, result[j]);
+          }
+        }
+      });
+    }
+  }
+}
+
+// The forward of images [begin, end) of `x` (images of g.in_image() floats)
+// into `y`, by the transformed filter.
+void Forward(GemmPath path, const ConvGeometry& g, const float* x,
+             const float* filter_points, int64_t begin, int64_t end,
+             float* scratch, float* y) {
+  const Tiling t(g, end - begin);
+  const Scratch s = CarveScratch(t, scratch);
+  std::fill_n(s.padded, t.padded_size(), 0.0f);
+  for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
+    const int64_t images = std::min(t.round_images, end - n0);
+    for (int64_t i = 0; i < images; ++i) {
+      PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
+               s.padded);
+      TransformInputTiles(t, s.padded, i * t.tiles(), s.input_points);
+    }
+    const int64_t rows = images * t.tiles();
+    for (int xi = 0; xi < kPoints; ++xi) {
+      const GemmTerm term{s.input_points + xi * t.round_tiles() * g.in_c,
+                          filter_points + xi * g.in_c * g.out_c, g.in_c};
+      BatchReduceGemmOnPath(
+          path, BatchReduceGemm{rows, g.out_c, false, false, &term, 1, g.in_c,
+                                g.out_c, 1.0f, 0.0f,
+                                s.output_points + xi * t.round_tiles() * g.out_c,
+                                g.out_c});
+    }
+    for (int64_t i = 0; i < images; ++i) {
+      TransformOutputTiles(t, s.output_points, i * t.tiles(),
+                           y + (n0 + i) * g.out_image());
+    }
+  }
+}
+
+// Adds the filter gradient of images [begin, end) at the 36 points into
+// dfilter_points [36, in, out].
+void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
+                             const float* x, const float* dy, int64_t begin,
+                             int64_t end, float* scratch,
+                             float* dfilter_points) {
+  const Tiling t(g, end - begin);
+  const Scratch s = CarveScratch(t, scratch);
+  std::fill_n(s.padded, t.padded_size(), 0.0f);
+  for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
+    const int64_t images = std::min(t.round_images, end - n0);
+    for (int64_t i = 0; i < images; ++i) {
+      PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
+               s.padded);
+      TransformInputTiles(t, s.padded, i * t.tiles(), s.input_points);
+      TransformGradientTiles(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
+                             s.output_points);
+    }
+    const int64_t depth = images * t.tiles();
+    for (int xi = 0; xi < kPoints; ++xi) {
+      // [in, tiles] x [tiles, out]: the input's points stored [tiles, in].
+      const GemmTerm term{s.input_points + xi * t.round_tiles() * g.in_c,
+                          s.output_points + xi * t.round_tiles() * g.out_c,
+                          depth};
+      BatchReduceGemmOnPath(
+          path, BatchReduceGemm{g.in_c, g.out_c, true, false, &term, 1, g.in_c,
+                                g.out_c, 1.0f, 1.0f,
+                                dfilter_points + xi * g.in_c * g.out_c,
+                                g.out_c});
+    }
+  }
+}
+
+}  // namespace
+
+bool WinogradConvApplies(GemmPath path, const Conv2DShape& s) {
+  // 3x3 filters are left to the direct method: measured on the layers of
+  // ResNet-50 and VGG-16 at 64x64 and 32x32 inputs (few tiles, hundreds of
+  // channels) F(4x4, 3x3) was slower, its transforms and its partial tiles
+  // costing more than the multiply-adds it saves.
+  return path != GemmPath::kPortable && s.stride_height == 1 &&
+         s.stride_width == 1 && s.filter_height == 5 && s.filter_width == 5 &&
+         s.in_channels >= 16 && s.out_channels >= 16;
+}
+
+int64_t WinogradFilterFloats(const Conv2DShape& s) {
+  return kPoints * s.in_channels * s.out_channels;
+}
+
+int64_t WinogradFilterScratch(const Conv2DShape& s) {
+  return kAlpha * s.filter_width * s.in_channels * s.out_channels;
+}
+
+void WinogradTransformFilter(const Conv2DShape& s, const float* filter,
+                             float* scratch, float* points) {
+  const int64_t pairs = s.in_channels * s.out_channels;
+  const Matrix g = Of(kFilterTransform);
+  // scratch[i] = sum_a G(i, a) filter row a: 5 taps of `pairs` floats.
+  Combine(g, filter, kFilter * pairs, kFilter * pairs, scratch,
+          kFilter * pairs);
+  for (int i = 0; i < kAlpha; ++i) {
+    Combine(g, scratch + i * kFilter * pairs, pairs, pairs,
+            points + i * kAlpha * pairs, pairs);
+  }
+}
+
+int64_t WinogradForwardScratch(const Conv2DShape& s) {
+  return ScratchFloats(Tiling(ForwardGeometry(s), s.batch));
+}
+
+int64_t WinogradBackwardScratch(const Conv2DShape& s) {
+  return std::max(ScratchFloats(Tiling(DxGeometry(s), s.batch)),
+                  ScratchFloats(Tiling(ForwardGeometry(s), s.batch)));
+}
+
+void WinogradConvForward(GemmPath path, const Conv2DShape& s, const float* x,
+                         const float* filter_points, int64_t begin, int64_t end,
+                         float* scratch, float* y) {
+  Forward(path, ForwardGeometry(s), x, filter_points, begin, end, scratch, y);
+}
+
+void WinogradConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
+                          const float* flipped_points, const float* dy,
+                          int64_t begin, int64_t end, float* scratch,
+                          float* dx, float* dfilter_points) {
+  if (dx != nullptr) {
+    Forward(path, DxGeometry(s), dy, flipped_points, begin, end, scratch, dx);
+  }
+  if (dfilter_points != nullptr) {
+    AddFilterGradientPoints(path, ForwardGeometry(s), x, dy, begin, end,
+                            scratch, dfilter_points);
+  }
+}
+
+void WinogradFilterGradient(const Conv2DShape& s, const float* dfilter_points,
+                            float* scratch, float* dfilter) {
+  const int64_t pairs = s.in_channels * s.out_channels;
+  const Matrix gt = Of(kFilterTransform).Transposed();
+  // scratch[a] = sum_i G(i, a) points row i: 6 points of `pairs` floats.
+  Combine(gt, dfilter_points, kAlpha * pairs, kAlpha * pairs, scratch,
+          kAlpha * pairs);
+  for (int a = 0; a < kFilter; ++a) {
+    Combine(gt, scratch + a * kAlpha * pairs, pairs, pairs,
+            dfilter + a * kFilter * pairs, pairs);
+  }
+}
+
+}  // namespace internal
+}  // namespace kernels
+}  // namespace psrt
