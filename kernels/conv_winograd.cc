@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "glog/logging.h"
 #include "kernels/conv_direct.h"
@@ -21,26 +22,46 @@ constexpr int kPoints = kAlpha * kAlpha;
 constexpr int64_t kRoundTiles = 96;
 
 // The transforms as straight-line code on lanes of channels: T is a vector
-// of kLanes floats (one register on the kernels' -march) or, for the
-// channels past the last whole vector, one float. Points 0, 1, -1, 2, -2
-// and infinity.
-constexpr int kLanes = 8;
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+// of floats (8, one register on the kernels' -march; 16 where the AVX-512
+// GEMM path runs, compiled for it) or, for the channels past the last whole
+// vector, one float. Points 0, 1, -1, 2, -2 and infinity.
+#define PSRT_ALWAYS_INLINE inline __attribute__((always_inline))
+#define PSRT_LAMBDA_INLINE __attribute__((always_inline))
+typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PSRT_WINOGRAD_AVX512 1
+#define PSRT_AVX512_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
+#else
+#define PSRT_WINOGRAD_AVX512 0
+#endif
 
+// (Through pointers, not by value: a 16-float vector returned from a
+// function compiled without AVX-512 would take another ABI.)
 template <class T>
-T Load(const float* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
+PSRT_ALWAYS_INLINE void Load(const float* p, T* v) {
+  std::memcpy(v, p, sizeof(T));
 }
 template <class T>
-void Store(float* p, const T& v) {
+PSRT_ALWAYS_INLINE void Store(float* p, const T& v) {
   std::memcpy(p, &v, sizeof(T));
+}
+
+// Runs fn(V*, c) for every channel c that starts a whole vector V, then
+// fn(float*, c) for each channel left over (the pointer only names the
+// type).
+template <class V, class Fn>
+PSRT_ALWAYS_INLINE void ForEachLane(int64_t channels, Fn&& fn) {
+  constexpr int64_t kWidth = sizeof(V) / sizeof(float);
+  int64_t c = 0;
+  for (; c + kWidth <= channels; c += kWidth) fn(static_cast<V*>(nullptr), c);
+  for (; c < channels; ++c) fn(static_cast<float*>(nullptr), c);
 }
 
 // B^T d: an input row or column of 6 -> 6 points.
 template <class T>
-inline __attribute__((always_inline)) void InputTransform1D(const T d[kAlpha],
+PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
                                                     T out[kAlpha]) {
   out[0] = 4 * d[0] - 5 * d[2] + d[4];
   out[1] = (d[3] + d[4]) - 4 * (d[1] + d[2]);
@@ -52,7 +73,7 @@ inline __attribute__((always_inline)) void InputTransform1D(const T d[kAlpha],
 
 // A^T p: 6 points -> an output row or column of kTile.
 template <class T>
-inline __attribute__((always_inline)) void OutputTransform1D(const T p[kAlpha],
+PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
                                                              T out[kTile]) {
   out[0] = p[0] + (p[1] + p[2]) + (p[3] + p[4]);
   out[1] = (p[1] - p[2]) + 2 * (p[3] - p[4]) + p[5];
@@ -61,7 +82,7 @@ inline __attribute__((always_inline)) void OutputTransform1D(const T p[kAlpha],
 // A g, the adjoint of OutputTransform1D: an output row or column of kTile
 // (of dy) -> 6 points.
 template <class T>
-inline __attribute__((always_inline)) void GradientTransform1D(const T g[kTile],
+PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
                                                                T out[kAlpha]) {
   out[0] = g[0];
   out[1] = g[0] + g[1];
@@ -69,15 +90,6 @@ inline __attribute__((always_inline)) void GradientTransform1D(const T g[kTile],
   out[3] = g[0] + 2 * g[1];
   out[4] = g[0] - 2 * g[1];
   out[5] = g[1];
-}
-
-// Runs fn.template operator()<T>(c) for every channel c that starts a
-// vector of lanes, then for each channel left over, one float at a time.
-template <class Fn>
-void ForEachLane(int64_t channels, Fn&& fn) {
-  int64_t c = 0;
-  for (; c + kLanes <= channels; c += kLanes) fn(Lanes{}, c);
-  for (; c < channels; ++c) fn(0.0f, c);
 }
 
 // G: filter taps (5) -> points (6), for the filter's transform and (as G^T)
@@ -169,7 +181,8 @@ Scratch CarveScratch(const Tiling& t, float* scratch) {
 
 // Transforms the tiles of one padded image (B^T d B) into points[xi][first
 // + tile] (channels g.in_c).
-void TransformInputTiles(const Tiling& t, const float* padded,
+template <class V>
+PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t, const float* padded,
                          int64_t first_tile, float* points) {
   const int64_t c = t.g.in_c, row = t.padded_w() * c;
   const int64_t point_step = t.round_tiles() * c;
@@ -177,13 +190,13 @@ void TransformInputTiles(const Tiling& t, const float* padded,
     for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
       const float* d = padded + th * kTile * row + tw * kTile * c;
       float* out = points + (first_tile + th * t.tiles_w + tw) * c;
-      ForEachLane(c, [&](auto lanes, int64_t k) {
-        using T = decltype(lanes);
+      ForEachLane<V>(c, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+        using T = std::remove_pointer_t<decltype(lanes)>;
         T cols[kAlpha][kAlpha];  // [x][i]: column x's points i.
         for (int x = 0; x < kAlpha; ++x) {
           T column[kAlpha];
           for (int y = 0; y < kAlpha; ++y) {
-            column[y] = Load<T>(d + y * row + x * c + k);
+            Load(d + y * row + x * c + k, &column[y]);
           }
           InputTransform1D(column, cols[x]);
         }
@@ -202,7 +215,8 @@ void TransformInputTiles(const Tiling& t, const float* padded,
 
 // y of one image from its tiles' products at the 36 points,
 // products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
-void TransformOutputTiles(const Tiling& t, const float* products,
+template <class V>
+PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t, const float* products,
                           int64_t first_tile, float* y) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
   for (int64_t th = 0; th < t.tiles_h; ++th) {
@@ -211,13 +225,13 @@ void TransformOutputTiles(const Tiling& t, const float* products,
       const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - th * kTile);
       const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
       float* corner = y + (th * kTile * t.g.out_w + tw * kTile) * o;
-      ForEachLane(o, [&](auto lanes, int64_t k) {
-        using T = decltype(lanes);
+      ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+        using T = std::remove_pointer_t<decltype(lanes)>;
         T half[kAlpha][kTile];  // [i][x]: point row i, output column x.
         for (int i = 0; i < kAlpha; ++i) {
           T points_i[kAlpha];
           for (int j = 0; j < kAlpha; ++j) {
-            points_i[j] = Load<T>(p + (i * kAlpha + j) * point_step + k);
+            Load(p + (i * kAlpha + j) * point_step + k, &points_i[j]);
           }
           OutputTransform1D(points_i, half[i]);
         }
@@ -236,7 +250,8 @@ void TransformOutputTiles(const Tiling& t, const float* products,
 
 // Transforms one image's dy tiles (A dy A^T, zero past the edges) into
 // points[xi][first + tile] (channels g.out_c).
-void TransformGradientTiles(const Tiling& t, const float* dy,
+template <class V>
+PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
                             int64_t first_tile, float* points) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
   for (int64_t th = 0; th < t.tiles_h; ++th) {
@@ -245,15 +260,17 @@ void TransformGradientTiles(const Tiling& t, const float* dy,
       const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
       const float* corner = dy + (th * kTile * t.g.out_w + tw * kTile) * o;
       float* out = points + (first_tile + th * t.tiles_w + tw) * o;
-      ForEachLane(o, [&](auto lanes, int64_t k) {
-        using T = decltype(lanes);
+      ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+        using T = std::remove_pointer_t<decltype(lanes)>;
         T half[kAlpha][kTile];  // [i][x]: point row i, dy column x.
         for (int x = 0; x < kTile; ++x) {
           T column[kTile];
           for (int yy = 0; yy < kTile; ++yy) {
-            column[yy] = yy < rows && x < cols
-                             ? Load<T>(corner + (yy * t.g.out_w + x) * o + k)
-                             : T{};
+            if (yy < rows && x < cols) {
+              Load(corner + (yy * t.g.out_w + x) * o + k, &column[yy]);
+            } else {
+              column[yy] = T{};
+            }
           }
           T points_x[kAlpha];
           GradientTransform1D(column, points_x);
@@ -272,8 +289,9 @@ void TransformGradientTiles(const Tiling& t, const float* dy,
 }
 
 // The forward of images [begin, end) of `x` (images of g.in_image() floats)
-// into `y`, by the transformed filter.
-void Forward(GemmPath path, const ConvGeometry& g, const float* x,
+// into `y`, by the transformed filter, its transforms on vectors V.
+template <class V>
+PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g, const float* x,
              const float* filter_points, int64_t begin, int64_t end,
              float* scratch, float* y) {
   const Tiling t(g, end - begin);
@@ -284,7 +302,7 @@ void Forward(GemmPath path, const ConvGeometry& g, const float* x,
     for (int64_t i = 0; i < images; ++i) {
       PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
                s.padded);
-      TransformInputTiles(t, s.padded, i * t.tiles(), s.input_points);
+      TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
     }
     const int64_t rows = images * t.tiles();
     for (int xi = 0; xi < kPoints; ++xi) {
@@ -297,15 +315,16 @@ void Forward(GemmPath path, const ConvGeometry& g, const float* x,
                                 g.out_c});
     }
     for (int64_t i = 0; i < images; ++i) {
-      TransformOutputTiles(t, s.output_points, i * t.tiles(),
+      TransformOutputTiles<V>(t, s.output_points, i * t.tiles(),
                            y + (n0 + i) * g.out_image());
     }
   }
 }
 
 // Adds the filter gradient of images [begin, end) at the 36 points into
-// dfilter_points [36, in, out].
-void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
+// dfilter_points [36, in, out], its transforms on vectors V.
+template <class V>
+PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(GemmPath path, const ConvGeometry& g,
                              const float* x, const float* dy, int64_t begin,
                              int64_t end, float* scratch,
                              float* dfilter_points) {
@@ -317,8 +336,8 @@ void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
     for (int64_t i = 0; i < images; ++i) {
       PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
                s.padded);
-      TransformInputTiles(t, s.padded, i * t.tiles(), s.input_points);
-      TransformGradientTiles(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
+      TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
+      TransformGradientTiles<V>(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
                              s.output_points);
     }
     const int64_t depth = images * t.tiles();
@@ -334,6 +353,49 @@ void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
                                 g.out_c});
     }
   }
+}
+
+#if PSRT_WINOGRAD_AVX512
+PSRT_AVX512_TARGET void ForwardAvx512(GemmPath path, const ConvGeometry& g,
+                                      const float* x, const float* filter_points,
+                                      int64_t begin, int64_t end, float* scratch,
+                                      float* y) {
+  ForwardWith<Lanes16>(path, g, x, filter_points, begin, end, scratch, y);
+}
+PSRT_AVX512_TARGET void AddFilterGradientPointsAvx512(
+    GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
+    int64_t begin, int64_t end, float* scratch, float* dfilter_points) {
+  AddFilterGradientPointsWith<Lanes16>(path, g, x, dy, begin, end, scratch,
+                                       dfilter_points);
+}
+#endif
+
+// The above with 16 lanes on the AVX-512 path (whose CPUs run them), 8 on
+// the others.
+void Forward(GemmPath path, const ConvGeometry& g, const float* x,
+             const float* filter_points, int64_t begin, int64_t end,
+             float* scratch, float* y) {
+#if PSRT_WINOGRAD_AVX512
+  if (path == GemmPath::kAvx512) {
+    ForwardAvx512(path, g, x, filter_points, begin, end, scratch, y);
+    return;
+  }
+#endif
+  ForwardWith<Lanes8>(path, g, x, filter_points, begin, end, scratch, y);
+}
+void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
+                             const float* x, const float* dy, int64_t begin,
+                             int64_t end, float* scratch,
+                             float* dfilter_points) {
+#if PSRT_WINOGRAD_AVX512
+  if (path == GemmPath::kAvx512) {
+    AddFilterGradientPointsAvx512(path, g, x, dy, begin, end, scratch,
+                                  dfilter_points);
+    return;
+  }
+#endif
+  AddFilterGradientPointsWith<Lanes8>(path, g, x, dy, begin, end, scratch,
+                                      dfilter_points);
 }
 
 }  // namespace
