@@ -4,7 +4,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "glog/logging.h"
 #include "kernels/conv_direct.h"
 
 namespace psrt {
@@ -136,8 +135,8 @@ void Combine(const Matrix& mat, const float* src, int64_t src_step,
   }
 }
 
-// The tiling of one convolution (as ConvGeometry, stride 1): output tiles
-// of m x m, in rounds of whole images.
+// The tiling of one convolution (as ConvGeometry, stride 1): 2x2 output
+// tiles, in rounds of whole images.
 struct Tiling {
   ConvGeometry g;
   int64_t tiles_h, tiles_w;
@@ -147,7 +146,7 @@ struct Tiling {
       : g(geometry),
         tiles_h((geometry.out_h + kTile - 1) / kTile),
         tiles_w((geometry.out_w + kTile - 1) / kTile),
-        round_images(std::clamp<int64_t>(kRoundTiles / tiles(), 1, images)) {}
+        round_images(std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))) {}
 
   int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
   int64_t round_tiles() const { return round_images * tiles(); }
