@@ -136,6 +136,12 @@ class ConvLayer : public Layer {
                        grads[var_]);
   }
 
+  bool DropTrailingRelu() override {
+    if (!spec_.relu) return false;
+    spec_.relu = false;
+    return true;
+  }
+
  private:
   kernels::Conv2DShape Shape(int64_t batch) const {
     return kernels::Conv2DShape{batch,
@@ -150,7 +156,7 @@ class ConvLayer : public Layer {
                                 spec_.padding};
   }
 
-  const ConvSpec spec_;
+  ConvSpec spec_;  // Its relu may be dropped (DropTrailingRelu).
   const Dims in_;
   const int var_;
   // Batch norm only: the convolution's output (the batch norm's input) and

@@ -72,6 +72,17 @@ class Layer {
                         absl::Span<const float* const> inputs, const float* out,
                         int64_t batch, float* dout, absl::Span<float* const> din,
                         absl::Span<float* const> grads) = 0;
+
+  // NetBuilder::Build moves a ReLU that ends a layer past a max pool that is
+  // the only consumer of the layer's output: the two commute, values and
+  // gradients alike (relu(max x) = max(relu x), and both route a window's
+  // gradient to its first max cell, or nowhere when that max is not
+  // positive), and the ReLU then rectifies the pool's outputs, a quarter as
+  // many for a 2x2 window. A layer that ends in a ReLU drops it and returns
+  // true; a max pool takes one after it.
+  virtual bool DropTrailingRelu() { return false; }
+  virtual bool TakesTrailingRelu() const { return false; }
+  virtual void TakeTrailingRelu() {}
 };
 
 // Convolution (no bias, bias, or batch norm) and an optional ReLU.

@@ -55,12 +55,18 @@ class PoolLayer : public Layer {
     } else {
       ctx.device->AvgPoolForward(Shape(batch), inputs[0], out);
     }
+    if (relu_) ctx.device->ReluForward(out, OutSize(batch), out);
   }
 
+  // With a trailing ReLU, out is the rectified max: where it is 0 the
+  // ReLU's backward zeroes dout first, so MaxPoolBackward routes zeros (the
+  // GPU's, which finds the max cells by comparing with out, may then match
+  // cells equal to 0), and elsewhere out is the window's max itself.
   void Backward(const StepContext& ctx, Params params, Inputs inputs,
                 const float* out, int64_t batch, float* dout,
                 absl::Span<float* const> din, Grads grads) override {
     if (din[0] == nullptr) return;
+    if (relu_) ctx.device->ReluBackward(out, dout, OutSize(batch), dout);
     if (max_) {
       ctx.device->MaxPoolBackward(Shape(batch), inputs[0], out, dout, din[0]);
     } else {
@@ -68,7 +74,11 @@ class PoolLayer : public Layer {
     }
   }
 
+  bool TakesTrailingRelu() const override { return max_ && !relu_; }
+  void TakeTrailingRelu() override { relu_ = true; }
+
  private:
+  int64_t OutSize(int64_t batch) const { return Shape(batch).output_size(); }
   kernels::Pool2DShape Shape(int64_t batch) const {
     return kernels::Pool2DShape{batch,        in_.height, in_.width,
                                 in_.channels, window_,    window_,
@@ -79,6 +89,7 @@ class PoolLayer : public Layer {
   const int64_t stride_;
   const Padding padding_;
   const Dims in_;
+  bool relu_ = false;  // A ReLU after the pool (TakeTrailingRelu).
 };
 
 class GlobalAvgPoolLayer : public Layer {

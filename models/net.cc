@@ -633,6 +633,16 @@ absl::StatusOr<std::unique_ptr<Model>> NetBuilder::Build(const std::string& mode
     CHECK_GT(graph_->nodes[i].consumers, 0)
         << model_name << ": " << graph_->nodes[i].what << " is not used";
   }
+  // ReLUs move past the max pools that alone consume them (Layer's
+  // DropTrailingRelu): the same values and gradients, fewer elements.
+  for (Graph::Node& node : graph_->nodes) {
+    if (node.layer == nullptr || !node.layer->TakesTrailingRelu()) continue;
+    Graph::Node& producer = graph_->nodes[node.inputs[0]];
+    if (producer.consumers == 1 && producer.layer != nullptr &&
+        producer.layer->DropTrailingRelu()) {
+      node.layer->TakeTrailingRelu();
+    }
+  }
   kernels::DeviceSpec spec = options_.device;
   spec.cpu_threads = options_.intra_op_threads;
   absl::StatusOr<std::unique_ptr<kernels::Device>> device = kernels::NewDevice(spec);

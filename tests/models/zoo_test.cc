@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,56 @@ TEST(SumLayerTest, GradientsMatchFiniteDifferences) {
   ASSERT_TRUE(model.ok()) << model.status();
   const Tensor images = RandomImages(4, 6 * 5 * 2, 7);
   CheckSampledGradients(model->get(), images, {0, 2, 1, 2}, 3, /*samples=*/4);
+}
+
+// A ReLU moves past the max pool that alone consumes it (NetBuilder::Build):
+// a convolution's ReLU followed by a pool gives the same loss and
+// gradients, bit for bit, as a separate ReLU layer (which stays where it
+// is) before the pool; both with windows whose maximum is not positive, and
+// with 3x3 windows of stride 2 that overlap and are cut by the padding.
+TEST(NetBuilderTest, AReluMovedPastItsMaxPoolGivesTheSameLossAndGradients) {
+  ModelOptions options;
+  options.input_height = 9;
+  options.input_width = 8;
+  options.input_channels = 3;
+  options.num_classes = 4;
+  options.intra_op_threads = 2;
+  auto build = [&](bool separate_relu, int64_t window, int64_t stride) {
+    NetBuilder net(options);
+    ConvSpec conv;
+    conv.filter_height = conv.filter_width = 3;
+    conv.out_channels = 6;
+    conv.bias = true;
+    conv.relu = !separate_relu;
+    int x = net.Conv("conv", NetBuilder::kInput, conv);
+    if (separate_relu) x = net.Relu(x);
+    x = net.MaxPool(x, window, stride, kernels::Padding::kSame);
+    net.FullyConnected("logits", x, 4, /*relu=*/false);
+    absl::StatusOr<std::unique_ptr<Model>> model = net.Build("pool_after_relu");
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? std::move(*model) : nullptr;
+  };
+  const Tensor images = RandomImages(5, 9 * 8 * 3, 11);
+  const std::vector<int32_t> labels = {0, 3, 1, 2, 3};
+  for (const auto& [window, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}}) {
+    SCOPED_TRACE(::testing::Message() << window << "x" << window << " stride " << stride);
+    std::unique_ptr<Model> moved = build(false, window, stride);
+    std::unique_ptr<Model> kept = build(true, window, stride);
+    ASSERT_TRUE(moved != nullptr && kept != nullptr);
+    std::vector<Tensor> params;
+    moved->Initialize(3, &params);
+    // Biases of both signs: some windows have no positive value.
+    for (float& b : params[1].flat()) b = b - 0.5f + 0.2f * (&b - params[1].data());
+    std::vector<Tensor> moved_grads, kept_grads;
+    const double moved_loss = moved->ComputeGradients(params, images, labels, &moved_grads);
+    const double kept_loss = kept->ComputeGradients(params, images, labels, &kept_grads);
+    EXPECT_EQ(moved_loss, kept_loss);
+    ASSERT_EQ(moved_grads.size(), kept_grads.size());
+    for (size_t v = 0; v < moved_grads.size(); ++v) {
+      EXPECT_EQ(testing::ToVector(moved_grads[v]), testing::ToVector(kept_grads[v]))
+          << moved->variables()[v].name;
+    }
+  }
 }
 
 }  // namespace
