@@ -11,8 +11,8 @@ namespace kernels {
 namespace internal {
 namespace {
 
-constexpr int kTile = 2;    // Output tile side.
-constexpr int kFilter = 5;  // Filter side.
+constexpr int kTile = 2;                     // Output tile side.
+constexpr int kFilter = 5;                   // Filter side.
 constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
 constexpr int kPoints = kAlpha * kAlpha;
 // Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
@@ -60,8 +60,7 @@ PSRT_ALWAYS_INLINE void ForEachLane(int64_t channels, Fn&& fn) {
 
 // B^T d: an input row or column of 6 -> 6 points.
 template <class T>
-PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
-                                                    T out[kAlpha]) {
+PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha], T out[kAlpha]) {
   out[0] = 4 * d[0] - 5 * d[2] + d[4];
   out[1] = (d[3] + d[4]) - 4 * (d[1] + d[2]);
   out[2] = (d[4] - d[3]) + 4 * (d[1] - d[2]);
@@ -72,8 +71,7 @@ PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
 
 // A^T p: 6 points -> an output row or column of kTile.
 template <class T>
-PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
-                                                             T out[kTile]) {
+PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha], T out[kTile]) {
   out[0] = p[0] + (p[1] + p[2]) + (p[3] + p[4]);
   out[1] = (p[1] - p[2]) + 2 * (p[3] - p[4]) + p[5];
 }
@@ -81,8 +79,7 @@ PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
 // A g, the adjoint of OutputTransform1D: an output row or column of kTile
 // (of dy) -> 6 points.
 template <class T>
-PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
-                                                               T out[kAlpha]) {
+PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile], T out[kAlpha]) {
   out[0] = g[0];
   out[1] = g[0] + g[1];
   out[2] = g[0] - g[1];
@@ -146,7 +143,8 @@ struct Tiling {
       : g(geometry),
         tiles_h((geometry.out_h + kTile - 1) / kTile),
         tiles_w((geometry.out_w + kTile - 1) / kTile),
-        round_images(std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))) {}
+        round_images(
+            std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))) {}
 
   int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
   int64_t round_tiles() const { return round_images * tiles(); }
@@ -181,8 +179,9 @@ Scratch CarveScratch(const Tiling& t, float* scratch) {
 // Transforms the tiles of one padded image (B^T d B) into points[xi][first
 // + tile] (channels g.in_c).
 template <class V>
-PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t, const float* padded,
-                         int64_t first_tile, float* points) {
+PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
+                                            const float* padded,
+                                            int64_t first_tile, float* points) {
   const int64_t c = t.g.in_c, row = t.padded_w() * c;
   const int64_t point_step = t.round_tiles() * c;
   for (int64_t th = 0; th < t.tiles_h; ++th) {
@@ -215,8 +214,9 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t, const float* padded
 // y of one image from its tiles' products at the 36 points,
 // products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
 template <class V>
-PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t, const float* products,
-                          int64_t first_tile, float* y) {
+PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
+                                             const float* products,
+                                             int64_t first_tile, float* y) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
   for (int64_t th = 0; th < t.tiles_h; ++th) {
     for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
@@ -251,7 +251,8 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t, const float* produ
 // points[xi][first + tile] (channels g.out_c).
 template <class V>
 PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
-                            int64_t first_tile, float* points) {
+                                               int64_t first_tile,
+                                               float* points) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
   for (int64_t th = 0; th < t.tiles_h; ++th) {
     for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
@@ -287,35 +288,46 @@ PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
   }
 }
 
+// Pads images [n0, n0 + images) of x one by one into s.padded (whose
+// border the caller zeroed) and transforms their tiles into s.input_points,
+// as one round.
+template <class V>
+PSRT_ALWAYS_INLINE void TransformRoundInputs(const Tiling& t, const float* x,
+                                             int64_t n0, int64_t images,
+                                             const Scratch& s) {
+  for (int64_t i = 0; i < images; ++i) {
+    PadImage(t.g, x + (n0 + i) * t.g.in_image(), t.padded_h(), t.padded_w(),
+             s.padded);
+    TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
+  }
+}
+
 // The forward of images [begin, end) of `x` (images of g.in_image() floats)
 // into `y`, by the transformed filter, its transforms on vectors V.
 template <class V>
-PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g, const float* x,
-             const float* filter_points, int64_t begin, int64_t end,
-             float* scratch, float* y) {
+PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
+                                    const float* x, const float* filter_points,
+                                    int64_t begin, int64_t end, float* scratch,
+                                    float* y) {
   const Tiling t(g, end - begin);
   const Scratch s = CarveScratch(t, scratch);
   std::fill_n(s.padded, t.padded_size(), 0.0f);
   for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
     const int64_t images = std::min(t.round_images, end - n0);
-    for (int64_t i = 0; i < images; ++i) {
-      PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
-               s.padded);
-      TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
-    }
+    TransformRoundInputs<V>(t, x, n0, images, s);
     const int64_t rows = images * t.tiles();
     for (int xi = 0; xi < kPoints; ++xi) {
       const GemmTerm term{s.input_points + xi * t.round_tiles() * g.in_c,
                           filter_points + xi * g.in_c * g.out_c, g.in_c};
       BatchReduceGemmOnPath(
-          path, BatchReduceGemm{rows, g.out_c, false, false, &term, 1, g.in_c,
-                                g.out_c, 1.0f, 0.0f,
-                                s.output_points + xi * t.round_tiles() * g.out_c,
-                                g.out_c});
+          path,
+          BatchReduceGemm{
+              rows, g.out_c, false, false, &term, 1, g.in_c, g.out_c, 1.0f,
+              0.0f, s.output_points + xi * t.round_tiles() * g.out_c, g.out_c});
     }
     for (int64_t i = 0; i < images; ++i) {
       TransformOutputTiles<V>(t, s.output_points, i * t.tiles(),
-                           y + (n0 + i) * g.out_image());
+                              y + (n0 + i) * g.out_image());
     }
   }
 }
@@ -323,21 +335,18 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g, const 
 // Adds the filter gradient of images [begin, end) at the 36 points into
 // dfilter_points [36, in, out], its transforms on vectors V.
 template <class V>
-PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(GemmPath path, const ConvGeometry& g,
-                             const float* x, const float* dy, int64_t begin,
-                             int64_t end, float* scratch,
-                             float* dfilter_points) {
+PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
+    GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
+    int64_t begin, int64_t end, float* scratch, float* dfilter_points) {
   const Tiling t(g, end - begin);
   const Scratch s = CarveScratch(t, scratch);
   std::fill_n(s.padded, t.padded_size(), 0.0f);
   for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
     const int64_t images = std::min(t.round_images, end - n0);
+    TransformRoundInputs<V>(t, x, n0, images, s);
     for (int64_t i = 0; i < images; ++i) {
-      PadImage(g, x + (n0 + i) * g.in_image(), t.padded_h(), t.padded_w(),
-               s.padded);
-      TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
       TransformGradientTiles<V>(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
-                             s.output_points);
+                                s.output_points);
     }
     const int64_t depth = images * t.tiles();
     for (int xi = 0; xi < kPoints; ++xi) {
@@ -346,19 +355,19 @@ PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(GemmPath path, const ConvGeo
                           s.output_points + xi * t.round_tiles() * g.out_c,
                           depth};
       BatchReduceGemmOnPath(
-          path, BatchReduceGemm{g.in_c, g.out_c, true, false, &term, 1, g.in_c,
-                                g.out_c, 1.0f, 1.0f,
-                                dfilter_points + xi * g.in_c * g.out_c,
-                                g.out_c});
+          path,
+          BatchReduceGemm{g.in_c, g.out_c, true, false, &term, 1, g.in_c,
+                          g.out_c, 1.0f, 1.0f,
+                          dfilter_points + xi * g.in_c * g.out_c, g.out_c});
     }
   }
 }
 
 #if PSRT_WINOGRAD_AVX512
 PSRT_AVX512_TARGET void ForwardAvx512(GemmPath path, const ConvGeometry& g,
-                                      const float* x, const float* filter_points,
-                                      int64_t begin, int64_t end, float* scratch,
-                                      float* y) {
+                                      const float* x,
+                                      const float* filter_points, int64_t begin,
+                                      int64_t end, float* scratch, float* y) {
   ForwardWith<Lanes16>(path, g, x, filter_points, begin, end, scratch, y);
 }
 PSRT_AVX512_TARGET void AddFilterGradientPointsAvx512(
@@ -447,8 +456,8 @@ void WinogradConvForward(GemmPath path, const Conv2DShape& s, const float* x,
 
 void WinogradConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
                           const float* flipped_points, const float* dy,
-                          int64_t begin, int64_t end, float* scratch,
-                          float* dx, float* dfilter_points) {
+                          int64_t begin, int64_t end, float* scratch, float* dx,
+                          float* dfilter_points) {
   if (dx != nullptr) {
     Forward(path, DxGeometry(s), dy, flipped_points, begin, end, scratch, dx);
   }

@@ -70,8 +70,8 @@ void WinogradConvForward(GemmPath path, const Conv2DShape& s, const float* x,
 // Either output may be null to skip it.
 void WinogradConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
                           const float* flipped_points, const float* dy,
-                          int64_t begin, int64_t end, float* scratch,
-                          float* dx, float* dfilter_points);
+                          int64_t begin, int64_t end, float* scratch, float* dx,
+                          float* dfilter_points);
 
 // dfilter [fh, fw, in, out] = the filter gradient whose values at the 36
 // points are dfilter_points (G^T (.) G). Overwrites dfilter.
