@@ -13,6 +13,8 @@
 // one thread's FMA peak, measured here by a loop of independent FMAs, and
 // the share of it that the large GEMMs reach:
 //   gemm_peak: path=P peak_gflops=X square512=Y fc1_fwd=Z ... fraction_min=F
+// and, before them, LeNet's second layer by the direct and the Winograd
+// method (ConvLayerRates: conv_layer: lines).
 #include <time.h>
 
 #if defined(__x86_64__)
@@ -28,6 +30,8 @@
 
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
+#include "kernels/conv_direct.h"
+#include "kernels/conv_winograd.h"
 #include "kernels/cpu_context.h"
 #include "kernels/gemm.h"
 
@@ -161,6 +165,62 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
+// LeNet's second layer at batch 100 (14x14x32 -> 64, 5x5, SAME) by the
+// direct method and by Winograd's F(2x2, 5x5), one thread, per blocked
+// path: milliseconds of thread CPU time for the forward and for the
+// backward (dx and the filter gradient, with the filter's transforms):
+//   conv_layer: path=P fwd_direct_ms=A fwd_winograd_ms=B fwd_ratio=A/B
+//               bwd_direct_ms=C bwd_winograd_ms=D bwd_ratio=C/D
+void ConvLayerRates() {
+  const Conv2DShape s{100, 14, 14, 32, 5, 5, 64, 1, 1, Padding::kSame};
+  const std::vector<float> x = Random(s.input_size(), 6);
+  const std::vector<float> filter = Random(s.filter_size(), 7);
+  const std::vector<float> dy = Random(s.output_size(), 8);
+  std::vector<float> y(s.output_size()), dx(s.input_size()), dfilter(s.filter_size());
+  std::vector<float> flipped(s.filter_size());
+  std::vector<float> points(internal::WinogradFilterFloats(s));
+  std::vector<float> flipped_points(points.size()), dfilter_points(points.size());
+  std::vector<float> transform_scratch(internal::WinogradFilterScratch(s));
+  std::vector<float> scratch(std::max(
+      {internal::DirectConvForwardScratch(s), internal::DirectConvBackwardScratch(s),
+       internal::WinogradForwardScratch(s), internal::WinogradBackwardScratch(s)}));
+  // Milliseconds per call of fn (Rate's GFLOP/s of one "flop" per call).
+  auto ms = [](auto&& fn) { return 1e3 / (Rate(1e9, ThreadCpuSeconds, fn)); };
+  for (GemmPath path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
+    if (!GemmPathSupported(path)) continue;
+    const double fwd_direct = ms([&] {
+      internal::DirectConvForward(path, s, x.data(), filter.data(), 0, s.batch, scratch.data(),
+                                  y.data());
+    });
+    const double fwd_winograd = ms([&] {
+      internal::WinogradTransformFilter(s, filter.data(), transform_scratch.data(), points.data());
+      internal::WinogradConvForward(path, s, x.data(), points.data(), 0, s.batch, scratch.data(),
+                                    y.data());
+    });
+    const double bwd_direct = ms([&] {
+      internal::FlipFilter(s, filter.data(), flipped.data());
+      std::fill(dfilter.begin(), dfilter.end(), 0.0f);
+      internal::DirectConvBackward(path, s, x.data(), flipped.data(), dy.data(), 0, s.batch,
+                                   scratch.data(), dx.data(), dfilter.data());
+    });
+    const double bwd_winograd = ms([&] {
+      internal::FlipFilter(s, filter.data(), flipped.data());
+      internal::WinogradTransformFilter(s, flipped.data(), transform_scratch.data(),
+                                        flipped_points.data());
+      std::fill(dfilter_points.begin(), dfilter_points.end(), 0.0f);
+      internal::WinogradConvBackward(path, s, x.data(), flipped_points.data(), dy.data(), 0,
+                                     s.batch, scratch.data(), dx.data(), dfilter_points.data());
+      internal::WinogradFilterGradient(s, dfilter_points.data(), transform_scratch.data(),
+                                       dfilter.data());
+    });
+    std::printf(
+        "conv_layer: path=%s fwd_direct_ms=%.2f fwd_winograd_ms=%.2f fwd_ratio=%.2f "
+        "bwd_direct_ms=%.2f bwd_winograd_ms=%.2f bwd_ratio=%.2f\n",
+        GemmPathName(path), fwd_direct, fwd_winograd, fwd_direct / fwd_winograd, bwd_direct,
+        bwd_winograd, bwd_direct / bwd_winograd);
+  }
+}
+
 constexpr int kPaths = 3;
 const GemmPath kAllPaths[kPaths] = {GemmPath::kPortable, GemmPath::kAvx512, GemmPath::kAvx2};
 
@@ -246,6 +306,7 @@ void Run() {
     std::printf("%-20s %-17s | %8.1f %8.1f %8.1f\n", test.name, test.dims, rate[0], rate[1],
                 rate[2]);
   }
+  ConvLayerRates();
   for (int i = 1; i < kPaths; ++i) {
     if (!GemmPathSupported(kAllPaths[i])) continue;
     const double peak = PeakGflops(kAllPaths[i]);
