@@ -19,6 +19,8 @@ constexpr int kPoints = kAlpha * kAlpha;
 // about this many rows run near the path's speed, and a round's transformed
 // tiles stay in L2.
 constexpr int64_t kRoundTiles = 96;
+// The most scratch memory a thread takes (16 MiB): WinogradConvApplies.
+constexpr int64_t kMaxScratchFloats = int64_t{1} << 22;
 
 // The transforms as straight-line code on lanes of channels: T is a vector
 // of floats (8, one register on the kernels' -march; 16 where the AVX-512
@@ -413,9 +415,17 @@ bool WinogradConvApplies(GemmPath path, const Conv2DShape& s) {
   // ResNet-50 and VGG-16 at 64x64 and 32x32 inputs (few tiles, hundreds of
   // channels) F(4x4, 3x3) was slower, its transforms and its partial tiles
   // costing more than the multiply-adds it saves.
-  return path != GemmPath::kPortable && s.stride_height == 1 &&
-         s.stride_width == 1 && s.filter_height == 5 && s.filter_width == 5 &&
-         s.in_channels >= 16 && s.out_channels >= 16;
+  if (path == GemmPath::kPortable || s.stride_height != 1 ||
+      s.stride_width != 1 || s.filter_height != kFilter ||
+      s.filter_width != kFilter || s.in_channels < 16 || s.out_channels < 16) {
+    return false;
+  }
+  // Rounds take whole images: the transformed tiles of a large image (a
+  // 5x5 layer at 224x224) would leave the caches, and take hundreds of MiB
+  // per thread, so the direct method keeps those.
+  Conv2DShape one_image = s;
+  one_image.batch = 1;
+  return WinogradBackwardScratch(one_image) <= kMaxScratchFloats;
 }
 
 int64_t WinogradFilterFloats(const Conv2DShape& s) {

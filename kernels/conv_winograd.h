@@ -37,9 +37,10 @@ namespace kernels {
 namespace internal {
 
 // Whether the Winograd method runs this convolution (forward and backward)
-// on GEMM path `path`: a blocked path, stride 1, a 5x5 filter, and enough
+// on GEMM path `path`: a blocked path, stride 1, a 5x5 filter, enough
 // input and output channels (16 or more) that the GEMMs at the 36 points
-// run near the path's speed.
+// run near the path's speed, and an image whose transformed tiles take at
+// most 16 MiB of a thread's scratch.
 bool WinogradConvApplies(GemmPath path, const Conv2DShape& s);
 
 // Floats of a filter in the transformed domain: [36, in, out] (36 * in *

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/conv_winograd.h"
 #include "kernels/cpu_context.h"
 #include "kernels/gemm.h"
 #include "kernels/window.h"
@@ -275,6 +276,31 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvBatchTest,
                          [](const ::testing::TestParamInfo<GemmPath>& info) {
                            return PathName(info.param);
                          });
+
+// Which convolutions the Winograd method takes (the others keep the direct
+// method or im2col, which the cases above check against the definition).
+TEST(ConvPathTest, WinogradTakesStride1FiveByFiveLayersWithChannelsOnBlockedPaths) {
+  using internal::WinogradConvApplies;
+  const Conv2DShape lenet = Shape(100, 14, 14, 32, 5, 5, 64, 1, Padding::kSame);
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512, lenet));
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx2, lenet));
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kPortable, lenet));
+  // Inception-v3's 5x5 branch at 35x35, and AlexNet's second layer.
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512,
+                                  Shape(32, 35, 35, 48, 5, 5, 64, 1, Padding::kSame)));
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512,
+                                  Shape(32, 27, 27, 64, 5, 5, 192, 1, Padding::kSame)));
+  // LeNet's first layer (one channel), a stride, another filter size.
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(100, 28, 28, 1, 5, 5, 32, 1, Padding::kSame)));
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(8, 14, 14, 32, 5, 5, 64, 2, Padding::kSame)));
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(8, 14, 14, 32, 3, 3, 64, 1, Padding::kSame)));
+  // An image whose transformed tiles would not fit a thread's 16 MiB.
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(8, 224, 224, 32, 5, 5, 32, 1, Padding::kSame)));
+}
 
 TEST(ConvPathTest, PublicOpsRunTheBestPath) {
   const Conv2DShape s = Shape(2, 6, 7, 8, 3, 3, 5, 1, Padding::kSame);
