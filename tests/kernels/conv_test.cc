@@ -1,8 +1,9 @@
 // Conv2D on the CPU: TensorFlow's SAME/VALID geometry, the forward against
 // the definition (direct loops), and the backward against central
 // differences, over strides, paddings, non-square filters, the pointwise
-// (1x1) path, thread counts and both GEMM paths (and so both methods: direct
-// on AVX-512, im2col on the portable path).
+// (1x1) path, thread counts and every GEMM path (and so every method: the
+// direct one or, for 5x5 layers with 16 or more channels each way,
+// Winograd's on the AVX-512 and AVX2 paths; im2col on the portable path).
 #include "kernels/conv.h"
 
 #include <ostream>
