@@ -112,7 +112,7 @@ class NetBuilder {
   // The nodes added so far (the input included).
   int num_nodes() const;
 
-  struct Graph;  // Internal: the nodes and variables, handed to the model.
+  struct Graph;  // Internal (net_graph.h): the nodes and variables, handed to the model.
 
  private:
   int Add(std::unique_ptr<Layer> layer, std::vector<int> inputs, Dims dims,
