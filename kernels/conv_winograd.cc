@@ -178,6 +178,33 @@ Scratch CarveScratch(const Tiling& t, float* scratch) {
   return s;
 }
 
+// Runs fn(tile, rows, cols, top, left) for each 2x2 output tile of an
+// image: tile its number (row-major), rows and cols how many of its output
+// rows and columns lie inside the image (1 or 2), (top, left) its first
+// output pixel.
+template <class Fn>
+PSRT_ALWAYS_INLINE void ForEachTile(const Tiling& t, Fn&& fn) {
+  for (int64_t th = 0; th < t.tiles_h; ++th) {
+    const int64_t top = th * kTile;
+    const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - top);
+    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
+      const int64_t left = tw * kTile;
+      fn(th * t.tiles_w + tw, rows, std::min<int64_t>(kTile, t.g.out_w - left),
+         top, left);
+    }
+  }
+}
+
+// Stores points (i, 0..5) of a tile's lanes: point (i, j) at
+// out + (i * 6 + j) * point_step.
+template <class T>
+PSRT_ALWAYS_INLINE void StorePointRow(const T row[kAlpha], int i,
+                                      int64_t point_step, float* out) {
+  for (int j = 0; j < kAlpha; ++j) {
+    Store(out + (i * kAlpha + j) * point_step, row[j]);
+  }
+}
+
 // Transforms the tiles of one padded image (B^T d B) into points[xi][first
 // + tile] (channels g.in_c).
 template <class V>
@@ -186,31 +213,28 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
                                             int64_t first_tile, float* points) {
   const int64_t c = t.g.in_c, row = t.padded_w() * c;
   const int64_t point_step = t.round_tiles() * c;
-  for (int64_t th = 0; th < t.tiles_h; ++th) {
-    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
-      const float* d = padded + th * kTile * row + tw * kTile * c;
-      float* out = points + (first_tile + th * t.tiles_w + tw) * c;
-      ForEachLane<V>(c, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
-        using T = std::remove_pointer_t<decltype(lanes)>;
-        T cols[kAlpha][kAlpha];  // [x][i]: column x's points i.
-        for (int x = 0; x < kAlpha; ++x) {
-          T column[kAlpha];
-          for (int y = 0; y < kAlpha; ++y) {
-            Load(d + y * row + x * c + k, &column[y]);
-          }
-          InputTransform1D(column, cols[x]);
+  ForEachTile(t, [&](int64_t tile, int64_t, int64_t, int64_t top,
+                     int64_t left) PSRT_LAMBDA_INLINE {
+    const float* d = padded + top * row + left * c;
+    float* out = points + (first_tile + tile) * c;
+    ForEachLane<V>(c, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+      using T = std::remove_pointer_t<decltype(lanes)>;
+      T cols[kAlpha][kAlpha];  // [x][i]: column x's points i.
+      for (int x = 0; x < kAlpha; ++x) {
+        T column[kAlpha];
+        for (int y = 0; y < kAlpha; ++y) {
+          Load(d + y * row + x * c + k, &column[y]);
         }
-        for (int i = 0; i < kAlpha; ++i) {
-          T across[kAlpha], result[kAlpha];
-          for (int x = 0; x < kAlpha; ++x) across[x] = cols[x][i];
-          InputTransform1D(across, result);
-          for (int j = 0; j < kAlpha; ++j) {
-            Store(out + (i * kAlpha + j) * point_step + k, result[j]);
-          }
-        }
-      });
-    }
-  }
+        InputTransform1D(column, cols[x]);
+      }
+      for (int i = 0; i < kAlpha; ++i) {
+        T across[kAlpha], result[kAlpha];
+        for (int x = 0; x < kAlpha; ++x) across[x] = cols[x][i];
+        InputTransform1D(across, result);
+        StorePointRow(result, i, point_step, out + k);
+      }
+    });
+  });
 }
 
 // y of one image from its tiles' products at the 36 points,
@@ -220,33 +244,30 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
                                              const float* products,
                                              int64_t first_tile, float* y) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
-  for (int64_t th = 0; th < t.tiles_h; ++th) {
-    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
-      const float* p = products + (first_tile + th * t.tiles_w + tw) * o;
-      const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - th * kTile);
-      const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
-      float* corner = y + (th * kTile * t.g.out_w + tw * kTile) * o;
-      ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
-        using T = std::remove_pointer_t<decltype(lanes)>;
-        T half[kAlpha][kTile];  // [i][x]: point row i, output column x.
-        for (int i = 0; i < kAlpha; ++i) {
-          T points_i[kAlpha];
-          for (int j = 0; j < kAlpha; ++j) {
-            Load(p + (i * kAlpha + j) * point_step + k, &points_i[j]);
-          }
-          OutputTransform1D(points_i, half[i]);
+  ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
+                     int64_t left) PSRT_LAMBDA_INLINE {
+    const float* p = products + (first_tile + tile) * o;
+    float* corner = y + (top * t.g.out_w + left) * o;
+    ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+      using T = std::remove_pointer_t<decltype(lanes)>;
+      T half[kAlpha][kTile];  // [i][x]: point row i, output column x.
+      for (int i = 0; i < kAlpha; ++i) {
+        T points_i[kAlpha];
+        for (int j = 0; j < kAlpha; ++j) {
+          Load(p + (i * kAlpha + j) * point_step + k, &points_i[j]);
         }
-        for (int64_t x = 0; x < cols; ++x) {
-          T down[kAlpha], out[kTile];
-          for (int i = 0; i < kAlpha; ++i) down[i] = half[i][x];
-          OutputTransform1D(down, out);
-          for (int64_t yy = 0; yy < rows; ++yy) {
-            Store(corner + (yy * t.g.out_w + x) * o + k, out[yy]);
-          }
+        OutputTransform1D(points_i, half[i]);
+      }
+      for (int64_t x = 0; x < cols; ++x) {
+        T down[kAlpha], out[kTile];
+        for (int i = 0; i < kAlpha; ++i) down[i] = half[i][x];
+        OutputTransform1D(down, out);
+        for (int64_t yy = 0; yy < rows; ++yy) {
+          Store(corner + (yy * t.g.out_w + x) * o + k, out[yy]);
         }
-      });
-    }
-  }
+      }
+    });
+  });
 }
 
 // Transforms one image's dy tiles (A dy A^T, zero past the edges) into
@@ -256,38 +277,33 @@ PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
                                                int64_t first_tile,
                                                float* points) {
   const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
-  for (int64_t th = 0; th < t.tiles_h; ++th) {
-    for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
-      const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - th * kTile);
-      const int64_t cols = std::min<int64_t>(kTile, t.g.out_w - tw * kTile);
-      const float* corner = dy + (th * kTile * t.g.out_w + tw * kTile) * o;
-      float* out = points + (first_tile + th * t.tiles_w + tw) * o;
-      ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
-        using T = std::remove_pointer_t<decltype(lanes)>;
-        T half[kAlpha][kTile];  // [i][x]: point row i, dy column x.
-        for (int x = 0; x < kTile; ++x) {
-          T column[kTile];
-          for (int yy = 0; yy < kTile; ++yy) {
-            if (yy < rows && x < cols) {
-              Load(corner + (yy * t.g.out_w + x) * o + k, &column[yy]);
-            } else {
-              column[yy] = T{};
-            }
-          }
-          T points_x[kAlpha];
-          GradientTransform1D(column, points_x);
-          for (int i = 0; i < kAlpha; ++i) half[i][x] = points_x[i];
-        }
-        for (int i = 0; i < kAlpha; ++i) {
-          T result[kAlpha];
-          GradientTransform1D(half[i], result);
-          for (int j = 0; j < kAlpha; ++j) {
-            Store(out + (i * kAlpha + j) * point_step + k, result[j]);
+  ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
+                     int64_t left) PSRT_LAMBDA_INLINE {
+    const float* corner = dy + (top * t.g.out_w + left) * o;
+    float* out = points + (first_tile + tile) * o;
+    ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
+      using T = std::remove_pointer_t<decltype(lanes)>;
+      T half[kAlpha][kTile];  // [i][x]: point row i, dy column x.
+      for (int x = 0; x < kTile; ++x) {
+        T column[kTile];
+        for (int yy = 0; yy < kTile; ++yy) {
+          if (yy < rows && x < cols) {
+            Load(corner + (yy * t.g.out_w + x) * o + k, &column[yy]);
+          } else {
+            column[yy] = T{};
           }
         }
-      });
-    }
-  }
+        T points_x[kAlpha];
+        GradientTransform1D(column, points_x);
+        for (int i = 0; i < kAlpha; ++i) half[i][x] = points_x[i];
+      }
+      for (int i = 0; i < kAlpha; ++i) {
+        T result[kAlpha];
+        GradientTransform1D(half[i], result);
+        StorePointRow(result, i, point_step, out + k);
+      }
+    });
+  });
 }
 
 // Pads images [n0, n0 + images) of x one by one into s.padded (whose
