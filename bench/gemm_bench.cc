@@ -166,7 +166,7 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
 }
 
 // LeNet's second layer at batch 100 (14x14x32 -> 64, 5x5, SAME) by the
-// direct method and by Winograd's F(2x2, 5x5), one thread, per blocked
+// direct method and by Winograd's F(4x4, 5x5), one thread, per blocked
 // path: milliseconds of thread CPU time for the forward and for the
 // backward (dx and the filter gradient, with the filter's transforms):
 //   conv_layer: path=P fwd_direct_ms=A fwd_winograd_ms=B fwd_ratio=A/B

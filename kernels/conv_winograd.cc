@@ -11,7 +11,7 @@ namespace kernels {
 namespace internal {
 namespace {
 
-constexpr int kTile = 2;                     // Output tile side.
+constexpr int kTile = 4;                     // Output tile side.
 constexpr int kFilter = 5;                   // Filter side.
 constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
 constexpr int kPoints = kAlpha * kAlpha;
@@ -25,7 +25,7 @@ constexpr int64_t kMaxScratchFloats = int64_t{1} << 22;
 // The transforms as straight-line code on lanes of channels: T is a vector
 // of floats (8, one register on the kernels' -march; 16 where the AVX-512
 // GEMM path runs, compiled for it) or, for the channels past the last whole
-// vector, one float. Points 0, 1, -1, 2, -2 and infinity.
+// vector, one float. Points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
 #define PSRT_ALWAYS_INLINE inline __attribute__((always_inline))
 #define PSRT_LAMBDA_INLINE __attribute__((always_inline))
 typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
@@ -60,44 +60,64 @@ PSRT_ALWAYS_INLINE void ForEachLane(int64_t channels, Fn&& fn) {
   for (; c < channels; ++c) fn(static_cast<float*>(nullptr), c);
 }
 
-// B^T d: an input row or column of 6 -> 6 points.
+// B^T d: an input row or column of 8 -> 8 points.
 template <class T>
 PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha], T out[kAlpha]) {
-  out[0] = 4 * d[0] - 5 * d[2] + d[4];
-  out[1] = (d[3] + d[4]) - 4 * (d[1] + d[2]);
-  out[2] = (d[4] - d[3]) + 4 * (d[1] - d[2]);
-  out[3] = (d[4] - d[2]) + 2 * (d[3] - d[1]);
-  out[4] = (d[4] - d[2]) - 2 * (d[3] - d[1]);
-  out[5] = 4 * d[1] - 5 * d[3] + d[5];
+  out[0] = (d[6] - d[0]) + 5.25f * (d[2] - d[4]);
+  out[7] = (d[7] - d[1]) + 5.25f * (d[3] - d[5]);
+  const T odd1 = (d[1] + d[5]) - 4.25f * d[3];
+  const T even1 = (d[2] + d[6]) - 4.25f * d[4];
+  out[1] = even1 + odd1;
+  out[2] = even1 - odd1;
+  const T odd2 = 0.5f * d[1] - 2.5f * d[3] + 2 * d[5];
+  const T even2 = 0.25f * d[2] - 1.25f * d[4] + d[6];
+  out[3] = even2 + odd2;
+  out[4] = even2 - odd2;
+  const T odd3 = 2 * d[1] - 2.5f * d[3] + 0.5f * d[5];
+  const T even3 = 4 * d[2] - 5 * d[4] + d[6];
+  out[5] = even3 + odd3;
+  out[6] = even3 - odd3;
 }
 
-// A^T p: 6 points -> an output row or column of kTile.
+// A^T p: 8 points -> an output row or column of kTile.
 template <class T>
 PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha], T out[kTile]) {
-  out[0] = p[0] + (p[1] + p[2]) + (p[3] + p[4]);
-  out[1] = (p[1] - p[2]) + 2 * (p[3] - p[4]) + p[5];
+  const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
+  const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
+  const T sum3 = p[5] + p[6], diff3 = p[5] - p[6];
+  out[0] = p[0] + sum1 + sum2 + sum3;
+  out[1] = diff1 + 2 * diff2 + 0.5f * diff3;
+  out[2] = sum1 + 4 * sum2 + 0.25f * sum3;
+  out[3] = diff1 + 8 * diff2 + 0.125f * diff3 + p[7];
 }
 
 // A g, the adjoint of OutputTransform1D: an output row or column of kTile
-// (of dy) -> 6 points.
+// (of dy) -> 8 points.
 template <class T>
 PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile], T out[kAlpha]) {
+  const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
+  const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
+  const T even3 = g[0] + 0.25f * g[2], odd3 = 0.5f * g[1] + 0.125f * g[3];
   out[0] = g[0];
-  out[1] = g[0] + g[1];
-  out[2] = g[0] - g[1];
-  out[3] = g[0] + 2 * g[1];
-  out[4] = g[0] - 2 * g[1];
-  out[5] = g[1];
+  out[1] = even1 + odd1;
+  out[2] = even1 - odd1;
+  out[3] = even2 + odd2;
+  out[4] = even2 - odd2;
+  out[5] = even3 + odd3;
+  out[6] = even3 - odd3;
+  out[7] = g[3];
 }
 
-// G: filter taps (5) -> points (6), for the filter's transform and (as G^T)
+// G: filter taps (5) -> points (8), for the filter's transform and (as G^T)
 // its gradient's, once per batch.
 constexpr float kFilterTransform[kAlpha][kFilter] = {
-    {1.0f / 4, 0, 0, 0, 0},
-    {-1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6},
-    {-1.0f / 6, 1.0f / 6, -1.0f / 6, 1.0f / 6, -1.0f / 6},
-    {1.0f / 24, 1.0f / 12, 1.0f / 6, 1.0f / 3, 2.0f / 3},
-    {1.0f / 24, -1.0f / 12, 1.0f / 6, -1.0f / 3, 2.0f / 3},
+    {-1, 0, 0, 0, 0},
+    {-2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9},
+    {-2.0f / 9, 2.0f / 9, -2.0f / 9, 2.0f / 9, -2.0f / 9},
+    {1.0f / 90, 1.0f / 45, 2.0f / 45, 4.0f / 45, 8.0f / 45},
+    {1.0f / 90, -1.0f / 45, 2.0f / 45, -4.0f / 45, 8.0f / 45},
+    {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
+    {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
     {0, 0, 0, 0, 1}};
 
 // A small constant matrix, read as stored or transposed.
@@ -134,7 +154,7 @@ void Combine(const Matrix& mat, const float* src, int64_t src_step,
   }
 }
 
-// The tiling of one convolution (as ConvGeometry, stride 1): 2x2 output
+// The tiling of one convolution (as ConvGeometry, stride 1): 4x4 output
 // tiles, in rounds of whole images.
 struct Tiling {
   ConvGeometry g;
@@ -150,11 +170,11 @@ struct Tiling {
 
   int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
   int64_t round_tiles() const { return round_images * tiles(); }
-  // The padded input: every tile's 6x6 inside, zeros around the image.
+  // The padded input: every tile's 8x8 inside, zeros around the image.
   int64_t padded_h() const { return tiles_h * kTile + kFilter - 1; }
   int64_t padded_w() const { return tiles_w * kTile + kFilter - 1; }
   int64_t padded_size() const { return padded_h() * padded_w() * g.in_c; }
-  // Transformed tiles of a round, [36, round_tiles, channels].
+  // Transformed tiles of a round, [64, round_tiles, channels].
   int64_t points_size(int64_t channels) const {
     return kPoints * round_tiles() * channels;
   }
@@ -178,9 +198,9 @@ Scratch CarveScratch(const Tiling& t, float* scratch) {
   return s;
 }
 
-// Runs fn(tile, rows, cols, top, left) for each 2x2 output tile of an
+// Runs fn(tile, rows, cols, top, left) for each 4x4 output tile of an
 // image: tile its number (row-major), rows and cols how many of its output
-// rows and columns lie inside the image (1 or 2), (top, left) its first
+// rows and columns lie inside the image (1 to 4), (top, left) its first
 // output pixel.
 template <class Fn>
 PSRT_ALWAYS_INLINE void ForEachTile(const Tiling& t, Fn&& fn) {
@@ -195,8 +215,8 @@ PSRT_ALWAYS_INLINE void ForEachTile(const Tiling& t, Fn&& fn) {
   }
 }
 
-// Stores points (i, 0..5) of a tile's lanes: point (i, j) at
-// out + (i * 6 + j) * point_step.
+// Stores points (i, 0..7) of a tile's lanes: point (i, j) at
+// out + (i * 8 + j) * point_step.
 template <class T>
 PSRT_ALWAYS_INLINE void StorePointRow(const T row[kAlpha], int i,
                                       int64_t point_step, float* out) {
@@ -237,7 +257,7 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
   });
 }
 
-// y of one image from its tiles' products at the 36 points,
+// y of one image from its tiles' products at the 64 points,
 // products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
 template <class V>
 PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
@@ -350,8 +370,8 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
   }
 }
 
-// Adds the filter gradient of images [begin, end) at the 36 points into
-// dfilter_points [36, in, out], its transforms on vectors V.
+// Adds the filter gradient of images [begin, end) at the 64 points into
+// dfilter_points [64, in, out], its transforms on vectors V.
 template <class V>
 PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
     GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
@@ -497,7 +517,7 @@ void WinogradFilterGradient(const Conv2DShape& s, const float* dfilter_points,
                             float* scratch, float* dfilter) {
   const int64_t pairs = s.in_channels * s.out_channels;
   const Matrix gt = Of(kFilterTransform).Transposed();
-  // scratch[a] = sum_i G(i, a) points row i: 6 points of `pairs` floats.
+  // scratch[a] = sum_i G(i, a) points row i: 8 points of `pairs` floats.
   Combine(gt, dfilter_points, kAlpha * pairs, kAlpha * pairs, scratch,
           kAlpha * pairs);
   for (int a = 0; a < kFilter; ++a) {

@@ -112,7 +112,7 @@ std::vector<ConvCase> Cases() {
       {"FilterLargerThanInputSameWide",
        Shape(1, 3, 3, 16, 5, 5, 2, 1, Padding::kSame)},
       // 5x5 with 16 or more channels each way: the Winograd method (the
-      // blocked paths'), with whole and partial 2x2 output tiles and
+      // blocked paths'), with whole and partial 4x4 output tiles and
       // padding that crops the last tiles' windows.
       {"Same5x5Winograd", Shape(2, 7, 8, 16, 5, 5, 20, 1, Padding::kSame)},
       {"Valid5x5Winograd", Shape(1, 8, 9, 17, 5, 5, 16, 1, Padding::kValid)},

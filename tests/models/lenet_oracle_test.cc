@@ -4,7 +4,10 @@
 // the same hash (SplitMix64 of (seed, index), as the script documents).
 // Gradients of the two large weight tensors are stored at every
 // (n / 4096)-th element. Agreement is "within 1e-4 relative", measured as
-// in tests/kernels/oracle_test.cc.
+// in tests/kernels/oracle_test.cc, with each element's tolerance floored at
+// 1e-5 of its tensor's largest magnitude: conv2 runs by Winograd's method on
+// the AVX2 and AVX-512 paths, whose rounding (kernels/conv_winograd.h) puts
+// errors of a few 1e-6 of that magnitude on conv1's gradients.
 #include <map>
 #include <string>
 #include <vector>
@@ -54,7 +57,8 @@ TEST(LenetOracleTest, LossAndGradientsMatchPyTorch) {
 
   std::vector<Tensor> grads;
   const float loss = (*lenet)->ComputeGradients(params, images, labels, &grads);
-  ExpectCloseToOracle({loss}, *fixture.at("loss"), "loss");
+  constexpr double kFloor = 1e-5;
+  ExpectCloseToOracle({loss}, *fixture.at("loss"), "loss", kFloor);
   for (size_t v = 0; v < grads.size(); ++v) {
     const std::string& name = (*lenet)->variables()[v].name;
     const int64_t n = grads[v].num_elements();
@@ -66,7 +70,7 @@ TEST(LenetOracleTest, LossAndGradientsMatchPyTorch) {
     } else {
       ours.assign(grads[v].flat().begin(), grads[v].flat().end());
     }
-    ExpectCloseToOracle(ours, *fixture.at("grad/" + name), name);
+    ExpectCloseToOracle(ours, *fixture.at("grad/" + name), name, kFloor);
   }
 }
 
