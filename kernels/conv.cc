@@ -19,6 +19,10 @@ namespace {
 constexpr int64_t kColumnBufferFloats = 1 << 18;
 // Threads that take a share of one convolution (more wait).
 constexpr int64_t kMaxThreads = 64;
+// A thread adds the bias to (sums its gradient from) blocks of about this
+// many output floats (1 MiB) of its share, right after (before) the method
+// runs on the block, while they are in its core's L2.
+constexpr int64_t kBiasBlockFloats = 1 << 18;
 
 void CheckShape(const Conv2DShape& s) {
   CHECK(s.batch > 0 && s.in_height > 0 && s.in_width > 0 && s.in_channels > 0 &&
@@ -72,6 +76,48 @@ void ForEachShare(const CpuContext& ctx, const Conv2DShape& s, const Plan& p,
       int64_t begin, end;
       Share(s, p, t, &begin, &end);
       fn(t, begin, end);
+    }
+  });
+}
+
+// The images of one bias block.
+int64_t BiasBlockImages(const Plan& p, const Conv2DShape& s) {
+  return std::max<int64_t>(1,
+                           kBiasBlockFloats / (p.pixels * s.out_channels));
+}
+
+// y[r, c] += bias[c] for the rows r of y [rows, channels].
+void AddBias(const float* bias, int64_t channels, int64_t rows, float* y) {
+  Eigen::Map<Eigen::MatrixXf>(y, channels, rows).colwise() +=
+      Eigen::Map<const Eigen::VectorXf>(bias, channels);
+}
+
+// sum[c] += dy[r, c] over the rows r of dy [rows, channels], in order.
+void AddColumnSums(const float* dy, int64_t channels, int64_t rows,
+                   float* sum) {
+  Eigen::Map<Eigen::ArrayXf> acc(sum, channels);
+  for (int64_t r = 0; r < rows; ++r) {
+    acc += Eigen::Map<const Eigen::ArrayXf>(dy + r * channels, channels);
+  }
+}
+
+// Runs method(t, begin, end) on each thread t's share of the batch; with a
+// bias, block by block, adding the bias to each block's y as it is made.
+template <class Method>
+void ForwardByShare(const CpuContext& ctx, const Conv2DShape& s,
+                    const Plan& p, const float* bias, float* y,
+                    Method&& method) {
+  const int64_t block = BiasBlockImages(p, s);
+  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+    if (bias == nullptr) {
+      method(t, begin, end);
+      return;
+    }
+    for (int64_t n = begin; n < end; n += block) {
+      const int64_t stop = std::min(end, n + block);
+      method(t, n, stop);
+      AddBias(bias, s.out_channels, (stop - n) * p.pixels,
+              y + n * p.pixels * s.out_channels);
     }
   });
 }
@@ -206,13 +252,15 @@ namespace internal {
 
 void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
                          const Conv2DShape& s, const float* x,
-                         const float* filter, float* y, Workspace* workspace) {
+                         const float* filter, const float* bias, float* y,
+                         Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
   if (s.is_pointwise()) {
-    GemmOnPath(path, ctx,
-               MatMulShape{s.batch * p.pixels, s.out_channels, s.in_channels},
+    const int64_t rows = s.batch * p.pixels;
+    GemmOnPath(path, ctx, MatMulShape{rows, s.out_channels, s.in_channels},
                1.0f, x, filter, 0.0f, y);
+    if (bias != nullptr) BiasAddForward(ctx, y, bias, rows, s.out_channels, y);
     return;
   }
   if (WinogradConvApplies(path, s)) {
@@ -224,9 +272,11 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
     for (int t = 0; t < p.threads; ++t) {
       scratch[t] = workspace->Get(t, WinogradForwardScratch(s));
     }
-    ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
-      WinogradConvForward(path, s, x, points, begin, end, scratch[t], y);
-    });
+    ForwardByShare(ctx, s, p, bias, y,
+                   [&](int64_t t, int64_t begin, int64_t end) {
+                     WinogradConvForward(path, s, x, points, begin, end,
+                                         scratch[t], y);
+                   });
     return;
   }
   if (DirectConvForwardApplies(path, s)) {
@@ -234,9 +284,11 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
     for (int t = 0; t < p.threads; ++t) {
       scratch[t] = workspace->Get(t, DirectConvForwardScratch(s));
     }
-    ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
-      DirectConvForward(path, s, x, filter, begin, end, scratch[t], y);
-    });
+    ForwardByShare(ctx, s, p, bias, y,
+                   [&](int64_t t, int64_t begin, int64_t end) {
+                     DirectConvForward(path, s, x, filter, begin, end,
+                                       scratch[t], y);
+                   });
     return;
   }
   float* cols[kMaxThreads];
@@ -247,7 +299,8 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
       TransposedFilter(s, p, filter, workspace, /*slot=*/p.threads);
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
-  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+  ForwardByShare(ctx, s, p, bias, y, [&](int64_t t, int64_t begin,
+                                         int64_t end) {
     for (int64_t n = begin; n < end; n += p.chunk) {
       const int64_t images = std::min(p.chunk, end - n);
       Im2Col(s, x + n * in_image, images, cols[t]);
@@ -262,9 +315,14 @@ void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
 void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
                           const Conv2DShape& s, const float* x,
                           const float* filter, const float* dy, float* dx,
-                          float* dfilter, Workspace* workspace) {
+                          float* dfilter, float* dbias, Workspace* workspace) {
   CheckShape(s);
   const Plan p = MakePlan(ctx, s);
+  if (dbias != nullptr &&
+      (s.is_pointwise() || (dx == nullptr && dfilter == nullptr))) {
+    BiasAddBackward(ctx, dy, s.batch * p.pixels, s.out_channels, dbias);
+    dbias = nullptr;
+  }
   if (s.is_pointwise()) {
     // y = x * filter as [rows, in] x [in, out] (MatMulBackward's formulas).
     const int64_t rows = s.batch * p.pixels;
@@ -284,8 +342,9 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
   // direct or Winograd scratch; slot threads + t: thread t's partial filter
   // gradient (at the 64 points for Winograd; otherwise thread 0 sums into
   // dfilter itself); slot 2 * threads: the transposed (im2col) or flipped
-  // (direct, Winograd) filter; 2 * threads + 1: the flipped filter at the 36
-  // points; 2 * threads + 2: the Winograd transforms' scratch.
+  // (direct, Winograd) filter; 2 * threads + 1: the flipped filter at the 64
+  // points; 2 * threads + 2: the Winograd transforms' scratch;
+  // 2 * threads + 3: the threads' partial bias gradients, [threads, out].
   const bool winograd = WinogradConvApplies(path, s);
   const bool direct = !winograd && DirectConvBackwardApplies(path, s);
   const int64_t filter_size = s.filter_size();
@@ -317,10 +376,15 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
   } else if (dx != nullptr) {
     filter_t = TransposedFilter(s, p, filter, workspace, 2 * p.threads);
   }
+  float* const bias_partials =
+      dbias == nullptr
+          ? nullptr
+          : workspace->Get(2 * p.threads + 3, p.threads * s.out_channels);
   const int64_t in_image = s.in_height * s.in_width * s.in_channels;
   const int64_t out_image = p.pixels * s.out_channels;
-  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
-    if (dfilter != nullptr) std::fill_n(partials[t], partial_size, 0.0f);
+  // Thread t's backward of images [begin, end): dx, and its partial filter
+  // gradient added to.
+  auto backward = [&](int64_t t, int64_t begin, int64_t end) {
     if (winograd) {
       WinogradConvBackward(path, s, x, filter_t, dy, begin, end, scratch[t], dx,
                            partials[t]);
@@ -354,7 +418,31 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
         Col2Im(s, cols, images, dx + n * in_image);
       }
     }
+  };
+  const int64_t block = BiasBlockImages(p, s);
+  ForEachShare(ctx, s, p, [&](int64_t t, int64_t begin, int64_t end) {
+    if (dfilter != nullptr) std::fill_n(partials[t], partial_size, 0.0f);
+    if (dbias == nullptr) {
+      backward(t, begin, end);
+      return;
+    }
+    // Block by block: the sums of dy bring the block into the cache that
+    // the method reads it from.
+    float* bias_sum = bias_partials + t * s.out_channels;
+    std::fill_n(bias_sum, s.out_channels, 0.0f);
+    for (int64_t n = begin; n < end; n += block) {
+      const int64_t stop = std::min(end, n + block);
+      AddColumnSums(dy + n * out_image, s.out_channels, (stop - n) * p.pixels,
+                    bias_sum);
+      backward(t, n, stop);
+    }
   });
+  if (dbias != nullptr) {
+    std::copy_n(bias_partials, s.out_channels, dbias);
+    for (int t = 1; t < p.threads; ++t) {
+      AddFloats(bias_partials + t * s.out_channels, s.out_channels, dbias);
+    }
+  }
   if (dfilter == nullptr) return;
   if (p.threads > 1) {
     float* sum = partials[0];
@@ -373,16 +461,17 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
 }  // namespace internal
 
 void Conv2DForward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-                   const float* filter, float* y, Workspace* workspace) {
-  internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x, filter, y,
+                   const float* filter, const float* bias, float* y,
+                   Workspace* workspace) {
+  internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x, filter, bias, y,
                                 workspace);
 }
 
 void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
                     const float* filter, const float* dy, float* dx,
-                    float* dfilter, Workspace* workspace) {
+                    float* dfilter, float* dbias, Workspace* workspace) {
   internal::Conv2DBackwardOnPath(BestGemmPath(), ctx, s, x, filter, dy, dx,
-                                 dfilter, workspace);
+                                 dfilter, dbias, workspace);
 }
 
 }  // namespace kernels

@@ -1,7 +1,9 @@
 // 2-D convolution (TensorFlow's conv2d): NHWC images, HWIO filters, strides
-// and SAME/VALID padding as window.h defines them. No bias: a layer adds one
-// with BiasAddForward (y as a [pixels, out_channels] matrix) or follows with
-// a batch norm.
+// and SAME/VALID padding as window.h defines them, with an optional bias
+// per output channel (as conv2d then bias_add): each thread adds it to (and
+// in the backward, sums its gradient from) a block of its images while the
+// block's output is still in the core's cache, which saves the two passes
+// over the whole output that BiasAddForward and BiasAddBackward take.
 //
 // On the CPU each thread takes a contiguous share of the batch, by one of
 // two methods, after the GEMM path (gemm.h):
@@ -27,19 +29,22 @@
 namespace psrt {
 namespace kernels {
 
-// Forward: y = conv2d(x, filter). Overwrites y. Uses `workspace`.
-// REQUIRES: y overlaps neither x nor filter; all sizes positive.
+// Forward: y = conv2d(x, filter) + bias (bias [out_channels], or null for
+// none). Overwrites y. Uses `workspace`.
+// REQUIRES: y overlaps none of x, filter and bias; all sizes positive.
 void Conv2DForward(const CpuContext& ctx, const Conv2DShape& shape,
-                   const float* x, const float* filter, float* y,
-                   Workspace* workspace);
+                   const float* x, const float* filter, const float* bias,
+                   float* y, Workspace* workspace);
 
-// Backward of Conv2DForward: given dy = dL/dy, computes dx = dL/dx and
-// dfilter = dL/dfilter. Overwrites both; either may be null to skip it (a
-// first layer needs no dx). Uses `workspace`.
+// Backward of Conv2DForward: given dy = dL/dy, computes dx = dL/dx,
+// dfilter = dL/dfilter and dbias = dL/dbias (the sums of dy over its
+// pixels). Overwrites them; any may be null to skip it (a first layer needs
+// no dx, a convolution without bias no dbias). Uses `workspace`.
 // REQUIRES: the outputs overlap none of the inputs.
 void Conv2DBackward(const CpuContext& ctx, const Conv2DShape& shape,
                     const float* x, const float* filter, const float* dy,
-                    float* dx, float* dfilter, Workspace* workspace);
+                    float* dx, float* dfilter, float* dbias,
+                    Workspace* workspace);
 
 namespace internal {
 
@@ -50,11 +55,12 @@ namespace internal {
 // REQUIRES: GemmPathSupported(path); as above.
 void Conv2DForwardOnPath(GemmPath path, const CpuContext& ctx,
                          const Conv2DShape& shape, const float* x,
-                         const float* filter, float* y, Workspace* workspace);
+                         const float* filter, const float* bias, float* y,
+                         Workspace* workspace);
 void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
                           const Conv2DShape& shape, const float* x,
                           const float* filter, const float* dy, float* dx,
-                          float* dfilter, Workspace* workspace);
+                          float* dfilter, float* dbias, Workspace* workspace);
 
 }  // namespace internal
 }  // namespace kernels

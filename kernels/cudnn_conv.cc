@@ -9,6 +9,7 @@
 #include "glog/logging.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cudnn_library.h"
+#include "kernels/ops_cuda.h"
 
 namespace psrt {
 namespace kernels {
@@ -476,13 +477,22 @@ void CudaConvolutions::Backward(const CudaContext& ctx, const Conv2DShape& s, co
 }
 
 void Conv2DForward(const CudaContext& ctx, const Conv2DShape& shape, const float* x,
-                   const float* filter, float* y, CudaConvolutions* convolutions) {
+                   const float* filter, const float* bias, float* y,
+                   CudaConvolutions* convolutions) {
   convolutions->Forward(ctx, shape, x, filter, y);
+  if (bias != nullptr) {
+    const int64_t rows = shape.batch * shape.out_height() * shape.out_width();
+    BiasAddForward(ctx, y, bias, rows, shape.out_channels, y);
+  }
 }
 
 void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& shape, const float* x,
                     const float* filter, const float* dy, float* dx, float* dfilter,
-                    CudaConvolutions* convolutions) {
+                    float* dbias, CudaConvolutions* convolutions) {
+  if (dbias != nullptr) {
+    const int64_t rows = shape.batch * shape.out_height() * shape.out_width();
+    BiasAddBackward(ctx, dy, rows, shape.out_channels, dbias);
+  }
   convolutions->Backward(ctx, shape, x, filter, dy, dx, dfilter);
 }
 

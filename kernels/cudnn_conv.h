@@ -117,13 +117,15 @@ class CudaConvolutions {
   CudaWorkspace padded_dinput_;  // Its gradient, before the crop.
 };
 
-// The device ops' entry points (device_ops.h).
+// The device ops' entry points (device_ops.h): conv.h's contract, the bias
+// added (its gradient summed) by ops_cuda.h's BiasAdd kernels.
 void Conv2DForward(const CudaContext& ctx, const Conv2DShape& shape,
-                   const float* x, const float* filter, float* y,
-                   CudaConvolutions* convolutions);
+                   const float* x, const float* filter, const float* bias,
+                   float* y, CudaConvolutions* convolutions);
 void Conv2DBackward(const CudaContext& ctx, const Conv2DShape& shape,
                     const float* x, const float* filter, const float* dy,
-                    float* dx, float* dfilter, CudaConvolutions* convolutions);
+                    float* dx, float* dfilter, float* dbias,
+                    CudaConvolutions* convolutions);
 
 }  // namespace kernels
 }  // namespace psrt

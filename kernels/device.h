@@ -175,12 +175,14 @@ class Device {
 
   // ---- Layer ops (conv.h, depthwise_conv.h, pool.h, batch_norm.h, layer_ops.h,
   // activation.h). ----
-  // The convolutions use the device's own workspace.
+  // The convolutions use the device's own workspace. Conv2D's bias (and
+  // its gradient) may be null: none.
   virtual void Conv2DForward(const Conv2DShape& shape, const float* x,
-                             const float* filter, float* y) = 0;
+                             const float* filter, const float* bias,
+                             float* y) = 0;
   virtual void Conv2DBackward(const Conv2DShape& shape, const float* x,
                               const float* filter, const float* dy, float* dx,
-                              float* dfilter) = 0;
+                              float* dfilter, float* dbias) = 0;
   virtual void DepthwiseConv2DForward(const DepthwiseConv2DShape& shape, const float* x,
                                       const float* filter, float* y) = 0;
   virtual void DepthwiseConv2DBackward(const DepthwiseConv2DShape& shape, const float* x,

@@ -63,13 +63,14 @@ class DeviceOps : public Device {
   }
 
   void Conv2DForward(const Conv2DShape& shape, const float* x,
-                     const float* filter, float* y) override {
-    kernels::Conv2DForward(ctx(), shape, x, filter, y, conv_workspace());
+                     const float* filter, const float* bias,
+                     float* y) override {
+    kernels::Conv2DForward(ctx(), shape, x, filter, bias, y, conv_workspace());
   }
   void Conv2DBackward(const Conv2DShape& shape, const float* x,
                       const float* filter, const float* dy, float* dx,
-                      float* dfilter) override {
-    kernels::Conv2DBackward(ctx(), shape, x, filter, dy, dx, dfilter,
+                      float* dfilter, float* dbias) override {
+    kernels::Conv2DBackward(ctx(), shape, x, filter, dy, dx, dfilter, dbias,
                             conv_workspace());
   }
   void DepthwiseConv2DForward(const DepthwiseConv2DShape& shape, const float* x,

@@ -108,10 +108,8 @@ class ConvLayer : public Layer {
     const int64_t rows = batch * shape.out_height() * shape.out_width();
     const int64_t channels = spec_.out_channels;
     float* conv_out = spec_.batch_norm ? conv_out_.Reserve(&dev, rows * channels) : out;
-    dev.Conv2DForward(shape, inputs[0], params[var_], conv_out);
-    if (spec_.bias) {
-      dev.BiasAddForward(conv_out, params[var_ + 1], rows, channels, out);
-    }
+    dev.Conv2DForward(shape, inputs[0], params[var_],
+                      spec_.bias ? params[var_ + 1] : nullptr, conv_out);
     if (spec_.batch_norm) {
       bn_.Forward(ctx, params, rows, conv_out, params[var_ + 1], params[var_ + 2], out);
     }
@@ -127,13 +125,12 @@ class ConvLayer : public Layer {
     const int64_t channels = spec_.out_channels;
     float* d = dout;
     if (spec_.relu) dev.ReluBackward(out, d, rows * channels, d);
-    if (spec_.bias) dev.BiasAddBackward(d, rows, channels, grads[var_ + 1]);
     if (spec_.batch_norm) {
       bn_.Backward(ctx, params, rows, conv_out_.data(), d, params[var_ + 1], d, grads[var_ + 1],
                    grads[var_ + 2], grads);
     }
-    dev.Conv2DBackward(shape, inputs[0], params[var_], d, din[0],
-                       grads[var_]);
+    dev.Conv2DBackward(shape, inputs[0], params[var_], d, din[0], grads[var_],
+                       spec_.bias ? grads[var_ + 1] : nullptr);
   }
 
   bool DropTrailingRelu() override {

@@ -1,11 +1,14 @@
-// Conv2D on the CPU: TensorFlow's SAME/VALID geometry, the forward against
-// the definition (direct loops), and the backward against central
-// differences, over strides, paddings, non-square filters, the pointwise
-// (1x1) path, thread counts and every GEMM path (and so every method: the
-// direct one or, for 5x5 layers with 16 or more channels each way,
-// Winograd's on the AVX-512 and AVX2 paths; im2col on the portable path).
+// Conv2D on the CPU: TensorFlow's SAME/VALID geometry, the forward (with and
+// without a bias) against the definition (direct loops), and the backward
+// against central differences, over strides, paddings, non-square filters,
+// the pointwise (1x1) path, thread counts and every GEMM path (and so every
+// method: the direct one or, for 5x5 layers with 16 or more channels each
+// way, Winograd's on the AVX-512 and AVX2 paths; im2col on the portable
+// path).
 #include "kernels/conv.h"
 
+#include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -72,6 +75,23 @@ std::vector<float> NaiveConv(const Conv2DShape& s, const std::vector<float>& x,
           y[((n * oh_size + oh) * ow_size + ow) * s.out_channels + co] = sum;
         }
   return y;
+}
+
+// NaiveConv plus bias[c] on every pixel's channel c.
+std::vector<float> NaiveConvWithBias(const Conv2DShape& s,
+                                     const std::vector<float>& x,
+                                     const std::vector<float>& f,
+                                     const std::vector<float>& bias) {
+  std::vector<float> y = NaiveConv(s, x, f);
+  for (size_t i = 0; i < y.size(); ++i) y[i] += bias[i % s.out_channels];
+  return y;
+}
+
+// The bias gradient by its definition: dy summed over pixels, in double.
+std::vector<float> ColumnSums(const std::vector<float>& dy, int64_t channels) {
+  std::vector<double> sums(channels);
+  for (size_t i = 0; i < dy.size(); ++i) sums[i % channels] += dy[i];
+  return std::vector<float>(sums.begin(), sums.end());
 }
 
 struct ConvCase {
@@ -154,14 +174,14 @@ class ConvTest : public ::testing::TestWithParam<ConvPathCase> {
     }
   }
   void Forward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-               const float* f, float* y, Workspace* ws) const {
-    internal::Conv2DForwardOnPath(GetParam().path, ctx, s, x, f, y, ws);
+               const float* f, const float* b, float* y, Workspace* ws) const {
+    internal::Conv2DForwardOnPath(GetParam().path, ctx, s, x, f, b, y, ws);
   }
   void Backward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
                 const float* f, const float* dy, float* dx, float* df,
-                Workspace* ws) const {
+                float* db, Workspace* ws) const {
     internal::Conv2DBackwardOnPath(GetParam().path, ctx, s, x, f, dy, dx, df,
-                                   ws);
+                                   db, ws);
   }
 };
 
@@ -169,15 +189,20 @@ TEST_P(ConvTest, ForwardMatchesDefinition) {
   const Conv2DShape& s = GetParam().conv.shape;
   const std::vector<float> x = RandomVector(s.input_size(), 1);
   const std::vector<float> f = RandomVector(s.filter_size(), 2);
+  const std::vector<float> b = RandomVector(s.out_channels, 14);
   const std::vector<float> want = NaiveConv(s, x, f);
+  const std::vector<float> want_biased = NaiveConvWithBias(s, x, f, b);
   for (int threads : {1, 2, 3}) {
     CpuContext ctx(threads);
     Workspace ws;
     std::vector<float> y = Garbage(s.output_size());
-    Forward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    Forward(ctx, s, x.data(), f.data(), nullptr, y.data(), &ws);
     // Sums of up to 400 products of magnitude ~1, in float: a few ulps of
     // 10 apart from the double-precision definition.
     EXPECT_THAT(y, Pointwise(FloatNear(1e-4f), want)) << threads << " threads";
+    Forward(ctx, s, x.data(), f.data(), b.data(), y.data(), &ws);
+    EXPECT_THAT(y, Pointwise(FloatNear(1e-4f), want_biased))
+        << threads << " threads, with a bias";
   }
 }
 
@@ -187,28 +212,34 @@ TEST_P(ConvTest, GradientMatchesFiniteDifferences) {
   Workspace ws;
   std::vector<float> x = RandomVector(s.input_size(), 3);
   std::vector<float> f = RandomVector(s.filter_size(), 4);
+  std::vector<float> b = RandomVector(s.out_channels, 15);
   const std::vector<float> weights = RandomVector(s.output_size(), 5);
   std::vector<float> y(s.output_size());
   auto loss = [&] {
-    Forward(ctx, s, x.data(), f.data(), y.data(), &ws);
+    Forward(ctx, s, x.data(), f.data(), b.data(), y.data(), &ws);
     return Dot(y, weights);
   };
-  std::vector<float> dx = Garbage(x.size()), df = Garbage(f.size());
+  std::vector<float> dx = Garbage(x.size()), df = Garbage(f.size()),
+                     db = Garbage(b.size());
   Backward(ctx, s, x.data(), f.data(), weights.data(), dx.data(), df.data(),
-           &ws);
+           db.data(), &ws);
   // The loss is linear in each input, so central differences are exact at
   // any step: a long one keeps the forward's rounding (the Winograd
   // method's is several times the direct method's) from swamping them.
-  ExpectGradientsMatch({&x, &f}, loss, {dx, df}, /*step=*/0.25f);
+  ExpectGradientsMatch({&x, &f, &b}, loss, {dx, df, db}, /*step=*/0.25f);
 
-  // Either output alone gives the same values.
-  std::vector<float> dx_only = Garbage(x.size()), df_only = Garbage(f.size());
+  // Each output alone gives the same values.
+  std::vector<float> dx_only = Garbage(x.size()), df_only = Garbage(f.size()),
+                     db_only = Garbage(b.size());
   Backward(ctx, s, x.data(), f.data(), weights.data(), dx_only.data(), nullptr,
-           &ws);
+           nullptr, &ws);
   Backward(ctx, s, x.data(), f.data(), weights.data(), nullptr, df_only.data(),
-           &ws);
+           nullptr, &ws);
+  Backward(ctx, s, x.data(), f.data(), weights.data(), nullptr, nullptr,
+           db_only.data(), &ws);
   EXPECT_THAT(dx_only, Pointwise(FloatNear(1e-6f), dx));
   EXPECT_THAT(df_only, Pointwise(FloatNear(1e-6f), df));
+  EXPECT_THAT(db_only, Pointwise(FloatNear(1e-4f), db));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -225,13 +256,14 @@ class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
     }
   }
   void Forward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
-               const float* f, float* y, Workspace* ws) const {
-    internal::Conv2DForwardOnPath(GetParam(), ctx, s, x, f, y, ws);
+               const float* f, const float* b, float* y, Workspace* ws) const {
+    internal::Conv2DForwardOnPath(GetParam(), ctx, s, x, f, b, y, ws);
   }
   void Backward(const CpuContext& ctx, const Conv2DShape& s, const float* x,
                 const float* f, const float* dy, float* dx, float* df,
-                Workspace* ws) const {
-    internal::Conv2DBackwardOnPath(GetParam(), ctx, s, x, f, dy, dx, df, ws);
+                float* db, Workspace* ws) const {
+    internal::Conv2DBackwardOnPath(GetParam(), ctx, s, x, f, dy, dx, df, db,
+                                   ws);
   }
   // One thread's results against three threads' and the definition.
   void ExpectBatchMatches(const Conv2DShape& s);
@@ -239,11 +271,16 @@ class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
 
 // A batch large enough that every thread takes several chunks: LeNet's
 // second layer with a few images, and with channels enough for the Winograd
-// method, whose rounds of GEMMs take 6 of these images (16 tiles each).
+// method, whose rounds of GEMMs take 6 of these images (4 tiles each); and
+// LeNet's two layers at a batch whose outputs take one thread several of
+// the 1 MiB blocks that the bias is added to and summed from (10 and 20
+// images).
 TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
   for (const Conv2DShape& s :
        {Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame),
-        Shape(15, 8, 7, 16, 5, 5, 16, 1, Padding::kSame)}) {
+        Shape(15, 8, 7, 16, 5, 5, 16, 1, Padding::kSame),
+        Shape(23, 28, 28, 1, 5, 5, 32, 1, Padding::kSame),
+        Shape(23, 14, 14, 32, 5, 5, 64, 1, Padding::kSame)}) {
     ExpectBatchMatches(s);
   }
 }
@@ -253,20 +290,30 @@ void ConvBatchTest::ExpectBatchMatches(const Conv2DShape& s) {
                                     << "x" << s.in_channels);
   const std::vector<float> x = RandomVector(s.input_size(), 6);
   const std::vector<float> f = RandomVector(s.filter_size(), 7);
+  const std::vector<float> b = RandomVector(s.out_channels, 16);
   const std::vector<float> dy = RandomVector(s.output_size(), 8);
   CpuContext one(1), three(3);
   Workspace ws1, ws3;
   std::vector<float> y1(s.output_size()), y3(s.output_size());
-  Forward(one, s, x.data(), f.data(), y1.data(), &ws1);
-  Forward(three, s, x.data(), f.data(), y3.data(), &ws3);
-  EXPECT_THAT(y1, Pointwise(FloatNear(1e-4f), NaiveConv(s, x, f)));
-  EXPECT_THAT(y3, Pointwise(FloatNear(1e-4f), y1));
-  std::vector<float> dx1(x.size()), df1(f.size()), dx3 = Garbage(x.size()),
-                                                   df3 = Garbage(f.size());
+  Forward(one, s, x.data(), f.data(), b.data(), y1.data(), &ws1);
+  Forward(three, s, x.data(), f.data(), b.data(), y3.data(), &ws3);
+  const std::vector<float> want = NaiveConvWithBias(s, x, f, b);
+  // As ForwardMatchesDefinition's, but for the Winograd method's sums of
+  // 800 products: within 1e-5 of the largest output (kernels/conv_winograd.h).
+  float largest = 0;
+  for (float v : want) largest = std::max(largest, std::abs(v));
+  const float tolerance = std::max(1e-4f, 1e-5f * largest);
+  EXPECT_THAT(y1, Pointwise(FloatNear(tolerance), want));
+  EXPECT_THAT(y3, Pointwise(FloatNear(tolerance), y1));
+  std::vector<float> dx1(x.size()), df1(f.size()), db1(b.size()),
+      dx3 = Garbage(x.size()), df3 = Garbage(f.size()), db3 = Garbage(b.size());
   Backward(one, s, x.data(), f.data(), dy.data(), dx1.data(), df1.data(),
-           &ws1);
+           db1.data(), &ws1);
   Backward(three, s, x.data(), f.data(), dy.data(), dx3.data(), df3.data(),
-           &ws3);
+           db3.data(), &ws3);
+  // Sums of up to 18,000 values of magnitude ~1.
+  EXPECT_THAT(db1, Pointwise(FloatNear(1e-2f), ColumnSums(dy, s.out_channels)));
+  EXPECT_THAT(db3, Pointwise(FloatNear(1e-2f), db1));
   EXPECT_THAT(dx3, Pointwise(FloatNear(1e-4f), dx1));
   EXPECT_THAT(df3, Pointwise(FloatNear(1e-3f), df1));
 }
@@ -311,17 +358,17 @@ TEST(ConvPathTest, PublicOpsRunTheBestPath) {
   CpuContext ctx(2);
   Workspace ws;
   std::vector<float> y(s.output_size()), want_y(s.output_size());
-  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  Conv2DForward(ctx, s, x.data(), f.data(), nullptr, y.data(), &ws);
   internal::Conv2DForwardOnPath(BestGemmPath(), ctx, s, x.data(), f.data(),
-                                want_y.data(), &ws);
+                                nullptr, want_y.data(), &ws);
   EXPECT_EQ(y, want_y);
   std::vector<float> dx(x.size()), df(f.size()), want_dx(x.size()),
       want_df(f.size());
   Conv2DBackward(ctx, s, x.data(), f.data(), dy.data(), dx.data(), df.data(),
-                 &ws);
+                 nullptr, &ws);
   internal::Conv2DBackwardOnPath(BestGemmPath(), ctx, s, x.data(), f.data(),
                                  dy.data(), want_dx.data(), want_df.data(),
-                                 &ws);
+                                 nullptr, &ws);
   EXPECT_EQ(dx, want_dx);
   EXPECT_EQ(df, want_df);
 }
@@ -330,17 +377,19 @@ TEST(ConvWorkspaceTest, ReusedWithoutGrowingAfterTheFirstStep) {
   const Conv2DShape s = Shape(4, 9, 9, 3, 3, 3, 5, 1, Padding::kSame);
   const std::vector<float> x = RandomVector(s.input_size(), 9);
   const std::vector<float> f = RandomVector(s.filter_size(), 10);
-  std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
+  const std::vector<float> b = RandomVector(s.out_channels, 17);
+  std::vector<float> y(s.output_size()), dx(x.size()), df(f.size()),
+      db(b.size());
   CpuContext ctx(2);
   Workspace ws;
-  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  Conv2DForward(ctx, s, x.data(), f.data(), b.data(), y.data(), &ws);
   Conv2DBackward(ctx, s, x.data(), f.data(), y.data(), dx.data(), df.data(),
-                 &ws);
+                 db.data(), &ws);
   const int64_t capacity = ws.capacity();
   EXPECT_GT(capacity, 0);
-  Conv2DForward(ctx, s, x.data(), f.data(), y.data(), &ws);
+  Conv2DForward(ctx, s, x.data(), f.data(), b.data(), y.data(), &ws);
   Conv2DBackward(ctx, s, x.data(), f.data(), y.data(), dx.data(), df.data(),
-                 &ws);
+                 db.data(), &ws);
   EXPECT_EQ(ws.capacity(), capacity);
 }
 
@@ -349,7 +398,7 @@ TEST(ConvDeathTest, ValidFilterLargerThanInput) {
   Workspace ws;
   const Conv2DShape s = Shape(1, 2, 2, 1, 3, 3, 1, 1, Padding::kValid);
   float x[4] = {}, f[9] = {}, y[1];
-  EXPECT_DEATH(Conv2DForward(ctx, s, x, f, y, &ws),
+  EXPECT_DEATH(Conv2DForward(ctx, s, x, f, nullptr, y, &ws),
                "VALID window does not fit");
 }
 

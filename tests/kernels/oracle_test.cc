@@ -93,9 +93,9 @@ TEST_F(OracleTest, Conv2D) {
     const std::vector<float>& f = Get(c + "/filter");
     Workspace ws;
     std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
-    Conv2DForward(ctx_, s, x.data(), f.data(), y.data(), &ws);
+    Conv2DForward(ctx_, s, x.data(), f.data(), nullptr, y.data(), &ws);
     Conv2DBackward(ctx_, s, x.data(), f.data(), Get(c + "/dy").data(),
-                   dx.data(), df.data(), &ws);
+                   dx.data(), df.data(), nullptr, &ws);
     ExpectClose(y, Get(c + "/y"), c + "/y");
     ExpectClose(dx, Get(c + "/dx"), c + "/dx");
     ExpectClose(df, Get(c + "/dfilter"), c + "/dfilter");

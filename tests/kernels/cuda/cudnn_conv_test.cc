@@ -112,15 +112,15 @@ TEST_P(CudnnConvTest, MatchesTheCpuAndIm2col) {
     const std::vector<float> dy = RandomVector(s.output_size(), 3 + i);
     std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
     Workspace ws;
-    Conv2DForward(cpu_, s, x.data(), f.data(), y.data(), &ws);
-    Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), &ws);
+    Conv2DForward(cpu_, s, x.data(), f.data(), nullptr, y.data(), &ws);
+    Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), nullptr, &ws);
 
     for (CudaConvolutions* convolutions : {cudnn.get(), fastest.get(), im2col.get()}) {
       // Twice: the second call runs the plan the first one measured.
       for (int call = 0; call < 2; ++call) {
         DeviceArray<float> gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()), gdf(f.size());
-        Conv2DForward(*gpu_, s, gx.get(), gf.get(), gy.get(), convolutions);
-        Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(), gdf.get(),
+        Conv2DForward(*gpu_, s, gx.get(), gf.get(), nullptr, gy.get(), convolutions);
+        Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(), gdf.get(), nullptr,
                        convolutions);
         Sync();
         EXPECT_TRUE(NearInNorm(gy.ToHost(), y, tolerance)) << convolutions->description();
@@ -144,16 +144,18 @@ TEST_P(CudnnConvTest, OneGradientAlone) {
   const std::vector<float> dy = RandomVector(s.output_size(), 9);
   std::vector<float> dx(x.size()), df(f.size());
   Workspace ws;
-  Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), &ws);
+  Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(), nullptr, &ws);
   const double tolerance = GetParam() == GpuMath::kTf32 ? kTf32Tolerance : kFp32Tolerance;
   std::unique_ptr<CudaConvolutions> cudnn = Make(GpuConv::kCudnn);
   ASSERT_NE(cudnn, nullptr);
   DeviceArray<float> gx(x), gf(f), gdy(dy), gdx(x.size()), gdf(f.size());
-  Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), nullptr, gdf.get(), cudnn.get());
+  Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), nullptr, gdf.get(), nullptr,
+                 cudnn.get());
   Sync();
   EXPECT_TRUE(NearInNorm(gdf.ToHost(), df, tolerance));
   EXPECT_EQ(cudnn->CudnnDirections(s), 1);
-  Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(), nullptr, cudnn.get());
+  Conv2DBackward(*gpu_, s, gx.get(), gf.get(), gdy.get(), gdx.get(), nullptr, nullptr,
+                 cudnn.get());
   Sync();
   EXPECT_TRUE(NearInNorm(gdx.ToHost(), dx, tolerance));
   EXPECT_EQ(cudnn->CudnnDirections(s), 2);

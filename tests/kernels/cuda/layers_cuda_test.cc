@@ -57,9 +57,9 @@ TEST_F(LayersCudaTest, Conv2D) {
     const std::vector<float> dy = RandomVector(s.output_size(), 3 + i);
     std::vector<float> y(s.output_size()), dx(x.size()), df(f.size());
     Workspace ws;
-    Conv2DForward(cpu_, s, x.data(), f.data(), y.data(), &ws);
+    Conv2DForward(cpu_, s, x.data(), f.data(), nullptr, y.data(), &ws);
     Conv2DBackward(cpu_, s, x.data(), f.data(), dy.data(), dx.data(), df.data(),
-                   &ws);
+                   nullptr, &ws);
 
     CudaWorkspace gws;
     DeviceArray<float> gx(x), gf(f), gdy(dy), gy(y.size()), gdx(x.size()),
