@@ -1,9 +1,9 @@
 // 2-D convolution (TensorFlow's conv2d): NHWC images, HWIO filters, strides
 // and SAME/VALID padding as window.h defines them, with an optional bias
-// per output channel (as conv2d then bias_add): each thread adds it to (and
-// in the backward, sums its gradient from) a block of its images while the
-// block's output is still in the core's cache, which saves the two passes
-// over the whole output that BiasAddForward and BiasAddBackward take.
+// per output channel (as conv2d then bias_add): each thread adds it to a
+// block of its images' output just made, and sums its gradient from a block
+// of dy just before the method reads the block, so that the output (and dy)
+// cross between the core and memory once, not again for a BiasAdd pass.
 //
 // On the CPU each thread takes a contiguous share of the batch, by one of
 // two methods, after the GEMM path (gemm.h):
