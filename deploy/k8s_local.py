@@ -48,6 +48,7 @@ import argparse
 import base64
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -266,12 +267,34 @@ def with_addresses(env, mapping):
 
 
 def free_ports(count):
+    """count distinct ports that nothing is bound to on any interface, drawn
+    at random below the kernel's ephemeral range: a port from that range (the
+    kernel's answer to a bind to port 0) can be taken, between its release
+    here and the pod's bind, by any program's outgoing connection or bind to
+    port 0 (on a busy host it was). The kernel's choice when that range
+    leaves no room below it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    lowest = 10000
+    draw = random.SystemRandom()
     sockets = []
     try:
-        for _ in range(count):
+        for _ in range(100 * count):
+            if len(sockets) == count:
+                break
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            port = draw.randrange(lowest, ephemeral_low) if ephemeral_low > lowest + count else 0
+            try:
+                s.bind(("", port))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
+        if len(sockets) < count:
+            raise OSError(f"found only {len(sockets)} of {count} free ports")
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:

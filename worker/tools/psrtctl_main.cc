@@ -38,6 +38,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,24 +97,37 @@ class ScopedSocket {
   int fd_;
 };
 
-// Asks the kernel for a free port on the loopback interface, and holds it
-// (the socket stays bound, in `held`) so that the next call cannot get the
-// same port: a port closed at once may come back on the next bind.
+// A port that nothing is bound to on any interface, held (its socket stays
+// bound, in `held`) so that the next call cannot get the same port. Drawn at
+// random below the kernel's ephemeral range: a port from that range (the
+// kernel's answer to a bind to port 0) can be taken, between the spec's
+// writing and the task's bind, by any program's outgoing connection or bind
+// to port 0. The kernel's choice when that range leaves no room below it.
 absl::StatusOr<int> FreeLocalPort(std::vector<ScopedSocket>* held) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return absl::InternalError("cannot bind a free port on 127.0.0.1");
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  constexpr int kLowest = 10000;
+  std::mt19937 draw(std::random_device{}());
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int port = ephemeral_low > kLowest + 64
+                         ? std::uniform_int_distribution<int>(kLowest, ephemeral_low - 1)(draw)
+                         : 0;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return absl::InternalError("socket() failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(port);
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::close(fd);
+      continue;
+    }
+    held->emplace_back(fd);
+    return ntohs(addr.sin_port);
   }
-  held->emplace_back(fd);
-  return ntohs(addr.sin_port);
+  return absl::InternalError("found no free port in 100 tries");
 }
 
 absl::StatusOr<psrt::ClusterSpec> LoadSpec() {
