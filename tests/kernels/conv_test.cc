@@ -271,10 +271,10 @@ class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
 
 // A batch large enough that every thread takes several chunks: LeNet's
 // second layer with a few images, and with channels enough for the Winograd
-// method, whose rounds of GEMMs take 6 of these images (4 tiles each); and
-// LeNet's two layers at a batch whose outputs take one thread several of
-// the 1 MiB blocks that the bias is added to and summed from (10 and 20
-// images).
+// method (4 tiles an image); and LeNet's two layers at a batch whose outputs
+// take one thread several of the 1 MiB blocks that the bias is added to and
+// summed from (10 and 20 images), the second in Winograd rounds of 6 images
+// (16 tiles each), a block's last round a short one.
 TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
   for (const Conv2DShape& s :
        {Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame),
