@@ -7,6 +7,8 @@
 #include "glog/logging.h"
 #include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
+#include "kernels/elementwise.h"
+#include "kernels/functors.h"
 #include "kernels/ops.h"
 
 namespace psrt {
@@ -86,10 +88,10 @@ int64_t BiasBlockImages(const Plan& p, const Conv2DShape& s) {
                            kBiasBlockFloats / (p.pixels * s.out_channels));
 }
 
-// y[r, c] += bias[c] for the rows r of y [rows, channels].
+// y[r, c] += bias[c] for the rows r of y [rows, channels]: BiasAddForward's
+// functor, on the calling thread.
 void AddBias(const float* bias, int64_t channels, int64_t rows, float* y) {
-  Eigen::Map<Eigen::MatrixXf>(y, channels, rows).colwise() +=
-      Eigen::Map<const Eigen::VectorXf>(bias, channels);
+  ForEachRowCol(0, rows, channels, functor::BiasAdd{y, bias, channels, y});
 }
 
 // sum[c] += dy[r, c] over the rows r of dy [rows, channels], in order.
