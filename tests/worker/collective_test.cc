@@ -3,6 +3,7 @@
 // worker processes would; and the faults that must not hang a job.
 #include "worker/ring/collective.h"
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "proto/psrt.grpc.pb.h"
 #include "tests/fault/fault_relay.h"
 #include "tests/free_port.h"
 
@@ -32,7 +34,7 @@ struct Ring {
                 std::vector<bool> serving = {},
                 std::shared_ptr<const TransportSecurity> security =
                     std::make_shared<const TransportSecurity>(),
-                bool local_sockets = false) {
+                bool local_sockets = false, absl::Duration busy_timeout = absl::Minutes(30)) {
     std::vector<std::string> addresses;
     for (int r = 0; r < w; ++r) addresses.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     for (int r = 0; r < w; ++r) {
@@ -41,6 +43,7 @@ struct Ring {
       options.addresses = addresses;
       options.timeout = timeout;
       options.startup_timeout = timeout;
+      options.busy_timeout = busy_timeout;
       options.security = security;
       options.data_plane = data_plane;
       // TCP only, or the Unix sockets: gRPC's, and the data plane's own.
@@ -173,6 +176,60 @@ TEST_P(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
       2);
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(data[1], std::vector<float>(100, 2.0f));
+}
+
+// Worker 1's server is up but refuses the ring's messages as Unavailable
+// for a while (as an elastic worker still in an older list's ring does):
+// worker 0 sends each step again, backing off, until worker 1 takes it.
+TEST(CollectiveGrpcTest, ANextWorkerThatAnswersUnavailableIsSentAgainUntilItTakes) {
+  class NotReadyYet final
+      : public proto::Collective::WithRawCallbackMethod_Deliver<proto::Collective::Service> {
+   public:
+    explicit NotReadyYet(Collective* ring) : ring_(ring) {}
+    grpc::ServerUnaryReactor* Deliver(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override {
+      proto::CollectiveAck ack;
+      absl::Status status = absl::UnavailableError("worker 1 is not ready yet");
+      if (absl::Now() >= ready_at_) {
+        status = ring_->Deliver(*request, &ack);
+      } else {
+        refused_.fetch_add(1);
+      }
+      if (status.ok()) *response = SerializeToByteBuffer(ack);
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(status));
+      return reactor;
+    }
+    int refused() const { return refused_.load(); }
+
+   private:
+    Collective* const ring_;
+    const absl::Time ready_at_ = absl::Now() + absl::Milliseconds(1500);
+    std::atomic<int> refused_{0};
+  };
+  // Worker 1's segments reach worker 0 at once (it is served as usual). A
+  // worker 0 that gave up would leave worker 1 waiting for it: only until
+  // the busy timeout.
+  Ring ring(2, /*data_plane=*/false, absl::Seconds(5), {true, false},
+            std::make_shared<const TransportSecurity>(), /*local_sockets=*/false,
+            /*busy_timeout=*/absl::Seconds(10));
+  NotReadyYet not_ready(ring.workers[1].get());
+  grpc::ServerBuilder builder;
+  ConfigurePsServer(&builder, int64_t{1} << 30);
+  builder.AddListeningPort(ring.addresses[1], grpc::InsecureServerCredentials());
+  builder.RegisterService(&not_ready);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
+  for (const absl::Status& s : ring.Run(
+           [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, 2)) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EXPECT_GE(not_ready.refused(), 3);  // 50, 100, 200, 400, 800 ms apart.
+  EXPECT_EQ(data[0], std::vector<float>(1000, 2.0f));
+  EXPECT_EQ(data[1], data[0]);
+  server->Shutdown();
 }
 
 // A client without the ring's token calls a worker's Deliver while the

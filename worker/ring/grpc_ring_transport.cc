@@ -135,18 +135,19 @@ std::unique_ptr<RingTransport::Send> GrpcRingTransport::StartSend(int64_t op, in
   return call;
 }
 
-void GrpcRingTransport::RetryWhenDue(Call* call) {
-  if (!call->done->HasBeenNotified()) return;
+bool GrpcRingTransport::RetryWhenDue(Call* call) {
+  if (!call->done->HasBeenNotified()) return false;
   call->done->WaitForNotification();  // After which it may be replaced.
-  if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+  if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
   const absl::Time now = absl::Now();
   if (call->retry_at == absl::InfiniteFuture()) {
-    if (now + call->backoff.Peek() >= call->give_up) return;  // Failed for good.
+    if (now + call->backoff.Peek() >= call->give_up) return true;
     call->retry_at = now + call->backoff.Next();
   }
-  if (now < call->retry_at) return;
+  if (now < call->retry_at) return false;
   call->retry_at = absl::InfiniteFuture();
   StartAttempt(call);  // The next worker may still be starting.
+  return false;
 }
 
 void GrpcRingTransport::StartAttempt(Call* call) {
@@ -213,11 +214,13 @@ absl::StatusOr<std::vector<std::string>> GrpcRingTransport::NextDataAddresses(
 absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_failed) {
   std::unique_ptr<Call> call(static_cast<Call*>(send.release()));
   sending_ = nullptr;
+  absl::Status cause;  // Why the op failed, when not by this send.
   while (true) {
     {
       // A failed op (here or at a peer) retries nothing and waits for nothing.
       absl::MutexLock lock(&mu_);
-      op_failed |= !peer_error_.ok();
+      cause = peer_error_;
+      op_failed |= !cause.ok();
     }
     // An attempt already on its way is let land, briefly: a live next
     // worker then learns of this op from the message itself (a segment of
@@ -229,11 +232,10 @@ absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_f
     }
     call->done->WaitForNotification();
     if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE || op_failed) break;
-    RetryWhenDue(call.get());
-    if (call->done->HasBeenNotified()) {                    // Not sent again:
-      if (call->retry_at == absl::InfiniteFuture()) break;  // given up,
-      absl::SleepFor(call->retry_at - absl::Now());         // or not yet due.
-    }
+    if (RetryWhenDue(call.get())) break;  // Given up.
+    // Not yet due; else sent again (that attempt may have failed already:
+    // the next round looks at it).
+    if (call->retry_at != absl::InfiniteFuture()) absl::SleepFor(call->retry_at - absl::Now());
   }
   const grpc::Status status = call->status;
   // gRPC may hold the segment past the call's end: wait until it lets go.
@@ -256,6 +258,10 @@ absl::Status GrpcRingTransport::FinishSend(std::unique_ptr<Send> send, bool op_f
       call.release();  // Deliberately leaked: the callback still names it.
     }
   }
+  // An op failed by something else (a peer's error, the members changing)
+  // reports that: the send's own error then only says it was not taken.
+  // (A send refused with anything but Unavailable set peer_error_ itself.)
+  if (!cause.ok()) return cause;
   return rules_.SendError(FromGrpcStatus(status));
 }
 

@@ -84,7 +84,9 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   void StartAttempt(Call* call);
   // If `call`'s last attempt found the next worker Unavailable, sends it
   // again once its backoff is over (before its give_up); never waits.
-  void RetryWhenDue(Call* call);
+  // True when no attempt is due any more: the send failed for good. (The
+  // attempt it starts may already have failed when it returns.)
+  bool RetryWhenDue(Call* call);
   // A Deliver of op 0 to `stub`'s worker, answered within `deadline`.
   absl::StatusOr<proto::CollectiveAck> PingOver(grpc::GenericStub* stub, absl::Duration deadline);
 
