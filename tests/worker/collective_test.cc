@@ -178,10 +178,39 @@ TEST_P(CollectiveTest, ABusyWorkerThatStillAnswersIsWaitedFor) {
   EXPECT_EQ(data[1], std::vector<float>(100, 2.0f));
 }
 
-// Worker 1's server is up but refuses the ring's messages as Unavailable
-// for a while (as an elastic worker still in an older list's ring does):
-// worker 0 sends each step again, backing off, until worker 1 takes it.
+// Worker 1's op fails on its own (an abort) while worker 0 waits for its
+// segment: worker 0's ping learns that worker 1 left the ring and fails
+// too, naming the cause, instead of waiting for it as for a busy worker.
+TEST(CollectiveGrpcTest, AWorkerWhoseOpFailedFailsTheOneWaitingForIt) {
+  // Worker 0 pings after 5 s of silence (the ping may take as long).
+  Ring ring(2, /*data_plane=*/false, absl::Seconds(5), {},
+            std::make_shared<const TransportSecurity>(), /*local_sockets=*/false,
+            /*busy_timeout=*/absl::Seconds(60));
+  for (const absl::Status& s : ring.Run([&](int r) { return ring.workers[r]->Join(); }, 2)) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  std::vector<std::vector<float>> data(2, std::vector<float>(100, 1.0f));
+  ring.workers[1]->Abort(absl::AbortedError("the test stops worker 1"));
+  // Worker 1 first, alone: its op fails before it takes anything (it sent
+  // its first segment, which worker 0 then finds waiting).
+  const absl::Status stopped = ring.workers[1]->AllreduceSum(absl::MakeSpan(data[1]));
+  EXPECT_TRUE(absl::IsAborted(stopped)) << stopped;
+  const absl::Time start = absl::Now();
+  const absl::Status waited = ring.workers[0]->AllreduceSum(absl::MakeSpan(data[0]));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_FALSE(waited.ok());
+  EXPECT_NE(waited.message().find("worker/1 (127.0.0.1:"), std::string::npos) << waited;
+  EXPECT_NE(waited.message().find("left the ring"), std::string::npos) << waited;
+  EXPECT_NE(waited.message().find("the test stops worker 1"), std::string::npos) << waited;
+}
+
+// Worker 1's server is up but refuses the ring's first messages as
+// Unavailable (as an elastic worker still in an older list's ring does, at
+// once): worker 0 sends each step again, backing off, until worker 1 takes
+// it. (A refusal that lands before the sender looks must not be taken for
+// giving up.)
 TEST(CollectiveGrpcTest, ANextWorkerThatAnswersUnavailableIsSentAgainUntilItTakes) {
+  constexpr int kRefusals = 5;  // Retried 50, 100, 200, 400 and 800 ms later.
   class NotReadyYet final
       : public proto::Collective::WithRawCallbackMethod_Deliver<proto::Collective::Service> {
    public:
@@ -191,22 +220,17 @@ TEST(CollectiveGrpcTest, ANextWorkerThatAnswersUnavailableIsSentAgainUntilItTake
                                       grpc::ByteBuffer* response) override {
       proto::CollectiveAck ack;
       absl::Status status = absl::UnavailableError("worker 1 is not ready yet");
-      if (absl::Now() >= ready_at_) {
-        status = ring_->Deliver(*request, &ack);
-      } else {
-        refused_.fetch_add(1);
-      }
+      if (calls_.fetch_add(1) >= kRefusals) status = ring_->Deliver(*request, &ack);
       if (status.ok()) *response = SerializeToByteBuffer(ack);
       grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
       reactor->Finish(ToGrpcStatus(status));
       return reactor;
     }
-    int refused() const { return refused_.load(); }
+    int calls() const { return calls_.load(); }
 
    private:
     Collective* const ring_;
-    const absl::Time ready_at_ = absl::Now() + absl::Milliseconds(1500);
-    std::atomic<int> refused_{0};
+    std::atomic<int> calls_{0};
   };
   // Worker 1's segments reach worker 0 at once (it is served as usual). A
   // worker 0 that gave up would leave worker 1 waiting for it: only until
@@ -226,7 +250,7 @@ TEST(CollectiveGrpcTest, ANextWorkerThatAnswersUnavailableIsSentAgainUntilItTake
            [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(data[r])); }, 2)) {
     EXPECT_TRUE(s.ok()) << s;
   }
-  EXPECT_GE(not_ready.refused(), 3);  // 50, 100, 200, 400, 800 ms apart.
+  EXPECT_GT(not_ready.calls(), kRefusals);
   EXPECT_EQ(data[0], std::vector<float>(1000, 2.0f));
   EXPECT_EQ(data[1], data[0]);
   server->Shutdown();
@@ -275,7 +299,9 @@ TEST_P(CollectiveTest, AStrayCallWithoutTheTokenFailsNothing) {
 }
 
 TEST_P(CollectiveTest, BuffersOfDifferentSizesAreRefused) {
-  Ring ring(2, data_plane(), absl::Seconds(5));
+  // The first op's timeout (a worker's connect to the next) is ample on a
+  // busy machine; the sizes fail the second at once.
+  Ring ring(2, data_plane(), absl::Seconds(30));
   std::vector<float> a(10, 1.0f), b(12, 1.0f);
   std::vector<absl::Status> results = ring.Run(
       [&](int r) { return ring.workers[r]->AllreduceSum(absl::MakeSpan(r == 0 ? a : b)); }, 2);

@@ -29,14 +29,19 @@ Collective::~Collective() = default;
 
 grpc::Service* Collective::service() { return grpc_->service(); }
 
-absl::Status Collective::Join() { return schedule_.Join(); }
+absl::Status Collective::Join() { return Ended(schedule_.Join()); }
 
 absl::Status Collective::AllreduceSum(absl::Span<float> data) {
-  return schedule_.AllreduceSum(data);
+  return Ended(schedule_.AllreduceSum(data));
 }
 
 absl::Status Collective::Broadcast(absl::Span<char> data, int root) {
-  return schedule_.Broadcast(data, root);
+  return Ended(schedule_.Broadcast(data, root));
+}
+
+absl::Status Collective::Ended(absl::Status op) {
+  if (!op.ok()) grpc_->Failed(op);  // Told to the neighbours that ping.
+  return op;
 }
 
 absl::Status Collective::Deliver(const grpc::ByteBuffer& frame, proto::CollectiveAck* ack) {

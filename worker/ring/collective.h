@@ -16,7 +16,8 @@
 // up to busy_timeout), a next worker that cannot be reached within it or
 // refuses a message, or a peer that restarted (another incarnation) fail
 // the call with an error naming that worker and its address; the
-// Collective then stays failed. Sends are retried while the next worker is
+// Collective then stays failed, and answers its neighbours' pings with the
+// failure (so that one waiting for it fails too, naming the cause). Sends are retried while the next worker is
 // Unavailable (it may still be starting, or be stopping because it saw this
 // one restart). The first op waits up to RingOptions::startup_timeout for
 // the others to start (Join); a worker takes its predecessor's process to
@@ -84,6 +85,9 @@ class Collective {
   void Abort(const absl::Status& why);
 
  private:
+  // `op`, told to the neighbours' pings when it failed.
+  absl::Status Ended(absl::Status op);
+
   const Options options_;
   // The service and the control; the segments without the data plane.
   const std::unique_ptr<GrpcRingTransport> grpc_;

@@ -88,6 +88,11 @@ void GrpcRingTransport::Abort(const absl::Status& why) {
   if (peer_error_.ok()) peer_error_ = why;
 }
 
+void GrpcRingTransport::Failed(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (failed_.ok()) failed_ = why;
+}
+
 absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame,
                                         proto::CollectiveAck* ack) {
   ack->set_data_address(data_address_);
@@ -101,7 +106,13 @@ absl::Status GrpcRingTransport::Deliver(const grpc::ByteBuffer& frame,
   if (header.op() == 0 &&
       (header.sender() == rules_.next_rank() || header.sender() == rules_.previous_rank() ||
        header.generation() != rules_.options().generation)) {
-    return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    if (failed_.ok() || header.generation() != rules_.options().generation) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allreduce: ", rules_.PeerName(rules_.options().rank), " left the ring: its op failed (",
+        failed_.message(), ")"));
   }
   if (absl::Status sender = rules_.CheckSender(header); !sender.ok()) {
     // A neighbour in a newer list's ring: this ring's members changed, and

@@ -69,6 +69,11 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   // Fails the op in progress (its receive returns at once, its send is not
   // retried) and every later one with `why`.
   void Abort(const absl::Status& why);
+  // This worker's ring failed for good with `why` (the Collective stays
+  // failed): a neighbour's ping is answered with it from now on, so that a
+  // neighbour waiting for this worker fails too instead of waiting for it
+  // as for a busy one.
+  void Failed(const absl::Status& why);
 
   absl::Status PingPrevious(absl::Duration deadline) override;
   absl::StatusOr<std::vector<std::string>> NextDataAddresses(absl::Duration deadline) override;
@@ -108,6 +113,7 @@ class GrpcRingTransport final : public RingTransport, public RingControl {
   std::map<std::pair<int64_t, int>, std::unique_ptr<grpc::ByteBuffer>> inbox_ ABSL_GUARDED_BY(mu_);
   // From Deliver, sends and refusals; sticky.
   absl::Status peer_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // Failed's.
 };
 
 }  // namespace psrt

@@ -171,11 +171,14 @@ absl::Status RingPeerRules::CheckSilent(Neighbour neighbour, int64_t op, int ste
                               absl::FormatDuration(seconds), " (op ", op, ", step ", step, ")")
                : absl::StrCat(PeerName(rank), " has not taken step ", step, " of op ", op, " in ",
                               absl::FormatDuration(seconds));
-  const std::string why = alive.ok() ? absl::StrCat("it answers but ", previous ? "sends" : "reads",
-                                                    " nothing (--allreduce_busy_timeout_secs)")
-                                     : absl::StrCat("it died, hung or cannot ",
-                                                    previous ? "reach this worker" : "be reached",
-                                                    " (", alive.message(), ")");
+  // FailedPrecondition: it answers that it left the ring (Collective).
+  const std::string why =
+      alive.ok() ? absl::StrCat("it answers but ", previous ? "sends" : "reads",
+                                " nothing (--allreduce_busy_timeout_secs)")
+      : absl::IsFailedPrecondition(alive)
+          ? std::string(alive.message())
+          : absl::StrCat("it died, hung or cannot ", previous ? "reach this worker" : "be reached",
+                         " (", alive.message(), ")");
   return absl::DeadlineExceededError(absl::StrCat("allreduce: ", what, ": ", why));
 }
 

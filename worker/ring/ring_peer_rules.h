@@ -21,7 +21,8 @@
 //   (TakeSegment).
 // - A neighbour silent for the op's timeout (Timeout: startup_timeout for
 //   the first op) is pinged, and waited for up to busy_timeout while it
-//   answers (CheckSilent); a message refused for its auth token fails the
+//   answers (CheckSilent), unless it answers that it left the ring (its
+//   Collective failed: FailedPrecondition); a message refused for its auth token fails the
 //   op only when the previous worker does not answer a ping either
 //   (CheckRefusal: any client may be refused).
 // - Sends are retried with backoff (SendBackoff: 50 ms doubling to 1 s)
