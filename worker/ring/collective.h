@@ -17,9 +17,9 @@
 // refuses a message, or a peer that restarted (another incarnation) fail
 // the call with an error naming that worker and its address; the
 // Collective then stays failed, and answers its neighbours' pings with the
-// failure (so that one waiting for it fails too, naming the cause). Sends are retried while the next worker is
-// Unavailable (it may still be starting, or be stopping because it saw this
-// one restart). The first op waits up to RingOptions::startup_timeout for
+// failure (so that one waiting for it fails too, naming the cause). Sends
+// are retried while the next worker is Unavailable (it may still be
+// starting, or be stopping because it saw this one restart). The first op waits up to RingOptions::startup_timeout for
 // the others to start (Join); a worker takes its predecessor's process to
 // be the one it joined with, and refuses messages of later ops from any
 // other (processes of the run before a restart), so that a job restarted by
