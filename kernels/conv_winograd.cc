@@ -16,9 +16,17 @@ constexpr int kFilter = 5;                   // Filter side.
 constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
 constexpr int kPoints = kAlpha * kAlpha;
 // Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
-// about this many rows run near the path's speed, and a round's transformed
-// tiles stay in L2.
+// about this many rows run near the path's speed. (On LeNet's second layer,
+// a Zen 3 with 512 KiB of L2, rounds of 32 to 192 tiles ran within 5% of
+// each other; 16 took 10% longer.)
 constexpr int64_t kRoundTiles = 96;
+// Floats between one point's transformed tiles and the next's, past the
+// tiles themselves (one cache line). A tile's transform touches all of its
+// 64 points at once; unpadded, with 16 tiles an image and 32 or 64
+// channels, the points lay a multiple of 4 KiB apart, in one set of the L1
+// cache, and evicted each other: the pad made LeNet's second layer 1.5x
+// faster on a Zen 3.
+constexpr int64_t kPointPad = 16;
 // The most scratch memory a thread takes (16 MiB): WinogradConvApplies.
 constexpr int64_t kMaxScratchFloats = int64_t{1} << 22;
 
@@ -38,16 +46,33 @@ typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
 #define PSRT_WINOGRAD_AVX512 0
 #endif
 
-// (Through pointers, not by value: a 16-float vector returned from a
-// function compiled without AVX-512 would take another ABI.)
-template <class T>
-PSRT_ALWAYS_INLINE void Load(const float* p, T* v) {
-  std::memcpy(v, p, sizeof(T));
+// Loads and stores of lanes at any float address. (Through pointers, not by
+// value: a 16-float vector returned from a function compiled without
+// AVX-512 would take another ABI.) The vectors go through may_alias types of
+// float alignment, which GCC moves whole (one vmovups); std::memcpy of the
+// vector type became a loop of 16-byte halves through the stack, whose
+// 32-byte reloads waited on store forwarding: that took more time than the
+// GEMMs at the 64 points.
+typedef float UnalignedLanes8
+    __attribute__((vector_size(8 * sizeof(float)), aligned(4), may_alias));
+PSRT_ALWAYS_INLINE void Load(const float* p, Lanes8* v) {
+  *v = *reinterpret_cast<const UnalignedLanes8*>(p);
 }
-template <class T>
-PSRT_ALWAYS_INLINE void Store(float* p, const T& v) {
-  std::memcpy(p, &v, sizeof(T));
+PSRT_ALWAYS_INLINE void Store(float* p, const Lanes8& v) {
+  *reinterpret_cast<UnalignedLanes8*>(p) = v;
 }
+#if PSRT_WINOGRAD_AVX512
+typedef float UnalignedLanes16
+    __attribute__((vector_size(16 * sizeof(float)), aligned(4), may_alias));
+PSRT_ALWAYS_INLINE void Load(const float* p, Lanes16* v) {
+  *v = *reinterpret_cast<const UnalignedLanes16*>(p);
+}
+PSRT_ALWAYS_INLINE void Store(float* p, const Lanes16& v) {
+  *reinterpret_cast<UnalignedLanes16*>(p) = v;
+}
+#endif
+PSRT_ALWAYS_INLINE void Load(const float* p, float* v) { *v = *p; }
+PSRT_ALWAYS_INLINE void Store(float* p, const float& v) { *p = v; }
 
 // Runs fn(V*, c) for every channel c that starts a whole vector V, then
 // fn(float*, c) for each channel left over (the pointer only names the
@@ -174,9 +199,13 @@ struct Tiling {
   int64_t padded_h() const { return tiles_h * kTile + kFilter - 1; }
   int64_t padded_w() const { return tiles_w * kTile + kFilter - 1; }
   int64_t padded_size() const { return padded_h() * padded_w() * g.in_c; }
-  // Transformed tiles of a round, [64, round_tiles, channels].
+  // Transformed tiles of a round, [64, round_tiles, channels], point xi
+  // at xi * point_step(channels).
+  int64_t point_step(int64_t channels) const {
+    return round_tiles() * channels + kPointPad;
+  }
   int64_t points_size(int64_t channels) const {
-    return kPoints * round_tiles() * channels;
+    return kPoints * point_step(channels);
   }
 };
 
@@ -232,7 +261,7 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
                                             const float* padded,
                                             int64_t first_tile, float* points) {
   const int64_t c = t.g.in_c, row = t.padded_w() * c;
-  const int64_t point_step = t.round_tiles() * c;
+  const int64_t point_step = t.point_step(c);
   ForEachTile(t, [&](int64_t tile, int64_t, int64_t, int64_t top,
                      int64_t left) PSRT_LAMBDA_INLINE {
     const float* d = padded + top * row + left * c;
@@ -263,7 +292,7 @@ template <class V>
 PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
                                              const float* products,
                                              int64_t first_tile, float* y) {
-  const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
+  const int64_t o = t.g.out_c, point_step = t.point_step(o);
   ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
                      int64_t left) PSRT_LAMBDA_INLINE {
     const float* p = products + (first_tile + tile) * o;
@@ -296,7 +325,7 @@ template <class V>
 PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
                                                int64_t first_tile,
                                                float* points) {
-  const int64_t o = t.g.out_c, point_step = t.round_tiles() * o;
+  const int64_t o = t.g.out_c, point_step = t.point_step(o);
   ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
                      int64_t left) PSRT_LAMBDA_INLINE {
     const float* corner = dy + (top * t.g.out_w + left) * o;
@@ -355,13 +384,13 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
     TransformRoundInputs<V>(t, x, n0, images, s);
     const int64_t rows = images * t.tiles();
     for (int xi = 0; xi < kPoints; ++xi) {
-      const GemmTerm term{s.input_points + xi * t.round_tiles() * g.in_c,
+      const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
                           filter_points + xi * g.in_c * g.out_c, g.in_c};
       BatchReduceGemmOnPath(
           path,
           BatchReduceGemm{
               rows, g.out_c, false, false, &term, 1, g.in_c, g.out_c, 1.0f,
-              0.0f, s.output_points + xi * t.round_tiles() * g.out_c, g.out_c});
+              0.0f, s.output_points + xi * t.point_step(g.out_c), g.out_c});
     }
     for (int64_t i = 0; i < images; ++i) {
       TransformOutputTiles<V>(t, s.output_points, i * t.tiles(),
@@ -389,8 +418,8 @@ PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
     const int64_t depth = images * t.tiles();
     for (int xi = 0; xi < kPoints; ++xi) {
       // [in, tiles] x [tiles, out]: the input's points stored [tiles, in].
-      const GemmTerm term{s.input_points + xi * t.round_tiles() * g.in_c,
-                          s.output_points + xi * t.round_tiles() * g.out_c,
+      const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
+                          s.output_points + xi * t.point_step(g.out_c),
                           depth};
       BatchReduceGemmOnPath(
           path,
