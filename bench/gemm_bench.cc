@@ -13,8 +13,8 @@
 // one thread's FMA peak, measured here by a loop of independent FMAs, and
 // the share of it that the large GEMMs reach:
 //   gemm_peak: path=P peak_gflops=X square512=Y fc1_fwd=Z ... fraction_min=F
-// and, before them, LeNet's second layer by the direct and the Winograd
-// method (ConvLayerRates: conv_layer: lines).
+// and, before them, LeNet's and ResNet-50's convolutions by the direct and
+// the Winograd method (ConvLayerRates: conv_layer: lines).
 #include <time.h>
 
 #if defined(__x86_64__)
@@ -165,59 +165,80 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
-// LeNet's second layer at batch 100 (14x14x32 -> 64, 5x5, SAME) by the
-// direct method and by Winograd's F(4x4, 5x5), one thread, per blocked
-// path: milliseconds of thread CPU time for the forward and for the
-// backward (dx and the filter gradient, with the filter's transforms):
-//   conv_layer: path=P fwd_direct_ms=A fwd_winograd_ms=B fwd_ratio=A/B
-//               bwd_direct_ms=C bwd_winograd_ms=D bwd_ratio=C/D
+// Convolutions by the direct method and by Winograd's (F(4x4, 5x5) or
+// F(4x4, 3x3)), one thread, per blocked path: LeNet's second layer at batch
+// 100 (14x14x32 -> 64, 5x5, SAME) and ResNet-50's 3x3 layers at 224x224
+// (batch 8). Milliseconds of thread CPU time for the forward and for the
+// backward (dx and the filter gradient, with the filter's transforms), and
+// whether WinogradConvApplies takes the layer:
+//   conv_layer: layer=L path=P fwd_direct_ms=A fwd_winograd_ms=B fwd_ratio=A/B
+//               bwd_direct_ms=C bwd_winograd_ms=D bwd_ratio=C/D winograd=yes|no
+struct ConvLayer {
+  const char* name;
+  Conv2DShape shape;
+};
+const ConvLayer kConvLayers[] = {
+    {"lenet_conv2", {100, 14, 14, 32, 5, 5, 64, 1, 1, Padding::kSame}},
+    {"resnet50_56x56x64", {8, 56, 56, 64, 3, 3, 64, 1, 1, Padding::kSame}},
+    {"resnet50_28x28x128", {8, 28, 28, 128, 3, 3, 128, 1, 1, Padding::kSame}},
+    {"resnet50_14x14x256", {8, 14, 14, 256, 3, 3, 256, 1, 1, Padding::kSame}},
+    {"resnet50_7x7x512", {8, 7, 7, 512, 3, 3, 512, 1, 1, Padding::kSame}},
+};
+
 void ConvLayerRates() {
-  const Conv2DShape s{100, 14, 14, 32, 5, 5, 64, 1, 1, Padding::kSame};
-  const std::vector<float> x = Random(s.input_size(), 6);
-  const std::vector<float> filter = Random(s.filter_size(), 7);
-  const std::vector<float> dy = Random(s.output_size(), 8);
-  std::vector<float> y(s.output_size()), dx(s.input_size()), dfilter(s.filter_size());
-  std::vector<float> flipped(s.filter_size());
-  std::vector<float> points(internal::WinogradFilterFloats(s));
-  std::vector<float> flipped_points(points.size()), dfilter_points(points.size());
-  std::vector<float> transform_scratch(internal::WinogradFilterScratch(s));
-  std::vector<float> scratch(std::max(
-      {internal::DirectConvForwardScratch(s), internal::DirectConvBackwardScratch(s),
-       internal::WinogradForwardScratch(s), internal::WinogradBackwardScratch(s)}));
-  // Milliseconds per call of fn (Rate's GFLOP/s of one "flop" per call).
-  auto ms = [](auto&& fn) { return 1e3 / (Rate(1e9, ThreadCpuSeconds, fn)); };
-  for (GemmPath path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
-    if (!GemmPathSupported(path)) continue;
-    const double fwd_direct = ms([&] {
-      internal::DirectConvForward(path, s, x.data(), filter.data(), 0, s.batch, scratch.data(),
-                                  y.data());
-    });
-    const double fwd_winograd = ms([&] {
-      internal::WinogradTransformFilter(s, filter.data(), transform_scratch.data(), points.data());
-      internal::WinogradConvForward(path, s, x.data(), points.data(), 0, s.batch, scratch.data(),
-                                    y.data());
-    });
-    const double bwd_direct = ms([&] {
-      internal::FlipFilter(s, filter.data(), flipped.data());
-      std::fill(dfilter.begin(), dfilter.end(), 0.0f);
-      internal::DirectConvBackward(path, s, x.data(), flipped.data(), dy.data(), 0, s.batch,
-                                   scratch.data(), dx.data(), dfilter.data());
-    });
-    const double bwd_winograd = ms([&] {
-      internal::FlipFilter(s, filter.data(), flipped.data());
-      internal::WinogradTransformFilter(s, flipped.data(), transform_scratch.data(),
-                                        flipped_points.data());
-      std::fill(dfilter_points.begin(), dfilter_points.end(), 0.0f);
-      internal::WinogradConvBackward(path, s, x.data(), flipped_points.data(), dy.data(), 0,
-                                     s.batch, scratch.data(), dx.data(), dfilter_points.data());
-      internal::WinogradFilterGradient(s, dfilter_points.data(), transform_scratch.data(),
-                                       dfilter.data());
-    });
-    std::printf(
-        "conv_layer: path=%s fwd_direct_ms=%.2f fwd_winograd_ms=%.2f fwd_ratio=%.2f "
-        "bwd_direct_ms=%.2f bwd_winograd_ms=%.2f bwd_ratio=%.2f\n",
-        GemmPathName(path), fwd_direct, fwd_winograd, fwd_direct / fwd_winograd, bwd_direct,
-        bwd_winograd, bwd_direct / bwd_winograd);
+  for (const ConvLayer& layer : kConvLayers) {
+    const Conv2DShape& s = layer.shape;
+    const std::vector<float> x = Random(s.input_size(), 6);
+    const std::vector<float> filter = Random(s.filter_size(), 7);
+    const std::vector<float> dy = Random(s.output_size(), 8);
+    std::vector<float> y(s.output_size()), dx(s.input_size()), dfilter(s.filter_size());
+    std::vector<float> flipped(s.filter_size());
+    std::vector<float> points(internal::WinogradFilterFloats(s));
+    std::vector<float> flipped_points(points.size()), dfilter_points(points.size());
+    std::vector<float> transform_scratch(internal::WinogradFilterScratch(s));
+    std::vector<float> scratch(std::max(
+        {internal::DirectConvForwardScratch(s), internal::DirectConvBackwardScratch(s),
+         internal::WinogradForwardScratch(s), internal::WinogradBackwardScratch(s)}));
+    // Milliseconds per call of fn (Rate's GFLOP/s of one "flop" per call).
+    auto ms = [](auto&& fn) { return 1e3 / (Rate(1e9, ThreadCpuSeconds, fn)); };
+    for (GemmPath path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
+      if (!GemmPathSupported(path)) continue;
+      const double fwd_direct = ms([&] {
+        internal::DirectConvForward(path, s, x.data(), filter.data(), 0, s.batch,
+                                    scratch.data(), y.data());
+      });
+      const double fwd_winograd = ms([&] {
+        internal::WinogradTransformFilter(s, filter.data(), transform_scratch.data(),
+                                          points.data());
+        internal::WinogradConvForward(path, s, x.data(), points.data(), 0, s.batch,
+                                      scratch.data(), y.data());
+      });
+      const double bwd_direct = ms([&] {
+        internal::FlipFilter(s, filter.data(), flipped.data());
+        std::fill(dfilter.begin(), dfilter.end(), 0.0f);
+        internal::DirectConvBackward(path, s, x.data(), flipped.data(), dy.data(), 0,
+                                     s.batch, scratch.data(), dx.data(), dfilter.data());
+      });
+      const double bwd_winograd = ms([&] {
+        internal::FlipFilter(s, filter.data(), flipped.data());
+        internal::WinogradTransformFilter(s, flipped.data(), transform_scratch.data(),
+                                          flipped_points.data());
+        std::fill(dfilter_points.begin(), dfilter_points.end(), 0.0f);
+        internal::WinogradConvBackward(path, s, x.data(), flipped_points.data(), dy.data(),
+                                       0, s.batch, scratch.data(), dx.data(),
+                                       dfilter_points.data());
+        internal::WinogradFilterGradient(s, dfilter_points.data(), transform_scratch.data(),
+                                         dfilter.data());
+      });
+      std::printf(
+          "conv_layer: layer=%s path=%s fwd_direct_ms=%.2f fwd_winograd_ms=%.2f "
+          "fwd_ratio=%.2f bwd_direct_ms=%.2f bwd_winograd_ms=%.2f bwd_ratio=%.2f "
+          "winograd=%s\n",
+          layer.name, GemmPathName(path), fwd_direct, fwd_winograd, fwd_direct / fwd_winograd,
+          bwd_direct, bwd_winograd, bwd_direct / bwd_winograd,
+          internal::WinogradConvApplies(path, s) ? "yes" : "no");
+      std::fflush(stdout);
+    }
   }
 }
 

@@ -11,10 +11,7 @@ namespace kernels {
 namespace internal {
 namespace {
 
-constexpr int kTile = 4;                     // Output tile side.
-constexpr int kFilter = 5;                   // Filter side.
-constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
-constexpr int kPoints = kAlpha * kAlpha;
+constexpr int kTile = 4;  // Output tile side.
 // Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
 // about this many rows run near the path's speed. (On LeNet's second layer,
 // a Zen 3 with 512 KiB of L2, rounds of 32 to 192 tiles ran within 5% of
@@ -22,18 +19,23 @@ constexpr int kPoints = kAlpha * kAlpha;
 constexpr int64_t kRoundTiles = 96;
 // Floats between one point's transformed tiles and the next's, past the
 // tiles themselves (one cache line). A tile's transform touches all of its
-// 64 points at once; unpadded, with 16 tiles an image and 32 or 64
+// points at once; unpadded, with 16 tiles an image and 32 or 64
 // channels, the points lay a multiple of 4 KiB apart, in one set of the L1
 // cache, and evicted each other: the pad made LeNet's second layer 1.5x
 // faster on a Zen 3.
 constexpr int64_t kPointPad = 16;
+// The method runs a convolution whose direct multiply-adds are at least this
+// many times its own at the points (whole tiles); a 3x3 filter on a 2x2
+// image, one tile of 36 points for 36 direct products, keeps the direct
+// method.
+constexpr int64_t kMinSaving = 2;
 // The most scratch memory a thread takes (16 MiB): WinogradConvApplies.
 constexpr int64_t kMaxScratchFloats = int64_t{1} << 22;
 
 // The transforms as straight-line code on lanes of channels: T is a vector
 // of floats (8, one register on the kernels' -march; 16 where the AVX-512
 // GEMM path runs, compiled for it) or, for the channels past the last whole
-// vector, one float. Points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
+// vector, one float.
 #define PSRT_ALWAYS_INLINE inline __attribute__((always_inline))
 #define PSRT_LAMBDA_INLINE __attribute__((always_inline))
 typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
@@ -85,65 +87,130 @@ PSRT_ALWAYS_INLINE void ForEachLane(int64_t channels, Fn&& fn) {
   for (; c < channels; ++c) fn(static_cast<float*>(nullptr), c);
 }
 
-// B^T d: an input row or column of 8 -> 8 points.
-template <class T>
-PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha], T out[kAlpha]) {
-  out[0] = (d[6] - d[0]) + 5.25f * (d[2] - d[4]);
-  out[7] = (d[7] - d[1]) + 5.25f * (d[3] - d[5]);
-  const T odd1 = (d[1] + d[5]) - 4.25f * d[3];
-  const T even1 = (d[2] + d[6]) - 4.25f * d[4];
-  out[1] = even1 + odd1;
-  out[2] = even1 - odd1;
-  const T odd2 = 0.5f * d[1] - 2.5f * d[3] + 2 * d[5];
-  const T even2 = 0.25f * d[2] - 1.25f * d[4] + d[6];
-  out[3] = even2 + odd2;
-  out[4] = even2 - odd2;
-  const T odd3 = 2 * d[1] - 2.5f * d[3] + 0.5f * d[5];
-  const T even3 = 4 * d[2] - 5 * d[4] + d[6];
-  out[5] = even3 + odd3;
-  out[6] = even3 - odd3;
-}
+// Winograd's F(4x4, 5x5): points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
+struct F4x4By5x5 {
+  static constexpr int kFilter = 5;
+  static constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
 
-// A^T p: 8 points -> an output row or column of kTile.
-template <class T>
-PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha], T out[kTile]) {
-  const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
-  const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
-  const T sum3 = p[5] + p[6], diff3 = p[5] - p[6];
-  out[0] = p[0] + sum1 + sum2 + sum3;
-  out[1] = diff1 + 2 * diff2 + 0.5f * diff3;
-  out[2] = sum1 + 4 * sum2 + 0.25f * sum3;
-  out[3] = diff1 + 8 * diff2 + 0.125f * diff3 + p[7];
-}
+  // B^T d: an input row or column of 8 -> 8 points.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
+                                                  T out[kAlpha]) {
+    out[0] = (d[6] - d[0]) + 5.25f * (d[2] - d[4]);
+    out[7] = (d[7] - d[1]) + 5.25f * (d[3] - d[5]);
+    const T odd1 = (d[1] + d[5]) - 4.25f * d[3];
+    const T even1 = (d[2] + d[6]) - 4.25f * d[4];
+    out[1] = even1 + odd1;
+    out[2] = even1 - odd1;
+    const T odd2 = 0.5f * d[1] - 2.5f * d[3] + 2 * d[5];
+    const T even2 = 0.25f * d[2] - 1.25f * d[4] + d[6];
+    out[3] = even2 + odd2;
+    out[4] = even2 - odd2;
+    const T odd3 = 2 * d[1] - 2.5f * d[3] + 0.5f * d[5];
+    const T even3 = 4 * d[2] - 5 * d[4] + d[6];
+    out[5] = even3 + odd3;
+    out[6] = even3 - odd3;
+  }
 
-// A g, the adjoint of OutputTransform1D: an output row or column of kTile
-// (of dy) -> 8 points.
-template <class T>
-PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile], T out[kAlpha]) {
-  const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
-  const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
-  const T even3 = g[0] + 0.25f * g[2], odd3 = 0.5f * g[1] + 0.125f * g[3];
-  out[0] = g[0];
-  out[1] = even1 + odd1;
-  out[2] = even1 - odd1;
-  out[3] = even2 + odd2;
-  out[4] = even2 - odd2;
-  out[5] = even3 + odd3;
-  out[6] = even3 - odd3;
-  out[7] = g[3];
-}
+  // A^T p: 8 points -> an output row or column of kTile.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
+                                                   T out[kTile]) {
+    const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
+    const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
+    const T sum3 = p[5] + p[6], diff3 = p[5] - p[6];
+    out[0] = p[0] + sum1 + sum2 + sum3;
+    out[1] = diff1 + 2 * diff2 + 0.5f * diff3;
+    out[2] = sum1 + 4 * sum2 + 0.25f * sum3;
+    out[3] = diff1 + 8 * diff2 + 0.125f * diff3 + p[7];
+  }
 
-// G: filter taps (5) -> points (8), for the filter's transform and (as G^T)
-// its gradient's, once per batch.
-constexpr float kFilterTransform[kAlpha][kFilter] = {
-    {-1, 0, 0, 0, 0},
-    {-2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9},
-    {-2.0f / 9, 2.0f / 9, -2.0f / 9, 2.0f / 9, -2.0f / 9},
-    {1.0f / 90, 1.0f / 45, 2.0f / 45, 4.0f / 45, 8.0f / 45},
-    {1.0f / 90, -1.0f / 45, 2.0f / 45, -4.0f / 45, 8.0f / 45},
-    {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
-    {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
-    {0, 0, 0, 0, 1}};
+  // A g, the adjoint of OutputTransform1D: an output row or column of kTile
+  // (of dy) -> 8 points.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
+                                                     T out[kAlpha]) {
+    const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
+    const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
+    const T even3 = g[0] + 0.25f * g[2], odd3 = 0.5f * g[1] + 0.125f * g[3];
+    out[0] = g[0];
+    out[1] = even1 + odd1;
+    out[2] = even1 - odd1;
+    out[3] = even2 + odd2;
+    out[4] = even2 - odd2;
+    out[5] = even3 + odd3;
+    out[6] = even3 - odd3;
+    out[7] = g[3];
+  }
+
+  // G: filter taps (5) -> points (8), for the filter's transform and (as
+  // G^T) its gradient's, once per batch.
+  static constexpr float kFilterTransform[kAlpha][kFilter] = {
+      {-1, 0, 0, 0, 0},
+      {-2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9},
+      {-2.0f / 9, 2.0f / 9, -2.0f / 9, 2.0f / 9, -2.0f / 9},
+      {1.0f / 90, 1.0f / 45, 2.0f / 45, 4.0f / 45, 8.0f / 45},
+      {1.0f / 90, -1.0f / 45, 2.0f / 45, -4.0f / 45, 8.0f / 45},
+      {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
+      {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
+      {0, 0, 0, 0, 1}};
+};
+
+// Winograd's F(4x4, 3x3): points 0, 1, -1, 2, -2 and infinity.
+struct F4x4By3x3 {
+  static constexpr int kFilter = 3;
+  static constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
+
+  // B^T d: an input row or column of 6 -> 6 points.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
+                                                  T out[kAlpha]) {
+    out[0] = 4 * d[0] - 5 * d[2] + d[4];
+    out[5] = 4 * d[1] - 5 * d[3] + d[5];
+    const T odd1 = d[3] - 4 * d[1], even1 = d[4] - 4 * d[2];
+    out[1] = even1 + odd1;
+    out[2] = even1 - odd1;
+    const T odd2 = 2 * (d[3] - d[1]), even2 = d[4] - d[2];
+    out[3] = even2 + odd2;
+    out[4] = even2 - odd2;
+  }
+
+  // A^T p: 6 points -> an output row or column of kTile.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
+                                                   T out[kTile]) {
+    const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
+    const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
+    out[0] = p[0] + sum1 + sum2;
+    out[1] = diff1 + 2 * diff2;
+    out[2] = sum1 + 4 * sum2;
+    out[3] = diff1 + 8 * diff2 + p[5];
+  }
+
+  // A g, the adjoint of OutputTransform1D: an output row or column of kTile
+  // (of dy) -> 6 points.
+  template <class T>
+  static PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
+                                                     T out[kAlpha]) {
+    const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
+    const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
+    out[0] = g[0];
+    out[1] = even1 + odd1;
+    out[2] = even1 - odd1;
+    out[3] = even2 + odd2;
+    out[4] = even2 - odd2;
+    out[5] = g[3];
+  }
+
+  // G: filter taps (3) -> points (6).
+  static constexpr float kFilterTransform[kAlpha][kFilter] = {
+      {0.25f, 0, 0},
+      {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+      {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+      {1.0f / 24, 1.0f / 12, 1.0f / 6},
+      {1.0f / 24, -1.0f / 12, 1.0f / 6},
+      {0, 0, 1}};
+};
 
 // A small constant matrix, read as stored or transposed.
 struct Matrix {
@@ -179,33 +246,37 @@ void Combine(const Matrix& mat, const float* src, int64_t src_step,
   }
 }
 
-// The tiling of one convolution (as ConvGeometry, stride 1): 4x4 output
-// tiles, in rounds of whole images.
+// The tiling of one convolution (as ConvGeometry, stride 1, a square
+// filter): 4x4 output tiles, each read from an alpha x alpha tile of the
+// padded input (alpha = 4 + filter side - 1), in rounds of whole images.
 struct Tiling {
   ConvGeometry g;
   int64_t tiles_h, tiles_w;
   int64_t round_images;  // Images per round.
+  int64_t points;        // alpha * alpha.
 
   Tiling(const ConvGeometry& geometry, int64_t images)
       : g(geometry),
         tiles_h((geometry.out_h + kTile - 1) / kTile),
         tiles_w((geometry.out_w + kTile - 1) / kTile),
         round_images(
-            std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))) {}
+            std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))),
+        points((kTile + geometry.fh - 1) * (kTile + geometry.fh - 1)) {}
 
   int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
   int64_t round_tiles() const { return round_images * tiles(); }
-  // The padded input: every tile's 8x8 inside, zeros around the image.
-  int64_t padded_h() const { return tiles_h * kTile + kFilter - 1; }
-  int64_t padded_w() const { return tiles_w * kTile + kFilter - 1; }
+  // The padded input: every tile's alpha x alpha inside, zeros around the
+  // image.
+  int64_t padded_h() const { return tiles_h * kTile + g.fh - 1; }
+  int64_t padded_w() const { return tiles_w * kTile + g.fw - 1; }
   int64_t padded_size() const { return padded_h() * padded_w() * g.in_c; }
-  // Transformed tiles of a round, [64, round_tiles, channels], point xi
+  // Transformed tiles of a round, [points, round_tiles, channels], point xi
   // at xi * point_step(channels).
   int64_t point_step(int64_t channels) const {
     return round_tiles() * channels + kPointPad;
   }
   int64_t points_size(int64_t channels) const {
-    return kPoints * point_step(channels);
+    return points * point_step(channels);
   }
 };
 
@@ -244,11 +315,12 @@ PSRT_ALWAYS_INLINE void ForEachTile(const Tiling& t, Fn&& fn) {
   }
 }
 
-// Stores points (i, 0..7) of a tile's lanes: point (i, j) at
-// out + (i * 8 + j) * point_step.
-template <class T>
-PSRT_ALWAYS_INLINE void StorePointRow(const T row[kAlpha], int i,
+// Stores points (i, 0..alpha-1) of a tile's lanes: point (i, j) at
+// out + (i * alpha + j) * point_step.
+template <class M, class T>
+PSRT_ALWAYS_INLINE void StorePointRow(const T row[M::kAlpha], int i,
                                       int64_t point_step, float* out) {
+  constexpr int kAlpha = M::kAlpha;
   for (int j = 0; j < kAlpha; ++j) {
     Store(out + (i * kAlpha + j) * point_step, row[j]);
   }
@@ -256,10 +328,11 @@ PSRT_ALWAYS_INLINE void StorePointRow(const T row[kAlpha], int i,
 
 // Transforms the tiles of one padded image (B^T d B) into points[xi][first
 // + tile] (channels g.in_c).
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
                                             const float* padded,
                                             int64_t first_tile, float* points) {
+  constexpr int kAlpha = M::kAlpha;
   const int64_t c = t.g.in_c, row = t.padded_w() * c;
   const int64_t point_step = t.point_step(c);
   ForEachTile(t, [&](int64_t tile, int64_t, int64_t, int64_t top,
@@ -274,13 +347,13 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
         for (int y = 0; y < kAlpha; ++y) {
           Load(d + y * row + x * c + k, &column[y]);
         }
-        InputTransform1D(column, cols[x]);
+        M::InputTransform1D(column, cols[x]);
       }
       for (int i = 0; i < kAlpha; ++i) {
         T across[kAlpha], result[kAlpha];
         for (int x = 0; x < kAlpha; ++x) across[x] = cols[x][i];
-        InputTransform1D(across, result);
-        StorePointRow(result, i, point_step, out + k);
+        M::InputTransform1D(across, result);
+        StorePointRow<M>(result, i, point_step, out + k);
       }
     });
   });
@@ -288,10 +361,11 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
 
 // y of one image from its tiles' products at the 64 points,
 // products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
                                              const float* products,
                                              int64_t first_tile, float* y) {
+  constexpr int kAlpha = M::kAlpha;
   const int64_t o = t.g.out_c, point_step = t.point_step(o);
   ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
                      int64_t left) PSRT_LAMBDA_INLINE {
@@ -305,12 +379,12 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
         for (int j = 0; j < kAlpha; ++j) {
           Load(p + (i * kAlpha + j) * point_step + k, &points_i[j]);
         }
-        OutputTransform1D(points_i, half[i]);
+        M::OutputTransform1D(points_i, half[i]);
       }
       for (int64_t x = 0; x < cols; ++x) {
         T down[kAlpha], out[kTile];
         for (int i = 0; i < kAlpha; ++i) down[i] = half[i][x];
-        OutputTransform1D(down, out);
+        M::OutputTransform1D(down, out);
         for (int64_t yy = 0; yy < rows; ++yy) {
           Store(corner + (yy * t.g.out_w + x) * o + k, out[yy]);
         }
@@ -321,10 +395,11 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
 
 // Transforms one image's dy tiles (A dy A^T, zero past the edges) into
 // points[xi][first + tile] (channels g.out_c).
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
                                                int64_t first_tile,
                                                float* points) {
+  constexpr int kAlpha = M::kAlpha;
   const int64_t o = t.g.out_c, point_step = t.point_step(o);
   ForEachTile(t, [&](int64_t tile, int64_t rows, int64_t cols, int64_t top,
                      int64_t left) PSRT_LAMBDA_INLINE {
@@ -343,13 +418,13 @@ PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
           }
         }
         T points_x[kAlpha];
-        GradientTransform1D(column, points_x);
+        M::GradientTransform1D(column, points_x);
         for (int i = 0; i < kAlpha; ++i) half[i][x] = points_x[i];
       }
       for (int i = 0; i < kAlpha; ++i) {
         T result[kAlpha];
-        GradientTransform1D(half[i], result);
-        StorePointRow(result, i, point_step, out + k);
+        M::GradientTransform1D(half[i], result);
+        StorePointRow<M>(result, i, point_step, out + k);
       }
     });
   });
@@ -358,20 +433,20 @@ PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
 // Pads images [n0, n0 + images) of x one by one into s.padded (whose
 // border the caller zeroed) and transforms their tiles into s.input_points,
 // as one round.
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void TransformRoundInputs(const Tiling& t, const float* x,
                                              int64_t n0, int64_t images,
                                              const Scratch& s) {
   for (int64_t i = 0; i < images; ++i) {
     PadImage(t.g, x + (n0 + i) * t.g.in_image(), t.padded_h(), t.padded_w(),
              s.padded);
-    TransformInputTiles<V>(t, s.padded, i * t.tiles(), s.input_points);
+    TransformInputTiles<M, V>(t, s.padded, i * t.tiles(), s.input_points);
   }
 }
 
 // The forward of images [begin, end) of `x` (images of g.in_image() floats)
 // into `y`, by the transformed filter, its transforms on vectors V.
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
                                     const float* x, const float* filter_points,
                                     int64_t begin, int64_t end, float* scratch,
@@ -381,9 +456,9 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
   std::fill_n(s.padded, t.padded_size(), 0.0f);
   for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
     const int64_t images = std::min(t.round_images, end - n0);
-    TransformRoundInputs<V>(t, x, n0, images, s);
+    TransformRoundInputs<M, V>(t, x, n0, images, s);
     const int64_t rows = images * t.tiles();
-    for (int xi = 0; xi < kPoints; ++xi) {
+    for (int xi = 0; xi < t.points; ++xi) {
       const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
                           filter_points + xi * g.in_c * g.out_c, g.in_c};
       BatchReduceGemmOnPath(
@@ -393,7 +468,7 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
               0.0f, s.output_points + xi * t.point_step(g.out_c), g.out_c});
     }
     for (int64_t i = 0; i < images; ++i) {
-      TransformOutputTiles<V>(t, s.output_points, i * t.tiles(),
+      TransformOutputTiles<M, V>(t, s.output_points, i * t.tiles(),
                               y + (n0 + i) * g.out_image());
     }
   }
@@ -401,7 +476,7 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
 
 // Adds the filter gradient of images [begin, end) at the 64 points into
 // dfilter_points [64, in, out], its transforms on vectors V.
-template <class V>
+template <class M, class V>
 PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
     GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
     int64_t begin, int64_t end, float* scratch, float* dfilter_points) {
@@ -410,13 +485,13 @@ PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
   std::fill_n(s.padded, t.padded_size(), 0.0f);
   for (int64_t n0 = begin; n0 < end; n0 += t.round_images) {
     const int64_t images = std::min(t.round_images, end - n0);
-    TransformRoundInputs<V>(t, x, n0, images, s);
+    TransformRoundInputs<M, V>(t, x, n0, images, s);
     for (int64_t i = 0; i < images; ++i) {
-      TransformGradientTiles<V>(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
+      TransformGradientTiles<M, V>(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
                                 s.output_points);
     }
     const int64_t depth = images * t.tiles();
-    for (int xi = 0; xi < kPoints; ++xi) {
+    for (int xi = 0; xi < t.points; ++xi) {
       // [in, tiles] x [tiles, out]: the input's points stored [tiles, in].
       const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
                           s.output_points + xi * t.point_step(g.out_c),
@@ -431,60 +506,105 @@ PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
 }
 
 #if PSRT_WINOGRAD_AVX512
+template <class M>
 PSRT_AVX512_TARGET void ForwardAvx512(GemmPath path, const ConvGeometry& g,
                                       const float* x,
                                       const float* filter_points, int64_t begin,
                                       int64_t end, float* scratch, float* y) {
-  ForwardWith<Lanes16>(path, g, x, filter_points, begin, end, scratch, y);
+  ForwardWith<M, Lanes16>(path, g, x, filter_points, begin, end, scratch, y);
 }
+template <class M>
 PSRT_AVX512_TARGET void AddFilterGradientPointsAvx512(
     GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
     int64_t begin, int64_t end, float* scratch, float* dfilter_points) {
-  AddFilterGradientPointsWith<Lanes16>(path, g, x, dy, begin, end, scratch,
-                                       dfilter_points);
+  AddFilterGradientPointsWith<M, Lanes16>(path, g, x, dy, begin, end, scratch,
+                                          dfilter_points);
 }
 #endif
 
 // The above with 16 lanes on the AVX-512 path (whose CPUs run them), 8 on
 // the others.
-void Forward(GemmPath path, const ConvGeometry& g, const float* x,
-             const float* filter_points, int64_t begin, int64_t end,
-             float* scratch, float* y) {
+template <class M>
+void ForwardOf(GemmPath path, const ConvGeometry& g, const float* x,
+               const float* filter_points, int64_t begin, int64_t end,
+               float* scratch, float* y) {
 #if PSRT_WINOGRAD_AVX512
   if (path == GemmPath::kAvx512) {
-    ForwardAvx512(path, g, x, filter_points, begin, end, scratch, y);
+    ForwardAvx512<M>(path, g, x, filter_points, begin, end, scratch, y);
     return;
   }
 #endif
-  ForwardWith<Lanes8>(path, g, x, filter_points, begin, end, scratch, y);
+  ForwardWith<M, Lanes8>(path, g, x, filter_points, begin, end, scratch, y);
+}
+template <class M>
+void AddFilterGradientPointsOf(GemmPath path, const ConvGeometry& g,
+                               const float* x, const float* dy, int64_t begin,
+                               int64_t end, float* scratch,
+                               float* dfilter_points) {
+#if PSRT_WINOGRAD_AVX512
+  if (path == GemmPath::kAvx512) {
+    AddFilterGradientPointsAvx512<M>(path, g, x, dy, begin, end, scratch,
+                                     dfilter_points);
+    return;
+  }
+#endif
+  AddFilterGradientPointsWith<M, Lanes8>(path, g, x, dy, begin, end, scratch,
+                                         dfilter_points);
+}
+
+// The method of g's filter side (3 or 5).
+void Forward(GemmPath path, const ConvGeometry& g, const float* x,
+             const float* filter_points, int64_t begin, int64_t end,
+             float* scratch, float* y) {
+  if (g.fh == F4x4By3x3::kFilter) {
+    ForwardOf<F4x4By3x3>(path, g, x, filter_points, begin, end, scratch, y);
+  } else {
+    ForwardOf<F4x4By5x5>(path, g, x, filter_points, begin, end, scratch, y);
+  }
 }
 void AddFilterGradientPoints(GemmPath path, const ConvGeometry& g,
                              const float* x, const float* dy, int64_t begin,
                              int64_t end, float* scratch,
                              float* dfilter_points) {
-#if PSRT_WINOGRAD_AVX512
-  if (path == GemmPath::kAvx512) {
-    AddFilterGradientPointsAvx512(path, g, x, dy, begin, end, scratch,
-                                  dfilter_points);
-    return;
+  if (g.fh == F4x4By3x3::kFilter) {
+    AddFilterGradientPointsOf<F4x4By3x3>(path, g, x, dy, begin, end, scratch,
+                                         dfilter_points);
+  } else {
+    AddFilterGradientPointsOf<F4x4By5x5>(path, g, x, dy, begin, end, scratch,
+                                         dfilter_points);
   }
-#endif
-  AddFilterGradientPointsWith<Lanes8>(path, g, x, dy, begin, end, scratch,
-                                      dfilter_points);
+}
+
+// G of the method for s's filter, and the sides of the filter and of its
+// transform (alpha).
+struct FilterTransform {
+  Matrix g;
+  int filter;
+  int alpha;
+};
+FilterTransform FilterTransformOf(const Conv2DShape& s) {
+  if (s.filter_height == F4x4By3x3::kFilter) {
+    return {Of(F4x4By3x3::kFilterTransform), F4x4By3x3::kFilter,
+            F4x4By3x3::kAlpha};
+  }
+  return {Of(F4x4By5x5::kFilterTransform), F4x4By5x5::kFilter,
+          F4x4By5x5::kAlpha};
 }
 
 }  // namespace
 
 bool WinogradConvApplies(GemmPath path, const Conv2DShape& s) {
-  // 3x3 filters are left to the direct method: measured on the layers of
-  // ResNet-50 and VGG-16 at 64x64 and 32x32 inputs (few tiles, hundreds of
-  // channels) F(4x4, 3x3) was slower, its transforms and its partial tiles
-  // costing more than the multiply-adds it saves.
   if (path == GemmPath::kPortable || s.stride_height != 1 ||
-      s.stride_width != 1 || s.filter_height != kFilter ||
-      s.filter_width != kFilter || s.in_channels < 16 || s.out_channels < 16) {
+      s.stride_width != 1 || s.filter_height != s.filter_width ||
+      (s.filter_height != F4x4By3x3::kFilter &&
+       s.filter_height != F4x4By5x5::kFilter) ||
+      s.in_channels < 16 || s.out_channels < 16) {
     return false;
   }
+  const Tiling t(ForwardGeometry(s), 1);
+  const int64_t direct = s.out_height() * s.out_width() * s.filter_height *
+                         s.filter_width;
+  if (direct < kMinSaving * t.tiles() * t.points) return false;
   // Rounds take whole images: the transformed tiles of a large image (a
   // 5x5 layer at 224x224) would leave the caches, and take hundreds of MiB
   // per thread, so the direct method keeps those.
@@ -494,23 +614,25 @@ bool WinogradConvApplies(GemmPath path, const Conv2DShape& s) {
 }
 
 int64_t WinogradFilterFloats(const Conv2DShape& s) {
-  return kPoints * s.in_channels * s.out_channels;
+  const FilterTransform f = FilterTransformOf(s);
+  return f.alpha * f.alpha * s.in_channels * s.out_channels;
 }
 
 int64_t WinogradFilterScratch(const Conv2DShape& s) {
-  return kAlpha * s.filter_width * s.in_channels * s.out_channels;
+  const FilterTransform f = FilterTransformOf(s);
+  return f.alpha * f.filter * s.in_channels * s.out_channels;
 }
 
 void WinogradTransformFilter(const Conv2DShape& s, const float* filter,
                              float* scratch, float* points) {
   const int64_t pairs = s.in_channels * s.out_channels;
-  const Matrix g = Of(kFilterTransform);
-  // scratch[i] = sum_a G(i, a) filter row a: 5 taps of `pairs` floats.
-  Combine(g, filter, kFilter * pairs, kFilter * pairs, scratch,
-          kFilter * pairs);
-  for (int i = 0; i < kAlpha; ++i) {
-    Combine(g, scratch + i * kFilter * pairs, pairs, pairs,
-            points + i * kAlpha * pairs, pairs);
+  const FilterTransform f = FilterTransformOf(s);
+  // scratch[i] = sum_a G(i, a) filter row a: `filter` taps of `pairs` floats.
+  Combine(f.g, filter, f.filter * pairs, f.filter * pairs, scratch,
+          f.filter * pairs);
+  for (int i = 0; i < f.alpha; ++i) {
+    Combine(f.g, scratch + i * f.filter * pairs, pairs, pairs,
+            points + i * f.alpha * pairs, pairs);
   }
 }
 
@@ -545,13 +667,14 @@ void WinogradConvBackward(GemmPath path, const Conv2DShape& s, const float* x,
 void WinogradFilterGradient(const Conv2DShape& s, const float* dfilter_points,
                             float* scratch, float* dfilter) {
   const int64_t pairs = s.in_channels * s.out_channels;
-  const Matrix gt = Of(kFilterTransform).Transposed();
-  // scratch[a] = sum_i G(i, a) points row i: 8 points of `pairs` floats.
-  Combine(gt, dfilter_points, kAlpha * pairs, kAlpha * pairs, scratch,
-          kAlpha * pairs);
-  for (int a = 0; a < kFilter; ++a) {
-    Combine(gt, scratch + a * kAlpha * pairs, pairs, pairs,
-            dfilter + a * kFilter * pairs, pairs);
+  const FilterTransform f = FilterTransformOf(s);
+  const Matrix gt = f.g.Transposed();
+  // scratch[a] = sum_i G(i, a) points row i: alpha points of `pairs` floats.
+  Combine(gt, dfilter_points, f.alpha * pairs, f.alpha * pairs, scratch,
+          f.alpha * pairs);
+  for (int a = 0; a < f.filter; ++a) {
+    Combine(gt, scratch + a * f.alpha * pairs, pairs, pairs,
+            dfilter + a * f.filter * pairs, pairs);
   }
 }
 

@@ -2,9 +2,9 @@
 // without a bias) against the definition (direct loops), and the backward
 // against central differences, over strides, paddings, non-square filters,
 // the pointwise (1x1) path, thread counts and every GEMM path (and so every
-// method: the direct one or, for 5x5 layers with 16 or more channels each
-// way, Winograd's on the AVX-512 and AVX2 paths; im2col on the portable
-// path).
+// method: the direct one or, for stride-1 3x3 and 5x5 layers with 16 or
+// more channels each way, Winograd's on the AVX-512 and AVX2 paths; im2col
+// on the portable path).
 #include "kernels/conv.h"
 
 #include <algorithm>
@@ -131,13 +131,16 @@ std::vector<ConvCase> Cases() {
        Shape(1, 8, 9, 24, 3, 3, 3, 2, Padding::kValid)},
       {"FilterLargerThanInputSameWide",
        Shape(1, 3, 3, 16, 5, 5, 2, 1, Padding::kSame)},
-      // 5x5 with 16 or more channels each way: the Winograd method (the
-      // blocked paths'), with whole and partial 4x4 output tiles and
-      // padding that crops the last tiles' windows.
+      // 5x5 and 3x3 with 16 or more channels each way: the Winograd method
+      // (the blocked paths'), F(4x4, 5x5) and F(4x4, 3x3), with whole and
+      // partial 4x4 output tiles and padding that crops the last tiles'
+      // windows.
       {"Same5x5Winograd", Shape(2, 7, 8, 16, 5, 5, 20, 1, Padding::kSame)},
       {"Valid5x5Winograd", Shape(1, 8, 9, 17, 5, 5, 16, 1, Padding::kValid)},
       {"FilterLargerThanInputSameWinograd",
        Shape(1, 3, 2, 16, 5, 5, 16, 1, Padding::kSame)},
+      {"Same3x3Winograd", Shape(2, 7, 9, 16, 3, 3, 20, 1, Padding::kSame)},
+      {"Valid3x3Winograd", Shape(1, 10, 9, 17, 3, 3, 16, 1, Padding::kValid)},
   };
 }
 
@@ -274,13 +277,15 @@ class ConvBatchTest : public ::testing::TestWithParam<GemmPath> {
 // method (4 tiles an image); and LeNet's two layers at a batch whose outputs
 // take one thread several of the 1 MiB blocks that the bias is added to and
 // summed from (10 and 20 images), the second in Winograd rounds of 6 images
-// (16 tiles each), a block's last round a short one.
+// (16 tiles each), a block's last round a short one; and a 3x3 layer in
+// Winograd rounds of 24 images (4 tiles each).
 TEST_P(ConvBatchTest, ChunkedBatchMatchesDefinitionAndGradients) {
   for (const Conv2DShape& s :
        {Shape(7, 14, 14, 8, 5, 5, 6, 1, Padding::kSame),
         Shape(15, 8, 7, 16, 5, 5, 16, 1, Padding::kSame),
         Shape(23, 28, 28, 1, 5, 5, 32, 1, Padding::kSame),
-        Shape(23, 14, 14, 32, 5, 5, 64, 1, Padding::kSame)}) {
+        Shape(23, 14, 14, 32, 5, 5, 64, 1, Padding::kSame),
+        Shape(29, 8, 8, 32, 3, 3, 24, 1, Padding::kSame)}) {
     ExpectBatchMatches(s);
   }
 }
@@ -327,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvBatchTest,
 
 // Which convolutions the Winograd method takes (the others keep the direct
 // method or im2col, which the cases above check against the definition).
-TEST(ConvPathTest, WinogradTakesStride1FiveByFiveLayersWithChannelsOnBlockedPaths) {
+TEST(ConvPathTest, WinogradTakesStride1ThreeAndFiveSquareLayersWithChannelsOnBlockedPaths) {
   using internal::WinogradConvApplies;
   const Conv2DShape lenet = Shape(100, 14, 14, 32, 5, 5, 64, 1, Padding::kSame);
   EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512, lenet));
@@ -338,13 +343,25 @@ TEST(ConvPathTest, WinogradTakesStride1FiveByFiveLayersWithChannelsOnBlockedPath
                                   Shape(32, 35, 35, 48, 5, 5, 64, 1, Padding::kSame)));
   EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512,
                                   Shape(32, 27, 27, 64, 5, 5, 192, 1, Padding::kSame)));
-  // LeNet's first layer (one channel), a stride, another filter size.
+  // ResNet-50's 3x3 layers at 224x224, the smallest (7x7: 4 tiles of 36
+  // points for 49 outputs of 9 products) too.
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx2,
+                                  Shape(8, 56, 56, 64, 3, 3, 64, 1, Padding::kSame)));
+  EXPECT_TRUE(WinogradConvApplies(GemmPath::kAvx512,
+                                  Shape(8, 7, 7, 512, 3, 3, 512, 1, Padding::kSame)));
+  // LeNet's first layer (one channel), a stride, other filter sizes, and a
+  // 3x3 layer on a 2x2 image (ResNet-50's last at 64x64: one tile of 36
+  // points for 36 direct products).
   EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
                                    Shape(100, 28, 28, 1, 5, 5, 32, 1, Padding::kSame)));
   EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
                                    Shape(8, 14, 14, 32, 5, 5, 64, 2, Padding::kSame)));
   EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
-                                   Shape(8, 14, 14, 32, 3, 3, 64, 1, Padding::kSame)));
+                                   Shape(8, 14, 14, 32, 7, 7, 64, 1, Padding::kSame)));
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(8, 14, 14, 32, 3, 5, 64, 1, Padding::kSame)));
+  EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
+                                   Shape(8, 2, 2, 512, 3, 3, 512, 1, Padding::kSame)));
   // An image whose transformed tiles would not fit a thread's 16 MiB.
   EXPECT_FALSE(WinogradConvApplies(GemmPath::kAvx512,
                                    Shape(8, 224, 224, 32, 5, 5, 32, 1, Padding::kSame)));
