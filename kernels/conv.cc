@@ -342,9 +342,9 @@ void Conv2DBackwardOnPath(GemmPath path, const CpuContext& ctx,
   if (dx == nullptr && dfilter == nullptr) return;
   // Slot t: thread t's column matrix (and then its d(column matrix)), or its
   // direct or Winograd scratch; slot threads + t: thread t's partial filter
-  // gradient (at the 64 points for Winograd; otherwise thread 0 sums into
+  // gradient (at the points for Winograd; otherwise thread 0 sums into
   // dfilter itself); slot 2 * threads: the transposed (im2col) or flipped
-  // (direct, Winograd) filter; 2 * threads + 1: the flipped filter at the 64
+  // (direct, Winograd) filter; 2 * threads + 1: the flipped filter at the
   // points; 2 * threads + 2: the Winograd transforms' scratch;
   // 2 * threads + 3: the threads' partial bias gradients, [threads, out].
   const bool winograd = WinogradConvApplies(path, s);

@@ -359,7 +359,7 @@ PSRT_ALWAYS_INLINE void TransformInputTiles(const Tiling& t,
   });
 }
 
-// y of one image from its tiles' products at the 64 points,
+// y of one image from its tiles' products at the points,
 // products[xi][first + tile] (channels g.out_c): A^T M A, cropped.
 template <class M, class V>
 PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
@@ -462,20 +462,20 @@ PSRT_ALWAYS_INLINE void ForwardWith(GemmPath path, const ConvGeometry& g,
       const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
                           filter_points + xi * g.in_c * g.out_c, g.in_c};
       BatchReduceGemmOnPath(
-          path,
-          BatchReduceGemm{
-              rows, g.out_c, false, false, &term, 1, g.in_c, g.out_c, 1.0f,
-              0.0f, s.output_points + xi * t.point_step(g.out_c), g.out_c});
+          path, BatchReduceGemm{rows, g.out_c, false, false, &term, 1, g.in_c,
+                                g.out_c, 1.0f, 0.0f,
+                                s.output_points + xi * t.point_step(g.out_c),
+                                g.out_c});
     }
     for (int64_t i = 0; i < images; ++i) {
       TransformOutputTiles<M, V>(t, s.output_points, i * t.tiles(),
-                              y + (n0 + i) * g.out_image());
+                                 y + (n0 + i) * g.out_image());
     }
   }
 }
 
-// Adds the filter gradient of images [begin, end) at the 64 points into
-// dfilter_points [64, in, out], its transforms on vectors V.
+// Adds the filter gradient of images [begin, end) at the points into
+// dfilter_points [points, in, out], its transforms on vectors V.
 template <class M, class V>
 PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
     GemmPath path, const ConvGeometry& g, const float* x, const float* dy,
@@ -487,15 +487,14 @@ PSRT_ALWAYS_INLINE void AddFilterGradientPointsWith(
     const int64_t images = std::min(t.round_images, end - n0);
     TransformRoundInputs<M, V>(t, x, n0, images, s);
     for (int64_t i = 0; i < images; ++i) {
-      TransformGradientTiles<M, V>(t, dy + (n0 + i) * g.out_image(), i * t.tiles(),
-                                s.output_points);
+      TransformGradientTiles<M, V>(t, dy + (n0 + i) * g.out_image(),
+                                   i * t.tiles(), s.output_points);
     }
     const int64_t depth = images * t.tiles();
     for (int xi = 0; xi < t.points; ++xi) {
       // [in, tiles] x [tiles, out]: the input's points stored [tiles, in].
       const GemmTerm term{s.input_points + xi * t.point_step(g.in_c),
-                          s.output_points + xi * t.point_step(g.out_c),
-                          depth};
+                          s.output_points + xi * t.point_step(g.out_c), depth};
       BatchReduceGemmOnPath(
           path,
           BatchReduceGemm{g.in_c, g.out_c, true, false, &term, 1, g.in_c,
@@ -602,8 +601,8 @@ bool WinogradConvApplies(GemmPath path, const Conv2DShape& s) {
     return false;
   }
   const Tiling t(ForwardGeometry(s), 1);
-  const int64_t direct = s.out_height() * s.out_width() * s.filter_height *
-                         s.filter_width;
+  const int64_t direct =
+      s.out_height() * s.out_width() * s.filter_height * s.filter_width;
   if (direct < kMinSaving * t.tiles() * t.points) return false;
   // Rounds take whole images: the transformed tiles of a large image (a
   // 5x5 layer at 224x224) would leave the caches, and take hundreds of MiB
