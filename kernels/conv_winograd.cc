@@ -14,8 +14,8 @@ namespace {
 constexpr int kTile = 4;  // Output tile side.
 // Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
 // about this many rows run near the path's speed. (On LeNet's second layer,
-// a Zen 3 with 512 KiB of L2, rounds of 32 to 192 tiles ran within 5% of
-// each other; 16 took 10% longer.)
+// a Zen 3 with 512 KiB of L2, rounds of 32 to 96 tiles ran within 5% of
+// each other; 16 and 192 took up to 17% longer on the filter gradient.)
 constexpr int64_t kRoundTiles = 96;
 // Floats between one point's transformed tiles and the next's, past the
 // tiles themselves (one cache line). A tile's transform touches all of its
