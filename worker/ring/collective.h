@@ -19,11 +19,12 @@
 // Collective then stays failed, and answers its neighbours' pings with the
 // failure (so that one waiting for it fails too, naming the cause). Sends
 // are retried while the next worker is Unavailable (it may still be
-// starting, or be stopping because it saw this one restart). The first op waits up to RingOptions::startup_timeout for
-// the others to start (Join); a worker takes its predecessor's process to
-// be the one it joined with, and refuses messages of later ops from any
-// other (processes of the run before a restart), so that a job restarted by
-// its supervisor comes back together.
+// starting, or be stopping because it saw this one restart). The first op
+// waits up to RingOptions::startup_timeout for the others to start (Join);
+// a worker takes its predecessor's process to be the one it joined with,
+// and refuses messages of later ops from any other (processes of the run
+// before a restart), so that a job restarted by its supervisor comes back
+// together.
 //
 // Thread safety: AllreduceSum and Broadcast from one thread at a time; the
 // service is called by gRPC concurrently.

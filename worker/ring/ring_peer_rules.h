@@ -22,9 +22,9 @@
 // - A neighbour silent for the op's timeout (Timeout: startup_timeout for
 //   the first op) is pinged, and waited for up to busy_timeout while it
 //   answers (CheckSilent), unless it answers that it left the ring (its
-//   Collective failed: FailedPrecondition); a message refused for its auth token fails the
-//   op only when the previous worker does not answer a ping either
-//   (CheckRefusal: any client may be refused).
+//   Collective failed: FailedPrecondition); a message refused for its auth
+//   token fails the op only when the previous worker does not answer a ping
+//   either (CheckRefusal: any client may be refused).
 // - Sends are retried with backoff (SendBackoff: 50 ms doubling to 1 s)
 //   while the next worker is Unavailable; a failed op's send in flight is
 //   given kFailedOpSendGrace to land (a live next worker then learns of the
