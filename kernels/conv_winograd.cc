@@ -4,13 +4,13 @@
 #include <type_traits>
 
 #include "kernels/conv_direct.h"
+#include "kernels/conv_winograd_methods.h"
 
 namespace psrt {
 namespace kernels {
 namespace internal {
 namespace {
 
-constexpr int kTile = 4;  // Output tile side.
 // Tiles that one round of GEMMs takes (whole images, at least one): GEMMs of
 // about this many rows run near the path's speed. (On LeNet's second layer,
 // a Zen 3 with 512 KiB of L2, rounds of 32 to 96 tiles ran within 5% of
@@ -35,7 +35,6 @@ constexpr int64_t kMaxScratchFloats = int64_t{1} << 22;
 // of floats (8, one register on the kernels' -march; 16 where the AVX-512
 // GEMM path runs, compiled for it) or, for the channels past the last whole
 // vector, one float.
-#define PSRT_ALWAYS_INLINE inline __attribute__((always_inline))
 #define PSRT_LAMBDA_INLINE __attribute__((always_inline))
 typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -86,131 +85,6 @@ PSRT_ALWAYS_INLINE void ForEachLane(int64_t channels, Fn&& fn) {
   for (; c < channels; ++c) fn(static_cast<float*>(nullptr), c);
 }
 
-// Winograd's F(4x4, 5x5): points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
-struct F4x4By5x5 {
-  static constexpr int kFilter = 5;
-  static constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
-
-  // B^T d: an input row or column of 8 -> 8 points.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
-                                                  T out[kAlpha]) {
-    out[0] = (d[6] - d[0]) + 5.25f * (d[2] - d[4]);
-    out[7] = (d[7] - d[1]) + 5.25f * (d[3] - d[5]);
-    const T odd1 = (d[1] + d[5]) - 4.25f * d[3];
-    const T even1 = (d[2] + d[6]) - 4.25f * d[4];
-    out[1] = even1 + odd1;
-    out[2] = even1 - odd1;
-    const T odd2 = 0.5f * d[1] - 2.5f * d[3] + 2 * d[5];
-    const T even2 = 0.25f * d[2] - 1.25f * d[4] + d[6];
-    out[3] = even2 + odd2;
-    out[4] = even2 - odd2;
-    const T odd3 = 2 * d[1] - 2.5f * d[3] + 0.5f * d[5];
-    const T even3 = 4 * d[2] - 5 * d[4] + d[6];
-    out[5] = even3 + odd3;
-    out[6] = even3 - odd3;
-  }
-
-  // A^T p: 8 points -> an output row or column of kTile.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
-                                                   T out[kTile]) {
-    const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
-    const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
-    const T sum3 = p[5] + p[6], diff3 = p[5] - p[6];
-    out[0] = p[0] + sum1 + sum2 + sum3;
-    out[1] = diff1 + 2 * diff2 + 0.5f * diff3;
-    out[2] = sum1 + 4 * sum2 + 0.25f * sum3;
-    out[3] = diff1 + 8 * diff2 + 0.125f * diff3 + p[7];
-  }
-
-  // A g, the adjoint of OutputTransform1D: an output row or column of kTile
-  // (of dy) -> 8 points.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
-                                                     T out[kAlpha]) {
-    const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
-    const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
-    const T even3 = g[0] + 0.25f * g[2], odd3 = 0.5f * g[1] + 0.125f * g[3];
-    out[0] = g[0];
-    out[1] = even1 + odd1;
-    out[2] = even1 - odd1;
-    out[3] = even2 + odd2;
-    out[4] = even2 - odd2;
-    out[5] = even3 + odd3;
-    out[6] = even3 - odd3;
-    out[7] = g[3];
-  }
-
-  // G: filter taps (5) -> points (8), for the filter's transform and (as
-  // G^T) its gradient's, once per batch.
-  static constexpr float kFilterTransform[kAlpha][kFilter] = {
-      {-1, 0, 0, 0, 0},
-      {-2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9},
-      {-2.0f / 9, 2.0f / 9, -2.0f / 9, 2.0f / 9, -2.0f / 9},
-      {1.0f / 90, 1.0f / 45, 2.0f / 45, 4.0f / 45, 8.0f / 45},
-      {1.0f / 90, -1.0f / 45, 2.0f / 45, -4.0f / 45, 8.0f / 45},
-      {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
-      {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
-      {0, 0, 0, 0, 1}};
-};
-
-// Winograd's F(4x4, 3x3): points 0, 1, -1, 2, -2 and infinity.
-struct F4x4By3x3 {
-  static constexpr int kFilter = 3;
-  static constexpr int kAlpha = kTile + kFilter - 1;  // Input tile side.
-
-  // B^T d: an input row or column of 6 -> 6 points.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void InputTransform1D(const T d[kAlpha],
-                                                  T out[kAlpha]) {
-    out[0] = 4 * d[0] - 5 * d[2] + d[4];
-    out[5] = 4 * d[1] - 5 * d[3] + d[5];
-    const T odd1 = d[3] - 4 * d[1], even1 = d[4] - 4 * d[2];
-    out[1] = even1 + odd1;
-    out[2] = even1 - odd1;
-    const T odd2 = 2 * (d[3] - d[1]), even2 = d[4] - d[2];
-    out[3] = even2 + odd2;
-    out[4] = even2 - odd2;
-  }
-
-  // A^T p: 6 points -> an output row or column of kTile.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void OutputTransform1D(const T p[kAlpha],
-                                                   T out[kTile]) {
-    const T sum1 = p[1] + p[2], diff1 = p[1] - p[2];
-    const T sum2 = p[3] + p[4], diff2 = p[3] - p[4];
-    out[0] = p[0] + sum1 + sum2;
-    out[1] = diff1 + 2 * diff2;
-    out[2] = sum1 + 4 * sum2;
-    out[3] = diff1 + 8 * diff2 + p[5];
-  }
-
-  // A g, the adjoint of OutputTransform1D: an output row or column of kTile
-  // (of dy) -> 6 points.
-  template <class T>
-  static PSRT_ALWAYS_INLINE void GradientTransform1D(const T g[kTile],
-                                                     T out[kAlpha]) {
-    const T even1 = g[0] + g[2], odd1 = g[1] + g[3];
-    const T even2 = g[0] + 4 * g[2], odd2 = 2 * g[1] + 8 * g[3];
-    out[0] = g[0];
-    out[1] = even1 + odd1;
-    out[2] = even1 - odd1;
-    out[3] = even2 + odd2;
-    out[4] = even2 - odd2;
-    out[5] = g[3];
-  }
-
-  // G: filter taps (3) -> points (6).
-  static constexpr float kFilterTransform[kAlpha][kFilter] = {
-      {0.25f, 0, 0},
-      {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-      {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-      {1.0f / 24, 1.0f / 12, 1.0f / 6},
-      {1.0f / 24, -1.0f / 12, 1.0f / 6},
-      {0, 0, 1}};
-};
-
 // A small constant matrix, read as stored or transposed.
 struct Matrix {
   const float* data;
@@ -256,18 +130,19 @@ struct Tiling {
 
   Tiling(const ConvGeometry& geometry, int64_t images)
       : g(geometry),
-        tiles_h((geometry.out_h + kTile - 1) / kTile),
-        tiles_w((geometry.out_w + kTile - 1) / kTile),
+        tiles_h((geometry.out_h + kWinogradTile - 1) / kWinogradTile),
+        tiles_w((geometry.out_w + kWinogradTile - 1) / kWinogradTile),
         round_images(
             std::max<int64_t>(1, std::min(kRoundTiles / tiles(), images))),
-        points((kTile + geometry.fh - 1) * (kTile + geometry.fh - 1)) {}
+        points((kWinogradTile + geometry.fh - 1) *
+               (kWinogradTile + geometry.fh - 1)) {}
 
   int64_t tiles() const { return tiles_h * tiles_w; }  // Per image.
   int64_t round_tiles() const { return round_images * tiles(); }
   // The padded input: every tile's alpha x alpha inside, zeros around the
   // image.
-  int64_t padded_h() const { return tiles_h * kTile + g.fh - 1; }
-  int64_t padded_w() const { return tiles_w * kTile + g.fw - 1; }
+  int64_t padded_h() const { return tiles_h * kWinogradTile + g.fh - 1; }
+  int64_t padded_w() const { return tiles_w * kWinogradTile + g.fw - 1; }
   int64_t padded_size() const { return padded_h() * padded_w() * g.in_c; }
   // Transformed tiles of a round, [points, round_tiles, channels], point xi
   // at xi * point_step(channels).
@@ -304,12 +179,12 @@ Scratch CarveScratch(const Tiling& t, float* scratch) {
 template <class Fn>
 PSRT_ALWAYS_INLINE void ForEachTile(const Tiling& t, Fn&& fn) {
   for (int64_t th = 0; th < t.tiles_h; ++th) {
-    const int64_t top = th * kTile;
-    const int64_t rows = std::min<int64_t>(kTile, t.g.out_h - top);
+    const int64_t top = th * kWinogradTile;
+    const int64_t rows = std::min<int64_t>(kWinogradTile, t.g.out_h - top);
     for (int64_t tw = 0; tw < t.tiles_w; ++tw) {
-      const int64_t left = tw * kTile;
-      fn(th * t.tiles_w + tw, rows, std::min<int64_t>(kTile, t.g.out_w - left),
-         top, left);
+      const int64_t left = tw * kWinogradTile;
+      fn(th * t.tiles_w + tw, rows,
+         std::min<int64_t>(kWinogradTile, t.g.out_w - left), top, left);
     }
   }
 }
@@ -372,7 +247,7 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
     float* corner = y + (top * t.g.out_w + left) * o;
     ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
       using T = std::remove_pointer_t<decltype(lanes)>;
-      T half[kAlpha][kTile];  // [i][x]: point row i, output column x.
+      T half[kAlpha][kWinogradTile];  // [i][x]: point row i, output column x.
       for (int i = 0; i < kAlpha; ++i) {
         T points_i[kAlpha];
         for (int j = 0; j < kAlpha; ++j) {
@@ -381,7 +256,7 @@ PSRT_ALWAYS_INLINE void TransformOutputTiles(const Tiling& t,
         M::OutputTransform1D(points_i, half[i]);
       }
       for (int64_t x = 0; x < cols; ++x) {
-        T down[kAlpha], out[kTile];
+        T down[kAlpha], out[kWinogradTile];
         for (int i = 0; i < kAlpha; ++i) down[i] = half[i][x];
         M::OutputTransform1D(down, out);
         for (int64_t yy = 0; yy < rows; ++yy) {
@@ -406,10 +281,10 @@ PSRT_ALWAYS_INLINE void TransformGradientTiles(const Tiling& t, const float* dy,
     float* out = points + (first_tile + tile) * o;
     ForEachLane<V>(o, [&](auto* lanes, int64_t k) PSRT_LAMBDA_INLINE {
       using T = std::remove_pointer_t<decltype(lanes)>;
-      T half[kAlpha][kTile];  // [i][x]: point row i, dy column x.
-      for (int x = 0; x < kTile; ++x) {
-        T column[kTile];
-        for (int yy = 0; yy < kTile; ++yy) {
+      T half[kAlpha][kWinogradTile];  // [i][x]: point row i, dy column x.
+      for (int x = 0; x < kWinogradTile; ++x) {
+        T column[kWinogradTile];
+        for (int yy = 0; yy < kWinogradTile; ++yy) {
           if (yy < rows && x < cols) {
             Load(corner + (yy * t.g.out_w + x) * o + k, &column[yy]);
           } else {
