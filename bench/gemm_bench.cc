@@ -1,7 +1,8 @@
 // gemm_bench: GFLOP/s of every CPU GEMM path (gemm.h) on the GEMM shapes of
-// LeNet's training step at batch 100 and of Inception-v3's large
-// convolutions (1x7/7x1, 3x3 stride 2, 1x1 with 2048 channels), and on the
-// batch-reduce GEMMs of LeNet's direct convolution, in one run:
+// LeNet's training step at batch 100, of Inception-v3's large convolutions
+// (1x7/7x1, 3x3 stride 2, 1x1 with 2048 channels) and of ResNet-50's 1x1
+// ones, and on the batch-reduce GEMMs of LeNet's direct convolution, in
+// one run:
 //
 //   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2]
 //
@@ -71,6 +72,14 @@ const Case kCases[] = {
     {"v3 3x3s2 fwd", {9248, 384, 2592, false, true}, 0.0f, true},
     {"v3 3x3s2 dw", {2592, 384, 9248, true, false}, 1.0f, true},
     {"v3 1x1 2048", {2048, 320, 2048, false, true}, 0.0f, true},
+    // ResNet-50 at batch 16 (224x224): the 1x1 convolutions that take most
+    // of its step, as pointwise layers run them (conv.cc), whole: 64 -> 256
+    // at 56x56 forward, its dx and its filter gradient, and 1024 -> 256 at
+    // 14x14's filter gradient.
+    {"r50 1x1 fwd", {50176, 256, 64, false, false}, 0.0f, true},
+    {"r50 1x1 dx", {50176, 64, 256, false, true}, 0.0f, true},
+    {"r50 1x1 dw", {64, 256, 50176, true, false}, 0.0f, true},
+    {"r50 1x1 dw 14", {1024, 256, 3136, true, false}, 0.0f, true},
     {"tile in L1", {12, 32, 256, false, false}, 0.0f},
 };
 

@@ -6,13 +6,14 @@ namespace psrt {
 namespace kernels {
 namespace internal {
 
-float* GemmPackBuffer(int64_t floats) {
+float* GemmPackBuffer(GemmOperand operand, int64_t floats) {
   struct Buffer {
     float* data = nullptr;
     int64_t capacity = 0;
     ~Buffer() { std::free(data); }
   };
-  thread_local Buffer buffer;
+  thread_local Buffer buffers[2];
+  Buffer& buffer = buffers[operand == GemmOperand::kA ? 1 : 0];
   if (buffer.capacity < floats) {
     std::free(buffer.data);
     const size_t bytes = GemmCeilDiv(floats * sizeof(float), 64) * 64;

@@ -142,11 +142,13 @@ TEST_P(GemmPathTest, ShapesThatNeedSeveralBlocks) {
   // k past one 256-deep block (split into equal blocks), n past one
   // 512-wide column block, op(b) read in place (not transposed, whole
   // 32-column strips, and at most 64 Ki floats or at most 4 row tiles) and
-  // packed, row counts that split into unequal tiles, and LeNet-like shapes.
+  // packed, row counts that split into unequal tiles, and LeNet-like shapes;
+  // many row tiles of a transposed op(a), each packed before its strips,
+  // the last one from op(a)'s last rows (a filter gradient's shape).
   for (const auto& [m, n, k] :
        {std::tuple{5, 40, 600}, {30, 600, 70}, {13, 1100, 9}, {61, 64, 801},
         {25, 32, 2000}, {40, 64, 700}, {30, 64, 1500}, {60, 1024, 70},
-        {100, 96, 300}, {190, 64, 65}}) {
+        {100, 96, 300}, {190, 64, 65}, {1030, 48, 300}}) {
     Check(Shape(m, n, k), 1.0f, 0.0f);
   }
 }
