@@ -94,7 +94,7 @@ struct GemmKBlock {
   int64_t k;
 };
 
-// The calling thread's packing buffers of op(b) and of op(a).
+// Which of the calling thread's two packing buffers: op(b)'s or op(a)'s.
 enum class GemmOperand { kB, kA };
 
 // The calling thread's packing buffer for `operand` of at least `floats`
