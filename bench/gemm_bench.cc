@@ -72,10 +72,10 @@ const Case kCases[] = {
     {"v3 3x3s2 fwd", {9248, 384, 2592, false, true}, 0.0f, true},
     {"v3 3x3s2 dw", {2592, 384, 9248, true, false}, 1.0f, true},
     {"v3 1x1 2048", {2048, 320, 2048, false, true}, 0.0f, true},
-    // ResNet-50 at batch 16 (224x224): the 1x1 convolutions that take most
-    // of its step, as pointwise layers run them (conv.cc), whole: 64 -> 256
-    // at 56x56 forward, its dx and its filter gradient, and 1024 -> 256 at
-    // 14x14's filter gradient.
+    // ResNet-50 at batch 16 (224x224): its 1x1 convolutions (the largest
+    // share of its step), whole, as pointwise layers run them (conv.cc):
+    // 64 -> 256 at 56x56 forward, its dx and its filter gradient, and
+    // 1024 -> 256 at 14x14's filter gradient.
     {"r50 1x1 fwd", {50176, 256, 64, false, false}, 0.0f, true},
     {"r50 1x1 dx", {50176, 64, 256, false, true}, 0.0f, true},
     {"r50 1x1 dw", {64, 256, 50176, true, false}, 0.0f, true},
