@@ -4,7 +4,13 @@
 // ones, and on the batch-reduce GEMMs of LeNet's direct convolution, in
 // one run:
 //
-//   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2]
+//   build/bin/gemm_bench [--threads=2] [--min_seconds=0.2] [--runs=1]
+//                        [--shapes=SUBSTRING]
+//
+// --runs=N prints each rate as the median of N measurements (the machine is
+// shared and noisy); --shapes keeps the shapes, direct-convolution rows and
+// convolution layers whose names contain it (to time one kernel's change,
+// alternate the binaries before and after it on the same shapes).
 //
 // Per shape and path (eigen, avx512, avx2; a path this CPU lacks prints 0)
 // it prints the single-thread rate (GemmOnCallingThread, timed in thread
@@ -38,6 +44,10 @@
 
 DEFINE_int32(threads, 2, "Threads of the context for the parallel Gemm.");
 DEFINE_double(min_seconds, 0.2, "Minimum time per measurement.");
+DEFINE_int32(runs, 1, "Measurements per rate; the median is printed.");
+DEFINE_string(shapes, "",
+              "Only the shapes (GEMMs, direct-convolution rows, convolution layers) whose "
+              "names contain this; all when empty.");
 
 namespace psrt {
 namespace kernels {
@@ -92,19 +102,30 @@ double WallSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
 
 // GFLOP/s of fn, repeated until it has run for min_seconds by `clock`
 // (read between doubling batches of calls: reading the thread CPU clock is
-// a system call, too slow to time a small GEMM call by call).
+// a system call, too slow to time a small GEMM call by call); the median of
+// --runs such measurements.
 template <class Fn>
 double Rate(double flops, double (*clock)(), Fn&& fn) {
   fn();  // Warm-up: sizes the packing buffers and faults in the pages.
-  int64_t reps = 0;
-  const double start = clock();
-  double elapsed = 0;
-  for (int64_t batch = 1; elapsed < FLAGS_min_seconds; batch *= 2) {
-    for (int64_t i = 0; i < batch; ++i) fn();
-    reps += batch;
-    elapsed = clock() - start;
+  std::vector<double> rates;
+  for (int run = 0; run < std::max(1, FLAGS_runs); ++run) {
+    int64_t reps = 0;
+    const double start = clock();
+    double elapsed = 0;
+    for (int64_t batch = 1; elapsed < FLAGS_min_seconds; batch *= 2) {
+      for (int64_t i = 0; i < batch; ++i) fn();
+      reps += batch;
+      elapsed = clock() - start;
+    }
+    rates.push_back(flops * reps / elapsed * 1e-9);
   }
-  return flops * reps / elapsed * 1e-9;
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+// Whether --shapes keeps the shape, row or layer `name`.
+bool Selected(const char* name) {
+  return FLAGS_shapes.empty() || std::string(name).find(FLAGS_shapes) != std::string::npos;
 }
 
 // One thread's peak: 12 independent FMA chains in named registers (enough
@@ -196,6 +217,7 @@ const ConvLayer kConvLayers[] = {
 
 void ConvLayerRates() {
   for (const ConvLayer& layer : kConvLayers) {
+    if (!Selected(layer.name)) continue;
     const Conv2DShape& s = layer.shape;
     const std::vector<float> x = Random(s.input_size(), 6);
     const std::vector<float> filter = Random(s.filter_size(), 7);
@@ -263,6 +285,7 @@ void Run() {
   // Single-thread rates of the large GEMMs, per path, for gemm_peak.
   std::vector<std::pair<std::string, double>> large[kPaths];
   for (const Case& test : kCases) {
+    if (!Selected(test.name)) continue;
     const MatMulShape& s = test.shape;
     const std::vector<float> a = Random(s.m * s.k, 1), b = Random(s.k * s.n, 2);
     std::vector<float> c(s.m * s.n, 0.0f);
@@ -286,8 +309,6 @@ void Run() {
   // The direct convolution's batch-reduce GEMMs (conv_direct.cc) for one
   // output row of LeNet's second layer (a 14x14x32 image padded to 18x18,
   // 5x5 filter, 64 outputs), on the calling thread.
-  std::printf("%-20s %-17s | %8s %8s %8s\n", "direct conv2", "m x n, terms", "eigen",
-              "avx512", "avx2");
   const std::vector<float> padded = Random(18 * 18 * 32, 3);
   const std::vector<float> filter = Random(5 * 5 * 32 * 64, 4);
   const std::vector<float> dy = Random(14 * 14 * 64, 5);
@@ -321,7 +342,14 @@ void Run() {
     batch_cases[1].terms.push_back(
         {padded.data() + oh * 18 * 32, dy.data() + oh * 14 * 64, 14});
   }
+  bool header = false;
   for (BatchCase& test : batch_cases) {
+    if (!Selected(test.name)) continue;
+    if (!header) {
+      std::printf("%-20s %-17s | %8s %8s %8s\n", "direct conv2", "m x n, terms", "eigen",
+                  "avx512", "avx2");
+      header = true;
+    }
     test.gemm.terms = test.terms.data();
     double flops = 0;
     for (const GemmTerm& term : test.terms) {
@@ -348,7 +376,8 @@ void Run() {
       std::printf(" %s=%.1f", key.c_str(), rate);
       fraction_min = std::min(fraction_min, rate / peak);
     }
-    std::printf(" fraction_min=%.2f\n", fraction_min);
+    if (!large[i].empty()) std::printf(" fraction_min=%.2f", fraction_min);
+    std::printf("\n");
   }
 }
 
