@@ -78,6 +78,10 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
   // connection every 2 minutes and drop it when 20 s pass without an answer.
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 120 * 1000);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  // Fail, rather than share the port, when another process listens there
+  // (gRPC sets SO_REUSEPORT by default: a second ps of the same task would
+  // start and take half of its connections).
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (max_memory_bytes > 0) {
     grpc::ResourceQuota quota("psrt_server");
     quota.Resize(static_cast<size_t>(max_memory_bytes));

@@ -33,7 +33,8 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
 // with RESOURCE_EXHAUSTED before they are buffered, and a connection gets at
 // most 32 concurrent calls. With max_memory_bytes > 0, gRPC's buffers of all
 // connections together are held to it (a ResourceQuota): a request that does
-// not fit is refused with RESOURCE_EXHAUSTED, not delayed.
+// not fit is refused with RESOURCE_EXHAUSTED, not delayed. A port another
+// process listens on is not shared: BuildAndStart fails.
 void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
                        int64_t max_memory_bytes = 0);
 

@@ -1,9 +1,9 @@
 #include "kernels/cpu_context.h"
 
 #include <algorithm>
-#include <thread>
 
 #define EIGEN_USE_THREADS
+#include "common/cpu_budget.h"
 #include "glog/logging.h"
 #include "unsupported/Eigen/CXX11/ThreadPool"
 
@@ -17,7 +17,7 @@ struct CpuContext::Pool {
 
 CpuContext::CpuContext(int num_threads, bool spin) {
   if (num_threads <= 0) {
-    num_threads = std::max(1u, std::thread::hardware_concurrency());
+    num_threads = ProcessCpuBudget().cores;
   }
   num_threads_ = num_threads;
   if (num_threads_ > 1) pool_ = std::make_unique<Pool>(num_threads_ - 1, spin);

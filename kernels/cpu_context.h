@@ -21,8 +21,9 @@ namespace kernels {
 
 class CpuContext {
  public:
-  // num_threads <= 0 means one per hardware thread; 1 runs everything on the
-  // calling thread. With `spin`, idle pool threads spin a while before they
+  // num_threads <= 0 means one per core the process may use
+  // (common/cpu_budget.h: its affinity mask and cgroup CPU limit); 1 runs
+  // everything on the calling thread. With `spin`, idle pool threads spin a while before they
   // sleep: right for a model's back-to-back ops, wrong for a pool that is
   // idle most of the time on cores other work needs (the parameter server's,
   // the PS client's copies), where spinning steals those cores.

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/cpu_budget.h"
 #include "common/health_reporter.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
@@ -370,8 +371,13 @@ int main(int argc, char** argv) {
   health.Attach(server.get());
 
   service.ReportReadiness();
+  const psrt::CpuBudget cpu_budget = psrt::ProcessCpuBudget();
   LOG(INFO) << cluster->task.ToString() << " serving on " << listen
-            << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ")"
+            << " (" << *stripes << (*stripes == 1 ? " shard" : " stripes") << ", "
+            << (FLAGS_threads > 0 ? absl::StrCat(FLAGS_threads, " update threads each")
+                                  : absl::StrCat(cpu_budget.cores, " update threads each: ",
+                                                 cpu_budget.reason))
+            << ")"
             << (FLAGS_metrics_port > 0 ? absl::StrCat(", metrics on port ", metrics.port())
                                        : "");
   for (int stripe = 0; stripe < *stripes; ++stripe) {

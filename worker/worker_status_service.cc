@@ -64,8 +64,6 @@ absl::StatusOr<std::unique_ptr<WorkerStatusServer>> WorkerStatusServer::Start(
 
   grpc::ServerBuilder builder;
   ConfigurePsServer(&builder, options.services.empty() ? 1 << 20 : int64_t{1} << 31);
-  // Fail, rather than share the port, when another process listens there.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int bound_port = 0;
   builder.AddListeningPort(options.listen_address, options.credentials, &bound_port);
   if (!options.local_socket.empty()) {

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "common/backoff.h"
+#include "common/cpu_budget.h"
 #include "common/metrics.h"
 #include "common/rpc_util.h"
 #include "common/splitmix.h"
@@ -125,7 +126,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Model>>> MakeTowers(const WorkerConfi
     ASSIGN_OR_RETURN(std::unique_ptr<Model> tower, NewModel(config.model, options));
     LOG(INFO) << "tower " << towers.size() << " of " << config.model << " on "
               << tower->device_name() << " (--device=" << config.device << ", "
-              << visible_gpus << " GPUs visible)";
+              << visible_gpus << " GPUs visible"
+              << (options.intra_op_threads <= 0
+                      ? "; --intra_op_threads=0: " + ProcessCpuBudget().reason
+                      : std::string())
+              << ")";
     towers.push_back(std::move(tower));
   }
   return towers;

@@ -318,6 +318,31 @@ TEST_F(OperationsTest, TasksListenOnlyOnTheirSpecHostUnlessToldOtherwise) {
   ASSERT_TRUE(WaitForExit("everywhere", absl::Seconds(30), &code));
 }
 
+// A second ps of the same task (a job launched twice on one spec) is
+// refused the port rather than sharing it with the first (gRPC's default
+// SO_REUSEPORT would hand it half of the first one's connections).
+TEST_F(OperationsTest, ASecondPsOnATakenPortFailsAtStart) {
+  const std::string spec_path = MakeSpec(1, 1);
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromFile(spec_path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string ps = spec->address("ps", 0);
+  const std::string command = absl::StrCat(
+      bin_, "/psrt_ps --job_name=ps --task_index=0 --shutdown_grace_secs=0 --cluster_spec=",
+      spec_path);
+  Start("first", command);
+  ASSERT_TRUE(WaitFor([&] { return CheckHealth(ps, "") == "NOT_SERVING"; }, absl::Seconds(20)))
+      << ReadFile(dir_ + "/first.log");
+  CommandResult second = RunCommand("timeout 30 " + command + " 2>&1");
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find(absl::StrCat("ps/0: cannot listen on ", ps, " (port in use?)")),
+            std::string::npos)
+      << second.output;
+  ASSERT_EQ(Psrtctl("shutdown --cluster_spec=" + spec_path).exit_code, 0);
+  int code = -1;
+  ASSERT_TRUE(WaitForExit("first", absl::Seconds(30), &code));
+  EXPECT_EQ(code, 0) << ReadFile(dir_ + "/first.log");
+}
+
 // A shutdown that a ps refuses (the workers' token, where only the chief's
 // may end training) fails, naming the ps and its reason; an operator's
 // script must not believe the job ended.

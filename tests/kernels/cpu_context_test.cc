@@ -1,5 +1,7 @@
 #include "kernels/cpu_context.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -9,16 +11,27 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_budget.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
 namespace kernels {
 namespace {
 
-TEST(CpuContextTest, DefaultUsesAllHardwareThreads) {
-  CpuContext ctx;
-  EXPECT_EQ(ctx.num_threads(),
-            std::max(1u, std::thread::hardware_concurrency()));
+TEST(CpuContextTest, DefaultUsesTheCoresTheProcessMayUse) {
+  EXPECT_EQ(CpuContext().num_threads(), ProcessCpuBudget().cores);
+  // Bound to one CPU (as taskset, Slurm or mpirun bind a task), the default
+  // context runs on the calling thread alone.
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int bound_threads = CpuContext().num_threads();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(bound_threads, 1);
 }
 
 TEST(CpuContextTest, ParallelForCoversRangeOnceInGrainBlocks) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
 #include "glog/logging.h"
 #include "worker/input/image_decoder.h"
 
@@ -23,7 +24,7 @@ ImagePipeline::ImagePipeline(std::shared_ptr<const ImageShard> shard,
       pixels_(int64_t{options.height} * options.width * options.channels),
       threads_(options.threads > 0
                    ? options.threads
-                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+                   : ProcessCpuBudget().cores),
       corrupt_(shard_->size()) {
   CHECK(shard_ != nullptr && shard_->size() > 0) << "empty image shard";
   CHECK(options.height > 0 && options.width > 0 && options.batch_size > 0 &&

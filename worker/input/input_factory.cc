@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/input/criteo_batch_source.h"
@@ -120,7 +120,7 @@ absl::Status OpenImageRecords(const InputOptions& options, int replica, int num_
               << " file(s) for replica " << replica << ", decoded on "
               << (options.decoder_threads > 0
                       ? options.decoder_threads
-                      : static_cast<int>(std::thread::hardware_concurrency()))
+                      : ProcessCpuBudget().cores)
               << " threads, " << pipeline.prefetch_batches << " batches ahead";
     input->train_source = Pipelines(std::move(train), pipeline);
   }

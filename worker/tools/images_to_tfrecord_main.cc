@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_join.h"
+#include "common/cpu_budget.h"
 #include "gflags/gflags.h"
 #include "worker/input/image_folder.h"
 
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   options.skip_bad = FLAGS_skip_bad;
   options.threads = FLAGS_num_threads > 0
                         ? FLAGS_num_threads
-                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+                        : psrt::ProcessCpuBudget().cores;
   absl::StatusOr<psrt::ImageFolderSummary> summary = psrt::ConvertImageFolder(options);
   if (!summary.ok()) {
     std::fprintf(stderr, "psrt_images_to_tfrecord: %s\n",
