@@ -87,6 +87,32 @@ EmbeddingTable::EmbeddingTable(std::string name, int dim, uint64_t seed, bool ze
       policy_(policy),
       optimizer_(std::move(optimizer)) {}
 
+absl::Status EmbeddingTable::Reconfigure(const proto::TrainingConfig& optimizer,
+                                         RowPolicy policy, int64_t step) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> rule, NewOptimizer(optimizer, 0));
+  absl::MutexLock lock(&mu_);
+  if (rule->num_slots() != optimizer_->num_slots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding table ", name_, ": its rows hold ", optimizer_->num_slots(),
+        " optimizer slots, the new rule has ", rule->num_slots()));
+  }
+  if (policy_.evicts() && !policy.evicts()) {
+    // Its rows are numbered with the places eviction freed, which only
+    // eviction's bookkeeping tells from rows.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "embedding table ", name_, " evicts rows (--embedding_ttl_steps, "
+        "--embedding_max_rows_per_ps) and cannot go on without eviction: give a ttl or a "
+        "budget again (a large one keeps every row)"));
+  }
+  optimizer_ = std::move(rule);
+  if (policy.evicts() && !policy_.evicts()) {
+    touched_.assign(ids_.size(), step);  // No place is free without eviction.
+  }
+  if (policy.admits_every_id()) candidates_.clear();
+  policy_ = policy;
+  return absl::OkStatus();
+}
+
 float* EmbeddingTable::RowAt(int64_t row) const {
   return chunks_[row / kChunkRows].get() + (row % kChunkRows) * row_floats_;
 }

@@ -142,6 +142,15 @@ class EmbeddingTable {
   // then each slot (payload_bytes_per_row() / 4 floats).
   // For checkpoints; the table is locked meanwhile.
   void ForEachRow(const std::function<void(uint64_t, absl::Span<const float>)>& f) const;
+  // Takes `optimizer`'s hyperparameters (the same rule, hence the same
+  // slots: InvalidArgument naming the table otherwise) and `policy` for the
+  // rows held and to come, as a job resumed with other flags asks; rows
+  // kept under a new eviction count as touched at `step`. A table that
+  // evicts cannot stop (FailedPrecondition naming it). REQUIRES: no
+  // other call on the table meanwhile (it reads the policy unlocked).
+  absl::Status Reconfigure(const proto::TrainingConfig& optimizer, RowPolicy policy,
+                           int64_t step);
+
   // Restores a row as ForEachRow gave it: `row` holds the values, then each
   // slot; touched at `step` (the checkpoint's). InvalidArgument naming the
   // table for a row of another size or an id the table holds already.
@@ -172,9 +181,9 @@ class EmbeddingTable {
   const uint64_t seed_;
   const bool zero_rows_;
   const int row_floats_;
-  const RowPolicy policy_;
+  RowPolicy policy_;
   mutable absl::Mutex mu_;
-  const std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // Row r's id.
   std::vector<std::unique_ptr<float[]>> chunks_ ABSL_GUARDED_BY(mu_);

@@ -426,6 +426,13 @@ class ParameterShard {
   absl::Status RecutForLayout(const proto::InitHeader& header);
   // Init's work on this copy (Init then fills the backup).
   absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
+  // Init of a state held already: a restored one (not ready_) takes the
+  // chief's training flags (a job resumed with another learning rate,
+  // schedule, number of workers, table policy), keeping its optimizer's
+  // slots; another optimizer (dense or sparse) is refused, as is any change
+  // while the state trains (ready_). Refusals change nothing.
+  absl::Status TakeChiefConfigLocked(const proto::TrainingConfig& asked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Replicas (parameter_shard_replication.cc). A request only a primary
   // serves: OK at the primary; at a backup, which then asks the primary,

@@ -42,6 +42,13 @@ absl::StatusOr<std::unique_ptr<ShardTables>> ShardTables::Create(
   return held;
 }
 
+absl::Status ShardTables::Reconfigure(const proto::TrainingConfig& config, int64_t step) {
+  ASSIGN_OR_RETURN(const proto::TrainingConfig rule, SparseTrainingConfig(config));
+  ASSIGN_OR_RETURN(const RowPolicy policy, RowPolicyFromConfig(config));
+  for (Table& table : tables_) RETURN_IF_ERROR(table.rows->Reconfigure(rule, policy, step));
+  return absl::OkStatus();
+}
+
 bool ShardTables::Same(const Metas& tables) const {
   if (tables.size() != static_cast<int>(tables_.size())) return false;
   for (int i = 0; i < tables.size(); ++i) {

@@ -48,6 +48,12 @@ class ShardTables {
   static absl::StatusOr<std::unique_ptr<ShardTables>> Create(const Metas& tables,
                                                              const proto::TrainingConfig& config);
 
+  // Takes `config`'s sparse rule and row policy, as Create does, for the
+  // rows held and to come (EmbeddingTable::Reconfigure, whose errors it
+  // returns; the tables share both, so a refusal comes before any change).
+  // At global step `step`.
+  absl::Status Reconfigure(const proto::TrainingConfig& config, int64_t step);
+
   // Whether `tables` are the ones held (names, dims and seeds, in order).
   bool Same(const Metas& tables) const;
   bool empty() const { return tables_.empty(); }

@@ -344,6 +344,41 @@ TEST(EmbeddingTableTest, ARowBudgetDropsTheLeastRecentlyTouched) {
   EXPECT_EQ(Ids(*table).count(50), 1u);
 }
 
+// A job resumed with other flags: the rows held go on under the new
+// learning rate and a budget they never had; another rule's slots, or
+// dropping eviction, is refused and changes nothing.
+TEST(EmbeddingTableTest, ReconfigureTakesNewHyperparametersAndABudget) {
+  auto table = Table(proto::SGD, /*dim=*/1);
+  ASSERT_NE(table, nullptr);
+  auto value_of = [&](uint64_t id) {  // An evaluation's look-up: touches nothing.
+    float value = 0;
+    EXPECT_TRUE(table->Lookup({id}, absl::MakeSpan(&value, 1), /*make_missing=*/false).ok());
+    return value;
+  };
+  for (uint64_t id = 0; id < 40; ++id) ASSERT_TRUE(table->Apply(0, {id}, {1}).ok());
+  const float before = value_of(0);
+  proto::TrainingConfig slower = Config(proto::SGD);
+  slower.set_learning_rate(0.01f);
+  RowPolicy budget;
+  budget.max_rows = 32;
+  ASSERT_TRUE(table->Reconfigure(slower, budget, /*step=*/5).ok());
+  ASSERT_TRUE(table->Apply(6, {0}, {1}).ok());
+  EXPECT_FLOAT_EQ(value_of(0), before - 0.01f);
+  table->Evict(6);
+  EXPECT_EQ(table->rows(), 30);  // Down to 15/16 of the budget.
+  EXPECT_EQ(Ids(*table).count(0), 1u);  // The one touched since.
+
+  const absl::Status other_rule = table->Reconfigure(Config(proto::ADAM), budget, 7);
+  EXPECT_EQ(other_rule.code(), absl::StatusCode::kInvalidArgument) << other_rule;
+  EXPECT_NE(other_rule.message().find("embedding table t: its rows hold 0 optimizer slots"),
+            std::string::npos)
+      << other_rule;
+  const absl::Status no_eviction = table->Reconfigure(slower, RowPolicy(), 7);
+  EXPECT_EQ(no_eviction.code(), absl::StatusCode::kFailedPrecondition) << no_eviction;
+  ASSERT_TRUE(table->Apply(8, {0}, {1}).ok());
+  EXPECT_FLOAT_EQ(value_of(0), before - 0.02f);  // Still SGD at 0.01.
+}
+
 // A refused update with new ids drops exactly the rows it made, also when
 // they took the places of evicted ones.
 TEST(EmbeddingTableTest, ARefusedUpdateDropsTheRowsItMadeInFreedPlaces) {

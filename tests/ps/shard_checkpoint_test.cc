@@ -42,12 +42,16 @@ proto::InitHeader Model() {
   return model;
 }
 
-// Writes checkpoint `step` of Model(), keeping the `keep` latest.
-std::string WriteCheckpoint(const ShardCheckpointId& id, int64_t step, int keep = 5) {
+// Writes checkpoint `step` of `model` (Model() by default), keeping the
+// `keep` latest; with `slots` of the model's optimizer.
+std::string WriteCheckpoint(
+    const ShardCheckpointId& id, int64_t step, int keep = 5,
+    const proto::InitHeader& model = Model(),
+    const std::vector<std::pair<std::string, const float*>>& slots = {}) {
   const std::vector<float> values = {1, 2};
   ShardStateView view;
-  const proto::InitHeader model = Model();
   view.config = model.config();
+  view.slots = slots;
   view.variables = {model.variables(0)};
   view.version = step;
   view.num_elements = 2;
@@ -302,6 +306,69 @@ TEST(ShardCheckpointTest, ALateRestoreOfAnAbandonedRecoveryRoundIsRefused) {
   EXPECT_EQ(status.restored_step(), 40);
   EXPECT_FALSE(status.ready());
   EXPECT_EQ(status.recovery_epoch(), 3);
+}
+
+// A job resumed from its checkpoint with other flags trains with them: the
+// restored state takes the chief's learning rate and number of workers and
+// keeps its optimizer's slots; another optimizer is refused, naming both,
+// and so is any change once the state trains.
+TEST(ShardCheckpointTest, ARestoredStateTakesTheChiefsNewFlagsButNotAnotherOptimizer) {
+  const ShardCheckpointId id = NewCheckpointDir("new_flags");
+  proto::InitHeader momentum = Model();
+  momentum.mutable_config()->set_optimizer(proto::MOMENTUM);
+  momentum.mutable_config()->set_momentum(0.9f);
+  const std::vector<float> accumulator = {5, 7};
+  WriteCheckpoint(id, 20, 5, momentum, {{"Momentum", accumulator.data()}});
+  ParameterShard::Options options;
+  options.threads = 1;
+  options.checkpoint_dir = id.dir;
+  const std::vector<float> unused = {0, 0};
+  SpanByteSource data({reinterpret_cast<const char*>(unused.data()), 8});
+
+  ParameterShard refusing(options);
+  ASSERT_TRUE(refusing.Restore(20).ok());
+  proto::InitHeader adam = momentum;
+  adam.mutable_config()->set_optimizer(proto::ADAM);
+  adam.mutable_config()->set_beta1(0.9f);
+  adam.mutable_config()->set_beta2(0.999f);
+  adam.mutable_config()->set_epsilon(1e-8f);
+  const absl::Status refused = refusing.Init(adam, &data).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("trained with --optimizer=momentum, the chief asks for adam"),
+            absl::string_view::npos)
+      << refused;
+  EXPECT_EQ(refusing.GetStatus().config().optimizer(), proto::MOMENTUM);
+  EXPECT_FALSE(refusing.GetStatus().ready());
+
+  ParameterShard shard(options);
+  ASSERT_TRUE(shard.Restore(20).ok());
+  proto::InitHeader resumed = momentum;
+  resumed.mutable_config()->set_learning_rate(0.05f);
+  resumed.mutable_config()->set_num_replicas(2);
+  resumed.mutable_config()->set_replicas_to_aggregate(2);
+  ASSERT_TRUE(shard.Init(resumed, &data).ok());
+  const proto::StatusResponse status = shard.GetStatus();
+  EXPECT_TRUE(status.ready());
+  EXPECT_FLOAT_EQ(status.config().learning_rate(), 0.05f);
+  EXPECT_EQ(status.config().num_replicas(), 2);
+  absl::StatusOr<std::string> saved = shard.Save(30, 20, 5);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  absl::StatusOr<ShardState> state = ReadShardCheckpoint(id, 30);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FLOAT_EQ(state->config.learning_rate(), 0.05f);
+  EXPECT_EQ(state->config.replicas_to_aggregate(), 2);
+  ASSERT_EQ(state->slots.size(), 1u);
+  EXPECT_EQ(state->slots[0].first, "Momentum");
+  EXPECT_EQ(state->slots[0].second.data()[0], 5);
+  EXPECT_EQ(state->slots[0].second.data()[1], 7);
+
+  // Training now: the flags are the job's until it restarts.
+  proto::InitHeader changed = resumed;
+  changed.mutable_config()->set_learning_rate(0.2f);
+  const absl::Status live = shard.Init(changed, &data).status();
+  EXPECT_EQ(live.code(), absl::StatusCode::kFailedPrecondition) << live;
+  EXPECT_NE(live.message().find("learning_rate: 0.05 -> 0.2"), absl::string_view::npos) << live;
+  EXPECT_TRUE(shard.Init(resumed, &data).ok());
 }
 
 }  // namespace
