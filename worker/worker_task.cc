@@ -281,6 +281,12 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> MakeStore(const WorkerConfig& co
 
 absl::Status ResolveDecayEpochs(int64_t train_examples, WorkerConfig* config) {
   if (config->decay_epochs <= 0) return absl::OkStatus();
+  if (train_examples <= 0) {
+    // Streamed input (Criteo logs) is not counted ahead.
+    return absl::InvalidArgumentError(
+        "--learning_rate_decay=exponential: this input's size is not known ahead, so "
+        "--decay_epochs cannot be turned into steps; give --decay_steps");
+  }
   const double steps_per_epoch =
       std::max<double>(1, train_examples / config->examples_per_step);
   config->trainer.config.mutable_schedule()->set_decay_steps(

@@ -26,7 +26,8 @@ absl::Status DescribeModel(const WorkerConfig& config);
 
 // trainer.config's exponential decay steps for a decay every
 // config->decay_epochs epochs of `train_examples` examples (nothing when
-// decay_epochs is 0). InvalidArgument if the result is not a valid rule.
+// decay_epochs is 0). InvalidArgument if the result is not a valid rule, or
+// when the size is unknown (train_examples 0: streamed input).
 absl::Status ResolveDecayEpochs(int64_t train_examples, WorkerConfig* config);
 
 }  // namespace psrt
