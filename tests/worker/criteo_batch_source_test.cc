@@ -89,6 +89,29 @@ TEST(CriteoBatchSourceTest, AShardWithoutLinesIsAnError) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
 }
 
+// Every line malformed and skipped: the error says so, and how many, rather
+// than blaming the number of workers alone; the counting pass says the same.
+TEST(CriteoBatchSourceTest, AShardOfSkippedLinesSaysHowManyWereSkipped) {
+  const std::string path = ::testing::TempDir() + "/criteo_batch_source_test_malformed";
+  std::ofstream(path) << "1\tnot a Criteo line\n2\tnor this\n";
+  CriteoReader::Options options = Files(path);
+  options.skip_malformed = true;
+  auto source = CriteoBatchSource::Open(options);
+  ASSERT_TRUE(source.ok()) << source.status();
+  Tensor images;
+  std::vector<int32_t> labels;
+  const absl::Status status = (*source)->NextBatch(2, &images, &labels);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("; its 2 lines were malformed and skipped (--malformed_lines=skip)"),
+            std::string::npos)
+      << status;
+  const absl::StatusOr<int64_t> count = CountCriteoExamples(options);
+  EXPECT_EQ(count.status().code(), absl::StatusCode::kInvalidArgument) << count.status();
+  EXPECT_NE(count.status().message().find(path + " holds no example (2 malformed lines skipped)"),
+            std::string::npos)
+      << count.status();
+}
+
 TEST(CriteoBatchSourceTest, PrefetchingKeepsEachBatchsIds) {
   const std::string path = WriteLines("prefetch", 10);
   auto inner = CriteoBatchSource::Open(Files(path));

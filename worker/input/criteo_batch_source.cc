@@ -25,14 +25,20 @@ CriteoBatchSource::CriteoBatchSource(std::unique_ptr<CriteoReader> reader)
 
 absl::Status CriteoBatchSource::Append(int n) {
   bool rewound = false;
+  int64_t malformed_before_epoch = 0;  // Lines skipped before the last rewind.
   while (n > 0) {
     RETURN_IF_ERROR(reader_->Read(n, &read_));
     if (read_.size() == 0) {
-      if (rewound) {
-        return absl::FailedPreconditionError(
+      if (rewound) {  // A whole epoch without an example.
+        const int64_t skipped = reader_->malformed_lines() - malformed_before_epoch;
+        return absl::FailedPreconditionError(absl::StrCat(
             "Criteo input: this worker's shard of the files holds no example (fewer lines "
-            "than workers?)");
+            "than workers?)",
+            skipped > 0 ? absl::StrCat("; its ", skipped,
+                                       " lines were malformed and skipped (--malformed_lines=skip)")
+                        : ""));
       }
+      malformed_before_epoch = reader_->malformed_lines();
       RETURN_IF_ERROR(reader_->Rewind());
       rewound = true;
       continue;
@@ -81,7 +87,10 @@ absl::StatusOr<int64_t> CountCriteoExamples(const CriteoReader::Options& options
   } while (batch.size() > 0);
   if (count == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Criteo input: ", absl::StrJoin(options.files, ", "), " holds no example"));
+        absl::StrCat("Criteo input: ", absl::StrJoin(options.files, ", "), " holds no example",
+                     reader->malformed_lines() > 0
+                         ? absl::StrCat(" (", reader->malformed_lines(), " malformed lines skipped)")
+                         : ""));
   }
   return count;
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psrt {
 namespace {
@@ -190,6 +191,17 @@ absl::StatusOr<bool> CriteoReader::NextLine() {
   return false;
 }
 
+namespace {
+
+constexpr int64_t kMalformedLogged = 10;
+
+bool IsPowerOfTen(int64_t n) {
+  while (n >= 10 && n % 10 == 0) n /= 10;
+  return n == 1;
+}
+
+}  // namespace
+
 absl::Status CriteoReader::Read(int batch_size, CtrBatch* batch) {
   batch->dense.resize(static_cast<size_t>(batch_size) * kCriteoDenseFields);
   batch->ids.resize(static_cast<size_t>(batch_size) * kCriteoCategoricalFields);
@@ -205,7 +217,14 @@ absl::Status CriteoReader::Read(int batch_size, CtrBatch* batch) {
     if (parsed.ok()) {
       ++n;
     } else if (options_.skip_malformed) {
-      ++malformed_;
+      // The first ones each (the next epochs meet them again, unlogged),
+      // then every power of ten.
+      if (++malformed_ <= kMalformedLogged) {
+        LOG(WARNING) << "skipping " << options_.files[file_index_] << ":" << line_in_file_
+                     << ": " << parsed.message();
+      } else if (IsPowerOfTen(malformed_)) {
+        LOG(WARNING) << "skipped " << malformed_ << " malformed Criteo lines so far";
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(options_.files[file_index_], ":",
                                                      line_in_file_, ": ", parsed.message()));

@@ -18,7 +18,8 @@
 // files, counted from 0, is shard modulo num_shards. A malformed line (a
 // field count other than 40, a label other than 0 or 1, a count that is not
 // an integer, a category that is not 8 hex digits) is InvalidArgument
-// naming the file and line, or, with skip_malformed, counted and skipped.
+// naming the file and line, or, with skip_malformed, counted and skipped
+// (the first 10 logged with file, line and fault, then each power of ten).
 //
 // Thread safety: not thread-safe; one reader per consumer.
 #ifndef PSRT_WORKER_INPUT_CRITEO_READER_H_
