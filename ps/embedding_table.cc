@@ -153,6 +153,10 @@ void EmbeddingTable::RemoveRowLocked(int64_t row) {
 
 bool EmbeddingTable::AdmitLocked(uint64_t id, int64_t step) {
   Candidate& candidate = candidates_[id];
+  // The look-ups of one global step count once, and all of them get the
+  // first one's answer (a row admitted by it is found, not counted): the
+  // sync workers' pulls of a step then fare alike, whatever their order.
+  if (candidate.lookups > 0 && candidate.last_step == step) return false;
   ++candidate.lookups;
   candidate.last_step = step;
   bool admit;

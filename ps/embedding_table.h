@@ -15,8 +15,10 @@
 //
 // Admission and eviction (RowPolicy, docs/sparse.md "Sizing a table"): an
 // id may get its row only at its Nth training look-up, or with a
-// probability at each; until then it reads zeros (one default row shared by
-// every such id) and its gradient rows are dropped and counted. A row that
+// probability at each; the look-ups of one global step count as one, and
+// all get the first's answer (sync workers' pulls of a step, in whatever
+// order). Until then it reads zeros (one default row shared by every such
+// id) and its gradient rows are dropped and counted. A row that
 // no training look-up or update has touched for ttl_steps steps is
 // dropped (by Evict, after an update), and past max_rows the least
 // recently touched are dropped (down to 15/16 of max_rows, so that the

@@ -248,6 +248,24 @@ TEST(EmbeddingTableTest, AnIdGetsItsRowAtItsNthLookup) {
   EXPECT_EQ(table->stats().unadmitted_gradients, 2);
 }
 
+// Two sync workers' pulls of one step, in either order: the first counts
+// and decides, the second gets the same answer (before, the second pull
+// counted again and the id's row depended on which worker came first).
+TEST(EmbeddingTableTest, ThePullsOfOneStepCountAsOneLookup) {
+  RowPolicy policy;
+  policy.admit_count = 2;
+  auto table = PolicyTable(policy);
+  ASSERT_NE(table, nullptr);
+  const std::vector<float> zeros(2, 0.0f);
+  EXPECT_EQ(Pull(*table, {5}, 1), zeros);
+  EXPECT_EQ(Pull(*table, {5}, 1), zeros);  // The same step: not its 2nd look-up.
+  EXPECT_EQ(table->rows(), 0);
+  const std::vector<float> first = Pull(*table, {5}, 2);  // Its 2nd step: admitted.
+  EXPECT_NE(first, zeros);
+  EXPECT_EQ(Pull(*table, {5}, 2), first);  // The other worker's pull finds the row.
+  EXPECT_EQ(table->rows(), 1);
+}
+
 // --embedding_admit_probability: each look-up admits with probability p,
 // drawn from (seed, id, look-up) alone: two tables agree on every id.
 TEST(EmbeddingTableTest, IdsAreAdmittedWithTheGivenProbability) {
