@@ -492,6 +492,61 @@ void ParameterShard::Shutdown(int replica) {
   for (auto& [done, reply] : ready) done(std::move(reply));
 }
 
+int64_t ParameterShard::PrepareEnd(absl::Duration hold) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
+      if (end_bound_ < 0) end_bound_ = version_ + 1;
+      end_bound_expiry_ = absl::Now() + hold;
+      changed_.SignalAll();  // The deadline thread watches the hold.
+      return end_bound_;
+    }
+  }
+  Shutdown(-1);
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+void ParameterShard::EndAt(int64_t version) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  std::vector<Waiter> moved;
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
+      end_version_ = version;
+      if (version_ < version) failure = MoveHoldLocked(version, &moved);
+      EndIfReachedLocked();
+      if (training_done_) TakeReadyWaiters(&ready);
+      changed_.SignalAll();
+    } else {
+      version = -1;  // Ends at once, below.
+    }
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+  for (Waiter& w : moved) w.done(failure);
+  if (version < 0) Shutdown(-1);
+}
+
+absl::Status ParameterShard::MoveHoldLocked(int64_t bound, std::vector<Waiter>* moved) {
+  absl::Status failure;
+  // A held push was summed (SumsRowsLocked), as the completion expects.
+  if (ready_ && HeldLocked() && VersionCompleteLocked() && bound != version_) {
+    failure = CompleteVersionLocked(nullptr, moved);
+  }
+  end_bound_ = bound;
+  return failure;
+}
+
+void ParameterShard::EndIfReachedLocked() {
+  if (training_done_ || end_version_ < 0 || version_ < end_version_) return;
+  LOG(INFO) << "an operator ended training at version " << version_
+            << (pushed_.empty() ? "" : " (the pushes taken for the next version are dropped)");
+  training_done_ = true;
+  training_done_time_ = absl::Now();
+  finished_replicas_.insert(-1);
+}
+
 void ParameterShard::ResetMembersLocked() {
   member_from_.assign(config_.max_workers() > 0 ? config_.num_replicas() : 0, -1);
   if (!member_from_.empty()) member_from_[0] = 0;
@@ -537,8 +592,9 @@ absl::StatusOr<proto::MembersResponse> ParameterShard::SetMembers(
     last_chief_contact_ = absl::Now();
     // A worker no longer waited for: the version may be complete now. Its
     // fault, if any, is logged; the pushes that made it were answered.
-    if (ready_ && !training_done_ && VersionCompleteLocked()) {
+    if (ready_ && !training_done_ && VersionCompleteLocked() && !HeldLocked()) {
       failure = CompleteVersionLocked(nullptr, &moved);
+      EndIfReachedLocked();
     }
     response.set_version(version_);
     TakeReadyWaiters(&ready);

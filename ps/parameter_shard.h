@@ -72,7 +72,9 @@
 //    current version when every remaining member has pushed to it.
 //  - Shutdown(replica): a replica has finished. From the chief (replica 0) or
 //    an operator (-1) it ends training: waiting pulls return at once with
-//    training_done, pushes are no longer applied.
+//    training_done, pushes are no longer applied. An operator ends a sync
+//    job in two steps (PrepareEnd, EndAt), so that shards a version apart
+//    end at one version.
 //
 // Memory. Gradients are consumed from the request in small blocks, straight
 // into the sum (sync) or the optimizer (async): no message-sized copy. A pull
@@ -244,6 +246,16 @@ class ParameterShard {
   // written, when it is. For metrics scrapes, which must not wait.
   bool TryTableStatus(std::vector<proto::TableStatus>* tables) const;
   void Shutdown(int replica);
+  // An operator's end of training in two phases (proto ShutdownRequest):
+  // PrepareEnd holds a sync shard at its next version (pushes are taken,
+  // but no later version completes) for `hold`, then the hold lapses
+  // (logged), and returns that version; EndAt(E) ends training once the
+  // shard is at version E, at once if it is there (a push taken for E is
+  // dropped). A shard that is async, holds no model, is a backup or has
+  // ended already ends training at once (Shutdown(-1)); PrepareEnd then
+  // returns its version.
+  int64_t PrepareEnd(absl::Duration hold);
+  void EndAt(int64_t version);
   // Elastic workers: the chief's list of members (see the header comment).
   // FailedPrecondition before Init and for a job that is not elastic;
   // InvalidArgument for a list without the chief or naming a replica out
@@ -403,6 +415,18 @@ class ParameterShard {
   bool SumsRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the pushes in pushed_ complete version_.
   bool VersionCompleteLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether an operator's end holds the shard at this version (PrepareEnd).
+  bool HeldLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return end_bound_ >= 0 && version_ >= end_bound_;
+  }
+  // Ends training, as an operator's Shutdown does, once the version is the
+  // operator's end_version_ (EndAt).
+  void EndIfReachedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lifts PrepareEnd's hold (to `bound`, or -1: none) and completes the
+  // held version if its pushes are in (CompleteVersionLocked's status and
+  // *moved); the caller then takes the ready waiters.
+  absl::Status MoveHoldLocked(int64_t bound, std::vector<Waiter>* moved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rows of the push that completes a version summing none.
   struct DirectRows {
     const ShardTables::Segments* sparse;
@@ -525,6 +549,12 @@ class ParameterShard {
   std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
   bool training_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time training_done_time_ ABSL_GUARDED_BY(mu_);
+  // An operator's end in preparation (>= 0): no version past end_bound_
+  // completes until end_bound_expiry_; and agreed: training ends at
+  // end_version_.
+  int64_t end_bound_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Time end_bound_expiry_ ABSL_GUARDED_BY(mu_);
+  int64_t end_version_ ABSL_GUARDED_BY(mu_) = -1;
   // The chief's last push, pull, Init, Save or Restore (or the shard's
   // start); a waiting pull of the chief's counts as now.
   absl::Time last_chief_contact_ ABSL_GUARDED_BY(mu_) = absl::Now();

@@ -163,8 +163,23 @@ void ParameterShard::DeadlineLoop() {
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
     for (const Waiter& w : waiters_) next = std::min(next, w.options.deadline);
+    const bool holding = end_bound_ >= 0 && end_version_ < 0;
+    if (holding) next = std::min(next, end_bound_expiry_);
     changed_.WaitWithDeadline(&mu_, next);
     const absl::Time now = absl::Now();
+    if (end_bound_ >= 0 && end_version_ < 0 && now >= end_bound_expiry_) {
+      LOG(WARNING) << "an operator's end of training held this shard at version " << end_bound_
+                   << " but never said at which version to end; training goes on";
+      std::vector<Waiter> moved;
+      const absl::Status failure = MoveHoldLocked(-1, &moved);
+      std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+      TakeReadyWaiters(&ready);
+      mu_.Unlock();
+      for (auto& [done, reply] : ready) done(std::move(reply));
+      for (Waiter& w : moved) w.done(failure);
+      mu_.Lock();
+      continue;
+    }
     std::vector<Waiter> expired;
     std::vector<Waiter> still_waiting;
     for (Waiter& w : waiters_) {

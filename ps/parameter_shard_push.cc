@@ -235,15 +235,17 @@ absl::StatusOr<proto::PushResponse> ParameterShard::Push(
       ++pushes_applied_;
       response.set_accepted(true);
       last_push = {header.worker_incarnation(), header.step(), true};
-      if (VersionCompleteLocked()) {
+      if (VersionCompleteLocked() && !HeldLocked()) {
         const DirectRows rows = {&header.sparse(), &message, dense_size};
         failure = CompleteVersionLocked(direct_rows ? &rows : nullptr, &moved);
+        EndIfReachedLocked();
       }
     }
     if ((response.accepted() || rows_taken) && !retry) {
       last_push = {header.worker_incarnation(), header.step(), response.accepted()};
     }
     response.set_version(version_);
+    response.set_training_done(training_done_);  // This push may have ended it (EndAt).
     TakeReadyWaiters(&ready);
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
@@ -259,7 +261,9 @@ bool ParameterShard::WaitsForLocked(int replica) const {
 }
 
 bool ParameterShard::SumsRowsLocked() const {
-  return config_.max_workers() > 0 || config_.replicas_to_aggregate() > 1;
+  // A push held by an operator's end completes its version later, without
+  // its message.
+  return config_.max_workers() > 0 || config_.replicas_to_aggregate() > 1 || end_bound_ >= 0;
 }
 
 bool ParameterShard::VersionCompleteLocked() const {

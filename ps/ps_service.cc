@@ -18,6 +18,9 @@
 namespace psrt {
 namespace {
 
+// How long an operator's prepared end holds a sync shard for its end_version.
+constexpr absl::Duration kOperatorEndHold = absl::Seconds(30);
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -227,7 +230,7 @@ grpc::ServerUnaryReactor* PsService::GetStatus(grpc::CallbackServerContext* cont
 
 grpc::ServerUnaryReactor* PsService::Shutdown(grpc::CallbackServerContext* context,
                                               const proto::ShutdownRequest* request,
-                                              proto::ShutdownResponse* /*response*/) {
+                                              proto::ShutdownResponse* response) {
   if (request->replica() < -1) {
     return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
                                   "shutdown: replica ", request->replica(), " is below -1")));
@@ -237,7 +240,24 @@ grpc::ServerUnaryReactor* PsService::Shutdown(grpc::CallbackServerContext* conte
       return FinishNow(context, chief);
     }
   }
-  for (ParameterShard* shard : handler_.shards()) shard->Shutdown(request->replica());
+  if (request->replica() != -1 && (request->prepare() || request->end_version() != 0)) {
+    return FinishNow(context, absl::InvalidArgumentError(
+                                  "shutdown: only an operator (replica -1) ends at a version"));
+  }
+  if (request->end_version() < 0) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "shutdown: end_version ", request->end_version(), " < 0")));
+  }
+  for (ParameterShard* shard : handler_.shards()) {
+    if (request->prepare()) {
+      response->set_end_bound(
+          std::max(response->end_bound(), shard->PrepareEnd(kOperatorEndHold)));
+    } else if (request->end_version() > 0) {
+      shard->EndAt(request->end_version());
+    } else {
+      shard->Shutdown(request->replica());
+    }
+  }
   return FinishNow(context, absl::OkStatus());
 }
 

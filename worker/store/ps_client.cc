@@ -547,6 +547,22 @@ absl::Status PsClient::PushAgainIfMoved(int k) {
 absl::Status PsClient::Shutdown() {
   proto::ShutdownRequest request;
   request.set_replica(options_.replica);
+  if (options_.replica >= 0) return ShutdownEveryTask(request, nullptr);
+  // An operator: every shard held at its next version, then all ended at
+  // the furthest of those (proto ShutdownRequest).
+  request.set_prepare(true);
+  int64_t end_version = 0;
+  const absl::Status prepared = ShutdownEveryTask(request, &end_version);
+  // The tasks that answered are held: end them (one that did not keeps
+  // training, and the error says which).
+  request.set_prepare(false);
+  request.set_end_version(std::max<int64_t>(end_version, 1));
+  const absl::Status ended = ShutdownEveryTask(request, nullptr);
+  return prepared.ok() ? ended : prepared;
+}
+
+absl::Status PsClient::ShutdownEveryTask(const proto::ShutdownRequest& request,
+                                         int64_t* end_bound) {
   // One call per ps task, whose service tells every stripe it serves (a
   // call to a later stripe could find the process gone already). Every task
   // must hear it, whatever another one answers (a ps that misses the chief's
@@ -555,14 +571,19 @@ absl::Status PsClient::Shutdown() {
   std::vector<int> first_stripes;
   for (int k = 0; k < num_shards(); k += options_.ps_stripes) first_stripes.push_back(k);
   std::vector<absl::Status> statuses(first_stripes.size());
+  std::vector<proto::ShutdownResponse> responses(first_stripes.size());
   std::vector<std::thread> calls;
   for (size_t i = 0; i < first_stripes.size(); ++i) {
     calls.emplace_back([&, i] {
-      statuses[i] = calls_->CallOne(*grpc_, first_stripes[i], PsMethod::kShutdown,
-                                    absl::Seconds(10), {&request, {}}, nullptr);
+      statuses[i] = calls_->CallOne(
+          *grpc_, first_stripes[i], PsMethod::kShutdown, absl::Seconds(10), {&request, {}},
+          [&responses, i](int, ShardReply& reply) { return reply.ParseMeta(&responses[i]); });
     });
   }
   for (std::thread& call : calls) call.join();
+  for (size_t i = 0; end_bound != nullptr && i < first_stripes.size(); ++i) {
+    if (statuses[i].ok()) *end_bound = std::max(*end_bound, responses[i].end_bound());
+  }
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
   for (size_t i = 0; i < first_stripes.size(); ++i) {

@@ -138,7 +138,9 @@ class PsClient final : public ParameterStore {
   // fails (FailedPrecondition) on a ps task that serves another number of
   // stripes than Options::ps_stripes (unless the client has no variables:
   // an operator's, whose Shutdown reaches every stripe of a task anyway).
-  // Shutdown ignores unreachable shards: they may have exited already.
+  // Shutdown ignores unreachable shards: they may have exited already. An
+  // operator's (replica -1) ends training in two rounds of calls, so that
+  // sync shards end at one version (proto ShutdownRequest).
   absl::Status WaitForServers(absl::Duration timeout) override;
   absl::Status Init(const proto::TrainingConfig& config,
                     const std::vector<Tensor>& params, int64_t recovery_epoch = 0) override;
@@ -190,6 +192,9 @@ class PsClient final : public ParameterStore {
   absl::Status CallControl(PsMethod method, absl::Duration timeout,
                            const google::protobuf::MessageLite& request,
                            const ShardTransport::OnReply& on_reply);
+  // Sends `request` to every ps task at once (Shutdown); with `end_bound`,
+  // the largest of the tasks' answers goes there.
+  absl::Status ShutdownEveryTask(const proto::ShutdownRequest& request, int64_t* end_bound);
   // The transport of pushes and pulls: the data plane's, or gRPC's.
   ShardTransport& tensors();
   // Splits `features`' distinct ids among the shards (shard_ids_).
