@@ -185,7 +185,17 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   if (cluster_spec.empty() && tf_config == nullptr && RendezvousRequested()) {
     return ClusterFromRendezvousFlags(std::move(security));
   }
-  return ResolveClusterConfig(cluster_spec, tf_config ? tf_config : "", job_name, task_index);
+  ASSIGN_OR_RETURN(ClusterConfig config, ResolveClusterConfig(cluster_spec, tf_config ? tf_config : "",
+                                                              job_name, task_index));
+  // --task_index alone overrides the index of the "task" the spec gives
+  // (with --job_name, both are the task already).
+  gflags::CommandLineFlagInfo index_flag;
+  if (job_name.empty() && gflags::GetCommandLineFlagInfo("task_index", &index_flag) &&
+      !index_flag.is_default && config.task.index != task_index) {
+    config.task.index = task_index;
+    RETURN_IF_ERROR(config.spec.ValidateTask(config.task));
+  }
+  return config;
 }
 
 std::string BindHostFromFlags() { return FLAGS_bind_host; }

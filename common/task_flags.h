@@ -42,7 +42,8 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurityFromFl
 // asked for (--coordinator, or MASTER_ADDR and MASTER_PORT), whose rank and
 // number of tasks come from the flags or from mpirun's, PMIx's, torchrun's,
 // an Indexed Job's or Slurm's variables (each error names the flag or the
-// variable). `security` authenticates the rendezvous.
+// variable). `security` authenticates the rendezvous. A --task_index given
+// without --job_name replaces the index of the spec's own "task".
 absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     const std::string& cluster_spec, const std::string& job_name, int task_index,
     std::shared_ptr<const TransportSecurity> security);

@@ -503,8 +503,7 @@ int64_t ParameterShard::PrepareEnd(absl::Duration hold) {
     }
   }
   Shutdown(-1);
-  absl::MutexLock lock(&mu_);
-  return version_;
+  return 0;
 }
 
 void ParameterShard::EndAt(int64_t version) {

@@ -253,7 +253,7 @@ class ParameterShard {
   // shard is at version E, at once if it is there (a push taken for E is
   // dropped). A shard that is async, holds no model, is a backup or has
   // ended already ends training at once (Shutdown(-1)); PrepareEnd then
-  // returns its version.
+  // returns 0.
   int64_t PrepareEnd(absl::Duration hold);
   void EndAt(int64_t version);
   // Elastic workers: the chief's list of members (see the header comment).

@@ -302,6 +302,15 @@ TEST_F(ClusterTest, TasksStartedByHandFromTfConfig) {
     std::string pid_file;
     ~StopPs() { RunCommand("kill $(cat " + pid_file + ") 2>/dev/null"); }
   } stop_ps{dir_ + "/ps.pid"};
+  // --task_index alone overrides TF_CONFIG's index (it used to be ignored:
+  // this worker then ran as worker/0).
+  CommandResult other_index = RunCommand(
+      absl::StrCat(tf_config("worker"), "timeout 60 ", bin_, "/psrt_worker --task_index=4 2>&1"));
+  EXPECT_NE(other_index.exit_code, 0) << other_index.output;
+  EXPECT_NE(other_index.output.find(
+                "task worker/4: index 4 out of range for job \"worker\" (valid range 0..0)"),
+            std::string::npos)
+      << other_index.output;
   CommandResult worker = RunCommand(absl::StrCat(
       tf_config("worker"), "timeout 120 ", bin_,
       "/psrt_worker --sync_replicas --train_steps=50 --log_every_steps=25"));

@@ -337,6 +337,12 @@ TEST_F(OperationsTest, ASecondPsOnATakenPortFailsAtStart) {
   EXPECT_NE(second.output.find(absl::StrCat("ps/0: cannot listen on ", ps, " (port in use?)")),
             std::string::npos)
       << second.output;
+  // A drain sent to the ps by mistake says what is wrong (it printed an
+  // empty error).
+  CommandResult drain = Psrtctl("drain --address=" + ps + " 2>&1");
+  EXPECT_EQ(drain.exit_code, 1) << drain.output;
+  EXPECT_NE(drain.output.find(ps + " serves no worker's status service"), std::string::npos)
+      << drain.output;
   ASSERT_EQ(Psrtctl("shutdown --cluster_spec=" + spec_path).exit_code, 0);
   int code = -1;
   ASSERT_TRUE(WaitForExit("first", absl::Seconds(30), &code));

@@ -89,7 +89,7 @@ TEST(ParameterShardEndTest, AnAsyncShardEndsAtOnce) {
   ParameterShard shard({});
   InitShard(&shard, Config(proto::ASYNC, 2, 1));
   ASSERT_TRUE(PushFrom(&shard, 0, 0, kOnes).ok());
-  EXPECT_EQ(shard.PrepareEnd(absl::Seconds(30)), 1);
+  EXPECT_EQ(shard.PrepareEnd(absl::Seconds(30)), 0);  // Ended already.
   EXPECT_TRUE(shard.GetStatus().training_done());
   shard.EndAt(1);
   EXPECT_FALSE(PushFrom(&shard, 1, 1, kOnes)->accepted());

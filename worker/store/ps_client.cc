@@ -551,25 +551,39 @@ absl::Status PsClient::Shutdown() {
   // An operator: every shard held at its next version, then all ended at
   // the furthest of those (proto ShutdownRequest).
   request.set_prepare(true);
+  std::vector<int64_t> bounds;
+  const absl::Status prepared = ShutdownEveryTask(request, &bounds);
+  // The tasks held (bound > 0; the others ended at once and may be gone)
+  // end at the furthest bound; one that did not answer keeps training, and
+  // the error names it.
+  std::vector<int> held;
   int64_t end_version = 0;
-  const absl::Status prepared = ShutdownEveryTask(request, &end_version);
-  // The tasks that answered are held: end them (one that did not keeps
-  // training, and the error says which).
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (bounds[i] > 0) held.push_back(static_cast<int>(i));
+    end_version = std::max(end_version, bounds[i]);
+  }
+  if (held.empty()) return prepared;
   request.set_prepare(false);
-  request.set_end_version(std::max<int64_t>(end_version, 1));
-  const absl::Status ended = ShutdownEveryTask(request, nullptr);
+  request.set_end_version(end_version);
+  const absl::Status ended = ShutdownEveryTask(request, nullptr, held);
   return prepared.ok() ? ended : prepared;
 }
 
 absl::Status PsClient::ShutdownEveryTask(const proto::ShutdownRequest& request,
-                                         int64_t* end_bound) {
+                                         std::vector<int64_t>* end_bounds,
+                                         const std::vector<int>& only) {
   // One call per ps task, whose service tells every stripe it serves (a
   // call to a later stripe could find the process gone already). Every task
   // must hear it, whatever another one answers (a ps that misses the chief's
   // goodbye waits for training to end), and at once: the tasks in parallel,
   // so that unreachable ones cost one timeout, not one each.
   std::vector<int> first_stripes;
-  for (int k = 0; k < num_shards(); k += options_.ps_stripes) first_stripes.push_back(k);
+  for (int k = 0; k < num_shards(); k += options_.ps_stripes) {
+    const int task = k / options_.ps_stripes;
+    if (only.empty() || std::find(only.begin(), only.end(), task) != only.end()) {
+      first_stripes.push_back(k);
+    }
+  }
   std::vector<absl::Status> statuses(first_stripes.size());
   std::vector<proto::ShutdownResponse> responses(first_stripes.size());
   std::vector<std::thread> calls;
@@ -581,8 +595,11 @@ absl::Status PsClient::ShutdownEveryTask(const proto::ShutdownRequest& request,
     });
   }
   for (std::thread& call : calls) call.join();
-  for (size_t i = 0; end_bound != nullptr && i < first_stripes.size(); ++i) {
-    if (statuses[i].ok()) *end_bound = std::max(*end_bound, responses[i].end_bound());
+  if (end_bounds != nullptr) {
+    end_bounds->assign(first_stripes.size(), 0);
+    for (size_t i = 0; i < first_stripes.size(); ++i) {
+      if (statuses[i].ok()) (*end_bounds)[i] = responses[i].end_bound();
+    }
   }
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;

@@ -192,9 +192,12 @@ class PsClient final : public ParameterStore {
   absl::Status CallControl(PsMethod method, absl::Duration timeout,
                            const google::protobuf::MessageLite& request,
                            const ShardTransport::OnReply& on_reply);
-  // Sends `request` to every ps task at once (Shutdown); with `end_bound`,
-  // the largest of the tasks' answers goes there.
-  absl::Status ShutdownEveryTask(const proto::ShutdownRequest& request, int64_t* end_bound);
+  // Sends `request` to every ps task at once, or to the tasks `only` names
+  // (Shutdown); with `end_bounds`, each task's answer goes there (0 for a
+  // task that did not answer).
+  absl::Status ShutdownEveryTask(const proto::ShutdownRequest& request,
+                                 std::vector<int64_t>* end_bounds,
+                                 const std::vector<int>& only = {});
   // The transport of pushes and pulls: the data plane's, or gRPC's.
   ShardTransport& tensors();
   // Splits `features`' distinct ids among the shards (shard_ids_).

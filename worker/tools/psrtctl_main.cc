@@ -380,7 +380,13 @@ absl::Status Drain() {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   psrt::proto::DrainRequest request;
   psrt::proto::DrainResponse response;
-  RETURN_IF_ERROR(psrt::FromGrpcStatus(stub->Drain(&context, request, &response)));
+  const absl::Status drained = psrt::FromGrpcStatus(stub->Drain(&context, request, &response));
+  if (absl::IsUnimplemented(drained)) {  // gRPC says nothing more.
+    return absl::InvalidArgumentError(absl::StrCat(
+        FLAGS_address, " serves no worker's status service: --address must be a worker's (a ps "
+        "task, or another program, listens there)"));
+  }
+  RETURN_IF_ERROR(drained);
   std::printf("drain: %s leaves after its current step\n", FLAGS_address.c_str());
   return absl::OkStatus();
 }

@@ -36,7 +36,9 @@ absl::Status CheckpointPolicy::SaveEverywhere(int64_t step) {
     return status;
   }
   LOG(ERROR) << "checkpoint " << step << " not saved everywhere: " << status.message()
-             << "; every shard keeps checkpoint " << newest_common_
+             << "; every shard keeps "
+             << (newest_common_ >= 0 ? absl::StrCat("checkpoint ", newest_common_)
+                                     : std::string("what it holds"))
              << " until a save succeeds everywhere";
   // The state moved on (a backup worker's push), a shard restarted or
   // awaits confirmation: the next save may well succeed. Anything else is
@@ -56,8 +58,10 @@ absl::Status CheckpointPolicy::Save(int64_t step) {
   }
   return absl::DataLossError(absl::StrCat(
       failed_saves_, " checkpoints in a row could not be written (the last, checkpoint ",
-      step, ": ", saved.message(), "); stopping rather than training on with nothing "
-      "newer than checkpoint ", newest_common_, " to recover to (--max_failed_saves=",
+      step, ": ", saved.message(), "); stopping rather than training on with ",
+      newest_common_ >= 0 ? absl::StrCat("nothing newer than checkpoint ", newest_common_)
+                          : std::string("no checkpoint"),
+      " to recover to (--max_failed_saves=",
       options_.max_failed_saves, "; 0 trains on)"));
 }
 
