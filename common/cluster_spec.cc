@@ -234,8 +234,47 @@ absl::Status ParseTask(const Value& value, absl::string_view source,
 
 std::string TaskId::ToString() const { return absl::StrCat(job, "/", index); }
 
+namespace {
+
+// The line of the first comma that closes a list or an object ("[a, b,]"),
+// which JSON forbids and protobuf's parser lets through; 0 when there is
+// none. Strings are skipped.
+int TrailingCommaLine(absl::string_view json) {
+  int line = 1, comma_line = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      comma_line = 0;
+    } else if (c == ',') {
+      comma_line = line;
+    } else if ((c == ']' || c == '}') && comma_line > 0) {
+      return comma_line;
+    } else if (!absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      comma_line = 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<ClusterSpec> ClusterSpec::Parse(absl::string_view json,
                                                absl::string_view source) {
+  if (const int line = TrailingCommaLine(json); line > 0) {
+    return Invalid(source, absl::StrCat("invalid JSON: a comma ends a list or an object on line ",
+                                        line, " (JSON allows none there)"));
+  }
   Value root;
   // Parsed as a Value rather than a Struct so that a top level which is not
   // an object gets its own message.

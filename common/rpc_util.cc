@@ -1,6 +1,7 @@
 #include "common/rpc_util.h"
 
 #include <malloc.h>
+#include <netdb.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
 #include "common/transport_security.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"
@@ -87,6 +89,22 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
     quota.Resize(static_cast<size_t>(max_memory_bytes));
     builder->SetResourceQuota(quota);  // The builder keeps a reference.
   }
+}
+
+std::string WhyCannotListen(const std::string& address) {
+  std::string host;
+  int port = 0;
+  if (SplitHostPort(address, &host, &port).ok()) {
+    addrinfo hints{};
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    const int error = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) freeaddrinfo(found);
+    if (error != 0) {
+      return absl::StrCat("its host \"", host, "\" does not resolve here: ", gai_strerror(error));
+    }
+  }
+  return "port in use, or not an address of this machine?";
 }
 
 std::string ListenHost(const std::string& bind_host, const std::string& spec_host) {

@@ -42,6 +42,11 @@ void ConfigurePsServer(grpc::ServerBuilder* builder, int64_t max_message_bytes,
 // the task's own host in the cluster spec, so that a task is reachable only
 // where the spec says it is unless told otherwise ("0.0.0.0": everywhere).
 std::string ListenHost(const std::string& bind_host, const std::string& spec_host);
+// Why a server could not listen on `address` ("host:port"), for its error:
+// "its host does not resolve here" when name resolution fails, else "port
+// in use, or not an address of this machine?".
+std::string WhyCannotListen(const std::string& address);
+
 // "host:port", an IPv6 host in brackets.
 std::string JoinHostPort(const std::string& host, int port);
 

@@ -384,6 +384,14 @@ absl::Status CheckOptions(const char* model, const ModelOptions& options,
           absl::StrCat(model, ": ", option, " must be positive, got ", value));
     }
   }
+  // The parameter servers' limit on a table's rows (ps/shard_tables.cc):
+  // refused here before a batch's activations of that width are allocated.
+  constexpr int kMaxEmbeddingDim = 1 << 16;
+  if (options.embedding_dim > kMaxEmbeddingDim) {
+    return absl::InvalidArgumentError(absl::StrCat(model, ": embedding_dim ", options.embedding_dim,
+                                                   " is above ", kMaxEmbeddingDim,
+                                                   ", the longest row a table holds"));
+  }
   for (const auto& [option, list] : units) {
     for (int value : *list) {
       if (value < 1) {

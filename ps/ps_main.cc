@@ -364,8 +364,8 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    LOG(ERROR) << cluster->task.ToString() << ": cannot listen on " << listen
-               << " (port in use?)";
+    LOG(ERROR) << cluster->task.ToString() << ": cannot listen on " << listen << " ("
+               << psrt::WhyCannotListen(listen) << ")";
     return 1;
   }
   health.Attach(server.get());

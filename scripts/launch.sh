@@ -352,7 +352,10 @@ exit_on_signal() {
 }
 
 while read -r job index address; do
-  lives_here "$address" || continue
+  if ! lives_here "$address"; then
+    echo "launch: not starting $job/$index ($address): another host's task; start it there (or --all_hosts)"
+    continue
+  fi
   if [ "$job" != ps ] && [ "$job" != worker ] && [ "$job" != chief ] && [ "$job" != evaluator ]; then
     echo "launch: skipping $job/$index: psrt has no $job binary yet" >&2
     continue

@@ -73,8 +73,8 @@ absl::StatusOr<std::unique_ptr<WorkerStatusServer>> WorkerStatusServer::Start(
   for (grpc::Service* service : options.services) builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError("cannot listen on " + options.listen_address +
-                                  " (port in use?)");
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address, " (",
+                                               WhyCannotListen(options.listen_address), ")"));
   }
   health->Attach(server->server_.get());
   metrics->SetStateListener([health](proto::WorkerState state) {

@@ -13,6 +13,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kSource[] = "cluster spec file /tmp/c.json";
@@ -132,6 +133,18 @@ TEST(ClusterSpecTest, FromFileErrorsNameThePath) {
 }
 
 // ---- Malformed specs: one test per case. ----
+
+// Protobuf's JSON parser accepts "[a, b,]"; JSON does not, nor do the
+// other tools that read the spec (Python's json, jq).
+TEST(ClusterSpecTest, ATrailingCommaIsRefusedNamingItsLine) {
+  EXPECT_THAT(ParseError("{\"ps\": [\"a:1\"],\n \"worker\": [\"b:2\",\n]}"),
+              HasSubstr("invalid JSON: a comma ends a list or an object on line 2"));
+  EXPECT_THAT(ParseError(R"({"ps": ["a:1"], "worker": ["b:2"],})"),
+              HasSubstr("a comma ends a list or an object on line 1"));
+  // Inside a string it is the string's (here a bad address).
+  EXPECT_THAT(ParseError(R"({"ps": ["a,]:1"], "worker": ["b:2"]})"),
+              Not(HasSubstr("a comma ends")));
+}
 
 TEST(ClusterSpecTest, BadJson) {
   EXPECT_THAT(ParseError(R"({"ps": ["a:1"],)"), HasSubstr("invalid JSON: "));

@@ -21,5 +21,14 @@ TEST(PreferLocalSocketTest, OtherHostsAndOddAddressesStayAsTheyAre) {
   EXPECT_EQ(PreferLocalSocket("127.0.0.1:0"), "127.0.0.1:0");
 }
 
+// A task whose spec names a host this machine cannot resolve is told so,
+// not that its port is in use (.invalid never resolves: RFC 6761).
+TEST(WhyCannotListenTest, NamesAHostThatDoesNotResolve) {
+  EXPECT_NE(WhyCannotListen("no-such-host.invalid:2222")
+                .find("its host \"no-such-host.invalid\" does not resolve here"),
+            std::string::npos);
+  EXPECT_EQ(WhyCannotListen("127.0.0.1:2222"), "port in use, or not an address of this machine?");
+}
+
 }  // namespace
 }  // namespace psrt

@@ -334,7 +334,8 @@ TEST_F(OperationsTest, ASecondPsOnATakenPortFailsAtStart) {
       << ReadFile(dir_ + "/first.log");
   CommandResult second = RunCommand("timeout 30 " + command + " 2>&1");
   EXPECT_EQ(second.exit_code, 1) << second.output;
-  EXPECT_NE(second.output.find(absl::StrCat("ps/0: cannot listen on ", ps, " (port in use?)")),
+  EXPECT_NE(second.output.find(absl::StrCat("ps/0: cannot listen on ", ps,
+                                            " (port in use, or not an address of this machine?)")),
             std::string::npos)
       << second.output;
   // A drain sent to the ps by mistake says what is wrong (it printed an

@@ -347,6 +347,8 @@ TEST_P(CtrModelTest, RefusesSizesThatAreNotPositive) {
       {"num_dense_features", [](ModelOptions* o) { o->num_dense_features = 0; }},
       {"num_sparse_fields", [](ModelOptions* o) { o->num_sparse_fields = 0; }},
       {"embedding_dim", [](ModelOptions* o) { o->embedding_dim = -1; }},
+      // Longer than a table's row may be (it crashed allocating 25 GB).
+      {"embedding_dim", [](ModelOptions* o) { o->embedding_dim = 100000000; }},
       {"hidden_units", [](ModelOptions* o) { o->hidden_units = {4, 0}; }},
       {"bottom_mlp_units", [](ModelOptions* o) { o->bottom_mlp_units = {0}; }},
       {"top_mlp_units", [](ModelOptions* o) { o->top_mlp_units = {8, -2}; }},

@@ -114,6 +114,12 @@ absl::Status ClusterRecovery::RecoverOrInitialize(const std::vector<Tensor>& val
     ++epoch;
   }
   if (!one_run.ok()) return one_run;
+  if (!empty.empty() && checkpoints_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        absl::StrJoin(empty, ", "), " lost the model (restarted, and restored no "
+        "checkpoint: its log says which files it found missing or corrupt) and no "
+        "checkpoint is held intact by every parameter server"));
+  }
   if (!empty.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         absl::StrJoin(empty, ", "), " lost the model (restarted without a "
