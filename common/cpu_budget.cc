@@ -116,7 +116,7 @@ std::optional<CgroupCpuLimit> FindCgroupCpuLimit(absl::string_view proc_cgroup,
     absl::string_view root = mount[3], relative = *path;
     if (root != "/" && !absl::ConsumePrefix(&relative, root)) relative = "";
     std::string dir = mount_point + std::string(absl::StripSuffix(relative, "/"));
-    if (!ReadSmallFile(dir + "/cgroup.procs")) dir = mount_point;
+    if (access((dir + "/cgroup.procs").c_str(), F_OK) != 0) dir = mount_point;
     std::optional<CgroupCpuLimit> lowest;
     while (true) {
       std::optional<CgroupCpuLimit> limit = DirectoryLimit(dir, v2);
@@ -134,7 +134,7 @@ CpuBudget ProcessCpuBudget() {
   const int affinity = AffinityCpus();
   if (affinity > 0) {
     budget.cores = affinity;
-    budget.reason = absl::StrCat(affinity, " CPUs in its affinity mask");
+    budget.reason = absl::StrCat(affinity, affinity == 1 ? " CPU" : " CPUs", " in its affinity mask");
   } else {
     budget.cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
     budget.reason = absl::StrCat(budget.cores, " online CPUs");

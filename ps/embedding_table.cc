@@ -96,17 +96,19 @@ absl::Status EmbeddingTable::Reconfigure(const proto::TrainingConfig& optimizer,
         "embedding table ", name_, ": its rows hold ", optimizer_->num_slots(),
         " optimizer slots, the new rule has ", rule->num_slots()));
   }
-  if (policy_.evicts() && !policy.evicts()) {
-    // Its rows are numbered with the places eviction freed, which only
+  if (policy_.evicts() && !policy.evicts() && !free_rows_.empty()) {
+    // Its rows are numbered with places eviction freed, which only
     // eviction's bookkeeping tells from rows.
     return absl::FailedPreconditionError(absl::StrCat(
-        "embedding table ", name_, " evicts rows (--embedding_ttl_steps, "
+        "embedding table ", name_, " has evicted rows (--embedding_ttl_steps, "
         "--embedding_max_rows_per_ps) and cannot go on without eviction: give a ttl or a "
         "budget again (a large one keeps every row)"));
   }
   optimizer_ = std::move(rule);
   if (policy.evicts() && !policy_.evicts()) {
     touched_.assign(ids_.size(), step);  // No place is free without eviction.
+  } else if (!policy.evicts()) {
+    touched_.clear();
   }
   if (policy.admits_every_id()) candidates_.clear();
   policy_ = policy;

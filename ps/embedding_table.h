@@ -147,8 +147,8 @@ class EmbeddingTable {
   // Takes `optimizer`'s hyperparameters (the same rule, hence the same
   // slots: InvalidArgument naming the table otherwise) and `policy` for the
   // rows held and to come, as a job resumed with other flags asks; rows
-  // kept under a new eviction count as touched at `step`. A table that
-  // evicts cannot stop (FailedPrecondition naming it). REQUIRES: no
+  // kept under a new eviction count as touched at `step`. A table that has
+  // evicted rows cannot stop evicting (FailedPrecondition naming it). REQUIRES: no
   // other call on the table meanwhile (it reads the policy unlocked).
   absl::Status Reconfigure(const proto::TrainingConfig& optimizer, RowPolicy policy,
                            int64_t step);

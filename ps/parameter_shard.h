@@ -182,7 +182,8 @@ class ParameterShard {
   // restored checkpoint not yet confirmed whose layout places the same
   // variables otherwise than the chief's (a job resumed with another
   // --placement or --partition_threshold_bytes) is first cut anew from the
-  // checkpoint's files, as the chief's layout places this shard's slices. A
+  // checkpoint's files, as the chief's layout places this shard's slices,
+  // and takes the chief's training flags (TakeChiefConfigLocked). A
   // shard may hold no variables (fewer slices than shards): it takes empty
   // pushes and moves its version with the others.
   absl::StatusOr<bool> Init(const proto::InitHeader& header, ByteSource* data);

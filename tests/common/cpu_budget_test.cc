@@ -117,7 +117,7 @@ TEST(ProcessCpuBudgetTest, FollowsTheAffinityMask) {
   const CpuBudget bound = ProcessCpuBudget();
   ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
   EXPECT_EQ(bound.cores, 1);
-  EXPECT_EQ(bound.reason, "1 CPUs in its affinity mask");
+  EXPECT_EQ(bound.reason, "1 CPU in its affinity mask");
 }
 
 // A real cgroup (root, with a writable cgroup v1 cpu controller or v2

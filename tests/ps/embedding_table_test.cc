@@ -395,6 +395,17 @@ TEST(EmbeddingTableTest, ReconfigureTakesNewHyperparametersAndABudget) {
   EXPECT_EQ(no_eviction.code(), absl::StatusCode::kFailedPrecondition) << no_eviction;
   ASSERT_TRUE(table->Apply(8, {0}, {1}).ok());
   EXPECT_FLOAT_EQ(value_of(0), before - 0.02f);  // Still SGD at 0.01.
+
+  // A budget that never dropped a row may go.
+  RowPolicy roomy;
+  roomy.max_rows = 1000;
+  auto unevicted = PolicyTable(roomy);
+  ASSERT_NE(unevicted, nullptr);
+  ASSERT_TRUE(unevicted->Apply(0, {1, 2}, {1, 1, 1, 1}).ok());
+  unevicted->Evict(0);
+  ASSERT_TRUE(unevicted->Reconfigure(Config(proto::SGD), RowPolicy(), 1).ok());
+  ASSERT_TRUE(unevicted->Apply(1, {3}, {1, 1}).ok());
+  EXPECT_EQ(Ids(*unevicted), (std::set<uint64_t>{1, 2, 3}));
 }
 
 // A refused update with new ids drops exactly the rows it made, also when
