@@ -10,7 +10,6 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/random_id.h"
@@ -18,7 +17,6 @@
 #include "common/training_config.h"
 #include "common/wire_dtype.h"
 #include "glog/logging.h"
-#include "google/protobuf/text_format.h"
 #include "kernels/elementwise.h"
 
 namespace psrt {
@@ -143,75 +141,6 @@ absl::StatusOr<bool> ParameterShard::Init(const proto::InitHeader& header,
   for (Waiter& w : moved) w.done(filled);
   RETURN_IF_ERROR(filled);
   return initialized;
-}
-
-namespace {
-
-// "learning_rate: 0.02 -> 0.01, num_replicas: 2 -> 3": the fields that
-// differ.
-std::string ConfigChanges(const proto::TrainingConfig& from, const proto::TrainingConfig& to) {
-  std::vector<std::string> changes;
-  const google::protobuf::Descriptor* descriptor = from.GetDescriptor();
-  for (int i = 0; i < descriptor->field_count(); ++i) {
-    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
-    std::string was, is;
-    google::protobuf::TextFormat::PrintFieldValueToString(from, field, -1, &was);
-    google::protobuf::TextFormat::PrintFieldValueToString(to, field, -1, &is);
-    if (was != is) changes.push_back(absl::StrCat(field->name(), ": ", was, " -> ", is));
-  }
-  return absl::StrJoin(changes, ", ");
-}
-
-}  // namespace
-
-absl::Status ParameterShard::TakeChiefConfigLocked(const proto::TrainingConfig& asked) {
-  proto::TrainingConfig next = asked;
-  next.set_run_id(config_.run_id());  // The state's lineage stays its own.
-  const std::string changes = ConfigChanges(config_, next);
-  if (changes.empty()) return absl::OkStatus();
-  if (ready_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "init: this parameter server trains with other flags than the chief's (", changes,
-        "): flags change when the whole job restarts from its checkpoint, not while it runs"));
-  }
-  ASSIGN_OR_RETURN(const proto::TrainingConfig held_rule, SparseTrainingConfig(config_));
-  ASSIGN_OR_RETURN(const proto::TrainingConfig next_rule, SparseTrainingConfig(next));
-  auto refuse = [](absl::string_view flag, proto::OptimizerType held,
-                   proto::OptimizerType wanted) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "init: the state this parameter server restored was trained with ", flag, "=",
-        absl::AsciiStrToLower(proto::OptimizerType_Name(held)), ", the chief asks for ",
-        absl::AsciiStrToLower(proto::OptimizerType_Name(wanted)),
-        ": an optimizer's slots do not carry over to another; resume with the checkpoint's ",
-        flag, ", or train from another --checkpoint_dir"));
-  };
-  if (config_.optimizer() != next.optimizer()) {
-    return refuse("--optimizer", config_.optimizer(), next.optimizer());
-  }
-  if (tables_ != nullptr && held_rule.optimizer() != next_rule.optimizer()) {
-    return refuse("--sparse_optimizer", held_rule.optimizer(), next_rule.optimizer());
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, NewOptimizer(next, total_elements_));
-  if (tables_ != nullptr) RETURN_IF_ERROR(tables_->Reconfigure(next, version_));
-  for (int i = 0; i < optimizer->num_slots(); ++i) {  // The same rule: the same slots.
-    const Tensor& held = *optimizer_->slots()[i].second;
-    std::memcpy(optimizer->slots()[i].second->data(), held.data(), held.num_bytes());
-  }
-  optimizer_ = std::move(optimizer);
-  if (next.moving_average_decay() <= 0) {
-    average_.reset();
-  } else if (average_ == nullptr) {  // Averages start at the values.
-    average_ = pool_->New(total_elements_);
-    std::memcpy(average_->values.data(), current_->values.data(),
-                total_elements_ * sizeof(float));
-  }
-  config_ = std::move(next);
-  clocks_.assign(config_.num_replicas(), 0);
-  last_push_.assign(config_.num_replicas(), LastPush());
-  ResetMembersLocked();
-  pushed_.clear();
-  LOG(INFO) << "init: the restored state goes on with the chief's flags: " << changes;
-  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> ParameterShard::InitState(const proto::InitHeader& header,
@@ -490,60 +419,6 @@ void ParameterShard::Shutdown(int replica) {
     changed_.SignalAll();
   }
   for (auto& [done, reply] : ready) done(std::move(reply));
-}
-
-int64_t ParameterShard::PrepareEnd(absl::Duration hold) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
-      if (end_bound_ < 0) end_bound_ = version_ + 1;
-      end_bound_expiry_ = absl::Now() + hold;
-      changed_.SignalAll();  // The deadline thread watches the hold.
-      return end_bound_;
-    }
-  }
-  Shutdown(-1);
-  return 0;
-}
-
-void ParameterShard::EndAt(int64_t version) {
-  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
-  std::vector<Waiter> moved;
-  absl::Status failure;
-  {
-    absl::MutexLock lock(&mu_);
-    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
-      end_version_ = version;
-      if (version_ < version) failure = MoveHoldLocked(version, &moved);
-      EndIfReachedLocked();
-      if (training_done_) TakeReadyWaiters(&ready);
-      changed_.SignalAll();
-    } else {
-      version = -1;  // Ends at once, below.
-    }
-  }
-  for (auto& [done, reply] : ready) done(std::move(reply));
-  for (Waiter& w : moved) w.done(failure);
-  if (version < 0) Shutdown(-1);
-}
-
-absl::Status ParameterShard::MoveHoldLocked(int64_t bound, std::vector<Waiter>* moved) {
-  absl::Status failure;
-  // A held push was summed (SumsRowsLocked), as the completion expects.
-  if (ready_ && HeldLocked() && VersionCompleteLocked() && bound != version_) {
-    failure = CompleteVersionLocked(nullptr, moved);
-  }
-  end_bound_ = bound;
-  return failure;
-}
-
-void ParameterShard::EndIfReachedLocked() {
-  if (training_done_ || end_version_ < 0 || version_ < end_version_) return;
-  LOG(INFO) << "an operator ended training at version " << version_
-            << (pushed_.empty() ? "" : " (the pushes taken for the next version are dropped)");
-  training_done_ = true;
-  training_done_time_ = absl::Now();
-  finished_replicas_.insert(-1);
 }
 
 void ParameterShard::ResetMembersLocked() {

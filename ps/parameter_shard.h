@@ -416,7 +416,8 @@ class ParameterShard {
   bool SumsRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the pushes in pushed_ complete version_.
   bool VersionCompleteLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Whether an operator's end holds the shard at this version (PrepareEnd).
+  // Whether an operator's end holds the shard at this version (PrepareEnd;
+  // the end's code is in parameter_shard_push.cc).
   bool HeldLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return end_bound_ >= 0 && version_ >= end_bound_;
   }
@@ -451,7 +452,8 @@ class ParameterShard {
   absl::Status RecutForLayout(const proto::InitHeader& header);
   // Init's work on this copy (Init then fills the backup).
   absl::StatusOr<bool> InitState(const proto::InitHeader& header, ByteSource* data);
-  // Init of a state held already: a restored one (not ready_) takes the
+  // Init of a state held already (parameter_shard_checkpoint.cc): a
+  // restored one (not ready_) takes the
   // chief's training flags (a job resumed with another learning rate,
   // schedule, number of workers, table policy), keeping its optimizer's
   // slots; another optimizer (dense or sparse) is refused, as is any change

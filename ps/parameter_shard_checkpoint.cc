@@ -6,12 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/random_id.h"
 #include "common/status_macros.h"
 #include "common/training_config.h"
 #include "glog/logging.h"
+#include "google/protobuf/text_format.h"
 #include "ps/parameter_shard.h"
 #include "ps/snapshot_pool.h"
 
@@ -329,6 +332,77 @@ absl::Status ParameterShard::RestoreLatest() {
   restoring_ = false;
   last_chief_contact_ = absl::Now();  // Its wait starts now.
   changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+// A job resumed from its checkpoint with other flags (Init of a restored
+// state).
+namespace {
+
+// "learning_rate: 0.02 -> 0.01, num_replicas: 2 -> 3": the fields that
+// differ.
+std::string ConfigChanges(const proto::TrainingConfig& from, const proto::TrainingConfig& to) {
+  std::vector<std::string> changes;
+  const google::protobuf::Descriptor* descriptor = from.GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    std::string was, is;
+    google::protobuf::TextFormat::PrintFieldValueToString(from, field, -1, &was);
+    google::protobuf::TextFormat::PrintFieldValueToString(to, field, -1, &is);
+    if (was != is) changes.push_back(absl::StrCat(field->name(), ": ", was, " -> ", is));
+  }
+  return absl::StrJoin(changes, ", ");
+}
+
+}  // namespace
+
+absl::Status ParameterShard::TakeChiefConfigLocked(const proto::TrainingConfig& asked) {
+  proto::TrainingConfig next = asked;
+  next.set_run_id(config_.run_id());  // The state's lineage stays its own.
+  const std::string changes = ConfigChanges(config_, next);
+  if (changes.empty()) return absl::OkStatus();
+  if (ready_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "init: this parameter server trains with other flags than the chief's (", changes,
+        "): flags change when the whole job restarts from its checkpoint, not while it runs"));
+  }
+  ASSIGN_OR_RETURN(const proto::TrainingConfig held_rule, SparseTrainingConfig(config_));
+  ASSIGN_OR_RETURN(const proto::TrainingConfig next_rule, SparseTrainingConfig(next));
+  auto refuse = [](absl::string_view flag, proto::OptimizerType held,
+                   proto::OptimizerType wanted) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "init: the state this parameter server restored was trained with ", flag, "=",
+        absl::AsciiStrToLower(proto::OptimizerType_Name(held)), ", the chief asks for ",
+        absl::AsciiStrToLower(proto::OptimizerType_Name(wanted)),
+        ": an optimizer's slots do not carry over to another; resume with the checkpoint's ",
+        flag, ", or train from another --checkpoint_dir"));
+  };
+  if (config_.optimizer() != next.optimizer()) {
+    return refuse("--optimizer", config_.optimizer(), next.optimizer());
+  }
+  if (tables_ != nullptr && held_rule.optimizer() != next_rule.optimizer()) {
+    return refuse("--sparse_optimizer", held_rule.optimizer(), next_rule.optimizer());
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, NewOptimizer(next, total_elements_));
+  if (tables_ != nullptr) RETURN_IF_ERROR(tables_->Reconfigure(next, version_));
+  for (int i = 0; i < optimizer->num_slots(); ++i) {  // The same rule: the same slots.
+    const Tensor& held = *optimizer_->slots()[i].second;
+    std::memcpy(optimizer->slots()[i].second->data(), held.data(), held.num_bytes());
+  }
+  optimizer_ = std::move(optimizer);
+  if (next.moving_average_decay() <= 0) {
+    average_.reset();
+  } else if (average_ == nullptr) {  // Averages start at the values.
+    average_ = pool_->New(total_elements_);
+    std::memcpy(average_->values.data(), current_->values.data(),
+                total_elements_ * sizeof(float));
+  }
+  config_ = std::move(next);
+  clocks_.assign(config_.num_replicas(), 0);
+  last_push_.assign(config_.num_replicas(), LastPush());
+  ResetMembersLocked();
+  pushed_.clear();
+  LOG(INFO) << "init: the restored state goes on with the chief's flags: " << changes;
   return absl::OkStatus();
 }
 

@@ -163,8 +163,7 @@ void ParameterShard::DeadlineLoop() {
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
     for (const Waiter& w : waiters_) next = std::min(next, w.options.deadline);
-    const bool holding = end_bound_ >= 0 && end_version_ < 0;
-    if (holding) next = std::min(next, end_bound_expiry_);
+    if (end_bound_ >= 0 && end_version_ < 0) next = std::min(next, end_bound_expiry_);
     changed_.WaitWithDeadline(&mu_, next);
     const absl::Time now = absl::Now();
     if (end_bound_ >= 0 && end_version_ < 0 && now >= end_bound_expiry_) {

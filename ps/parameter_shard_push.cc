@@ -462,4 +462,60 @@ void ParameterShard::UpdateRange(int64_t begin, absl::Span<const float> grad) {
   update(at, end, /*statistic=*/false);
 }
 
+// An operator's end of training (PrepareEnd, EndAt): versions held and
+// completed up to the agreed end.
+int64_t ParameterShard::PrepareEnd(absl::Duration hold) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
+      if (end_bound_ < 0) end_bound_ = version_ + 1;
+      end_bound_expiry_ = absl::Now() + hold;
+      changed_.SignalAll();  // The deadline thread watches the hold.
+      return end_bound_;
+    }
+  }
+  Shutdown(-1);
+  return 0;
+}
+
+void ParameterShard::EndAt(int64_t version) {
+  std::vector<std::pair<PullCallback, absl::StatusOr<PullReply>>> ready;
+  std::vector<Waiter> moved;
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    if (config_.mode() == proto::SYNC && initialized_ && !backup_ && !training_done_) {
+      end_version_ = version;
+      if (version_ < version) failure = MoveHoldLocked(version, &moved);
+      EndIfReachedLocked();
+      if (training_done_) TakeReadyWaiters(&ready);
+      changed_.SignalAll();
+    } else {
+      version = -1;  // Ends at once, below.
+    }
+  }
+  for (auto& [done, reply] : ready) done(std::move(reply));
+  for (Waiter& w : moved) w.done(failure);
+  if (version < 0) Shutdown(-1);
+}
+
+absl::Status ParameterShard::MoveHoldLocked(int64_t bound, std::vector<Waiter>* moved) {
+  absl::Status failure;
+  // A held push was summed (SumsRowsLocked), as the completion expects.
+  if (ready_ && HeldLocked() && VersionCompleteLocked()) {
+    failure = CompleteVersionLocked(nullptr, moved);
+  }
+  end_bound_ = bound;
+  return failure;
+}
+
+void ParameterShard::EndIfReachedLocked() {
+  if (training_done_ || end_version_ < 0 || version_ < end_version_) return;
+  LOG(INFO) << "an operator ended training at version " << version_
+            << (pushed_.empty() ? "" : " (the pushes taken for the next version are dropped)");
+  training_done_ = true;
+  training_done_time_ = absl::Now();
+  finished_replicas_.insert(-1);
+}
+
 }  // namespace psrt
